@@ -1,0 +1,34 @@
+# The two commands of the quick start: `make run` and `make test`.
+# Both install what they need on a fresh Debian 12 machine first.
+
+BUILD      ?= build
+TEST_BUILD ?= build-test
+MESON_OPTS ?=
+
+.PHONY: all deps build run test bench fuzz clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD) --buildtype=release -Dwerror=true $(MESON_OPTS)
+
+build: deps $(BUILD)/build.ninja
+	meson compile -C $(BUILD)
+
+# Starts funcd on its embedded default: memory substrate, the developer
+# token, API on 127.0.0.1:8080, data plane on 127.0.0.1:8081.
+run: build
+	./$(BUILD)/bin/funcd/funcd --memory --dev
+
+# The whole suite under ASan+UBSan; the last line is "N passed, N failed".
+test: deps
+	@bash scripts/test.sh $(TEST_BUILD)
+
+bench: build
+	@bash bench/run.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(TEST_BUILD)

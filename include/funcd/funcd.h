@@ -1,0 +1,164 @@
+/*
+ * funcd — the embeddable functions platform.
+ *
+ *     funcd_platform *p;
+ *     if (funcd_platform_new(&p, funcd_in_memory(),
+ *                            funcd_with_listen_addr("127.0.0.1:0")) < 0) {
+ *         fprintf(stderr, "%s\n", funcd_error_last()->message);
+ *         return 1;
+ *     }
+ *     printf("API on http://%s\n", funcd_platform_addr(p));
+ *     funcd_platform_run(p);      // until funcd_platform_stop(p)
+ *     funcd_platform_free(p);     // shuts down, then releases memory
+ *
+ * Options are built by the funcd_* functions below and consumed by
+ * funcd_platform_new whether it succeeds or fails. Presets
+ * (funcd_in_memory, funcd_production) are applied first, in order; every other
+ * option is applied after them, in order, so a later option overrides.
+ *
+ * Threads: funcd_platform_stop is async-signal-safe and callable from any
+ * thread; funcd_platform_shutdown and funcd_platform_free are thread-safe and
+ * idempotent with respect to each other; the rest is called from one thread.
+ */
+#ifndef FUNCD_FUNCD_H
+#define FUNCD_FUNCD_H
+
+#include "funcd/common.h"
+#include "funcd/sys/blob.h"
+#include "funcd/sys/bus.h"
+#include "funcd/sys/gateway.h"
+#include "funcd/sys/runtime.h"
+#include "funcd/sys/store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FUNCD_VERSION_STRING "0.1.0"
+
+typedef struct funcd_platform funcd_platform;
+typedef struct funcd_option funcd_option;
+
+typedef enum funcd_log_level {
+    FUNCD_LOG_DEBUG = 0,
+    FUNCD_LOG_INFO = 1,
+    FUNCD_LOG_WARN = 2,
+    FUNCD_LOG_ERROR = 3,
+} funcd_log_level;
+
+/** The platform's own log lines (default: stderr at INFO and above). */
+typedef void (*funcd_log_fn)(funcd_log_level level, const char *message, void *payload);
+
+/** One line a function's worker wrote, with where it came from. */
+typedef struct funcd_log_record {
+    const char *namespace_;
+    const char *function;
+    const char *replica;
+    const char *invocation_id; /**< NULL outside an invocation */
+    int stream;                /**< 1 stdout, 2 stderr */
+    int64_t time_ms;
+    const char *line;
+    size_t len;
+} funcd_log_record;
+
+/** Observes function log lines; runs on the platform loop. */
+typedef void (*funcd_log_observer_fn)(const funcd_log_record *rec, void *payload);
+
+/* ---- presets ------------------------------------------------------------ */
+
+/** Memory store/blob/bus, the embedded gateway, ephemeral loopback
+ *  listeners, and the developer token "funcd-dev-token" for "default". */
+FUNCD_EXTERN funcd_option *funcd_in_memory(void);
+
+/** Loopback listeners on the default ports and no credential at all:
+ *  store, blob and bus must be injected with the options below. */
+FUNCD_EXTERN funcd_option *funcd_production(void);
+
+/* ---- backends (ownership passes to the option, then the platform) ------- */
+
+FUNCD_EXTERN funcd_option *funcd_with_store(funcd_store *backend);
+FUNCD_EXTERN funcd_option *funcd_with_blob(funcd_blob *backend);
+FUNCD_EXTERN funcd_option *funcd_with_bus(funcd_bus *backend);
+FUNCD_EXTERN funcd_option *funcd_with_runtime(funcd_runtime *backend);
+FUNCD_EXTERN funcd_option *funcd_with_gateway(funcd_gateway *backend);
+
+/* ---- listeners ("host:port"; port 0 picks an ephemeral port) ------------ */
+
+FUNCD_EXTERN funcd_option *funcd_with_listen_addr(const char *addr);
+FUNCD_EXTERN funcd_option *funcd_with_data_plane_addr(const char *addr);
+
+/* ---- authentication ----------------------------------------------------- */
+
+/** Roles: "admin" (everything), "developer" (read/write in its namespaces),
+ *  "viewer" (read in its namespaces). */
+FUNCD_EXTERN funcd_option *funcd_with_token(const char *token, const char *role,
+                                            const char *const *namespaces);
+
+/** Tokens from a file of lines `token role namespace[,namespace...]`. */
+FUNCD_EXTERN funcd_option *funcd_with_token_file(const char *path);
+
+/** A developer token for the given namespaces:
+ *  funcd_with_dev_auth("t0k3n", "default", "team-a"). */
+#define funcd_with_dev_auth(token, ...) \
+    funcd_with_dev_auth_v((token), (const char *const[]){__VA_ARGS__, NULL})
+FUNCD_EXTERN funcd_option *funcd_with_dev_auth_v(const char *token,
+                                                 const char *const *namespaces);
+
+/** Removes every credential configured so far (by a preset, for instance). */
+FUNCD_EXTERN funcd_option *funcd_without_auth_tokens(void);
+
+/* ---- logging ------------------------------------------------------------ */
+
+FUNCD_EXTERN funcd_option *funcd_with_logger(funcd_log_fn fn, funcd_log_level min_level,
+                                             void *payload);
+FUNCD_EXTERN funcd_option *funcd_with_log_observer(funcd_log_observer_fn fn, void *payload);
+
+/* ---- the platform ------------------------------------------------------- */
+
+/**
+ * Creates a platform and binds its listeners. Consumes every option, also on
+ * failure. On failure returns a negative FUNCD_E* code (FUNCD_EMISSING when a
+ * backend is missing, FUNCD_EBIND when a listener cannot bind, FUNCD_EINVAL on
+ * a bad option) and stores NULL in `*out`. A preset must come first in
+ * effect (it is applied first wherever it is); NULL options are skipped, so
+ * `cond ? funcd_with_x(...) : NULL` works.
+ */
+#define funcd_platform_new(out, ...)                                                 \
+    funcd_platform_new_n((out), (funcd_option *const[]){__VA_ARGS__},                \
+                         sizeof((funcd_option *const[]){__VA_ARGS__}) / sizeof(funcd_option *))
+FUNCD_EXTERN int funcd_platform_new_n(funcd_platform **out, funcd_option *const *options,
+                                      size_t count);
+/** The same over a NULL-terminated array (NULL entries cannot be skipped). */
+FUNCD_EXTERN int funcd_platform_new_v(funcd_platform **out, funcd_option *const *options);
+
+/** Serves on the calling thread until funcd_platform_stop. */
+FUNCD_EXTERN int funcd_platform_run(funcd_platform *p);
+
+/** Serves on a background thread and returns at once (for tests and hosts
+ *  with their own main loop). Stop it with funcd_platform_shutdown. */
+FUNCD_EXTERN int funcd_platform_start(funcd_platform *p);
+
+/** Asks a running platform to return from funcd_platform_run.
+ *  Async-signal-safe; callable from any thread, any number of times. */
+FUNCD_EXTERN void funcd_platform_stop(funcd_platform *p);
+
+/** Stops serving and closes every listener, connection and backend, even if
+ *  one of them fails to close. Idempotent and thread-safe. */
+FUNCD_EXTERN int funcd_platform_shutdown(funcd_platform *p);
+
+/** Shuts down (if not yet done) and releases the platform. NULL is ignored. */
+FUNCD_EXTERN void funcd_platform_free(funcd_platform *p);
+
+/** The bound control-plane address, "127.0.0.1:PORT". */
+FUNCD_EXTERN const char *funcd_platform_addr(const funcd_platform *p);
+
+/** The bound data-plane address, "127.0.0.1:PORT". */
+FUNCD_EXTERN const char *funcd_platform_data_plane_addr(const funcd_platform *p);
+
+/** The library version, FUNCD_VERSION_STRING when headers and library match. */
+FUNCD_EXTERN const char *funcd_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

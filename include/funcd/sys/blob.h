@@ -1,0 +1,78 @@
+/*
+ * funcd backend SPI — the blob port.
+ *
+ * A blob store keeps opaque byte objects under string keys. Artifacts are
+ * stored content-addressed under "sha256:<hex>" keys by their callers; the
+ * port itself does not interpret keys.
+ *
+ * Writing a driver: embed `funcd_blob` first, fill `version` with
+ * FUNCD_BLOB_VERSION (FUNCD_BLOB_INIT), `name` and the methods. Methods are
+ * only appended; the platform checks `version` and never calls a NULL slot.
+ *
+ * Ownership: funcd_with_blob transfers the backend to the platform, which
+ * calls `free` once. Data returned by `get` is malloc()ed and owned by the
+ * caller; data passed to `put` is borrowed for the call.
+ *
+ * Threads: every method may be called from any thread concurrently.
+ */
+#ifndef FUNCD_SYS_BLOB_H
+#define FUNCD_SYS_BLOB_H
+
+#include "funcd/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FUNCD_BLOB_VERSION 1
+
+/** `length` for get: read to the end of the object. */
+#define FUNCD_BLOB_TO_END UINT64_MAX
+
+typedef struct funcd_blob funcd_blob;
+
+typedef struct funcd_blob_stat {
+    uint64_t size;
+    int64_t mtime_ms; /**< last write, Unix epoch milliseconds */
+} funcd_blob_stat;
+
+/** Return non-zero to stop the listing early. */
+typedef int (*funcd_blob_list_cb)(const char *key, const funcd_blob_stat *st, void *payload);
+
+struct funcd_blob {
+    unsigned version;
+    const char *name;
+
+    /** Stores `data` under `key`, replacing any previous object atomically. */
+    int (*put)(funcd_blob *b, const char *key, const void *data, size_t len);
+
+    /**
+     * Reads `length` bytes from `offset` (FUNCD_BLOB_TO_END: to the end; a
+     * range running past the end is cut at the end). `*out` is malloc()ed
+     * (never NULL on success, even for 0 bytes). FUNCD_ENOTFOUND if absent,
+     * FUNCD_ERANGE if `offset` is greater than the object's size.
+     */
+    int (*get)(funcd_blob *b, const char *key, uint64_t offset, uint64_t length, void **out,
+               size_t *out_len);
+
+    /** FUNCD_ENOTFOUND if absent. */
+    int (*stat)(funcd_blob *b, const char *key, funcd_blob_stat *out);
+
+    /** Calls `cb` for every key starting with `prefix`, in byte order. */
+    int (*list)(funcd_blob *b, const char *prefix, funcd_blob_list_cb cb, void *payload);
+
+    /** FUNCD_ENOTFOUND if absent. */
+    int (*del)(funcd_blob *b, const char *key);
+
+    void (*free)(funcd_blob *b);
+};
+
+#define FUNCD_BLOB_INIT {FUNCD_BLOB_VERSION}
+
+/** A new, empty, in-process blob store. */
+FUNCD_EXTERN int funcd_blob_memory_new(funcd_blob **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

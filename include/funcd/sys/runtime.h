@@ -1,0 +1,95 @@
+/*
+ * funcd backend SPI — the runtime port.
+ *
+ * A runtime starts workers (processes, or sandboxed processes) from a spec,
+ * supervises them, and stops them: SIGTERM to the whole process group, a
+ * grace period, then SIGKILL. It reports exits and output lines through
+ * callbacks that run on the platform loop.
+ *
+ * Writing a driver: embed `funcd_runtime` first, fill `version` with
+ * FUNCD_RUNTIME_VERSION (FUNCD_RUNTIME_INIT), `name` and the methods.
+ * Methods are only appended; the platform checks `version` and never calls a
+ * NULL slot.
+ *
+ * Ownership: funcd_with_runtime transfers the backend to the platform, which
+ * calls `attach` once before any `start`, and `free` once at shutdown (after
+ * stopping every worker). A spec is borrowed for the duration of `start`.
+ * A worker handle belongs to the runtime; the caller gives it back with
+ * `release` after the exit callback has run.
+ *
+ * Threads: all methods and callbacks run on the platform loop's thread.
+ */
+#ifndef FUNCD_SYS_RUNTIME_H
+#define FUNCD_SYS_RUNTIME_H
+
+#include "funcd/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FUNCD_RUNTIME_VERSION 1
+
+struct event_base; /* libevent: the platform loop */
+
+typedef struct funcd_runtime funcd_runtime;
+typedef struct funcd_worker funcd_worker; /* driver-defined */
+
+typedef struct funcd_worker_limits {
+    uint64_t memory_bytes; /**< 0: unlimited */
+    uint32_t pids;         /**< 0: unlimited */
+    uint32_t cpu_millis;   /**< 1000 = one core; 0: unlimited */
+} funcd_worker_limits;
+
+typedef struct funcd_worker_spec {
+    const char *const *argv; /**< NULL-terminated; argv[0] is the program */
+    const char *const *env;  /**< NULL-terminated "KEY=value" list */
+    const char *cwd;         /**< working directory, or NULL */
+    const char *rootfs;      /**< root filesystem for sandboxing runtimes, or NULL */
+    funcd_worker_limits limits;
+} funcd_worker_spec;
+
+typedef enum funcd_worker_stream {
+    FUNCD_WORKER_STDOUT = 1,
+    FUNCD_WORKER_STDERR = 2,
+} funcd_worker_stream;
+
+typedef struct funcd_worker_events {
+    /** One line of output, without its newline. */
+    void (*on_output)(funcd_worker *w, funcd_worker_stream stream, const char *line, size_t len,
+                      void *payload);
+    /** The worker's main process exited (`status` as from waitpid). */
+    void (*on_exit)(funcd_worker *w, int status, void *payload);
+    void *payload;
+} funcd_worker_events;
+
+struct funcd_runtime {
+    unsigned version;
+    const char *name;
+
+    /** Binds the runtime to the platform loop; called once before start. */
+    int (*attach)(funcd_runtime *rt, struct event_base *base);
+
+    /** Starts a worker; `events` is copied. */
+    int (*start)(funcd_runtime *rt, const funcd_worker_spec *spec,
+                 const funcd_worker_events *events, funcd_worker **out);
+
+    /** SIGTERM to the worker's process group, SIGKILL after `grace_ms`. */
+    int (*stop)(funcd_runtime *rt, funcd_worker *w, unsigned grace_ms);
+
+    /** The worker's main process id (for logs and tests). */
+    int (*pid)(funcd_runtime *rt, funcd_worker *w);
+
+    /** Gives the handle back once its exit has been reported. */
+    void (*release)(funcd_runtime *rt, funcd_worker *w);
+
+    /** Kills whatever still runs, then releases the runtime. */
+    void (*free)(funcd_runtime *rt);
+};
+
+#define FUNCD_RUNTIME_INIT {FUNCD_RUNTIME_VERSION}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,222 @@
+#include "controller/controller.h"
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "funcd/sys/error.h"
+#include "registry/registry.h"
+#include "util/misc.h"
+
+struct funcd_controller {
+    funcd_controller_config cfg;
+    struct event *wake;
+    struct event *resync;
+    funcd_store_watch *watch;
+    pthread_mutex_t lock; /* guards queue */
+    char **queue;         /* keys to reconcile, deduplicated */
+    size_t queued, cap;
+};
+
+/* Runs on writers' threads: remember the key, wake the loop. */
+static void enqueue(funcd_controller *c, const char *key)
+{
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < c->queued; i++)
+        if (strcmp(c->queue[i], key) == 0)
+            goto out;
+    if (c->queued == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 64;
+        char **q = realloc(c->queue, cap * sizeof(*q));
+        if (!q)
+            goto out; /* the periodic resync will catch up */
+        c->queue = q;
+        c->cap = cap;
+    }
+    char *copy = strdup(key);
+    if (copy)
+        c->queue[c->queued++] = copy;
+out:
+    pthread_mutex_unlock(&c->lock);
+    event_active(c->wake, EV_READ, 0);
+}
+
+static void on_event(const funcd_store_event *ev, void *payload)
+{
+    enqueue(payload, ev->key);
+}
+
+static cJSON *condition(const char *type, const char *status, const char *reason,
+                        const char *message, const cJSON *old_conditions)
+{
+    char now[32];
+    funcd_rfc3339(funcd_now_ms(), now, sizeof(now));
+    const char *since = now;
+    const cJSON *old;
+    cJSON_ArrayForEach(old, old_conditions)
+    {
+        const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(old, "type"));
+        const char *s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(old, "status"));
+        const char *ts =
+            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(old, "lastTransitionTime"));
+        if (t && s && ts && strcmp(t, type) == 0 && strcmp(s, status) == 0)
+            since = ts; /* no transition: keep the time it last changed */
+    }
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "type", type);
+    cJSON_AddStringToObject(c, "status", status);
+    cJSON_AddStringToObject(c, "reason", reason);
+    cJSON_AddStringToObject(c, "message", message);
+    cJSON_AddStringToObject(c, "lastTransitionTime", since);
+    return c;
+}
+
+/* The status a Function should have now. */
+static cJSON *function_status(funcd_controller *c, const cJSON *obj)
+{
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
+    const cJSON *old = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(obj, "status"), "conditions");
+    cJSON *st = cJSON_CreateObject();
+    cJSON_AddNumberToObject(st, "observedGeneration",
+                            cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(md, "generation")));
+    cJSON *conds = cJSON_AddArrayToObject(st, "conditions");
+    if (!c->cfg.runtime)
+        cJSON_AddItemToArray(conds, condition("Ready", "False", "RuntimeUnavailable",
+                                              "this platform has no runtime configured, so the "
+                                              "function cannot run; configure a runtime backend",
+                                              old));
+    else
+        cJSON_AddItemToArray(conds, condition("Ready", "False", "WorkersNotImplemented",
+                                              "a runtime is configured but worker pools are not "
+                                              "available in this build",
+                                              old));
+    return st;
+}
+
+static void reconcile_function(funcd_controller *c, const funcd_kind *kind, const char *ns,
+                               const char *name)
+{
+    cJSON *obj = NULL;
+    uint64_t rev = 0;
+    int rc = funcd_registry_get(c->cfg.store, kind, ns, name, &obj, &rev);
+    if (rc == FUNCD_ENOTFOUND) {
+        if (c->cfg.gateway)
+            c->cfg.gateway->remove_route(c->cfg.gateway, ns, name);
+        return;
+    }
+    if (rc < 0) {
+        funcd_log(c->cfg.logger, FUNCD_LOG_WARN, "reconcile %s/%s: %s", ns, name,
+                  funcd_error_last()->message);
+        return;
+    }
+    if (c->cfg.gateway) {
+        funcd_route route = {.namespace_ = ns, .name = name};
+        c->cfg.gateway->set_route(c->cfg.gateway, &route);
+    }
+    cJSON *want = function_status(c, obj);
+    const cJSON *have = cJSON_GetObjectItemCaseSensitive(obj, "status");
+    if (!have || !cJSON_Compare(have, want, 1)) {
+        rc = funcd_registry_put_status(c->cfg.store, kind, ns, name, rev, want);
+        /* A conflict means a newer event is queued: it will reconcile again. */
+        if (rc < 0 && rc != FUNCD_ECONFLICT && rc != FUNCD_ENOTFOUND)
+            funcd_log(c->cfg.logger, FUNCD_LOG_WARN, "writing status of function %s/%s: %s", ns,
+                      name, funcd_error_last()->message);
+    }
+    cJSON_Delete(want);
+    cJSON_Delete(obj);
+}
+
+static void reconcile(funcd_controller *c, const char *key)
+{
+    const funcd_kind *kind;
+    char ns[128], name[128];
+    if (funcd_registry_parse_key(key, &kind, ns, sizeof(ns), name, sizeof(name)) < 0)
+        return;
+    if (strcmp(kind->kind, "Function") == 0)
+        reconcile_function(c, kind, ns, name);
+}
+
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    funcd_controller *c = arg;
+    for (;;) {
+        pthread_mutex_lock(&c->lock);
+        char **batch = c->queue;
+        size_t n = c->queued;
+        c->queue = NULL;
+        c->queued = c->cap = 0;
+        pthread_mutex_unlock(&c->lock);
+        if (n == 0)
+            break;
+        for (size_t i = 0; i < n; i++) {
+            reconcile(c, batch[i]);
+            free(batch[i]);
+        }
+        free(batch);
+    }
+}
+
+static int enqueue_listed(const funcd_store_kv *kv, void *payload)
+{
+    enqueue(payload, kv->key);
+    return 0;
+}
+
+static void on_resync(evutil_socket_t fd, short what, void *arg)
+{
+    funcd_controller *c = arg;
+    c->cfg.store->list(c->cfg.store, FUNCD_REGISTRY_ROOT, enqueue_listed, c, NULL);
+}
+
+int funcd_controller_new(funcd_controller **out, const funcd_controller_config *cfg)
+{
+    *out = NULL;
+    funcd_controller *c = calloc(1, sizeof(*c));
+    if (!c)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the controller");
+    c->cfg = *cfg;
+    if (!c->cfg.resync_ms)
+        c->cfg.resync_ms = 60000;
+    pthread_mutex_init(&c->lock, NULL);
+    c->wake = event_new(cfg->base, -1, 0, on_wake, c);
+    c->resync = event_new(cfg->base, -1, EV_PERSIST, on_resync, c);
+    if (!c->wake || !c->resync) {
+        funcd_controller_free(c);
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the controller's events");
+    }
+    *out = c;
+    return 0;
+}
+
+int funcd_controller_start(funcd_controller *c)
+{
+    uint64_t rev = 0;
+    int rc = c->cfg.store->list(c->cfg.store, FUNCD_REGISTRY_ROOT, enqueue_listed, c, &rev);
+    if (rc == 0)
+        rc = c->cfg.store->watch(c->cfg.store, FUNCD_REGISTRY_ROOT, rev, on_event, c, &c->watch);
+    if (rc < 0)
+        return rc;
+    struct timeval tv = {c->cfg.resync_ms / 1000, (c->cfg.resync_ms % 1000) * 1000};
+    event_add(c->resync, &tv);
+    return 0;
+}
+
+void funcd_controller_free(funcd_controller *c)
+{
+    if (!c)
+        return;
+    if (c->watch)
+        c->cfg.store->unwatch(c->cfg.store, c->watch);
+    if (c->wake)
+        event_free(c->wake);
+    if (c->resync)
+        event_free(c->resync);
+    for (size_t i = 0; i < c->queued; i++)
+        free(c->queue[i]);
+    free(c->queue);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}

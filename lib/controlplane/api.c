@@ -1,0 +1,478 @@
+#include "controlplane/api.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "funcd/sys/error.h"
+#include "registry/registry.h"
+
+#define API_PREFIX "/apis/funcd.dev/v1/"
+
+void funcd_cp_init(funcd_cp *cp, funcd_store *store, const funcd_auth *auth,
+                   const char *version_json)
+{
+    cp->store = store;
+    cp->auth = auth;
+    snprintf(cp->version_json, sizeof(cp->version_json), "%s", version_json);
+}
+
+void funcd_cp_response_free(funcd_cp_response *resp)
+{
+    funcd_buf_free(&resp->body);
+}
+
+static void append_json_string(funcd_buf *b, const char *s)
+{
+    char *q = NULL;
+    cJSON *str = cJSON_CreateString(s);
+    if (str)
+        q = cJSON_PrintUnformatted(str);
+    funcd_buf_puts(b, q ? q : "\"\"");
+    free(q);
+    cJSON_Delete(str);
+}
+
+void funcd_cp_status(funcd_cp_response *resp, int code, const char *reason, const char *field,
+                     const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    resp->status = code;
+    resp->watch = 0;
+    funcd_buf_reset(&resp->body);
+    funcd_buf_printf(&resp->body,
+                     "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\","
+                     "\"code\":%d,\"reason\":\"%s\",\"message\":",
+                     code, reason);
+    append_json_string(&resp->body, msg);
+    if (field && *field) {
+        funcd_buf_puts(&resp->body, ",\"field\":");
+        append_json_string(&resp->body, field);
+    }
+    funcd_buf_puts(&resp->body, "}");
+}
+
+/* Maps a registry error to its HTTP status. */
+static void status_from_error(funcd_cp_response *resp, int rc)
+{
+    const char *msg = funcd_error_last()->message;
+    switch (rc) {
+    case FUNCD_ENOTFOUND: funcd_cp_status(resp, 404, "NotFound", NULL, "%s", msg); break;
+    case FUNCD_EEXISTS: funcd_cp_status(resp, 409, "AlreadyExists", "metadata.name", "%s", msg); break;
+    case FUNCD_ECONFLICT:
+        funcd_cp_status(resp, 409, "Conflict", "metadata.resourceVersion", "%s", msg);
+        break;
+    case FUNCD_EINVAL: funcd_cp_status(resp, 400, "BadRequest", NULL, "%s", msg); break;
+    case FUNCD_EGONE: funcd_cp_status(resp, 410, "Expired", "resourceVersion", "%s", msg); break;
+    default: funcd_cp_status(resp, 500, "InternalError", NULL, "%s", msg); break;
+    }
+}
+
+static void send_object(funcd_cp_response *resp, int code, const cJSON *obj)
+{
+    char *text = cJSON_PrintUnformatted(obj);
+    if (!text) {
+        funcd_cp_status(resp, 500, "InternalError", NULL, "out of memory encoding the response");
+        return;
+    }
+    resp->status = code;
+    funcd_buf_reset(&resp->body);
+    funcd_buf_puts(&resp->body, text);
+    free(text);
+}
+
+static int is_dns_label(const char *s, size_t n)
+{
+    if (n == 0 || n > FUNCD_API_MAX_NAME || s[0] == '-' || s[n - 1] == '-')
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(islower((unsigned char)s[i]) || isdigit((unsigned char)s[i]) || s[i] == '-'))
+            return 0;
+    return 1;
+}
+
+/* Splits path segments after API_PREFIX into `seg` (copied, NUL-terminated). */
+static int split_path(const char *p, size_t n, char seg[][72], int max)
+{
+    int count = 0;
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i;
+        while (j < n && p[j] != '/')
+            j++;
+        if (j == i || count == max || j - i >= 72)
+            return -1;
+        memcpy(seg[count], p + i, j - i);
+        seg[count][j - i] = '\0';
+        count++;
+        i = j + 1;
+        if (j + 1 == n) /* trailing slash */
+            break;
+    }
+    return count;
+}
+
+/* Finds `name` in a query string; copies its (undecoded) value. */
+static int query_get(const funcd_cp_request *req, const char *name, char *out, size_t out_len)
+{
+    const char *q = req->query, *end = req->query ? req->query + req->query_len : NULL;
+    size_t nl = strlen(name);
+    while (q && q < end) {
+        const char *amp = memchr(q, '&', (size_t)(end - q));
+        const char *stop = amp ? amp : end;
+        const char *eq = memchr(q, '=', (size_t)(stop - q));
+        const char *kend = eq ? eq : stop;
+        if ((size_t)(kend - q) == nl && memcmp(q, name, nl) == 0) {
+            size_t vl = eq ? (size_t)(stop - eq - 1) : 0;
+            if (vl >= out_len)
+                vl = out_len - 1;
+            memcpy(out, eq ? eq + 1 : "", vl);
+            out[vl] = '\0';
+            return 1;
+        }
+        q = amp ? amp + 1 : end;
+    }
+    return 0;
+}
+
+static int method_is(const funcd_cp_request *req, const char *m)
+{
+    return req->method_len == strlen(m) && memcmp(req->method, m, req->method_len) == 0;
+}
+
+typedef struct route {
+    const funcd_kind *kind;
+    const char *ns;   /* NULL: every namespace */
+    const char *name; /* NULL: the collection */
+} route;
+
+static void list_objects(funcd_cp *cp, const route *r, funcd_cp_response *resp);
+static void create_object(funcd_cp *cp, const funcd_cp_request *req, const route *r,
+                          funcd_cp_response *resp);
+static void replace_object(funcd_cp *cp, const funcd_cp_request *req, const route *r,
+                           funcd_cp_response *resp);
+
+static const funcd_token *authenticate(funcd_cp *cp, const funcd_cp_request *req,
+                                       funcd_cp_response *resp)
+{
+    static const char bearer[] = "Bearer ";
+    const size_t bl = sizeof(bearer) - 1;
+    if (!req->authorization || req->authorization_len <= bl ||
+        strncasecmp(req->authorization, bearer, bl) != 0) {
+        funcd_cp_status(resp, 401, "Unauthorized", NULL,
+                        "missing bearer token: send `Authorization: Bearer <token>` "
+                        "(funcdctl: --token or FUNCD_TOKEN)");
+        return NULL;
+    }
+    const funcd_token *t =
+        funcd_auth_find(cp->auth, req->authorization + bl, req->authorization_len - bl);
+    if (!t)
+        funcd_cp_status(resp, 401, "Unauthorized", NULL,
+                        "invalid bearer token: check --token or FUNCD_TOKEN against the server's "
+                        "token file");
+    return t;
+}
+
+static int authorize(const funcd_token *t, const route *r, int write, funcd_cp_response *resp)
+{
+    if (funcd_token_allows(t, r->ns, write))
+        return 1;
+    const char *verb = write ? "write" : "read";
+    if (r->ns)
+        funcd_cp_status(resp, 403, "Forbidden", NULL,
+                        "role %s may not %s %s in namespace \"%s\"; ask an admin for a token "
+                        "that covers it",
+                        funcd_role_name(t->role), verb, r->kind->plural, r->ns);
+    else
+        funcd_cp_status(resp, 403, "Forbidden", NULL,
+                        "role %s may not %s %s across all namespaces; add -n NAMESPACE",
+                        funcd_role_name(t->role), verb, r->kind->plural);
+    return 0;
+}
+
+static void start_watch(const funcd_cp_request *req, const route *r, funcd_cp_response *resp)
+{
+    char rv[32];
+    resp->watch = 1;
+    resp->status = 200;
+    resp->w.kind = r->kind;
+    snprintf(resp->w.ns, sizeof(resp->w.ns), "%s", r->ns ? r->ns : "");
+    if (query_get(req, "resourceVersion", rv, sizeof(rv)) && rv[0] && strcmp(rv, "0") != 0) {
+        char *end;
+        resp->w.rv = strtoull(rv, &end, 10);
+        if (*end || !isdigit((unsigned char)rv[0])) {
+            funcd_cp_status(resp, 400, "BadRequest", "resourceVersion",
+                            "resourceVersion \"%s\" is not a decimal revision", rv);
+            return;
+        }
+        resp->w.from_rv = 1;
+    }
+}
+
+static int parse_route(const funcd_cp_request *req, route *r, char seg[][72],
+                       funcd_cp_response *resp)
+{
+    const size_t pl = strlen(API_PREFIX);
+    int n = split_path(req->path + pl, req->path_len - pl, seg, 5);
+    int at = 0;
+    if (n >= 3 && strcmp(seg[0], "namespaces") == 0) {
+        if (!is_dns_label(seg[1], strlen(seg[1]))) {
+            funcd_cp_status(resp, 400, "BadRequest", "metadata.namespace",
+                            "namespace \"%s\" must be a DNS-1123 label: lowercase letters, "
+                            "digits and '-', at most 63 characters",
+                            seg[1]);
+            return 0;
+        }
+        r->ns = seg[1];
+        at = 2;
+    } else if (n < 1 || n > 1) {
+        n = -1;
+    }
+    if (n < 0 || n - at > 2) {
+        funcd_cp_status(resp, 404, "NotFound", NULL, "no such path: %.*s", (int)req->path_len,
+                        req->path);
+        return 0;
+    }
+    r->kind = funcd_kind_by_plural(seg[at]);
+    if (!r->kind) {
+        funcd_cp_status(resp, 404, "NotFound", NULL,
+                        "the server has no resource \"%s\" (known: functions, functionconfigs, "
+                        "secrets)",
+                        seg[at]);
+        return 0;
+    }
+    r->name = n - at == 2 ? seg[at + 1] : NULL;
+    return 1;
+}
+
+static void handle_collection(funcd_cp *cp, const funcd_cp_request *req, const route *r,
+                              const funcd_token *t, funcd_cp_response *resp)
+{
+    char watch[16];
+    if (method_is(req, "GET")) {
+        if (!authorize(t, r, 0, resp))
+            return;
+        if (query_get(req, "watch", watch, sizeof(watch)) &&
+            (strcmp(watch, "true") == 0 || strcmp(watch, "1") == 0))
+            start_watch(req, r, resp);
+        else
+            list_objects(cp, r, resp);
+    } else if (method_is(req, "POST") && r->ns) {
+        if (authorize(t, r, 1, resp))
+            create_object(cp, req, r, resp);
+    } else {
+        funcd_cp_status(resp, 405, "MethodNotAllowed", NULL,
+                        "%.*s is not allowed on %s; use GET%s", (int)req->method_len, req->method,
+                        r->kind->plural, r->ns ? " or POST" : "");
+    }
+}
+
+static void handle_object(funcd_cp *cp, const funcd_cp_request *req, const route *r,
+                          const funcd_token *t, funcd_cp_response *resp)
+{
+    cJSON *obj = NULL;
+    int rc;
+    if (method_is(req, "GET")) {
+        if (!authorize(t, r, 0, resp))
+            return;
+        rc = funcd_registry_get(cp->store, r->kind, r->ns, r->name, &obj, NULL);
+        if (rc < 0)
+            status_from_error(resp, rc);
+        else
+            send_object(resp, 200, obj);
+    } else if (method_is(req, "PUT")) {
+        if (authorize(t, r, 1, resp))
+            replace_object(cp, req, r, resp);
+    } else if (method_is(req, "DELETE")) {
+        if (!authorize(t, r, 1, resp))
+            return;
+        rc = funcd_registry_delete(cp->store, r->kind, r->ns, r->name, &obj);
+        if (rc < 0)
+            status_from_error(resp, rc);
+        else
+            send_object(resp, 200, obj);
+    } else {
+        funcd_cp_status(resp, 405, "MethodNotAllowed", NULL,
+                        "%.*s is not allowed on a %s; use GET, PUT or DELETE",
+                        (int)req->method_len, req->method, r->kind->singular);
+    }
+    cJSON_Delete(obj);
+}
+
+void funcd_cp_handle(funcd_cp *cp, const funcd_cp_request *req, funcd_cp_response *resp)
+{
+    funcd_buf_reset(&resp->body);
+    resp->watch = 0;
+    if (req->path_len == 8 && memcmp(req->path, "/healthz", 8) == 0) {
+        resp->status = 200;
+        funcd_buf_puts(&resp->body, "{\"status\":\"ok\"}");
+        return;
+    }
+    const funcd_token *t = authenticate(cp, req, resp);
+    if (!t)
+        return;
+    if (req->path_len == 8 && memcmp(req->path, "/version", 8) == 0) {
+        resp->status = 200;
+        funcd_buf_puts(&resp->body, cp->version_json);
+        return;
+    }
+    const size_t pl = strlen(API_PREFIX);
+    if (req->path_len <= pl || memcmp(req->path, API_PREFIX, pl) != 0) {
+        funcd_cp_status(resp, 404, "NotFound", NULL,
+                        "no such path: %.*s (the API lives under /apis/funcd.dev/v1/)",
+                        (int)(req->path_len > 200 ? 200 : req->path_len), req->path);
+        return;
+    }
+    char seg[5][72];
+    route r = {0};
+    if (!parse_route(req, &r, seg, resp))
+        return;
+    if (r.name)
+        handle_object(cp, req, &r, t, resp);
+    else
+        handle_collection(cp, req, &r, t, resp);
+}
+
+/* ---- list ------------------------------------------------------------- */
+
+typedef struct list_ctx {
+    funcd_buf *out;
+    int count;
+    int failed;
+} list_ctx;
+
+static int list_one(const funcd_store_kv *kv, void *payload)
+{
+    list_ctx *lc = payload;
+    cJSON *obj = funcd_registry_decode(kv->value, kv->len, kv->revision);
+    char *text = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    if (!text) {
+        lc->failed = 1;
+        return 1;
+    }
+    if (lc->count++)
+        funcd_buf_puts(lc->out, ",");
+    funcd_buf_puts(lc->out, text);
+    free(text);
+    return 0;
+}
+
+static void list_objects(funcd_cp *cp, const route *r, funcd_cp_response *resp)
+{
+    funcd_buf prefix = FUNCD_BUF_INIT, items = FUNCD_BUF_INIT;
+    list_ctx lc = {&items, 0, 0};
+    uint64_t rev = 0;
+    int rc = funcd_registry_prefix(&prefix, r->kind, r->ns);
+    if (rc == 0)
+        rc = cp->store->list(cp->store, prefix.data, list_one, &lc, &rev);
+    if (rc == 0 && lc.failed)
+        rc = funcd_error_set(FUNCD_EIO, "a stored %s is not valid JSON", r->kind->singular);
+    if (rc < 0) {
+        status_from_error(resp, rc);
+    } else {
+        resp->status = 200;
+        funcd_buf_printf(&resp->body,
+                         "{\"apiVersion\":\"" FUNCD_API_VERSION "\",\"kind\":\"%s\",\"metadata\":"
+                         "{\"resourceVersion\":\"%" PRIu64 "\"},\"items\":[",
+                         r->kind->list_kind, rev);
+        funcd_buf_append(&resp->body, items.data ? items.data : "", items.len);
+        funcd_buf_puts(&resp->body, "]}");
+    }
+    funcd_buf_free(&prefix);
+    funcd_buf_free(&items);
+}
+
+/* ---- create / replace ------------------------------------------------- */
+
+/* Decodes and validates a body for `r`; NULL after setting an error. */
+static cJSON *decode_body(const funcd_cp_request *req, const route *r, funcd_cp_response *resp)
+{
+    funcd_api_error err = {{0}, {0}};
+    cJSON *obj = NULL;
+    if (req->body_len == 0) {
+        funcd_cp_status(resp, 400, "BadRequest", NULL,
+                        "the request body is empty; send the %s as a JSON object", r->kind->kind);
+        return NULL;
+    }
+    if (funcd_api_decode(req->body, req->body_len, &obj, &err) < 0) {
+        funcd_cp_status(resp, 400, "BadRequest", err.field, "%s", err.message);
+        return NULL;
+    }
+    if (funcd_api_validate(r->kind, obj, &err) < 0) {
+        funcd_cp_status(resp, 400, "BadRequest", err.field, "%s: %s",
+                        err.field[0] ? err.field : "object", err.message);
+        cJSON_Delete(obj);
+        return NULL;
+    }
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
+    const char *ns = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(md, "namespace"));
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(md, "name"));
+    if (ns && *ns && strcmp(ns, r->ns) != 0) {
+        funcd_cp_status(resp, 400, "BadRequest", "metadata.namespace",
+                        "metadata.namespace \"%s\" does not match the namespace in the URL "
+                        "(\"%s\")",
+                        ns, r->ns);
+    } else if (r->name && name && strcmp(name, r->name) != 0) {
+        funcd_cp_status(resp, 400, "BadRequest", "metadata.name",
+                        "metadata.name \"%s\" does not match the name in the URL (\"%s\")", name,
+                        r->name);
+    } else if (funcd_api_normalize(r->kind, obj) < 0) {
+        funcd_cp_status(resp, 500, "InternalError", NULL, "out of memory");
+    } else {
+        return obj;
+    }
+    cJSON_Delete(obj);
+    return NULL;
+}
+
+static void create_object(funcd_cp *cp, const funcd_cp_request *req, const route *r,
+                          funcd_cp_response *resp)
+{
+    cJSON *obj = decode_body(req, r, resp), *out = NULL;
+    if (!obj)
+        return;
+    int rc = funcd_registry_create(cp->store, r->kind, r->ns, obj, &out);
+    if (rc < 0)
+        status_from_error(resp, rc);
+    else
+        send_object(resp, 201, out);
+    cJSON_Delete(obj);
+    cJSON_Delete(out);
+}
+
+static void replace_object(funcd_cp *cp, const funcd_cp_request *req, const route *r,
+                           funcd_cp_response *resp)
+{
+    cJSON *obj = decode_body(req, r, resp), *out = NULL;
+    if (!obj)
+        return;
+    int created = 0;
+    int rc = funcd_registry_replace(cp->store, r->kind, r->ns, r->name, obj, &created, &out);
+    if (rc < 0)
+        status_from_error(resp, rc);
+    else
+        send_object(resp, created ? 201 : 200, out);
+    cJSON_Delete(obj);
+    cJSON_Delete(out);
+}
+
+int funcd_cp_watch_line(funcd_buf *out, const char *type, const void *value, size_t len,
+                        uint64_t revision)
+{
+    cJSON *obj = funcd_registry_decode(value, len, revision);
+    char *text = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    if (!text)
+        return funcd_error_set(FUNCD_EIO, "a stored object is not valid JSON");
+    int rc = funcd_buf_printf(out, "{\"type\":\"%s\",\"object\":%s}\n", type, text);
+    free(text);
+    return rc;
+}

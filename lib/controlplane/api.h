@@ -1,0 +1,70 @@
+/*
+ * The control-plane API as a pure function: a request in, a response out.
+ * The h2o binding (server.c) adapts HTTP to it and streams watches; the fuzz
+ * target drives it directly.
+ *
+ * Threads: funcd_cp_handle may run on any thread; the store is thread-safe
+ * and the auth table is read-only while serving.
+ */
+#ifndef FUNCD_CONTROLPLANE_API_H
+#define FUNCD_CONTROLPLANE_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/api.h"
+#include "controlplane/auth.h"
+#include "funcd/sys/store.h"
+#include "util/buf.h"
+
+typedef struct funcd_cp {
+    funcd_store *store;
+    const funcd_auth *auth;
+    char version_json[512]; /* the body of GET /version */
+} funcd_cp;
+
+typedef struct funcd_cp_request {
+    const char *method;
+    size_t method_len;
+    const char *path; /* decoded, without the query */
+    size_t path_len;
+    const char *query; /* after '?', or NULL */
+    size_t query_len;
+    const char *authorization; /* the header's value, or NULL */
+    size_t authorization_len;
+    const char *body;
+    size_t body_len;
+} funcd_cp_request;
+
+/* A watch the server must stream after a 200. */
+typedef struct funcd_cp_watch {
+    const funcd_kind *kind;
+    char ns[64];    /* "" for every namespace */
+    int from_rv;    /* 1: events after `rv`; 0: current objects as ADDED first */
+    uint64_t rv;
+} funcd_cp_watch;
+
+typedef struct funcd_cp_response {
+    int status;
+    funcd_buf body;  /* JSON */
+    int watch;       /* 1: stream `w` instead of sending `body` */
+    funcd_cp_watch w;
+} funcd_cp_response;
+
+#define FUNCD_CP_RESPONSE_INIT {0, FUNCD_BUF_INIT, 0, {0}}
+
+void funcd_cp_init(funcd_cp *cp, funcd_store *store, const funcd_auth *auth,
+                   const char *version_json);
+void funcd_cp_handle(funcd_cp *cp, const funcd_cp_request *req, funcd_cp_response *resp);
+void funcd_cp_response_free(funcd_cp_response *resp);
+
+/* Sets `resp` to a JSON Status error. `field` may be NULL. */
+void funcd_cp_status(funcd_cp_response *resp, int code, const char *reason, const char *field,
+                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* One NDJSON watch line ({"type":..,"object":..}\n) for a store event, or
+ * for a listed object (`added`); appended to `out`. */
+int funcd_cp_watch_line(funcd_buf *out, const char *type, const void *value, size_t len,
+                        uint64_t revision);
+
+#endif

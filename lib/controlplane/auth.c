@@ -1,0 +1,162 @@
+#include "controlplane/auth.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "funcd/sys/error.h"
+
+int funcd_role_parse(const char *s, funcd_role *out)
+{
+    if (strcmp(s, "admin") == 0)
+        *out = FUNCD_ROLE_ADMIN;
+    else if (strcmp(s, "developer") == 0)
+        *out = FUNCD_ROLE_DEVELOPER;
+    else if (strcmp(s, "viewer") == 0)
+        *out = FUNCD_ROLE_VIEWER;
+    else
+        return funcd_error_set(FUNCD_EINVAL, "unknown role '%s' (use admin, developer or viewer)", s);
+    return 0;
+}
+
+const char *funcd_role_name(funcd_role role)
+{
+    switch (role) {
+    case FUNCD_ROLE_ADMIN: return "admin";
+    case FUNCD_ROLE_DEVELOPER: return "developer";
+    default: return "viewer";
+    }
+}
+
+static void token_free(funcd_token *t)
+{
+    if (t->token)
+        memset(t->token, 0, strlen(t->token));
+    free(t->token);
+    for (char **ns = t->namespaces; ns && *ns; ns++)
+        free(*ns);
+    free(t->namespaces);
+}
+
+int funcd_auth_add(funcd_auth *a, const char *token, funcd_role role,
+                   const char *const *namespaces)
+{
+    if (!token || !*token)
+        return funcd_error_set(FUNCD_EINVAL, "a token must not be empty");
+    size_t n = 0;
+    while (namespaces && namespaces[n])
+        n++;
+    if (n == 0 && role != FUNCD_ROLE_ADMIN)
+        return funcd_error_set(FUNCD_EINVAL,
+                               "token for role %s needs at least one namespace (or \"*\")",
+                               funcd_role_name(role));
+    funcd_token t = {strdup(token), role, calloc(n + 1, sizeof(char *))};
+    int oom = !t.token || !t.namespaces;
+    for (size_t i = 0; i < n && !oom; i++)
+        oom = !(t.namespaces[i] = strdup(namespaces[i]));
+    if (oom) {
+        token_free(&t);
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory adding a token");
+    }
+    for (size_t i = 0; i < a->count; i++) {
+        if (strcmp(a->tokens[i].token, token) == 0) {
+            token_free(&a->tokens[i]);
+            a->tokens[i] = t;
+            return 0;
+        }
+    }
+    funcd_token *grown = realloc(a->tokens, (a->count + 1) * sizeof(*grown));
+    if (!grown) {
+        token_free(&t);
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory adding a token");
+    }
+    a->tokens = grown;
+    a->tokens[a->count++] = t;
+    return 0;
+}
+
+static int load_line(funcd_auth *a, char *line, const char *path, int lineno)
+{
+    char *save = NULL;
+    char *tok = strtok_r(line, " \t\r\n", &save);
+    if (!tok || tok[0] == '#')
+        return 0;
+    char *role_s = strtok_r(NULL, " \t\r\n", &save);
+    char *ns_s = strtok_r(NULL, " \t\r\n", &save);
+    char *extra = strtok_r(NULL, " \t\r\n", &save);
+    funcd_role role;
+    if (!role_s || (!ns_s && strcmp(role_s, "admin") != 0) || (extra && extra[0] != '#'))
+        return funcd_error_set(FUNCD_EINVAL,
+                               "%s:%d: expected `token role namespace[,namespace...]`", path,
+                               lineno);
+    if (funcd_role_parse(role_s, &role) < 0)
+        return funcd_error_set(FUNCD_EINVAL, "%s:%d: unknown role '%s' (use admin, developer or "
+                               "viewer)", path, lineno, role_s);
+    const char *nss[64];
+    size_t n = 0;
+    char *nsave = NULL;
+    for (char *ns = ns_s ? strtok_r(ns_s, ",", &nsave) : NULL; ns; ns = strtok_r(NULL, ",", &nsave)) {
+        if (n == 63)
+            return funcd_error_set(FUNCD_EINVAL, "%s:%d: more than 63 namespaces", path, lineno);
+        nss[n++] = ns;
+    }
+    nss[n] = NULL;
+    if (n == 0)
+        nss[n++] = "*", nss[n] = NULL;
+    return funcd_auth_add(a, tok, role, nss);
+}
+
+int funcd_auth_load_file(funcd_auth *a, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return funcd_error_set(FUNCD_EIO, "cannot read token file %s: %s", path, strerror(errno));
+    char line[4096];
+    int lineno = 0, rc = 0;
+    while (rc == 0 && fgets(line, sizeof(line), f)) {
+        lineno++;
+        rc = load_line(a, line, path, lineno);
+    }
+    fclose(f);
+    return rc;
+}
+
+void funcd_auth_clear(funcd_auth *a)
+{
+    for (size_t i = 0; i < a->count; i++)
+        token_free(&a->tokens[i]);
+    free(a->tokens);
+    a->tokens = NULL;
+    a->count = 0;
+}
+
+static int ct_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+    unsigned char diff = (unsigned char)(alen != blen);
+    size_t n = alen < blen ? alen : blen;
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+const funcd_token *funcd_auth_find(const funcd_auth *a, const char *bearer, size_t len)
+{
+    const funcd_token *found = NULL;
+    for (size_t i = 0; i < a->count; i++)
+        if (ct_equal(a->tokens[i].token, strlen(a->tokens[i].token), bearer, len))
+            found = &a->tokens[i];
+    return found;
+}
+
+int funcd_token_allows(const funcd_token *t, const char *ns, int write)
+{
+    if (t->role == FUNCD_ROLE_ADMIN)
+        return 1;
+    if (write && t->role == FUNCD_ROLE_VIEWER)
+        return 0;
+    for (char **p = t->namespaces; *p; p++)
+        if (strcmp(*p, "*") == 0 || (ns && strcmp(*p, ns) == 0))
+            return 1;
+    return 0;
+}

@@ -1,0 +1,348 @@
+/*
+ * h2o binding of the control plane. Plain requests are answered inline on
+ * the server thread. A watch registers a store watch whose callback (on any
+ * writer's thread) appends NDJSON lines to the stream's pending buffer and
+ * wakes the server thread, which hands them to h2o one batch at a time.
+ */
+#include "controlplane/server.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "funcd/sys/error.h"
+#include "http/httpd.h"
+#include "registry/registry.h"
+
+#define MAX_BODY (2 * 1024 * 1024)
+
+typedef struct stream stream;
+
+struct funcd_cp_server {
+    funcd_cp *cp;
+    funcd_httpd *httpd;
+    pthread_mutex_t lock;  /* guards every stream's pending/dirty and the lists */
+    stream *streams;       /* all open watch streams */
+    stream *dirty;         /* streams with pending data, via next_dirty */
+    h2o_multithread_receiver_t receiver;
+    h2o_multithread_message_t wake;
+    int wake_sent;
+    int has_receiver;
+};
+
+struct stream {
+    h2o_generator_t gen; /* first: h2o hands it back to proceed/stop */
+    h2o_req_t *req;
+    funcd_cp_server *srv;
+    funcd_store_watch *sw;
+    stream *prev, *next; /* in srv->streams */
+    stream *next_dirty;
+    int is_dirty;
+    funcd_buf pending; /* under srv->lock */
+    funcd_buf sending; /* owned by the server thread while h2o sends it */
+    int in_flight;     /* h2o_send outstanding, waiting for proceed */
+    int closed;        /* the client went away */
+    int finishing;     /* shutting down: end after what is pending */
+    int finished;
+};
+
+/* ---- plain requests --------------------------------------------------- */
+
+static int on_req(void *payload, h2o_req_t *req);
+
+static void on_proceed(h2o_generator_t *gen, h2o_req_t *req);
+static void on_stop(h2o_generator_t *gen, h2o_req_t *req);
+
+static void send_response(h2o_req_t *req, funcd_cp_response *resp)
+{
+    funcd_httpd_send(req, resp->status, "application/json", resp->body.data ? resp->body.data : "",
+                     resp->body.len);
+}
+
+/* ---- watch streams ---------------------------------------------------- */
+
+static void mark_dirty_locked(stream *st)
+{
+    funcd_cp_server *srv = st->srv;
+    if (!st->is_dirty) {
+        st->is_dirty = 1;
+        st->next_dirty = srv->dirty;
+        srv->dirty = st;
+    }
+    if (!srv->wake_sent && srv->has_receiver) {
+        srv->wake_sent = 1;
+        h2o_multithread_send_message(&srv->receiver, &srv->wake);
+    }
+}
+
+static void on_store_event(const funcd_store_event *ev, void *payload)
+{
+    stream *st = payload;
+    const char *type = ev->type == FUNCD_STORE_EVENT_DELETE ? "DELETED"
+                       : ev->create_revision == ev->revision ? "ADDED"
+                                                             : "MODIFIED";
+    funcd_buf line = FUNCD_BUF_INIT;
+    if (funcd_cp_watch_line(&line, type, ev->value, ev->len, ev->revision) < 0) {
+        funcd_buf_free(&line);
+        return;
+    }
+    pthread_mutex_lock(&st->srv->lock);
+    funcd_buf_append(&st->pending, line.data, line.len);
+    mark_dirty_locked(st);
+    pthread_mutex_unlock(&st->srv->lock);
+    funcd_buf_free(&line);
+}
+
+/* Hands pending data to h2o if it is not busy with the previous batch. */
+static void flush_stream(stream *st)
+{
+    if (st->in_flight || st->closed || st->finished)
+        return;
+    funcd_cp_server *srv = st->srv;
+    pthread_mutex_lock(&srv->lock);
+    funcd_buf_swap_in(&st->sending, &st->pending);
+    int final = st->finishing;
+    pthread_mutex_unlock(&srv->lock);
+    if (st->sending.len == 0 && !final)
+        return;
+    h2o_iovec_t buf = h2o_iovec_init(st->sending.data, st->sending.len);
+    st->in_flight = 1;
+    if (final)
+        st->finished = 1;
+    h2o_send(st->req, &buf, st->sending.len ? 1 : 0,
+             final ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
+}
+
+static void on_proceed(h2o_generator_t *gen, h2o_req_t *req)
+{
+    stream *st = (stream *)gen;
+    st->in_flight = 0;
+    funcd_buf_reset(&st->sending);
+    flush_stream(st);
+}
+
+static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
+{
+    ((stream *)gen)->closed = 1;
+}
+
+static void on_wake(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
+{
+    funcd_cp_server *srv = H2O_STRUCT_FROM_MEMBER(funcd_cp_server, receiver, receiver);
+    pthread_mutex_lock(&srv->lock);
+    while (!h2o_linklist_is_empty(messages))
+        h2o_linklist_unlink(messages->next);
+    srv->wake_sent = 0;
+    stream *list = srv->dirty;
+    srv->dirty = NULL;
+    for (stream *st = list; st; st = st->next_dirty)
+        st->is_dirty = 0;
+    pthread_mutex_unlock(&srv->lock);
+    /* Streams are only freed on this thread, so the list stays valid. */
+    for (stream *st = list, *next; st; st = next) {
+        next = st->next_dirty;
+        flush_stream(st);
+    }
+}
+
+/* Runs when h2o frees the request: the store watch ends first, so no
+ * callback can touch the stream afterwards. */
+static void dispose_stream(void *p)
+{
+    stream *st = p;
+    funcd_cp_server *srv = st->srv;
+    if (st->sw)
+        srv->cp->store->unwatch(srv->cp->store, st->sw);
+    pthread_mutex_lock(&srv->lock);
+    if (st->prev)
+        st->prev->next = st->next;
+    else if (srv->streams == st)
+        srv->streams = st->next;
+    if (st->next)
+        st->next->prev = st->prev;
+    if (st->is_dirty) {
+        for (stream **pp = &srv->dirty; *pp; pp = &(*pp)->next_dirty)
+            if (*pp == st) {
+                *pp = st->next_dirty;
+                break;
+            }
+    }
+    pthread_mutex_unlock(&srv->lock);
+    funcd_buf_free(&st->pending);
+    funcd_buf_free(&st->sending);
+}
+
+typedef struct added_ctx {
+    stream *st;
+    int failed;
+} added_ctx;
+
+static int list_added(const funcd_store_kv *kv, void *payload)
+{
+    added_ctx *ac = payload;
+    if (funcd_cp_watch_line(&ac->st->pending, "ADDED", kv->value, kv->len, kv->revision) < 0)
+        ac->failed = 1;
+    return ac->failed;
+}
+
+static void start_stream(funcd_cp_server *srv, h2o_req_t *req, funcd_cp_response *resp)
+{
+    funcd_store *store = srv->cp->store;
+    stream *st = h2o_mem_alloc_shared(&req->pool, sizeof(*st), dispose_stream);
+    memset(st, 0, sizeof(*st));
+    st->req = req;
+    st->srv = srv;
+    st->gen.proceed = on_proceed;
+    st->gen.stop = on_stop;
+
+    funcd_buf prefix = FUNCD_BUF_INIT;
+    int rc = funcd_registry_prefix(&prefix, resp->w.kind, resp->w.ns[0] ? resp->w.ns : NULL);
+    uint64_t after = resp->w.rv;
+    if (rc == 0 && !resp->w.from_rv) {
+        /* No revision: the current objects as ADDED, then changes after them. */
+        added_ctx ac = {st, 0};
+        rc = store->list(store, prefix.data, list_added, &ac, &after);
+        if (rc == 0 && ac.failed)
+            rc = funcd_error_set(FUNCD_EIO, "a stored object is not valid JSON");
+    }
+    pthread_mutex_lock(&srv->lock);
+    st->next = srv->streams;
+    if (st->next)
+        st->next->prev = st;
+    srv->streams = st;
+    pthread_mutex_unlock(&srv->lock);
+    if (rc == 0)
+        rc = store->watch(store, prefix.data, after, on_store_event, st, &st->sw);
+    funcd_buf_free(&prefix);
+    if (rc < 0) {
+        st->sw = NULL;
+        funcd_cp_response err = FUNCD_CP_RESPONSE_INIT;
+        if (rc == FUNCD_EGONE)
+            funcd_cp_status(&err, 410, "Expired", "resourceVersion", "%s",
+                            funcd_error_last()->message);
+        else
+            funcd_cp_status(&err, 500, "InternalError", NULL, "%s", funcd_error_last()->message);
+        send_response(req, &err);
+        funcd_cp_response_free(&err);
+        st->finished = 1;
+        return;
+    }
+    req->res.status = 200;
+    req->res.reason = "OK";
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                   H2O_STRLIT("application/x-ndjson"));
+    h2o_start_response(req, &st->gen);
+    /* Send the headers (and anything already pending) right away. */
+    pthread_mutex_lock(&srv->lock);
+    funcd_buf_swap_in(&st->sending, &st->pending);
+    pthread_mutex_unlock(&srv->lock);
+    h2o_iovec_t buf = h2o_iovec_init(st->sending.data, st->sending.len);
+    st->in_flight = 1;
+    h2o_send(req, &buf, st->sending.len ? 1 : 0, H2O_SEND_STATE_IN_PROGRESS);
+}
+
+static int on_req(void *payload, h2o_req_t *req)
+{
+    funcd_cp_server *srv = payload;
+    h2o_iovec_t auth = funcd_httpd_header(req, H2O_TOKEN_AUTHORIZATION);
+    size_t path_len = req->path_normalized.len;
+    funcd_cp_request r = {
+        .method = req->method.base,
+        .method_len = req->method.len,
+        .path = req->path_normalized.base,
+        .path_len = path_len,
+        .authorization = auth.base,
+        .authorization_len = auth.len,
+        .body = req->entity.base,
+        .body_len = req->entity.base ? req->entity.len : 0,
+    };
+    if (req->query_at != SIZE_MAX) {
+        r.query = req->path.base + req->query_at + 1;
+        r.query_len = req->path.len - req->query_at - 1;
+    }
+    funcd_cp_response resp = FUNCD_CP_RESPONSE_INIT;
+    funcd_cp_handle(srv->cp, &r, &resp);
+    if (resp.watch)
+        start_stream(srv, req, &resp);
+    else
+        send_response(req, &resp);
+    funcd_cp_response_free(&resp);
+    return 0;
+}
+
+static void on_thread_init(void *payload, h2o_context_t *ctx)
+{
+    funcd_cp_server *srv = payload;
+    h2o_multithread_register_receiver(ctx->queue, &srv->receiver, on_wake);
+    pthread_mutex_lock(&srv->lock);
+    srv->has_receiver = 1;
+    pthread_mutex_unlock(&srv->lock);
+}
+
+/* Ends every open watch so its connection can close. */
+static void on_thread_stopping(void *payload, h2o_context_t *ctx)
+{
+    funcd_cp_server *srv = payload;
+    pthread_mutex_lock(&srv->lock);
+    stream *list = srv->streams;
+    for (stream *st = list; st; st = st->next)
+        st->finishing = 1;
+    pthread_mutex_unlock(&srv->lock);
+    for (stream *st = list, *next; st; st = next) {
+        next = st->next;
+        flush_stream(st);
+    }
+}
+
+static void on_thread_exit(void *payload, h2o_context_t *ctx)
+{
+    funcd_cp_server *srv = payload;
+    pthread_mutex_lock(&srv->lock);
+    srv->has_receiver = 0;
+    /* A wake sent after the loop stopped is still linked: take it back. */
+    if (srv->wake_sent && h2o_linklist_is_linked(&srv->wake.link))
+        h2o_linklist_unlink(&srv->wake.link);
+    srv->wake_sent = 0;
+    pthread_mutex_unlock(&srv->lock);
+    h2o_multithread_unregister_receiver(ctx->queue, &srv->receiver);
+}
+
+int funcd_cp_server_new(funcd_cp_server **out, funcd_cp *cp, const char *addr, char *bound,
+                        size_t bound_len)
+{
+    *out = NULL;
+    funcd_cp_server *srv = calloc(1, sizeof(*srv));
+    if (!srv)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the control plane");
+    srv->cp = cp;
+    pthread_mutex_init(&srv->lock, NULL);
+    funcd_httpd_hooks hooks = {on_req, on_thread_init, on_thread_stopping, on_thread_exit, srv};
+    int rc = funcd_httpd_new(&srv->httpd, addr, 1, MAX_BODY, &hooks, bound, bound_len);
+    if (rc < 0) {
+        pthread_mutex_destroy(&srv->lock);
+        free(srv);
+        return rc;
+    }
+    *out = srv;
+    return 0;
+}
+
+int funcd_cp_server_start(funcd_cp_server *srv)
+{
+    return funcd_httpd_start(srv->httpd);
+}
+
+void funcd_cp_server_stop(funcd_cp_server *srv)
+{
+    if (srv)
+        funcd_httpd_stop(srv->httpd);
+}
+
+void funcd_cp_server_free(funcd_cp_server *srv)
+{
+    if (!srv)
+        return;
+    funcd_httpd_free(srv->httpd);
+    pthread_mutex_destroy(&srv->lock);
+    free(srv);
+}

@@ -1,0 +1,261 @@
+#include "http/httpd.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "funcd/sys/error.h"
+#include "util/misc.h"
+
+#define DRAIN_MS 1000
+
+typedef struct worker {
+    funcd_httpd *srv;
+    int fd;
+    pthread_t tid;
+    int started;
+    atomic_int ready;
+    h2o_context_t ctx;
+    h2o_accept_ctx_t accept;
+    h2o_socket_t *listener;
+    h2o_multithread_receiver_t stop_receiver;
+    h2o_multithread_message_t stop_msg;
+} worker;
+
+typedef struct handler {
+    h2o_handler_t super;
+    funcd_httpd *srv;
+} handler;
+
+struct funcd_httpd {
+    h2o_globalconf_t config;
+    funcd_httpd_hooks hooks;
+    unsigned nthreads;
+    worker *workers;
+    atomic_int stopping;
+    int stopped;
+};
+
+static int on_req(h2o_handler_t *self, h2o_req_t *req)
+{
+    funcd_httpd *srv = ((handler *)self)->srv;
+    return srv->hooks.on_req(srv->hooks.payload, req);
+}
+
+static void on_accept(h2o_socket_t *listener, const char *err)
+{
+    worker *w = listener->data;
+    if (err)
+        return;
+    h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
+    if (sock)
+        h2o_accept(&w->accept, sock);
+}
+
+static void on_stop_message(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
+{
+    while (!h2o_linklist_is_empty(messages))
+        h2o_linklist_unlink(messages->next);
+}
+
+static int has_connections(h2o_context_t *ctx)
+{
+    return !h2o_linklist_is_empty(&ctx->http1._conns) ||
+           !h2o_linklist_is_empty(&ctx->http2._conns);
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    funcd_httpd *srv = w->srv;
+    h2o_evloop_t *loop = h2o_evloop_create();
+    h2o_context_init(&w->ctx, loop, &srv->config);
+    w->accept.ctx = &w->ctx;
+    w->accept.hosts = srv->config.hosts;
+    h2o_multithread_register_receiver(w->ctx.queue, &w->stop_receiver, on_stop_message);
+    if (srv->hooks.on_thread_init)
+        srv->hooks.on_thread_init(srv->hooks.payload, &w->ctx);
+    atomic_store(&w->ready, 1);
+
+    w->listener = h2o_evloop_socket_create(loop, w->fd, H2O_SOCKET_FLAG_DONT_READ);
+    w->listener->data = w;
+    h2o_socket_read_start(w->listener, on_accept);
+
+    while (!atomic_load(&srv->stopping))
+        h2o_evloop_run(loop, INT32_MAX);
+
+    /* Stop accepting, end streams, close idle keep-alive connections, then
+     * give in-flight requests a bounded time to finish. */
+    h2o_socket_read_stop(w->listener);
+    h2o_socket_close(w->listener);
+    w->listener = NULL;
+    w->fd = -1;
+    if (srv->hooks.on_thread_stopping)
+        srv->hooks.on_thread_stopping(srv->hooks.payload, &w->ctx);
+    h2o_context_request_shutdown(&w->ctx);
+    int64_t deadline = funcd_mono_ms() + DRAIN_MS;
+    while (has_connections(&w->ctx) && funcd_mono_ms() < deadline)
+        h2o_evloop_run(loop, 10);
+
+    if (srv->hooks.on_thread_exit)
+        srv->hooks.on_thread_exit(srv->hooks.payload, &w->ctx);
+    h2o_multithread_unregister_receiver(w->ctx.queue, &w->stop_receiver);
+    h2o_context_dispose(&w->ctx);
+    h2o_evloop_destroy(loop);
+    return NULL;
+}
+
+int funcd_httpd_new(funcd_httpd **out, const char *addr, unsigned nthreads, size_t max_body,
+                    const funcd_httpd_hooks *hooks, char *bound, size_t bound_len)
+{
+    *out = NULL;
+    if (nthreads == 0)
+        nthreads = 1;
+    funcd_httpd *srv = calloc(1, sizeof(*srv));
+    worker *workers = calloc(nthreads, sizeof(*workers));
+    if (!srv || !workers) {
+        free(srv);
+        free(workers);
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory creating an HTTP server");
+    }
+    srv->workers = workers;
+    srv->nthreads = nthreads;
+    srv->hooks = *hooks;
+    for (unsigned i = 0; i < nthreads; i++)
+        workers[i].fd = -1;
+
+    /* The first socket picks the port (maybe ephemeral); the rest share it. */
+    char first[128];
+    int rc = funcd_listen_tcp(addr, nthreads > 1, first, sizeof(first));
+    if (rc < 0)
+        goto fail;
+    workers[0].fd = rc;
+    for (unsigned i = 1; i < nthreads; i++) {
+        char tmp[128];
+        rc = funcd_listen_tcp(first, 1, tmp, sizeof(tmp));
+        if (rc < 0)
+            goto fail;
+        workers[i].fd = rc;
+    }
+    snprintf(bound, bound_len, "%s", first);
+
+    signal(SIGPIPE, SIG_IGN);
+    h2o_config_init(&srv->config);
+    srv->config.max_request_entity_size = max_body;
+    srv->config.server_name = h2o_iovec_init(H2O_STRLIT("funcd"));
+    h2o_hostconf_t *host =
+        h2o_config_register_host(&srv->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
+    handler *h = (handler *)h2o_create_handler(path, sizeof(*h));
+    h->super.on_req = on_req;
+    h->srv = srv;
+    for (unsigned i = 0; i < nthreads; i++)
+        workers[i].srv = srv;
+    *out = srv;
+    return 0;
+
+fail:
+    for (unsigned i = 0; i < nthreads; i++)
+        if (workers[i].fd >= 0)
+            close(workers[i].fd);
+    free(workers);
+    free(srv);
+    return rc;
+}
+
+int funcd_httpd_start(funcd_httpd *srv)
+{
+    for (unsigned i = 0; i < srv->nthreads; i++) {
+        worker *w = &srv->workers[i];
+        int err = pthread_create(&w->tid, NULL, worker_main, w);
+        if (err != 0) {
+            funcd_httpd_stop(srv);
+            return funcd_error_set(FUNCD_EIO, "cannot start an HTTP thread: %s", strerror(err));
+        }
+        w->started = 1;
+        /* Ready means its receivers exist, so stop() can always wake it. */
+        while (!atomic_load(&w->ready))
+            usleep(100);
+    }
+    return 0;
+}
+
+void funcd_httpd_stop(funcd_httpd *srv)
+{
+    if (!srv || srv->stopped)
+        return;
+    srv->stopped = 1;
+    atomic_store(&srv->stopping, 1);
+    for (unsigned i = 0; i < srv->nthreads; i++) {
+        worker *w = &srv->workers[i];
+        if (w->started)
+            h2o_multithread_send_message(&w->stop_receiver, &w->stop_msg);
+    }
+    for (unsigned i = 0; i < srv->nthreads; i++) {
+        worker *w = &srv->workers[i];
+        if (w->started)
+            pthread_join(w->tid, NULL);
+        w->started = 0;
+    }
+}
+
+void funcd_httpd_free(funcd_httpd *srv)
+{
+    if (!srv)
+        return;
+    funcd_httpd_stop(srv);
+    for (unsigned i = 0; i < srv->nthreads; i++)
+        if (srv->workers[i].fd >= 0)
+            close(srv->workers[i].fd);
+    if (srv->config.hosts)
+        h2o_config_dispose(&srv->config);
+    free(srv->workers);
+    free(srv);
+}
+
+void funcd_httpd_send(h2o_req_t *req, int status, const char *content_type, const char *body,
+                      size_t len)
+{
+    req->res.status = status;
+    req->res.reason = funcd_httpd_reason(status);
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, content_type,
+                   strlen(content_type));
+    h2o_send_inline(req, body, len);
+}
+
+const char *funcd_httpd_reason(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 201: return "Created";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 410: return "Gone";
+    case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
+    case 422: return "Unprocessable Entity";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Status";
+    }
+}
+
+h2o_iovec_t funcd_httpd_header(h2o_req_t *req, const h2o_token_t *token)
+{
+    ssize_t i = h2o_find_header(&req->headers, token, -1);
+    if (i < 0)
+        return h2o_iovec_init(NULL, 0);
+    return req->headers.entries[i].value;
+}

@@ -1,0 +1,44 @@
+/*
+ * An h2o (evloop) HTTP server on its own threads: one listening socket per
+ * thread bound with SO_REUSEPORT, one h2o_context_t per thread. Shared by
+ * the control plane (one thread) and the data-plane gateway (several).
+ *
+ * Threads: funcd_httpd_new/start/stop/free are called from one owner thread;
+ * hooks run on the server's threads.
+ */
+#ifndef FUNCD_HTTP_HTTPD_H
+#define FUNCD_HTTP_HTTPD_H
+
+#include <h2o.h>
+
+typedef struct funcd_httpd funcd_httpd;
+
+typedef struct funcd_httpd_hooks {
+    /* Handles a request (h2o on_req contract: 0 when handled). */
+    int (*on_req)(void *payload, h2o_req_t *req);
+    /* Per-thread start, before serving (register receivers on ctx->queue). */
+    void (*on_thread_init)(void *payload, h2o_context_t *ctx);
+    /* Per-thread stop: listeners are closed; end long-lived responses. */
+    void (*on_thread_stopping)(void *payload, h2o_context_t *ctx);
+    /* Per-thread exit, after connections drained, before the context goes. */
+    void (*on_thread_exit)(void *payload, h2o_context_t *ctx);
+    void *payload;
+} funcd_httpd_hooks;
+
+/* Binds `addr` for `nthreads` threads; writes the bound address to `bound`.
+ * `max_body` bounds request bodies (h2o answers 413 beyond it). */
+int funcd_httpd_new(funcd_httpd **out, const char *addr, unsigned nthreads, size_t max_body,
+                    const funcd_httpd_hooks *hooks, char *bound, size_t bound_len);
+int funcd_httpd_start(funcd_httpd *s);
+/* Stops accepting, lets hooks end streams, drains connections (bounded
+ * wait), and joins the threads. Idempotent. */
+void funcd_httpd_stop(funcd_httpd *s);
+void funcd_httpd_free(funcd_httpd *s);
+
+/* Helpers for handlers. */
+void funcd_httpd_send(h2o_req_t *req, int status, const char *content_type, const char *body,
+                      size_t len);
+h2o_iovec_t funcd_httpd_header(h2o_req_t *req, const h2o_token_t *token);
+const char *funcd_httpd_reason(int status);
+
+#endif

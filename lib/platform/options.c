@@ -1,0 +1,256 @@
+#include "platform/options.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "funcd/sys/error.h"
+
+/* Returned when an option cannot be allocated, so the option list keeps
+ * its shape and funcd_platform_new reports FUNCD_ENOMEM. */
+static funcd_option oom_option = {OPT_OOM};
+
+static funcd_option *opt_new(option_kind kind)
+{
+    funcd_option *o = calloc(1, sizeof(*o));
+    if (!o)
+        return &oom_option;
+    o->kind = kind;
+    return o;
+}
+
+static char **strv_dup(const char *const *v)
+{
+    size_t n = 0;
+    while (v && v[n])
+        n++;
+    char **out = calloc(n + 1, sizeof(char *));
+    for (size_t i = 0; out && i < n; i++) {
+        if (!(out[i] = strdup(v[i]))) {
+            for (size_t j = 0; j < i; j++)
+                free(out[j]);
+            free(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+static void strv_free(char **v)
+{
+    for (char **p = v; p && *p; p++)
+        free(*p);
+    free(v);
+}
+
+static void free_backend(option_kind kind, void *b)
+{
+    if (!b)
+        return;
+    switch (kind) {
+    case OPT_STORE: ((funcd_store *)b)->free(b); break;
+    case OPT_BLOB: ((funcd_blob *)b)->free(b); break;
+    case OPT_BUS: ((funcd_bus *)b)->free(b); break;
+    case OPT_RUNTIME: ((funcd_runtime *)b)->free(b); break;
+    case OPT_GATEWAY: ((funcd_gateway *)b)->free(b); break;
+    default: break;
+    }
+}
+
+static void option_free(funcd_option *o)
+{
+    if (!o || o == &oom_option)
+        return;
+    free_backend(o->kind, o->backend);
+    free(o->str);
+    strv_free(o->namespaces);
+    free(o);
+}
+
+funcd_option *funcd_in_memory(void) { return opt_new(OPT_IN_MEMORY); }
+funcd_option *funcd_production(void) { return opt_new(OPT_PRODUCTION); }
+funcd_option *funcd_without_auth_tokens(void) { return opt_new(OPT_NO_TOKENS); }
+
+static funcd_option *backend_option(option_kind kind, void *backend)
+{
+    funcd_option *o = opt_new(kind);
+    if (o == &oom_option)
+        free_backend(kind, backend); /* ownership was passed to us */
+    else
+        o->backend = backend;
+    return o;
+}
+
+funcd_option *funcd_with_store(funcd_store *b) { return backend_option(OPT_STORE, b); }
+funcd_option *funcd_with_blob(funcd_blob *b) { return backend_option(OPT_BLOB, b); }
+funcd_option *funcd_with_bus(funcd_bus *b) { return backend_option(OPT_BUS, b); }
+funcd_option *funcd_with_runtime(funcd_runtime *b) { return backend_option(OPT_RUNTIME, b); }
+funcd_option *funcd_with_gateway(funcd_gateway *b) { return backend_option(OPT_GATEWAY, b); }
+
+static funcd_option *string_option(option_kind kind, const char *s)
+{
+    funcd_option *o = opt_new(kind);
+    if (o != &oom_option && s && !(o->str = strdup(s))) {
+        free(o);
+        return &oom_option;
+    }
+    return o;
+}
+
+funcd_option *funcd_with_listen_addr(const char *addr) { return string_option(OPT_LISTEN, addr); }
+funcd_option *funcd_with_data_plane_addr(const char *addr)
+{
+    return string_option(OPT_DATA_PLANE, addr);
+}
+funcd_option *funcd_with_token_file(const char *path) { return string_option(OPT_TOKEN_FILE, path); }
+
+static funcd_option *token_option(const char *token, funcd_role role, const char *const *ns)
+{
+    funcd_option *o = string_option(OPT_TOKEN, token);
+    if (o == &oom_option)
+        return o;
+    o->role = role;
+    if (!(o->namespaces = strv_dup(ns))) {
+        option_free(o);
+        return &oom_option;
+    }
+    return o;
+}
+
+funcd_option *funcd_with_token(const char *token, const char *role, const char *const *namespaces)
+{
+    funcd_role r;
+    if (!role || funcd_role_parse(role, &r) < 0)
+        r = 0; /* reported by funcd_platform_new */
+    return token_option(token, r, namespaces);
+}
+
+funcd_option *funcd_with_dev_auth_v(const char *token, const char *const *namespaces)
+{
+    return token_option(token, FUNCD_ROLE_DEVELOPER, namespaces);
+}
+
+funcd_option *funcd_with_logger(funcd_log_fn fn, funcd_log_level min_level, void *payload)
+{
+    funcd_option *o = opt_new(OPT_LOGGER);
+    if (o != &oom_option) {
+        o->log_fn = fn;
+        o->log_min = min_level;
+        o->payload = payload;
+    }
+    return o;
+}
+
+funcd_option *funcd_with_log_observer(funcd_log_observer_fn fn, void *payload)
+{
+    funcd_option *o = opt_new(OPT_LOG_OBSERVER);
+    if (o != &oom_option) {
+        o->observer = fn;
+        o->payload = payload;
+    }
+    return o;
+}
+
+static void replace_str(char **slot, char **with)
+{
+    free(*slot);
+    *slot = *with;
+    *with = NULL;
+}
+
+static void *take_backend(funcd_option *o, void *current)
+{
+    free_backend(o->kind, current); /* a later option overrides an earlier one */
+    void *b = o->backend;
+    o->backend = NULL;
+    return b;
+}
+
+static int apply_preset(funcd_config *cfg, option_kind kind)
+{
+    static const char *const default_ns[] = {"default", NULL};
+    cfg->preset = kind;
+    free(cfg->listen_addr);
+    free(cfg->data_plane_addr);
+    funcd_auth_clear(&cfg->auth);
+    if (kind == OPT_IN_MEMORY) {
+        cfg->memory_backends = 1;
+        cfg->listen_addr = strdup("127.0.0.1:0");
+        cfg->data_plane_addr = strdup("127.0.0.1:0");
+        if (funcd_auth_add(&cfg->auth, "funcd-dev-token", FUNCD_ROLE_DEVELOPER, default_ns) < 0)
+            return FUNCD_ENOMEM;
+    } else {
+        cfg->memory_backends = 0;
+        cfg->listen_addr = strdup("127.0.0.1:8080");
+        cfg->data_plane_addr = strdup("127.0.0.1:8081");
+    }
+    if (!cfg->listen_addr || !cfg->data_plane_addr)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory applying a preset");
+    return 0;
+}
+
+static int apply_one(funcd_config *cfg, funcd_option *o)
+{
+    switch (o->kind) {
+    case OPT_OOM: return funcd_error_set(FUNCD_ENOMEM, "out of memory building an option");
+    case OPT_IN_MEMORY:
+    case OPT_PRODUCTION: return apply_preset(cfg, o->kind);
+    case OPT_STORE: cfg->store = take_backend(o, cfg->store); break;
+    case OPT_BLOB: cfg->blob = take_backend(o, cfg->blob); break;
+    case OPT_BUS: cfg->bus = take_backend(o, cfg->bus); break;
+    case OPT_RUNTIME: cfg->runtime = take_backend(o, cfg->runtime); break;
+    case OPT_GATEWAY: cfg->gateway = take_backend(o, cfg->gateway); break;
+    case OPT_LISTEN: replace_str(&cfg->listen_addr, &o->str); break;
+    case OPT_DATA_PLANE: replace_str(&cfg->data_plane_addr, &o->str); break;
+    case OPT_NO_TOKENS: funcd_auth_clear(&cfg->auth); break;
+    case OPT_TOKEN:
+        if (!o->role)
+            return funcd_error_set(FUNCD_EINVAL,
+                                   "funcd_with_token: role must be admin, developer or viewer");
+        return funcd_auth_add(&cfg->auth, o->str, o->role, (const char *const *)o->namespaces);
+    case OPT_TOKEN_FILE:
+        if (!o->str)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_token_file: path is NULL");
+        return funcd_auth_load_file(&cfg->auth, o->str);
+    case OPT_LOGGER:
+        cfg->logger.fn = o->log_fn;
+        cfg->logger.min = o->log_min;
+        cfg->logger.payload = o->payload;
+        break;
+    case OPT_LOG_OBSERVER:
+        cfg->observer = o->observer;
+        cfg->observer_payload = o->payload;
+        break;
+    }
+    return 0;
+}
+
+static int is_preset(const funcd_option *o)
+{
+    return o->kind == OPT_IN_MEMORY || o->kind == OPT_PRODUCTION;
+}
+
+int funcd_config_apply(funcd_config *cfg, funcd_option *const *options, size_t count)
+{
+    int rc = 0;
+    cfg->logger.min = FUNCD_LOG_INFO;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < count; i++)
+            if (rc == 0 && options[i] && is_preset(options[i]) == (pass == 0))
+                rc = apply_one(cfg, options[i]);
+    for (size_t i = 0; i < count; i++)
+        option_free(options[i]);
+    return rc;
+}
+
+void funcd_config_clear(funcd_config *cfg)
+{
+    free_backend(OPT_STORE, cfg->store);
+    free_backend(OPT_BLOB, cfg->blob);
+    free_backend(OPT_BUS, cfg->bus);
+    free_backend(OPT_RUNTIME, cfg->runtime);
+    free_backend(OPT_GATEWAY, cfg->gateway);
+    free(cfg->listen_addr);
+    free(cfg->data_plane_addr);
+    funcd_auth_clear(&cfg->auth);
+    memset(cfg, 0, sizeof(*cfg));
+}

@@ -1,0 +1,61 @@
+/* Options: what funcd_with_* builds and funcd_platform_new consumes. */
+#ifndef FUNCD_PLATFORM_OPTIONS_H
+#define FUNCD_PLATFORM_OPTIONS_H
+
+#include "controlplane/auth.h"
+#include "funcd/funcd.h"
+#include "util/log.h"
+
+typedef enum option_kind {
+    OPT_OOM = 0, /* an option that could not be allocated */
+    OPT_IN_MEMORY,
+    OPT_PRODUCTION,
+    OPT_STORE,
+    OPT_BLOB,
+    OPT_BUS,
+    OPT_RUNTIME,
+    OPT_GATEWAY,
+    OPT_LISTEN,
+    OPT_DATA_PLANE,
+    OPT_TOKEN,
+    OPT_TOKEN_FILE,
+    OPT_NO_TOKENS,
+    OPT_LOGGER,
+    OPT_LOG_OBSERVER,
+} option_kind;
+
+struct funcd_option {
+    option_kind kind;
+    void *backend; /* OPT_STORE..OPT_GATEWAY */
+    char *str;     /* addresses, token, token file */
+    funcd_role role;
+    char **namespaces;
+    funcd_log_fn log_fn;
+    funcd_log_level log_min;
+    funcd_log_observer_fn observer;
+    void *payload;
+};
+
+/* The configuration options produce, before the platform is built. */
+typedef struct funcd_config {
+    int preset;          /* 0 none, OPT_IN_MEMORY or OPT_PRODUCTION */
+    int memory_backends; /* create memory store/blob/bus where none was given */
+    funcd_store *store;
+    funcd_blob *blob;
+    funcd_bus *bus;
+    funcd_runtime *runtime;
+    funcd_gateway *gateway;
+    char *listen_addr;
+    char *data_plane_addr;
+    funcd_auth auth;
+    funcd_logger logger;
+    funcd_log_observer_fn observer;
+    void *observer_payload;
+} funcd_config;
+
+/* Applies presets first, then the rest in order; frees every option. */
+int funcd_config_apply(funcd_config *cfg, funcd_option *const *options, size_t count);
+/* Releases whatever the configuration still owns. */
+void funcd_config_clear(funcd_config *cfg);
+
+#endif

@@ -1,0 +1,384 @@
+/*
+ * The composition root: builds the backends and components from the
+ * configuration, runs the platform loop, and tears everything down.
+ *
+ * Threads: the platform loop (libevent) runs on the thread that calls
+ * funcd_platform_run (or a background thread from funcd_platform_start);
+ * the control plane and the gateway run on their own h2o threads.
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "controller/controller.h"
+#include "controlplane/api.h"
+#include "controlplane/server.h"
+#include "funcd/funcd.h"
+#include "funcd/sys/error.h"
+#include "platform/options.h"
+
+struct funcd_platform {
+    funcd_config cfg;
+    struct event_base *base;
+    int stop_fd; /* eventfd: written by funcd_platform_stop, read by the loop */
+    struct event *stop_ev;
+    funcd_cp cp;
+    funcd_cp_server *cp_server;
+    funcd_controller *controller;
+    char addr[128];
+    char data_plane_addr[128];
+
+    pthread_mutex_t lock; /* guards the lifecycle fields below */
+    pthread_cond_t cond;
+    int running;          /* a thread is inside the loop */
+    int shut;             /* shutdown has begun */
+    int background;       /* started with funcd_platform_start */
+    int components_started;
+    pthread_t thread;
+};
+
+const char *funcd_version(void)
+{
+    return FUNCD_VERSION_STRING;
+}
+
+static int check_backends(const funcd_config *c)
+{
+#define REQUIRE(cond, what)                                                                        \
+    if (!(cond))                                                                                   \
+    return funcd_error_set(FUNCD_EINVAL, "%s", what)
+    if (c->store) {
+        if (c->store->version != FUNCD_STORE_VERSION)
+            return funcd_error_set(FUNCD_EVERSION, "store backend has version %u; this funcd "
+                                   "speaks version %d", c->store->version, FUNCD_STORE_VERSION);
+        REQUIRE(c->store->get && c->store->put && c->store->del && c->store->list &&
+                    c->store->watch && c->store->unwatch && c->store->free,
+                "the store backend lacks a required method (get, put, del, list, watch, unwatch, free)");
+    }
+    if (c->blob) {
+        if (c->blob->version != FUNCD_BLOB_VERSION)
+            return funcd_error_set(FUNCD_EVERSION, "blob backend has version %u; this funcd "
+                                   "speaks version %d", c->blob->version, FUNCD_BLOB_VERSION);
+        REQUIRE(c->blob->put && c->blob->get && c->blob->stat && c->blob->free,
+                "the blob backend lacks a required method (put, get, stat, free)");
+    }
+    if (c->bus) {
+        if (c->bus->version != FUNCD_BUS_VERSION)
+            return funcd_error_set(FUNCD_EVERSION, "bus backend has version %u; this funcd "
+                                   "speaks version %d", c->bus->version, FUNCD_BUS_VERSION);
+        REQUIRE(c->bus->publish && c->bus->subscribe && c->bus->unsubscribe && c->bus->free,
+                "the bus backend lacks a required method (publish, subscribe, unsubscribe, free)");
+    }
+    if (c->runtime) {
+        if (c->runtime->version != FUNCD_RUNTIME_VERSION)
+            return funcd_error_set(FUNCD_EVERSION, "runtime backend has version %u; this funcd "
+                                   "speaks version %d", c->runtime->version, FUNCD_RUNTIME_VERSION);
+        REQUIRE(c->runtime->attach && c->runtime->start && c->runtime->stop &&
+                    c->runtime->release && c->runtime->free,
+                "the runtime backend lacks a required method (attach, start, stop, release, free)");
+    }
+    if (c->gateway) {
+        if (c->gateway->version != FUNCD_GATEWAY_VERSION)
+            return funcd_error_set(FUNCD_EVERSION, "gateway backend has version %u; this funcd "
+                                   "speaks version %d", c->gateway->version, FUNCD_GATEWAY_VERSION);
+        REQUIRE(c->gateway->listen && c->gateway->start && c->gateway->set_route &&
+                    c->gateway->remove_route && c->gateway->stop && c->gateway->free,
+                "the gateway backend lacks a required method");
+    }
+#undef REQUIRE
+    return 0;
+}
+
+/* Fills in what the preset promises and checks nothing required is missing. */
+static int complete_config(funcd_config *c)
+{
+    int rc = 0;
+    if (!c->preset)
+        return funcd_error_set(FUNCD_EINVAL, "funcd_platform_new needs a preset first: "
+                               "funcd_in_memory() or funcd_production()");
+    if (c->memory_backends) {
+        if (!c->store && (rc = funcd_store_memory_new(&c->store, 0)) < 0)
+            return rc;
+        if (!c->blob && (rc = funcd_blob_memory_new(&c->blob)) < 0)
+            return rc;
+        if (!c->bus && (rc = funcd_bus_memory_new(&c->bus)) < 0)
+            return rc;
+    }
+    if (!c->gateway && (rc = funcd_gateway_embedded_new(&c->gateway, 0)) < 0)
+        return rc;
+    const char *missing = !c->store ? "store" : !c->blob ? "blob" : !c->bus ? "bus" : NULL;
+    if (missing)
+        return funcd_error_set(FUNCD_EMISSING, "no %s backend: funcd_production() needs "
+                               "funcd_with_%s(...) (or use funcd_in_memory())", missing, missing);
+    return check_backends(c);
+}
+
+static void on_stop(evutil_socket_t fd, short what, void *arg)
+{
+    funcd_platform *p = arg;
+    uint64_t v;
+    if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        return;
+    event_base_loopbreak(p->base);
+}
+
+static void version_json(funcd_platform *p, char *out, size_t len)
+{
+    const funcd_config *c = &p->cfg;
+    snprintf(out, len,
+             "{\"version\":\"%s\",\"apiVersion\":\"funcd.dev/v1\",\"backends\":{\"store\":\"%s\","
+             "\"blob\":\"%s\",\"bus\":\"%s\",\"runtime\":\"%s\",\"gateway\":\"%s\"}}",
+             FUNCD_VERSION_STRING, c->store->name ? c->store->name : "?",
+             c->blob->name ? c->blob->name : "?", c->bus->name ? c->bus->name : "?",
+             c->runtime && c->runtime->name ? c->runtime->name : "none",
+             c->gateway->name ? c->gateway->name : "?");
+}
+
+static int build(funcd_platform *p)
+{
+    int rc = complete_config(&p->cfg);
+    if (rc < 0)
+        return rc;
+    p->base = event_base_new();
+    p->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (!p->base || p->stop_fd < 0)
+        return funcd_error_set(FUNCD_EIO, "cannot create the platform loop: %s", strerror(errno));
+    p->stop_ev = event_new(p->base, p->stop_fd, EV_READ | EV_PERSIST, on_stop, p);
+    if (!p->stop_ev || event_add(p->stop_ev, NULL) < 0)
+        return funcd_error_set(FUNCD_ENOMEM, "cannot register the stop event");
+    if (p->cfg.runtime && (rc = p->cfg.runtime->attach(p->cfg.runtime, p->base)) < 0)
+        return rc;
+
+    char vj[512];
+    version_json(p, vj, sizeof(vj));
+    funcd_cp_init(&p->cp, p->cfg.store, &p->cfg.auth, vj);
+    rc = funcd_cp_server_new(&p->cp_server, &p->cp, p->cfg.listen_addr, p->addr, sizeof(p->addr));
+    if (rc < 0)
+        return rc;
+    rc = p->cfg.gateway->listen(p->cfg.gateway, p->cfg.data_plane_addr, p->data_plane_addr,
+                                sizeof(p->data_plane_addr));
+    if (rc < 0)
+        return rc;
+    funcd_controller_config cc = {p->base, p->cfg.store, p->cfg.gateway, p->cfg.runtime,
+                                  &p->cfg.logger, 0};
+    return funcd_controller_new(&p->controller, &cc);
+}
+
+static void teardown(funcd_platform *p)
+{
+    funcd_cp_server_free(p->cp_server);
+    p->cp_server = NULL;
+    if (p->cfg.gateway)
+        p->cfg.gateway->stop(p->cfg.gateway);
+    funcd_controller_free(p->controller);
+    p->controller = NULL;
+    if (p->stop_ev)
+        event_free(p->stop_ev);
+    p->stop_ev = NULL;
+    funcd_config_clear(&p->cfg); /* runtime, gateway, bus, blob, store */
+    if (p->base)
+        event_base_free(p->base);
+    p->base = NULL;
+    if (p->stop_fd >= 0)
+        close(p->stop_fd);
+    p->stop_fd = -1;
+}
+
+static pthread_once_t evthread_once = PTHREAD_ONCE_INIT;
+
+static void init_evthread(void)
+{
+    evthread_use_pthreads(); /* event_active from writers' threads */
+}
+
+int funcd_platform_new_v(funcd_platform **out, funcd_option *const *options)
+{
+    size_t n = 0;
+    while (options && options[n])
+        n++;
+    return funcd_platform_new_n(out, options, n);
+}
+
+int funcd_platform_new_n(funcd_platform **out, funcd_option *const *options, size_t count)
+{
+    funcd_error_clear();
+    if (!out) {
+        funcd_config scratch = {0};
+        funcd_config_apply(&scratch, options, count);
+        funcd_config_clear(&scratch);
+        return funcd_error_set(FUNCD_EINVAL, "funcd_platform_new: out is NULL");
+    }
+    *out = NULL;
+    pthread_once(&evthread_once, init_evthread);
+    funcd_platform *p = calloc(1, sizeof(*p));
+    if (!p) {
+        funcd_config scratch = {0};
+        funcd_config_apply(&scratch, options, count);
+        funcd_config_clear(&scratch);
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the platform");
+    }
+    p->stop_fd = -1;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->cond, NULL);
+    int rc = funcd_config_apply(&p->cfg, options, count);
+    if (rc == 0)
+        rc = build(p);
+    if (rc < 0) {
+        int code = rc;
+        char msg[1024];
+        snprintf(msg, sizeof(msg), "%s", funcd_error_last()->message);
+        teardown(p);
+        pthread_cond_destroy(&p->cond);
+        pthread_mutex_destroy(&p->lock);
+        free(p);
+        return funcd_error_set(code, "%s", msg);
+    }
+    *out = p;
+    return 0;
+}
+
+static int begin_running(funcd_platform *p)
+{
+    pthread_mutex_lock(&p->lock);
+    int ok = !p->shut && !p->running;
+    if (ok)
+        p->running = 1;
+    pthread_mutex_unlock(&p->lock);
+    if (!ok)
+        return funcd_error_set(FUNCD_ESTATE, "the platform is already running or shut down");
+    return 0;
+}
+
+static void end_running(funcd_platform *p)
+{
+    pthread_mutex_lock(&p->lock);
+    p->running = 0;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Starts the controller and the HTTP threads, once per platform. */
+static int start_components(funcd_platform *p)
+{
+    if (p->components_started)
+        return 0;
+    int rc = funcd_controller_start(p->controller);
+    if (rc == 0)
+        rc = funcd_cp_server_start(p->cp_server);
+    if (rc == 0)
+        rc = p->cfg.gateway->start(p->cfg.gateway);
+    if (rc == 0)
+        p->components_started = 1;
+    return rc;
+}
+
+static int dispatch(funcd_platform *p)
+{
+    if (event_base_dispatch(p->base) < 0)
+        return funcd_error_set(FUNCD_EIO, "the platform loop failed");
+    return 0;
+}
+
+int funcd_platform_run(funcd_platform *p)
+{
+    if (!p)
+        return funcd_error_set(FUNCD_EINVAL, "funcd_platform_run: platform is NULL");
+    int rc = begin_running(p);
+    if (rc < 0)
+        return rc;
+    rc = start_components(p);
+    if (rc == 0)
+        rc = dispatch(p);
+    end_running(p);
+    return rc;
+}
+
+static void *background_main(void *arg)
+{
+    funcd_platform *p = arg;
+    int rc = dispatch(p);
+    if (rc < 0)
+        funcd_log(&p->cfg.logger, FUNCD_LOG_ERROR, "platform stopped: %s",
+                  funcd_error_last()->message);
+    end_running(p);
+    return NULL;
+}
+
+int funcd_platform_start(funcd_platform *p)
+{
+    if (!p)
+        return funcd_error_set(FUNCD_EINVAL, "funcd_platform_start: platform is NULL");
+    int rc = begin_running(p);
+    if (rc < 0)
+        return rc;
+    /* Components start here, so requests are served when this returns. */
+    rc = start_components(p);
+    if (rc == 0 && pthread_create(&p->thread, NULL, background_main, p) != 0)
+        rc = funcd_error_set(FUNCD_EIO, "cannot start the platform thread");
+    if (rc < 0) {
+        end_running(p);
+        return rc;
+    }
+    pthread_mutex_lock(&p->lock);
+    p->background = 1;
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+void funcd_platform_stop(funcd_platform *p)
+{
+    if (!p)
+        return;
+    uint64_t one = 1;
+    ssize_t n = write(p->stop_fd, &one, sizeof(one)); /* async-signal-safe */
+    (void)n;
+}
+
+int funcd_platform_shutdown(funcd_platform *p)
+{
+    if (!p)
+        return 0;
+    pthread_mutex_lock(&p->lock);
+    if (p->shut) {
+        pthread_mutex_unlock(&p->lock);
+        return 0;
+    }
+    p->shut = 1;
+    funcd_platform_stop(p);
+    while (p->running)
+        pthread_cond_wait(&p->cond, &p->lock);
+    int joined = p->background;
+    p->background = 0;
+    pthread_mutex_unlock(&p->lock);
+    if (joined)
+        pthread_join(p->thread, NULL);
+    teardown(p);
+    return 0;
+}
+
+void funcd_platform_free(funcd_platform *p)
+{
+    if (!p)
+        return;
+    funcd_platform_shutdown(p);
+    pthread_cond_destroy(&p->cond);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
+const char *funcd_platform_addr(const funcd_platform *p)
+{
+    return p ? p->addr : "";
+}
+
+const char *funcd_platform_data_plane_addr(const funcd_platform *p)
+{
+    return p ? p->data_plane_addr : "";
+}

@@ -1,0 +1,32 @@
+/* Small helpers: time, identifiers, strings, listening sockets. */
+#ifndef FUNCD_UTIL_MISC_H
+#define FUNCD_UTIL_MISC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Wall clock, Unix epoch milliseconds. */
+int64_t funcd_now_ms(void);
+/* Monotonic clock, milliseconds. */
+int64_t funcd_mono_ms(void);
+/* "2026-11-29T19:23:37Z" into out (at least 21 bytes). */
+void funcd_rfc3339(int64_t epoch_ms, char *out, size_t out_len);
+/* A random RFC 4122 version-4 UUID, 36 characters + NUL. */
+void funcd_uuid4(char out[37]);
+
+char *funcd_strdup(const char *s);           /* NULL-safe; NULL on OOM */
+char *funcd_strndup(const char *s, size_t n);
+int funcd_has_prefix(const char *s, const char *prefix);
+
+/* Constant-time comparison of two strings (for tokens). */
+int funcd_secure_streq(const char *a, const char *b);
+
+/*
+ * Opens a listening TCP socket on "host:port" (port 0: ephemeral), with
+ * SO_REUSEADDR, SO_REUSEPORT when `reuseport`, non-blocking and close-on-exec.
+ * Writes the bound "host:port" into `bound`. Returns the fd or FUNCD_EBIND /
+ * FUNCD_EINVAL with funcd_error_last() naming the address.
+ */
+int funcd_listen_tcp(const char *addr, int reuseport, char *bound, size_t bound_len);
+
+#endif
