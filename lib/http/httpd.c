@@ -68,6 +68,20 @@ static int has_connections(h2o_context_t *ctx)
            !h2o_linklist_is_empty(&ctx->http2._conns);
 }
 
+/* h2o keeps freed socket buffers in a per-thread recycle list that nothing
+ * frees when the thread ends; hand them back before it does. (h2o 2.2.5
+ * links the chunks through their first word, see lib/common/memory.c.) */
+static void drain_recycled_buffers(void)
+{
+    h2o_mem_recycle_t *r = &h2o_socket_buffer_prototype.allocator;
+    while (r->_link) {
+        void **chunk = (void **)r->_link;
+        r->_link = *chunk;
+        r->cnt--;
+        free(chunk);
+    }
+}
+
 static void *worker_main(void *arg)
 {
     worker *w = arg;
@@ -101,11 +115,17 @@ static void *worker_main(void *arg)
     while (has_connections(&w->ctx) && funcd_mono_ms() < deadline)
         h2o_evloop_run(loop, 10);
 
+    /* h2o's HTTP/2 graceful shutdown arms a timer even with no connection;
+     * the context cannot be disposed while it is linked. */
+    if (h2o_timeout_is_linked(&w->ctx.http2._graceful_shutdown_timeout))
+        h2o_timeout_unlink(&w->ctx.http2._graceful_shutdown_timeout);
     if (srv->hooks.on_thread_exit)
         srv->hooks.on_thread_exit(srv->hooks.payload, &w->ctx);
     h2o_multithread_unregister_receiver(w->ctx.queue, &w->stop_receiver);
     h2o_context_dispose(&w->ctx);
+    h2o_evloop_run(loop, 0); /* frees the sockets whose close was deferred */
     h2o_evloop_destroy(loop);
+    drain_recycled_buffers();
     return NULL;
 }
 

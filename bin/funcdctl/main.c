@@ -1,0 +1,285 @@
+/*
+ * funcdctl: the operator's command-line client for funcd's control plane.
+ *
+ * main() takes the global flags out of argv wherever they appear (as kubectl
+ * does), picks the command from the dispatch table and hands it the rest.
+ * Adding a command is one row below and one cmd_NAME.c.
+ */
+#include <curl/curl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cli.h"
+#include "funcd/funcd.h"
+#include "util/buf.h"
+
+#define DEFAULT_SERVER "http://127.0.0.1:8080"
+#define DEFAULT_NAMESPACE "default"
+
+static const ctl_command commands[] = {
+    {"apply", cmd_apply, "Create or update objects from a YAML or JSON file",
+     "apply -f FILE|-",
+     "  -f, --filename FILE   file to read; - reads standard input. YAML (multi-document,\n"
+     "                        \"---\") or JSON (an object, an array, or a List).\n"
+     "Each object is created if missing, replaced if it differs, and reported as\n"
+     "KIND/NAME created|configured|unchanged. -o name|json|yaml prints the results.\n"
+     "Example: funcdctl apply -f hello.yaml\n"},
+    {"get", cmd_get, "List objects of a kind, or show one", "get KIND [NAME]",
+     "  -o table (default), wide, json, yaml or name.\n"
+     "Examples: funcdctl get functions\n"
+     "          funcdctl get fn hello -o yaml\n"},
+    {"delete", cmd_delete, "Delete an object, or the objects in a file",
+     "delete KIND NAME | delete -f FILE|-",
+     "  -f, --filename FILE     delete every object the file names\n"
+     "  --ignore-not-found      an object that does not exist is not an error\n"
+     "Example: funcdctl delete fn hello\n"},
+    {"describe", cmd_describe, "Show one object in detail, with its conditions",
+     "describe KIND NAME", "Example: funcdctl describe function hello\n"},
+    {"watch", cmd_watch, "Stream changes to the objects of a kind",
+     "watch KIND [--resource-version N]",
+     "Prints one row per event (ADDED, MODIFIED, DELETED) until the server closes\n"
+     "the stream or you press Ctrl-C. -o json prints the raw events (NDJSON).\n"
+     "  --resource-version N   start after revision N\n"
+     "Example: funcdctl watch functions\n"},
+    {"version", cmd_version, "Print the client and server versions", "version",
+     "  -o json prints both as JSON.\n"},
+};
+
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static const ctl_command *find_command(const char *name)
+{
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (!strcmp(commands[i].name, name))
+            return &commands[i];
+    return NULL;
+}
+
+static void print_kinds(FILE *out)
+{
+    fputs("Kinds (singular, plural, short name or Kind; any case):", out);
+    for (size_t i = 0; funcd_kinds[i]; i++) {
+        fprintf(out, "%s %s", i ? "," : "", funcd_kinds[i]->singular);
+        if (funcd_kinds[i]->short_name)
+            fprintf(out, " (%s)", funcd_kinds[i]->short_name);
+    }
+    fputc('\n', out);
+}
+
+static void print_global_flags(FILE *out)
+{
+    fputs("Global flags (anywhere on the line):\n"
+          "  --server URL           control plane (env FUNCD_SERVER; default " DEFAULT_SERVER ")\n"
+          "  --token TOKEN          bearer token (env FUNCD_TOKEN)\n"
+          "  -n, --namespace NS     namespace (default \"" DEFAULT_NAMESPACE "\")\n"
+          "  -o, --output FORMAT    table, wide, json, yaml or name (default table)\n"
+          "  -h, --help             this help; `funcdctl COMMAND --help` for a command\n",
+          out);
+}
+
+static void print_help(FILE *out)
+{
+    fputs("funcdctl " FUNCD_VERSION_STRING " - the command-line client of funcd\n\n"
+          "Usage: funcdctl [global flags] COMMAND [args]\n\nCommands:\n",
+          out);
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fputc('\n', out);
+    print_global_flags(out);
+    fputc('\n', out);
+    print_kinds(out);
+    fputs("Exit status: 0 success, 1 error (from or reaching the server, or bad input),\n"
+          "2 usage error. See docs/cli.md.\n",
+          out);
+}
+
+static void print_command_help(const ctl_command *cmd, FILE *out)
+{
+    fprintf(out, "%s\n\nUsage: funcdctl %s\n", cmd->summary, cmd->usage);
+    if (cmd->help)
+        fprintf(out, "%s", cmd->help);
+    fputc('\n', out);
+    print_global_flags(out);
+    fputc('\n', out);
+    print_kinds(out);
+}
+
+int ctl_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("funcdctl: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return CTL_EXIT_ERROR;
+}
+
+int ctl_usage(const ctl_ctx *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("funcdctl: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    if (ctx && ctx->command)
+        fprintf(stderr, "usage: funcdctl %s (see `funcdctl %s --help`)\n", ctx->command->usage,
+                ctx->command->name);
+    else
+        fputs("usage: funcdctl [global flags] COMMAND [args] (see `funcdctl --help`)\n", stderr);
+    return CTL_EXIT_USAGE;
+}
+
+const funcd_kind *ctl_kind_arg(const ctl_ctx *ctx, const char *name)
+{
+    const funcd_kind *kind = funcd_kind_lookup(name);
+    if (kind)
+        return kind;
+    funcd_buf known = FUNCD_BUF_INIT;
+    for (size_t i = 0; funcd_kinds[i]; i++) {
+        funcd_buf_printf(&known, "%s%s", i ? ", " : "", funcd_kinds[i]->singular);
+        if (funcd_kinds[i]->short_name)
+            funcd_buf_printf(&known, " (%s)", funcd_kinds[i]->short_name);
+    }
+    ctl_usage(ctx, "unknown kind \"%s\": use one of %s", name, known.data ? known.data : "");
+    funcd_buf_free(&known);
+    return NULL;
+}
+
+int ctl_flag_value(const ctl_ctx *ctx, int argc, char **argv, int *i, const char *short_flag,
+                   const char *long_flag, const char **value)
+{
+    const char *arg = argv[*i];
+    size_t long_len = long_flag ? strlen(long_flag) : 0;
+    if (long_flag && !strncmp(arg, long_flag, long_len) && arg[long_len] == '=') {
+        *value = arg + long_len + 1;
+        return 1;
+    }
+    if (short_flag && !strncmp(arg, short_flag, 2) && arg[2] != '\0' && arg[1] != '-') {
+        *value = arg + 2 + (arg[2] == '=');
+        return 1;
+    }
+    if (!(short_flag && !strcmp(arg, short_flag)) && !(long_flag && !strcmp(arg, long_flag)))
+        return 0;
+    if (*i + 1 >= argc) {
+        ctl_usage(ctx, "flag %s needs a value", arg);
+        return -1;
+    }
+    *value = argv[++*i];
+    return 1;
+}
+
+ctl_client *ctl_ctx_client(ctl_ctx *ctx)
+{
+    if (!ctx->client)
+        ctl_client_new(&ctx->client, ctx->server, ctx->token);
+    return ctx->client;
+}
+
+static int parse_output(ctl_ctx *ctx, const char *value)
+{
+    static const char *const names[] = {"table", "wide", "json", "yaml", "name"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!strcasecmp(value, names[i])) {
+            ctx->output = (ctl_output)i;
+            return 0;
+        }
+    return ctl_usage(ctx, "unknown output format \"%s\": use -o table, wide, json, yaml or name",
+                     value);
+}
+
+/* Global flags out of argv[1..] into ctx; everything else into rest[]. */
+static int parse_globals(ctl_ctx *ctx, int argc, char **argv, char **rest, int *nrest,
+                         int *help)
+{
+    const char *value;
+    int r;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--")) {
+            while (i < argc)
+                rest[(*nrest)++] = argv[i++];
+            break;
+        }
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            *help = 1;
+        } else if ((r = ctl_flag_value(ctx, argc, argv, &i, NULL, "--server", &value)) != 0) {
+            if (r < 0)
+                return CTL_EXIT_USAGE;
+            ctx->server = value;
+        } else if ((r = ctl_flag_value(ctx, argc, argv, &i, NULL, "--token", &value)) != 0) {
+            if (r < 0)
+                return CTL_EXIT_USAGE;
+            ctx->token = value;
+        } else if ((r = ctl_flag_value(ctx, argc, argv, &i, "-n", "--namespace", &value)) != 0) {
+            if (r < 0)
+                return CTL_EXIT_USAGE;
+            if (!*value)
+                return ctl_usage(ctx, "-n needs a namespace name");
+            ctx->ns = value;
+            ctx->ns_explicit = 1;
+        } else if ((r = ctl_flag_value(ctx, argc, argv, &i, "-o", "--output", &value)) != 0) {
+            if (r < 0 || parse_output(ctx, value) != 0)
+                return CTL_EXIT_USAGE;
+        } else {
+            rest[(*nrest)++] = argv[i];
+        }
+    }
+    return 0;
+}
+
+static int run(int argc, char **argv, ctl_ctx *ctx)
+{
+    char **rest = calloc((size_t)argc + 1, sizeof(*rest));
+    int nrest = 0, help = 0, rc;
+    if (!rest)
+        return ctl_fail("out of memory");
+    rc = parse_globals(ctx, argc, argv, rest, &nrest, &help);
+    if (rc != 0)
+        goto out;
+    if (nrest > 0 && !strcmp(rest[0], "help")) {
+        help = 1;
+        memmove(rest, rest + 1, (size_t)nrest-- * sizeof(*rest));
+    }
+    const ctl_command *cmd = nrest > 0 ? find_command(rest[0]) : NULL;
+    if (help && (cmd || nrest == 0)) {
+        if (cmd)
+            print_command_help(cmd, stdout);
+        else
+            print_help(stdout);
+        goto out;
+    }
+    if (nrest == 0) {
+        rc = ctl_usage(ctx, "no command given");
+        goto out;
+    }
+    if (!cmd) {
+        rc = ctl_usage(ctx, "unknown %s \"%s\"", rest[0][0] == '-' ? "flag" : "command", rest[0]);
+        goto out;
+    }
+    ctx->command = cmd;
+    rc = cmd->fn(ctx, nrest - 1, rest + 1);
+out:
+    free(rest);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    const char *server = getenv("FUNCD_SERVER");
+    ctl_ctx ctx = {
+        .server = server && *server ? server : DEFAULT_SERVER,
+        .token = getenv("FUNCD_TOKEN"),
+        .ns = DEFAULT_NAMESPACE,
+    };
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return ctl_fail("cannot initialize libcurl");
+    int rc = run(argc, argv, &ctx);
+    ctl_client_free(ctx.client);
+    curl_global_cleanup();
+    fflush(stdout);
+    return rc;
+}

@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# End-to-end test of funcdctl: starts a real `funcd --memory --dev` on ephemeral
+# loopback ports and drives it the way an operator would.
+#
+#   bash tests/cli/test_cli.sh path/to/funcd path/to/funcdctl
+#
+# Prints "ok - ..." / "FAIL - ..." per check and "N passed, N failed"; exits
+# non-zero on any failure. funcd is stopped on exit whatever happens.
+set -u
+
+FUNCD=${1:?usage: test_cli.sh FUNCD FUNCDCTL}
+CTL=${2:?usage: test_cli.sh FUNCD FUNCDCTL}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/funcdctl-test.XXXXXX")
+FUNCD_PID=
+WATCH_PID=
+PASSED=0
+FAILED=0
+
+cleanup() {
+    for pid in $WATCH_PID $FUNCD_PID; do
+        kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+ok() { echo "ok - $1"; PASSED=$((PASSED + 1)); }
+fail() {
+    echo "FAIL - $1"
+    FAILED=$((FAILED + 1))
+    echo "    command: funcdctl ${LAST_ARGS:-}"
+    echo "    exit status: ${RC:-}"
+    sed 's/^/    stdout: /' "$WORK/out" 2>/dev/null | head -40
+    sed 's/^/    stderr: /' "$WORK/err" 2>/dev/null | head -40
+}
+
+# ctl ARGS...: runs funcdctl (stdin passed through); sets RC, OUT, ERR.
+ctl() {
+    LAST_ARGS="$*"
+    timeout 20 "$CTL" "$@" >"$WORK/out" 2>"$WORK/err"
+    RC=$?
+    OUT=$(cat "$WORK/out")
+    ERR=$(cat "$WORK/err")
+}
+
+# expect DESCRIPTION STATUS [out|err PATTERN]...: checks the last ctl run.
+expect() {
+    local what=$1 status=$2
+    shift 2
+    if [ "$RC" != "$status" ]; then
+        fail "$what (want exit status $status)"
+        return
+    fi
+    while [ $# -ge 2 ]; do
+        local text=$OUT
+        [ "$1" = err ] && text=$ERR
+        if ! grep -qE -- "$2" <<<"$text"; then
+            fail "$what (want $1 to match /$2/)"
+            return
+        fi
+        shift 2
+    done
+    ok "$what"
+}
+
+start_funcd() {
+    "$FUNCD" --memory --dev --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 \
+        2>"$WORK/funcd.log" &
+    FUNCD_PID=$!
+    local addr=
+    for _ in $(seq 150); do
+        addr=$(sed -n 's/^funcd: control plane listening on //p' "$WORK/funcd.log" | head -n 1)
+        [ -n "$addr" ] && break
+        if ! kill -0 "$FUNCD_PID" 2>/dev/null; then
+            break
+        fi
+        sleep 0.1
+    done
+    if [ -z "$addr" ]; then
+        echo "FAIL - funcd did not print its control-plane address; its log:"
+        sed 's/^/    /' "$WORK/funcd.log"
+        echo "0 passed, 1 failed"
+        exit 1
+    fi
+    export FUNCD_SERVER="http://$addr" FUNCD_TOKEN=funcd-dev-token
+    echo "# funcd (pid $FUNCD_PID) at $FUNCD_SERVER"
+}
+
+test_usage() {
+    ctl
+    expect "no command is a usage error" 2 err "usage: funcdctl"
+    ctl --help
+    expect "--help lists the commands" 0 out "apply" out "describe" out "FUNCD_TOKEN"
+    ctl get widgets
+    expect "unknown kind is a usage error" 2 err 'unknown kind "widgets"' err "function \(fn\)"
+    ctl get fn -o xml
+    expect "unknown output format is a usage error" 2 err "table, wide, json, yaml or name"
+    ctl apply
+    expect "apply without -f is a usage error" 2 err "apply needs -f"
+    ctl frobnicate
+    expect "unknown command is a usage error" 2 err 'unknown command "frobnicate"'
+    ctl --server http://127.0.0.1:1 get fn
+    expect "unreachable server says what to do" 1 err "cannot reach funcd" err "FUNCD_SERVER"
+}
+
+test_apply() {
+    ctl apply -f "$HERE/app.yaml"
+    expect "apply creates three kinds" 0 out "^function/hello created$" \
+        out "^functionconfig/set-namespace created$" out "^secret/registry-auth created$"
+    ctl apply -f "$HERE/app.yaml"
+    expect "apply again is unchanged" 0 out "^function/hello unchanged$" \
+        out "^functionconfig/set-namespace unchanged$" out "^secret/registry-auth unchanged$"
+    sed 's/GREETING: hi/GREETING: hello/' "$HERE/app.yaml" >"$WORK/app2.yaml"
+    ctl apply -f "$WORK/app2.yaml"
+    expect "apply of a changed spec configures only it" 0 out "^function/hello configured$" \
+        out "^secret/registry-auth unchanged$"
+}
+
+test_get() {
+    ctl get functions
+    expect "get functions prints a table" 0 out "^NAME +READY +REASON +AGE$" out "^hello +"
+    ctl get fn hello -o wide
+    expect "get -o wide adds generation and revision" 0 \
+        out "GENERATION +RESOURCE-VERSION$" out "^hello .* 2 +[0-9]+$"
+    ctl get fn hello -o json
+    expect "get -o json" 0 out '"kind": "Function"' out '"name": "hello"' out '"GREETING": "hello"'
+    ctl get Function hello -o yaml
+    expect "get -o yaml" 0 out "^kind: Function" out "name: hello" out "runtime: python3"
+    ctl get functions hello -o name
+    expect "get -o name" 0 out "^function/hello$"
+    ctl get fn -o yaml
+    expect "a list as YAML is a v1 List" 0 out "^kind: List" out "^items:" out "name: hello"
+    ctl get secrets
+    expect "secrets table counts data keys" 0 out "^NAME +TYPE +DATA +AGE$" \
+        out "^registry-auth +Opaque +2 +[0-9]+[smhd]$"
+    ctl get functionconfig set-namespace
+    expect "functionconfig table" 0 out "^NAME +IMAGE +EXECUTORS +AGE$" \
+        out "^set-namespace +set-namespace +binary +"
+    ctl get fn hello -o json
+    printf '%s\n' "$OUT" >"$WORK/hello.json"
+    ctl apply -f - <"$WORK/hello.json"
+    expect "get -o json feeds apply -f - (unchanged)" 0 out "^function/hello unchanged$"
+}
+
+test_describe() {
+    ctl describe fn hello
+    expect "describe shows metadata, spec and conditions" 0 out "^Name: +hello$" \
+        out "^Labels: +app=hello$" out "^Spec:$" out "^  runtime: python3$" out "^Conditions:"
+    ctl describe secret registry-auth
+    expect "describe secret shows sizes, not values" 0 out "password: 6 bytes"
+    if grep -q s3cret "$WORK/out"; then fail "describe secret leaks a value"; else ok "describe secret hides values"; fi
+}
+
+test_errors() {
+    ctl apply -f "$HERE/invalid.yaml"
+    expect "validation error names the field" 1 err "spec\.runtime"
+    FUNCD_TOKEN=not-a-token ctl get fn
+    expect "bad token says to set FUNCD_TOKEN" 1 err "401" err "FUNCD_TOKEN"
+    ctl -n elsewhere get fn
+    expect "forbidden namespace is named" 1 err "403" err 'namespace "elsewhere"'
+    ctl get fn nosuch
+    expect "get of a missing object" 1 err 'not found' err "404"
+}
+
+test_watch() {
+    ctl get fn -o json
+    local rv
+    rv=$(grep -oE '"resourceVersion": *"[0-9]+"' "$WORK/out" | tail -n 1 | grep -oE '[0-9]+')
+    timeout 30 "$CTL" watch fn --resource-version "${rv:-0}" >"$WORK/watch.out" 2>"$WORK/watch.err" &
+    WATCH_PID=$!
+    sed 's/name: hello/name: watched/' "$HERE/app.yaml" >"$WORK/watched.yaml"
+    ctl apply -f "$WORK/watched.yaml"
+    ctl delete fn watched
+    for _ in $(seq 50); do
+        grep -q "^DELETED .*watched" "$WORK/watch.out" && break
+        sleep 0.1
+    done
+    kill -INT "$WATCH_PID" 2>/dev/null
+    wait "$WATCH_PID"
+    RC=$?
+    WATCH_PID=
+    cp "$WORK/watch.out" "$WORK/out"
+    cp "$WORK/watch.err" "$WORK/err"
+    OUT=$(cat "$WORK/out")
+    ERR=$(cat "$WORK/err")
+    LAST_ARGS="watch fn --resource-version $rv"
+    expect "watch streams events and stops on Ctrl-C" 0 out "^EVENT +NAME +READY" \
+        out "^ADDED +watched " out "^DELETED +watched "
+}
+
+test_delete() {
+    ctl delete fn hello
+    expect "delete one" 0 out "^function/hello deleted$"
+    ctl get fn hello
+    expect "get after delete is not found" 1 err "not found"
+    ctl delete fn hello
+    expect "delete of a missing object fails" 1 err "not found"
+    ctl delete fn hello --ignore-not-found
+    expect "delete --ignore-not-found" 0
+    ctl delete -f "$HERE/app.yaml" --ignore-not-found
+    expect "delete -f deletes what the file names" 0 \
+        out "^functionconfig/set-namespace deleted$" out "^secret/registry-auth deleted$"
+    ctl get fn
+    expect "an empty list says so" 0 err "No functions found"
+}
+
+test_version() {
+    ctl version
+    expect "version shows client and server" 0 out "^Client Version: [0-9]" out "^Server Version: "
+}
+
+test_stop() {
+    kill -TERM "$FUNCD_PID"
+    wait "$FUNCD_PID"
+    local status=$?
+    FUNCD_PID=
+    if [ "$status" = 0 ]; then
+        ok "funcd stops cleanly on SIGTERM"
+    else
+        echo "FAIL - funcd exited with status $status on SIGTERM; its log:"
+        sed 's/^/    /' "$WORK/funcd.log" | tail -40
+        FAILED=$((FAILED + 1))
+    fi
+}
+
+start_funcd
+test_usage
+test_apply
+test_get
+test_describe
+test_errors
+test_watch
+test_delete
+test_version
+test_stop
+
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" = 0 ]
