@@ -399,7 +399,7 @@ static cJSON *decode_body(const funcd_cp_request *req, const route *r, funcd_cp_
     cJSON *obj = NULL;
     if (req->body_len == 0) {
         funcd_cp_status(resp, 400, "BadRequest", NULL,
-                        "the request body is empty; send the %s as a JSON object", r->kind->kind);
+                        "the request body is empty; send the %s as JSON or YAML", r->kind->kind);
         return NULL;
     }
     if (funcd_api_decode(req->body, req->body_len, &obj, &err) < 0) {
@@ -456,7 +456,10 @@ static void replace_object(funcd_cp *cp, const funcd_cp_request *req, const rout
         return;
     int created = 0;
     int rc = funcd_registry_replace(cp->store, r->kind, r->ns, r->name, obj, &created, &out);
-    if (rc < 0)
+    if (rc == FUNCD_EINVAL) /* the only caller-side error of a replace */
+        funcd_cp_status(resp, 400, "BadRequest", "metadata.resourceVersion", "%s",
+                        funcd_error_last()->message);
+    else if (rc < 0)
         status_from_error(resp, rc);
     else
         send_object(resp, created ? 201 : 200, out);

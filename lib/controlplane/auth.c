@@ -79,14 +79,20 @@ int funcd_auth_add(funcd_auth *a, const char *token, funcd_role role,
 static int load_line(funcd_auth *a, char *line, const char *path, int lineno)
 {
     char *save = NULL;
+    /* A '#' at the start of a field begins a comment. */
+    for (char *p = line; *p; p++)
+        if (*p == '#' && (p == line || *(p - 1) == ' ' || *(p - 1) == '\t')) {
+            *p = '\0';
+            break;
+        }
     char *tok = strtok_r(line, " \t\r\n", &save);
-    if (!tok || tok[0] == '#')
+    if (!tok)
         return 0;
     char *role_s = strtok_r(NULL, " \t\r\n", &save);
     char *ns_s = strtok_r(NULL, " \t\r\n", &save);
     char *extra = strtok_r(NULL, " \t\r\n", &save);
     funcd_role role;
-    if (!role_s || (!ns_s && strcmp(role_s, "admin") != 0) || (extra && extra[0] != '#'))
+    if (!role_s || (!ns_s && strcmp(role_s, "admin") != 0) || extra)
         return funcd_error_set(FUNCD_EINVAL,
                                "%s:%d: expected `token role namespace[,namespace...]`", path,
                                lineno);

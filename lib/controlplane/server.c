@@ -14,7 +14,10 @@
 #include "http/httpd.h"
 #include "registry/registry.h"
 
+/* Bodies over MAX_BODY get a JSON 413 from us; h2o itself refuses (with a
+ * plain-text 413) only what is too large to be worth buffering at all. */
 #define MAX_BODY (2 * 1024 * 1024)
+#define MAX_BUFFERED_BODY (8 * 1024 * 1024)
 
 typedef struct stream stream;
 
@@ -261,7 +264,12 @@ static int on_req(void *payload, h2o_req_t *req)
         r.query_len = req->path.len - req->query_at - 1;
     }
     funcd_cp_response resp = FUNCD_CP_RESPONSE_INIT;
-    funcd_cp_handle(srv->cp, &r, &resp);
+    if (r.body_len > MAX_BODY)
+        funcd_cp_status(&resp, 413, "RequestEntityTooLarge", NULL,
+                        "the request body has %zu bytes; the limit is %d bytes", r.body_len,
+                        MAX_BODY);
+    else
+        funcd_cp_handle(srv->cp, &r, &resp);
     if (resp.watch)
         start_stream(srv, req, &resp);
     else
@@ -317,7 +325,7 @@ int funcd_cp_server_new(funcd_cp_server **out, funcd_cp *cp, const char *addr, c
     srv->cp = cp;
     pthread_mutex_init(&srv->lock, NULL);
     funcd_httpd_hooks hooks = {on_req, on_thread_init, on_thread_stopping, on_thread_exit, srv};
-    int rc = funcd_httpd_new(&srv->httpd, addr, 1, MAX_BODY, &hooks, bound, bound_len);
+    int rc = funcd_httpd_new(&srv->httpd, addr, 1, MAX_BUFFERED_BODY, &hooks, bound, bound_len);
     if (rc < 0) {
         pthread_mutex_destroy(&srv->lock);
         free(srv);

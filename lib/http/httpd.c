@@ -1,6 +1,7 @@
 #include "http/httpd.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -148,18 +149,21 @@ int funcd_httpd_new(funcd_httpd **out, const char *addr, unsigned nthreads, size
     for (unsigned i = 0; i < nthreads; i++)
         workers[i].fd = -1;
 
-    /* The first socket picks the port (maybe ephemeral); the rest share it. */
+    /* One listening socket, one descriptor of it per thread: every thread
+     * accepts from it, and a second funcd on the same port fails to bind
+     * (SO_REUSEPORT would let it share the port silently). */
     char first[128];
-    int rc = funcd_listen_tcp(addr, nthreads > 1, first, sizeof(first));
+    int rc = funcd_listen_tcp(addr, 0, first, sizeof(first));
     if (rc < 0)
         goto fail;
     workers[0].fd = rc;
     for (unsigned i = 1; i < nthreads; i++) {
-        char tmp[128];
-        rc = funcd_listen_tcp(first, 1, tmp, sizeof(tmp));
-        if (rc < 0)
+        workers[i].fd = fcntl(workers[0].fd, F_DUPFD_CLOEXEC, 0);
+        if (workers[i].fd < 0) {
+            rc = funcd_error_set(FUNCD_EIO, "cannot share the listener on %s: %s", first,
+                                 strerror(errno));
             goto fail;
-        workers[i].fd = rc;
+        }
     }
     snprintf(bound, bound_len, "%s", first);
 

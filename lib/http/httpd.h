@@ -1,6 +1,6 @@
 /*
- * An h2o (evloop) HTTP server on its own threads: one listening socket per
- * thread bound with SO_REUSEPORT, one h2o_context_t per thread. Shared by
+ * An h2o (evloop) HTTP server on its own threads: one listening socket that
+ * every thread accepts from, one h2o_context_t per thread. Shared by
  * the control plane (one thread) and the data-plane gateway (several).
  *
  * Threads: funcd_httpd_new/start/stop/free are called from one owner thread;

@@ -206,12 +206,21 @@ int funcd_registry_create(funcd_store *s, const funcd_kind *kind, const char *ns
     return rc;
 }
 
+/* 1 and *rv when the object names a resourceVersion, 0 when it does not,
+ * -1 when it is not a decimal string. */
 static int parse_rv(const cJSON *obj, uint64_t *rv)
 {
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
-    const char *s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(md, "resourceVersion"));
-    if (!s || !*s)
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(md, "resourceVersion");
+    if (!item || cJSON_IsNull(item))
         return 0;
+    const char *s = cJSON_GetStringValue(item);
+    if (!s)
+        return -1;
+    if (!*s)
+        return 0;
+    if (*s < '0' || *s > '9')
+        return -1;
     char *end;
     *rv = strtoull(s, &end, 10);
     return *end == '\0' ? 1 : -1;
@@ -225,7 +234,7 @@ int funcd_registry_replace(funcd_store *s, const funcd_kind *kind, const char *n
     *created = 0;
     int has_rv = parse_rv(obj, &want);
     if (has_rv < 0)
-        return funcd_error_set(FUNCD_EINVAL, "metadata.resourceVersion must be a decimal number");
+        return funcd_error_set(FUNCD_EINVAL, "metadata.resourceVersion must be a string holding a decimal revision, as read from the server");
     int rc = funcd_registry_get(s, kind, ns, name, &cur, &rev);
     if (rc == FUNCD_ENOTFOUND) {
         if (has_rv)
@@ -253,11 +262,12 @@ int funcd_registry_replace(funcd_store *s, const funcd_kind *kind, const char *n
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
     const char *want_uid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(md, "uid"));
     if (want_uid && *want_uid && uid && strcmp(want_uid, uid) != 0) {
+        rc = funcd_error_set(FUNCD_ECONFLICT,
+                             "metadata.uid %s does not match %s \"%s\" (uid %s): the object was "
+                             "deleted and created again",
+                             want_uid, kind->plural, name, uid);
         cJSON_Delete(cur);
-        return funcd_error_set(FUNCD_ECONFLICT,
-                               "metadata.uid %s does not match %s \"%s\" (uid %s): the object was "
-                               "deleted and created again",
-                               want_uid, kind->plural, name, uid);
+        return rc;
     }
     if (gen != gen || gen < 1) /* NaN or missing */
         gen = 1;

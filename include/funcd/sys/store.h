@@ -9,7 +9,8 @@
  * Writing a driver: embed `funcd_store` as the first member of your struct,
  * fill `version` with FUNCD_STORE_VERSION (FUNCD_STORE_INIT does), `name`,
  * and the methods. Methods are only ever appended; the platform checks
- * `version` and never calls a NULL slot (it reports FUNCD_ENOTSUP instead).
+ * `version` and refuses a backend that lacks a required method (FUNCD_EINVAL
+ * from funcd_platform_new), so it never calls a NULL slot.
  *
  * Ownership: handing a store to the platform (funcd_with_store) transfers
  * ownership; the platform calls `free` exactly once at shutdown. Values the
