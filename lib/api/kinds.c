@@ -1,0 +1,72 @@
+/* The table of resource kinds and the ways users name them. */
+#include <stddef.h>
+#include <string.h>
+#include <strings.h>
+
+#include "api/api.h"
+
+static const funcd_kind kind_function = {
+    .kind = "Function",
+    .list_kind = "FunctionList",
+    .plural = "functions",
+    .singular = "function",
+    .short_name = "fn",
+    .has_spec = 1,
+};
+
+static const funcd_kind kind_functionconfig = {
+    .kind = "FunctionConfig",
+    .list_kind = "FunctionConfigList",
+    .plural = "functionconfigs",
+    .singular = "functionconfig",
+    .short_name = "fc",
+    .has_spec = 1,
+};
+
+static const funcd_kind kind_secret = {
+    .kind = "Secret",
+    .list_kind = "SecretList",
+    .plural = "secrets",
+    .singular = "secret",
+    .short_name = NULL,
+    .has_spec = 0,
+};
+
+const funcd_kind *const funcd_kinds[] = {&kind_function, &kind_functionconfig, &kind_secret, NULL};
+
+const funcd_kind *funcd_kind_by_plural(const char *plural)
+{
+    if (!plural)
+        return NULL;
+    for (size_t i = 0; funcd_kinds[i]; i++)
+        if (strcmp(funcd_kinds[i]->plural, plural) == 0)
+            return funcd_kinds[i];
+    return NULL;
+}
+
+const funcd_kind *funcd_kind_by_kind(const char *kind)
+{
+    if (!kind)
+        return NULL;
+    for (size_t i = 0; funcd_kinds[i]; i++)
+        if (strcmp(funcd_kinds[i]->kind, kind) == 0)
+            return funcd_kinds[i];
+    return NULL;
+}
+
+static int names_kind(const funcd_kind *k, const char *name)
+{
+    return strcasecmp(k->kind, name) == 0 || strcasecmp(k->plural, name) == 0 ||
+           strcasecmp(k->singular, name) == 0 ||
+           (k->short_name && strcasecmp(k->short_name, name) == 0);
+}
+
+const funcd_kind *funcd_kind_lookup(const char *name)
+{
+    if (!name)
+        return NULL;
+    for (size_t i = 0; funcd_kinds[i]; i++)
+        if (names_kind(funcd_kinds[i], name))
+            return funcd_kinds[i];
+    return NULL;
+}
