@@ -6,6 +6,7 @@
  * create followed by a replace/delete of the same object is exercised).
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

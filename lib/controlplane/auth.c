@@ -91,7 +91,7 @@ static int load_line(funcd_auth *a, char *line, const char *path, int lineno)
     char *role_s = strtok_r(NULL, " \t\r\n", &save);
     char *ns_s = strtok_r(NULL, " \t\r\n", &save);
     char *extra = strtok_r(NULL, " \t\r\n", &save);
-    funcd_role role;
+    funcd_role role = FUNCD_ROLE_VIEWER;
     if (!role_s || (!ns_s && strcmp(role_s, "admin") != 0) || extra)
         return funcd_error_set(FUNCD_EINVAL,
                                "%s:%d: expected `token role namespace[,namespace...]`", path,

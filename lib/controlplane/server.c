@@ -6,6 +6,7 @@
  */
 #include "controlplane/server.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +215,14 @@ static void start_stream(funcd_cp_server *srv, h2o_req_t *req, funcd_cp_response
         st->next->prev = st;
     srv->streams = st;
     pthread_mutex_unlock(&srv->lock);
+    /* A BOOKMARK says from which revision changes follow; being always
+     * there, it also gets the response head out before the first change. */
+    if (rc == 0)
+        rc = funcd_buf_printf(&st->pending,
+                              "{\"type\":\"BOOKMARK\",\"object\":{\"apiVersion\":\"" FUNCD_API_VERSION
+                              "\",\"kind\":\"%s\",\"metadata\":{\"resourceVersion\":\"%" PRIu64
+                              "\"}}}\n",
+                              resp->w.kind->kind, after);
     if (rc == 0)
         rc = store->watch(store, prefix.data, after, on_store_event, st, &st->sw);
     funcd_buf_free(&prefix);

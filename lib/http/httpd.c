@@ -7,15 +7,25 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "funcd/sys/error.h"
 #include "util/misc.h"
 
-#define DRAIN_MS 1000
+#define FLUSH_MS 100  /* responses in flight may finish */
+#define DRAIN_MS 1000 /* connections close after the hang-up */
+
+/* An accepted connection, tracked so shutdown can close idle ones. */
+typedef struct conn_ref {
+    h2o_socket_t *sock;
+    struct conn_ref *prev, *next;
+} conn_ref;
 
 typedef struct worker {
     funcd_httpd *srv;
+    conn_ref conns; /* list anchor; only the worker's thread touches it */
+    int stop_seen;
     int fd;
     pthread_t tid;
     int started;
@@ -47,26 +57,69 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     return srv->hooks.on_req(srv->hooks.payload, req);
 }
 
+static void on_conn_close(void *data)
+{
+    conn_ref *ref = data;
+    ref->prev->next = ref->next;
+    ref->next->prev = ref->prev;
+    free(ref);
+}
+
 static void on_accept(h2o_socket_t *listener, const char *err)
 {
     worker *w = listener->data;
     if (err)
         return;
     h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
-    if (sock)
-        h2o_accept(&w->accept, sock);
+    if (!sock)
+        return;
+    conn_ref *ref = malloc(sizeof(*ref));
+    if (!ref) {
+        h2o_socket_close(sock);
+        return;
+    }
+    ref->sock = sock;
+    ref->next = w->conns.next;
+    ref->prev = &w->conns;
+    ref->next->prev = ref;
+    w->conns.next = ref;
+    sock->on_close.cb = on_conn_close;
+    sock->on_close.data = ref;
+    h2o_accept(&w->accept, sock);
 }
 
 static void on_stop_message(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
 {
+    worker *w = H2O_STRUCT_FROM_MEMBER(worker, stop_receiver, receiver);
     while (!h2o_linklist_is_empty(messages))
         h2o_linklist_unlink(messages->next);
+    w->stop_seen = 1;
 }
 
-static int has_connections(h2o_context_t *ctx)
+/* Runs the loop until `done(w)` or `ms` have passed. */
+static void run_until(worker *w, h2o_evloop_t *loop, int (*done)(worker *), int64_t ms)
 {
-    return !h2o_linklist_is_empty(&ctx->http1._conns) ||
-           !h2o_linklist_is_empty(&ctx->http2._conns);
+    int64_t deadline = funcd_mono_ms() + ms;
+    while (!done(w) && funcd_mono_ms() < deadline)
+        h2o_evloop_run(loop, 10);
+}
+
+static int no_connections(worker *w)
+{
+    return w->conns.next == &w->conns;
+}
+
+static int stop_message_seen(worker *w)
+{
+    return w->stop_seen;
+}
+
+/* Makes every remaining connection see EOF (and fail its writes), so h2o
+ * closes it on the next loop turn: idle keep-alive clients and stragglers. */
+static void hang_up_all(worker *w)
+{
+    for (conn_ref *r = w->conns.next; r != &w->conns; r = r->next)
+        shutdown(h2o_socket_get_fd(r->sock), SHUT_RDWR);
 }
 
 /* h2o keeps freed socket buffers in a per-thread recycle list that nothing
@@ -87,6 +140,7 @@ static void *worker_main(void *arg)
 {
     worker *w = arg;
     funcd_httpd *srv = w->srv;
+    w->conns.next = w->conns.prev = &w->conns;
     h2o_evloop_t *loop = h2o_evloop_create();
     h2o_context_init(&w->ctx, loop, &srv->config);
     w->accept.ctx = &w->ctx;
@@ -103,8 +157,9 @@ static void *worker_main(void *arg)
     while (!atomic_load(&srv->stopping))
         h2o_evloop_run(loop, INT32_MAX);
 
-    /* Stop accepting, end streams, close idle keep-alive connections, then
-     * give in-flight requests a bounded time to finish. */
+    /* Stop accepting and end streams; give responses in flight a moment to
+     * go out, then hang up on every connection still open (idle keep-alive
+     * ones included) and wait for h2o to close them. */
     h2o_socket_read_stop(w->listener);
     h2o_socket_close(w->listener);
     w->listener = NULL;
@@ -112,9 +167,11 @@ static void *worker_main(void *arg)
     if (srv->hooks.on_thread_stopping)
         srv->hooks.on_thread_stopping(srv->hooks.payload, &w->ctx);
     h2o_context_request_shutdown(&w->ctx);
-    int64_t deadline = funcd_mono_ms() + DRAIN_MS;
-    while (has_connections(&w->ctx) && funcd_mono_ms() < deadline)
-        h2o_evloop_run(loop, 10);
+    run_until(w, loop, no_connections, FLUSH_MS);
+    hang_up_all(w);
+    run_until(w, loop, no_connections, DRAIN_MS);
+    /* The stop message may still be queued if the loop left early. */
+    run_until(w, loop, stop_message_seen, DRAIN_MS);
 
     /* h2o's HTTP/2 graceful shutdown arms a timer even with no connection;
      * the context cannot be disposed while it is linked. */

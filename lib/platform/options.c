@@ -42,18 +42,27 @@ static void strv_free(char **v)
     free(v);
 }
 
+/* Frees a backend through its own slot; one without `free` (refused by
+ * funcd_platform_new) cannot be freed by us and is left to its owner. */
 static void free_backend(option_kind kind, void *b)
 {
     if (!b)
         return;
+#define FREE_VIA(type)                                                                             \
+    do {                                                                                           \
+        type *x = b;                                                                               \
+        if (x->free)                                                                               \
+            x->free(x);                                                                            \
+    } while (0)
     switch (kind) {
-    case OPT_STORE: ((funcd_store *)b)->free(b); break;
-    case OPT_BLOB: ((funcd_blob *)b)->free(b); break;
-    case OPT_BUS: ((funcd_bus *)b)->free(b); break;
-    case OPT_RUNTIME: ((funcd_runtime *)b)->free(b); break;
-    case OPT_GATEWAY: ((funcd_gateway *)b)->free(b); break;
+    case OPT_STORE: FREE_VIA(funcd_store); break;
+    case OPT_BLOB: FREE_VIA(funcd_blob); break;
+    case OPT_BUS: FREE_VIA(funcd_bus); break;
+    case OPT_RUNTIME: FREE_VIA(funcd_runtime); break;
+    case OPT_GATEWAY: FREE_VIA(funcd_gateway); break;
     default: break;
     }
+#undef FREE_VIA
 }
 
 static void option_free(funcd_option *o)

@@ -39,6 +39,7 @@ struct funcd_platform {
     pthread_cond_t cond;
     int running;          /* a thread is inside the loop */
     int shut;             /* shutdown has begun */
+    int torn_down;        /* shutdown has finished */
     int background;       /* started with funcd_platform_start */
     int components_started;
     pthread_t thread;
@@ -347,6 +348,9 @@ int funcd_platform_shutdown(funcd_platform *p)
         return 0;
     pthread_mutex_lock(&p->lock);
     if (p->shut) {
+        /* Another caller is tearing down: return only once it is done. */
+        while (!p->torn_down)
+            pthread_cond_wait(&p->cond, &p->lock);
         pthread_mutex_unlock(&p->lock);
         return 0;
     }
@@ -360,6 +364,10 @@ int funcd_platform_shutdown(funcd_platform *p)
     if (joined)
         pthread_join(p->thread, NULL);
     teardown(p);
+    pthread_mutex_lock(&p->lock);
+    p->torn_down = 1;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
     return 0;
 }
 

@@ -226,8 +226,8 @@ static int parse_rv(const cJSON *obj, uint64_t *rv)
     return *end == '\0' ? 1 : -1;
 }
 
-int funcd_registry_replace(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
-                           const cJSON *obj, int *created, cJSON **out)
+static int replace_once(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
+                        const cJSON *obj, int *created, cJSON **out)
 {
     cJSON *cur = NULL;
     uint64_t rev = 0, want = 0;
@@ -282,8 +282,29 @@ int funcd_registry_replace(funcd_store *s, const funcd_kind *kind, const char *n
     return rc;
 }
 
-int funcd_registry_delete(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
-                          cJSON **out)
+/* Without a precondition from the client, a write that lost a race with
+ * another writer (the controller writing status, say) reads again and
+ * retries; a client that sent a resourceVersion gets the conflict. */
+#define UNCONDITIONAL_ATTEMPTS 16
+
+int funcd_registry_replace(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
+                           const cJSON *obj, int *created, cJSON **out)
+{
+    uint64_t want;
+    int conditional = parse_rv(obj, &want) != 0;
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
+    conditional |= cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(md, "uid")) != NULL;
+    int rc = FUNCD_ECONFLICT;
+    for (int i = 0; i < UNCONDITIONAL_ATTEMPTS && rc == FUNCD_ECONFLICT; i++) {
+        rc = replace_once(s, kind, ns, name, obj, created, out);
+        if (conditional)
+            break;
+    }
+    return rc;
+}
+
+static int delete_once(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
+                       cJSON **out)
 {
     uint64_t rev = 0, del_rev = 0;
     int rc = funcd_registry_get(s, kind, ns, name, out, &rev);
@@ -324,5 +345,14 @@ int funcd_registry_put_status(funcd_store *s, const funcd_kind *kind, const char
     cJSON_AddItemToObject(cur, "status", cJSON_Duplicate(status, 1));
     rc = store_put(s, kind, ns, name, cur, rev, NULL);
     cJSON_Delete(cur);
+    return rc;
+}
+
+int funcd_registry_delete(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
+                          cJSON **out)
+{
+    int rc = FUNCD_ECONFLICT;
+    for (int i = 0; i < UNCONDITIONAL_ATTEMPTS && rc == FUNCD_ECONFLICT; i++)
+        rc = delete_once(s, kind, ns, name, out);
     return rc;
 }
