@@ -29,6 +29,7 @@ test: deps
 
 bench: build
 	@bash bench/run.sh $(BUILD)
+	@bash bench/serving.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(TEST_BUILD)

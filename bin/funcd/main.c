@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "funcd/funcd.h"
 
@@ -29,6 +30,10 @@ static void usage(FILE *out)
             "  --data-plane-listen ADDR   function traffic (default 127.0.0.1:8081)\n"
             "  --token-file FILE          lines `token role namespace[,namespace...]`\n"
             "  --dev                      accept funcd-dev-token as developer of \"default\"\n"
+            "  --shims DIR                where the runtime shims are (default: next to\n"
+            "                             this binary in a build tree, else the installed ones)\n"
+            "  --state-dir DIR            worker sockets and extracted bundles (default: a\n"
+            "                             private directory under $TMPDIR, removed on exit)\n"
             "  --log-level LEVEL          debug, info, warn or error (default info)\n"
             "  --version                  print the version\n"
             "\n"
@@ -41,6 +46,8 @@ typedef struct flags {
     const char *listen;
     const char *data_plane;
     const char *token_file;
+    const char *shims;
+    const char *state_dir;
     int dev;
     funcd_log_level level;
 } flags;
@@ -58,7 +65,8 @@ static int parse_level(const char *s, funcd_log_level *out)
 
 static int parse_flags(int argc, char **argv, flags *f)
 {
-    enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_VERSION, O_LATER };
+    enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_VERSION, O_LATER,
+           O_SHIMS, O_STATE };
     static const struct option opts[] = {
         {"memory", no_argument, 0, O_MEMORY},
         {"data-dir", required_argument, 0, O_DATA_DIR},
@@ -66,6 +74,8 @@ static int parse_flags(int argc, char **argv, flags *f)
         {"data-plane-listen", required_argument, 0, O_DP},
         {"token-file", required_argument, 0, O_TOKENS},
         {"dev", no_argument, 0, O_DEV},
+        {"shims", required_argument, 0, O_SHIMS},
+        {"state-dir", required_argument, 0, O_STATE},
         {"log-level", required_argument, 0, O_LEVEL},
         {"version", no_argument, 0, O_VERSION},
         {"fn-runner-listen", required_argument, 0, O_LATER},
@@ -85,6 +95,8 @@ static int parse_flags(int argc, char **argv, flags *f)
         case O_DP: f->data_plane = optarg; break;
         case O_TOKENS: f->token_file = optarg; break;
         case O_DEV: f->dev = 1; break;
+        case O_SHIMS: f->shims = optarg; break;
+        case O_STATE: f->state_dir = optarg; break;
         case O_LEVEL:
             if (parse_level(optarg, &f->level) < 0) {
                 fprintf(stderr, "funcd: --log-level must be debug, info, warn or error\n");
@@ -115,6 +127,25 @@ static int parse_flags(int argc, char **argv, flags *f)
     return -1;
 }
 
+/* In a build tree the shims sit in <build>/shims, two levels above this
+ * binary (<build>/bin/funcd/funcd); use them when they are there. */
+static const char *build_tree_shims(char *buf, size_t len)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        return NULL;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return NULL;
+    *slash = '\0';
+    snprintf(buf, len, "%.4000s/../../shims", exe);
+    char probe[4300];
+    snprintf(probe, sizeof(probe), "%.4096s/funcd-exec", buf);
+    return access(probe, X_OK) == 0 ? buf : NULL;
+}
+
 int main(int argc, char **argv)
 {
     flags f = {.level = FUNCD_LOG_INFO};
@@ -122,7 +153,13 @@ int main(int argc, char **argv)
     if (rc >= 0)
         return rc;
 
+    char shims_buf[4200];
+    const char *shims = f.shims ? f.shims : getenv("FUNCD_SHIM_DIR");
+    if (!shims)
+        shims = build_tree_shims(shims_buf, sizeof(shims_buf));
     rc = funcd_platform_new(&running, funcd_in_memory(), funcd_without_auth_tokens(),
+                            shims ? funcd_with_shim_dir(shims) : NULL,
+                            f.state_dir ? funcd_with_state_dir(f.state_dir) : NULL,
                             funcd_with_listen_addr(f.listen ? f.listen : "127.0.0.1:8080"),
                             funcd_with_data_plane_addr(f.data_plane ? f.data_plane
                                                                     : "127.0.0.1:8081"),

@@ -54,6 +54,18 @@ int ctl_usage(const ctl_ctx *ctx, const char *fmt, ...) __attribute__((format(pr
 /* Prints "funcdctl: error: MESSAGE" on stderr; returns CTL_EXIT_ERROR. */
 int ctl_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Prints "funcdctl: warning: MESSAGE" on stderr. */
+void ctl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * A status line on stderr, rewritten in place with "\r" (for a terminal:
+ * the caller checks isatty). ctl_fail, ctl_warn and ctl_usage clear it
+ * first, so a message never lands in the middle of it; ctl_status_clear
+ * removes it before the command prints its result.
+ */
+void ctl_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void ctl_status_clear(void);
+
 /* The kind a user typed (see funcd_kind_lookup); on an unknown name prints a
  * usage error listing the known kinds and returns NULL. */
 const funcd_kind *ctl_kind_arg(const ctl_ctx *ctx, const char *name);
@@ -65,6 +77,13 @@ const funcd_kind *ctl_kind_arg(const ctl_ctx *ctx, const char *name);
 int ctl_flag_value(const ctl_ctx *ctx, int argc, char **argv, int *i, const char *short_flag,
                    const char *long_flag, const char **value);
 
+/*
+ * From now on SIGINT and SIGTERM set the returned flag instead of killing
+ * the process, so a streaming command (watch, logs -f) ends cleanly: pass
+ * the flag to ctl_stream.
+ */
+volatile sig_atomic_t *ctl_stop_on_signals(void);
+
 /* Command entry points. */
 int cmd_apply(ctl_ctx *ctx, int argc, char **argv);
 int cmd_get(ctl_ctx *ctx, int argc, char **argv);
@@ -72,5 +91,8 @@ int cmd_delete(ctl_ctx *ctx, int argc, char **argv);
 int cmd_describe(ctl_ctx *ctx, int argc, char **argv);
 int cmd_watch(ctl_ctx *ctx, int argc, char **argv);
 int cmd_version(ctl_ctx *ctx, int argc, char **argv);
+int cmd_deploy(ctl_ctx *ctx, int argc, char **argv);
+int cmd_invoke(ctl_ctx *ctx, int argc, char **argv);
+int cmd_logs(ctl_ctx *ctx, int argc, char **argv);
 
 #endif

@@ -13,13 +13,25 @@
 #define CTL_MAX_BODY (64u * 1024 * 1024)
 #define CTL_CONNECT_TIMEOUT_S 10L
 #define CTL_REQUEST_TIMEOUT_S 60L
+#define CTL_UPLOAD_TIMEOUT_S 600L
 
 struct ctl_client {
     CURL *curl;
-    struct curl_slist *headers;
+    struct curl_slist *headers; /* for JSON bodies */
     char *server;
+    char *token;
     char errbuf[CURL_ERROR_SIZE];
 };
+
+/* What one request sends. */
+typedef struct outgoing {
+    const char *method;
+    const char *path;
+    const void *body; /* NULL: none */
+    size_t len;
+    const char *content_type; /* NULL: JSON */
+    long timeout_s;
+} outgoing;
 
 /* What the write callback feeds: a whole body, or lines of a stream. */
 typedef struct sink {
@@ -29,10 +41,11 @@ typedef struct sink {
     ctl_line_fn on_line;
     void *payload;
     volatile sig_atomic_t *stop;
+    int64_t deadline_ms;
     int stopped;
 } sink;
 
-static char *normalize_server(const char *server)
+char *ctl_normalize_url(const char *server)
 {
     funcd_buf b = FUNCD_BUF_INIT;
     if (!strstr(server, "://"))
@@ -43,26 +56,48 @@ static char *normalize_server(const char *server)
     return funcd_buf_detach(&b, NULL);
 }
 
+static int add_header(struct curl_slist **list, const char *line)
+{
+    struct curl_slist *l = curl_slist_append(*list, line);
+    if (!l)
+        return -1;
+    *list = l;
+    return 0;
+}
+
+/* The headers of every request, with the body's type; NULL on OOM. */
+static struct curl_slist *request_headers(const ctl_client *c, const char *content_type)
+{
+    funcd_buf h = FUNCD_BUF_INIT;
+    struct curl_slist *list = NULL;
+    int ok = funcd_buf_printf(&h, "Content-Type: %s", content_type) == 0 &&
+             add_header(&list, h.data) == 0 && add_header(&list, "Accept: application/json") == 0 &&
+             /* The API never answers 100 Continue: skip the wait. */
+             add_header(&list, "Expect:") == 0;
+    if (ok && c->token) {
+        funcd_buf_reset(&h);
+        ok = funcd_buf_printf(&h, "Authorization: Bearer %s", c->token) == 0 &&
+             add_header(&list, h.data) == 0;
+    }
+    funcd_buf_free(&h);
+    if (!ok) {
+        curl_slist_free_all(list);
+        return NULL;
+    }
+    return list;
+}
+
 int ctl_client_new(ctl_client **out, const char *server, const char *token)
 {
     *out = NULL;
     ctl_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->server = normalize_server(server)) || !(c->curl = curl_easy_init())) {
+    if (!c || !(c->server = ctl_normalize_url(server)) || !(c->curl = curl_easy_init()) ||
+        (token && *token && !(c->token = funcd_strdup(token))) ||
+        !(c->headers = request_headers(c, "application/json"))) {
         ctl_client_free(c);
         ctl_fail("cannot start the HTTP client (out of memory?)");
         return -1;
     }
-    c->headers = curl_slist_append(c->headers, "Content-Type: application/json");
-    c->headers = curl_slist_append(c->headers, "Accept: application/json");
-    /* A body is small and the API never answers 100 Continue: skip the wait. */
-    c->headers = curl_slist_append(c->headers, "Expect:");
-    if (token && *token) {
-        funcd_buf h = FUNCD_BUF_INIT;
-        funcd_buf_printf(&h, "Authorization: Bearer %s", token);
-        c->headers = curl_slist_append(c->headers, h.data ? h.data : "");
-        funcd_buf_free(&h);
-    }
-    curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, c->headers);
     curl_easy_setopt(c->curl, CURLOPT_USERAGENT, "funcdctl/" FUNCD_VERSION_STRING);
     curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, c->errbuf);
     curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
@@ -80,6 +115,7 @@ void ctl_client_free(ctl_client *c)
         curl_easy_cleanup(c->curl);
     curl_slist_free_all(c->headers);
     free(c->server);
+    free(c->token);
     free(c);
 }
 
@@ -98,21 +134,37 @@ static int append_segment(ctl_client *c, funcd_buf *b, const char *segment)
     return rc;
 }
 
-char *ctl_resource_path(ctl_client *c, const char *ns, const funcd_kind *kind, const char *name)
+char *ctl_api_path(ctl_client *c, const char *ns, const char *plural, const char *name,
+                   const char *sub)
 {
     funcd_buf b = FUNCD_BUF_INIT;
     int rc = funcd_buf_puts(&b, "/apis/" FUNCD_API_VERSION "/namespaces");
     if (rc == 0)
         rc = append_segment(c, &b, ns);
     if (rc == 0)
-        rc = append_segment(c, &b, kind->plural);
+        rc = append_segment(c, &b, plural);
     if (rc == 0 && name)
         rc = append_segment(c, &b, name);
+    if (rc == 0 && name && sub)
+        rc = append_segment(c, &b, sub);
     if (rc != 0) {
         funcd_buf_free(&b);
         return NULL;
     }
     return funcd_buf_detach(&b, NULL);
+}
+
+char *ctl_resource_path(ctl_client *c, const char *ns, const funcd_kind *kind, const char *name)
+{
+    return ctl_api_path(c, ns, kind->plural, name, NULL);
+}
+
+char *ctl_escape(ctl_client *c, const char *s)
+{
+    char *esc = curl_easy_escape(c->curl, s, 0);
+    char *copy = esc ? funcd_strdup(esc) : NULL;
+    curl_free(esc);
+    return copy;
 }
 
 static void deliver_lines(sink *s)
@@ -155,21 +207,21 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *userdata)
 }
 
 /* libcurl calls this about once a second even when no data flows, which is
- * when a watch notices Ctrl-C. */
+ * when a watch notices Ctrl-C or its deadline. */
 static int on_progress(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                        curl_off_t ulnow)
 {
     sink *s = userdata;
-    if (s->stop && *s->stop)
+    if ((s->stop && *s->stop) || (s->deadline_ms > 0 && funcd_mono_ms() >= s->deadline_ms))
         s->stopped = 1;
     return s->stopped;
 }
 
-static void set_method(CURL *curl, const char *method, const char *body)
+static void set_method(CURL *curl, const char *method, const void *body, size_t len)
 {
     if (body) {
         curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
         curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, strcmp(method, "POST") ? method : NULL);
     } else {
         /* Forget the last request's body: it has been freed. */
@@ -197,30 +249,36 @@ static int report_transport(const ctl_client *c, CURLcode rc)
     return -1;
 }
 
-static int perform(ctl_client *c, const char *method, const char *path, const char *body,
-                   sink *s, long timeout_s)
+static int perform(ctl_client *c, const outgoing *o, sink *s)
 {
     funcd_buf url = FUNCD_BUF_INIT;
-    if (funcd_buf_printf(&url, "%s%s", c->server, path) != 0) {
+    struct curl_slist *headers = o->content_type ? request_headers(c, o->content_type) : NULL;
+    if (funcd_buf_printf(&url, "%s%s", c->server, o->path) != 0 ||
+        (o->content_type && !headers)) {
+        funcd_buf_free(&url);
         ctl_fail("out of memory");
         return -1;
     }
     c->errbuf[0] = '\0';
     curl_easy_setopt(c->curl, CURLOPT_URL, url.data);
-    set_method(c->curl, method, body);
-    curl_easy_setopt(c->curl, CURLOPT_TIMEOUT, timeout_s);
+    curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, headers ? headers : c->headers);
+    set_method(c->curl, o->method, o->body, o->len);
+    curl_easy_setopt(c->curl, CURLOPT_TIMEOUT, o->timeout_s);
     curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_write);
     curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, s);
     curl_easy_setopt(c->curl, CURLOPT_XFERINFOFUNCTION, on_progress);
     curl_easy_setopt(c->curl, CURLOPT_XFERINFODATA, s);
     curl_easy_setopt(c->curl, CURLOPT_NOPROGRESS, s->stop ? 0L : 1L);
     CURLcode rc = curl_easy_perform(c->curl);
+    /* The handle is reused: it must not keep pointers to what is freed here. */
+    curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, c->headers);
+    curl_slist_free_all(headers);
     funcd_buf_free(&url);
     curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &s->resp->code);
     if (s->stopped)
         return 0; /* we hung up on purpose */
     if (rc == CURLE_WRITE_ERROR) {
-        ctl_fail("the answer to %s %s is too large or memory ran out", method, path);
+        ctl_fail("the answer to %s %s is too large or memory ran out", o->method, o->path);
         return -1;
     }
     if (rc != CURLE_OK)
@@ -232,18 +290,31 @@ int ctl_request(ctl_client *c, const char *method, const char *path, const char 
                 ctl_response *resp)
 {
     sink s = {.client = c, .resp = resp};
+    outgoing o = {.method = method, .path = path, .body = body, .len = body ? strlen(body) : 0,
+                  .timeout_s = CTL_REQUEST_TIMEOUT_S};
     funcd_buf_reset(&resp->body);
-    return perform(c, method, path, body, &s, CTL_REQUEST_TIMEOUT_S);
+    return perform(c, &o, &s);
+}
+
+int ctl_request_body(ctl_client *c, const char *method, const char *path,
+                     const char *content_type, const void *body, size_t len, ctl_response *resp)
+{
+    sink s = {.client = c, .resp = resp};
+    outgoing o = {.method = method, .path = path, .body = body ? body : "", .len = len,
+                  .content_type = content_type, .timeout_s = CTL_UPLOAD_TIMEOUT_S};
+    funcd_buf_reset(&resp->body);
+    return perform(c, &o, &s);
 }
 
 int ctl_stream(ctl_client *c, const char *path, ctl_line_fn on_line, void *payload,
-               volatile sig_atomic_t *stop, ctl_response *resp)
+               volatile sig_atomic_t *stop, int64_t deadline_ms, ctl_response *resp)
 {
     static volatile sig_atomic_t never;
     sink s = {.client = c, .resp = resp, .on_line = on_line, .payload = payload,
-              .stop = stop ? stop : &never};
+              .stop = stop ? stop : &never, .deadline_ms = deadline_ms};
+    outgoing o = {.method = "GET", .path = path, .timeout_s = 0L};
     funcd_buf_reset(&resp->body);
-    int rc = perform(c, "GET", path, NULL, &s, 0L);
+    int rc = perform(c, &o, &s);
     if (rc == 0 && !s.stopped && resp->code == 200 && s.pending.len > 0) {
         /* The last line had no newline: still a line. */
         funcd_buf_puts(&s.pending, "\n");
@@ -315,27 +386,47 @@ static void append_advice(funcd_buf *b, long code, const char *reason, const cha
         funcd_buf_puts(b, "; use `funcdctl apply` to update it");
 }
 
+/* Appends "MESSAGE (CODE REASON[, field F])" and what to do; 0 if `st`
+ * is not a Status. */
+static int describe_status(const cJSON *st, long http_code, const char *ns, funcd_buf *b,
+                           long *code_out)
+{
+    const char *kind = json_string(st, "kind");
+    if (!kind || strcmp(kind, "Status") != 0)
+        return 0;
+    const cJSON *code_item = cJSON_GetObjectItemCaseSensitive(st, "code");
+    long code = cJSON_IsNumber(code_item) ? (long)code_item->valuedouble : http_code;
+    const char *reason = json_string(st, "reason");
+    const char *message = json_string(st, "message");
+    const char *field = json_string(st, "field");
+    funcd_buf_printf(b, "%s (%ld %s", message ? message : "request refused", code,
+                     reason ? reason : reason_phrase(code));
+    if (field && !(message && strstr(message, field)))
+        funcd_buf_printf(b, ", field %s", field);
+    funcd_buf_puts(b, ")");
+    if (ns)
+        append_advice(b, code, reason, field, ns, message);
+    if (code_out)
+        *code_out = code;
+    return 1;
+}
+
+int ctl_format_status(const ctl_response *r, funcd_buf *out, long *code)
+{
+    cJSON *st = r->body.data ? cJSON_ParseWithLength(r->body.data, r->body.len) : NULL;
+    int is_status = describe_status(st, r->code, NULL, out, code);
+    cJSON_Delete(st);
+    return is_status;
+}
+
 int ctl_report_status(const ctl_client *c, const ctl_response *r, const char *what,
                       const char *ns)
 {
     cJSON *st = r->body.data ? cJSON_ParseWithLength(r->body.data, r->body.len) : NULL;
-    const char *kind = json_string(st, "kind");
     funcd_buf b = FUNCD_BUF_INIT;
     if (what)
         funcd_buf_printf(&b, "%s: ", what);
-    if (kind && !strcmp(kind, "Status")) {
-        const cJSON *code_item = cJSON_GetObjectItemCaseSensitive(st, "code");
-        long code = cJSON_IsNumber(code_item) ? (long)code_item->valuedouble : r->code;
-        const char *reason = json_string(st, "reason");
-        const char *message = json_string(st, "message");
-        const char *field = json_string(st, "field");
-        funcd_buf_printf(&b, "%s (%ld %s", message ? message : "request refused", code,
-                         reason ? reason : reason_phrase(code));
-        if (field && !(message && strstr(message, field)))
-            funcd_buf_printf(&b, ", field %s", field);
-        funcd_buf_puts(&b, ")");
-        append_advice(&b, code, reason, field, ns, message);
-    } else {
+    if (!describe_status(st, r->code, ns ? ns : "", &b, NULL)) {
         funcd_buf_printf(&b, "%s answered HTTP %ld %s without a Status", c->server, r->code,
                          reason_phrase(r->code));
         if (r->body.len > 0)

@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 #include <signal.h>
+#include <stdint.h>
 
 #include "api/api.h"
 #include "util/buf.h"
@@ -28,12 +29,24 @@ typedef struct ctl_response {
 int ctl_client_new(ctl_client **out, const char *server, const char *token);
 void ctl_client_free(ctl_client *c);
 
+/* `url` with "http://" added when it has no scheme and trailing slashes
+ * removed; malloc()ed (never NULL unless out of memory). */
+char *ctl_normalize_url(const char *url);
+
 /* The base URL as used (scheme added, trailing slash removed). */
 const char *ctl_client_server(const ctl_client *c);
 
 /* "/apis/funcd.dev/v1/namespaces/NS/PLURAL[/NAME]" with NS and NAME
  * percent-encoded; malloc()ed, NULL on OOM. */
 char *ctl_resource_path(ctl_client *c, const char *ns, const funcd_kind *kind, const char *name);
+
+/* The same for any collection ("bundles"), with an optional subresource:
+ * ".../namespaces/NS/PLURAL[/NAME[/SUB]]". */
+char *ctl_api_path(ctl_client *c, const char *ns, const char *plural, const char *name,
+                   const char *sub);
+
+/* `s` percent-encoded for a URL path segment; malloc()ed, NULL on OOM. */
+char *ctl_escape(ctl_client *c, const char *s);
 
 /*
  * Sends METHOD PATH with an optional JSON `body` and reads the whole answer
@@ -43,23 +56,37 @@ char *ctl_resource_path(ctl_client *c, const char *ns, const funcd_kind *kind, c
 int ctl_request(ctl_client *c, const char *method, const char *path, const char *body,
                 ctl_response *resp);
 
+/* The same with a body of any type (`len` bytes, sent as `content_type`),
+ * and a longer time limit: for uploads. */
+int ctl_request_body(ctl_client *c, const char *method, const char *path,
+                     const char *content_type, const void *body, size_t len, ctl_response *resp);
+
 /* Called for each line of a streamed answer (without the newline); a
  * non-zero return stops the stream. */
 typedef int (*ctl_line_fn)(const char *line, size_t len, void *payload);
 
 /*
  * GETs PATH and hands every line of a 200 answer to `on_line` as it arrives,
- * until the server closes, `on_line` stops it, or `*stop` becomes non-zero
- * (checked about once a second; set it from a signal handler). A non-200
- * answer is read whole into `resp`. Returns as ctl_request.
+ * until the server closes, `on_line` stops it, `*stop` becomes non-zero
+ * (`stop` may be NULL; set it from a signal handler) or funcd_mono_ms()
+ * passes `deadline_ms` (0: none); both are checked about once a second. A
+ * non-200 answer is read whole into `resp`. Returns as ctl_request; a stream
+ * cut short by `stop` or the deadline counts as answered.
  */
 int ctl_stream(ctl_client *c, const char *path, ctl_line_fn on_line, void *payload,
-               volatile sig_atomic_t *stop, ctl_response *resp);
+               volatile sig_atomic_t *stop, int64_t deadline_ms, ctl_response *resp);
 
 void ctl_response_free(ctl_response *r);
 
 /* The answer's body as JSON, or NULL with "funcdctl: error: ..." printed. */
 cJSON *ctl_response_json(const ctl_client *c, const ctl_response *r);
+
+/*
+ * When the answer is a JSON `Status`, appends "MESSAGE (CODE REASON[, field
+ * F])" to `out` and returns 1; otherwise 0. `code` (may be NULL) receives
+ * the Status's code.
+ */
+int ctl_format_status(const ctl_response *r, funcd_buf *out, long *code);
 
 /*
  * Prints the server's refusal on stderr: "funcdctl: error: [WHAT: ]MESSAGE

@@ -71,29 +71,27 @@ static void print_result(apply_state *st, const ctl_target *t, const char *verb,
     st->printed++;
 }
 
-/* Sends `obj` and prints what became of it. -1 when funcd is unreachable. */
-static int send_object(apply_state *st, const ctl_target *t, const char *method, const char *path,
-                const cJSON *obj, const char *verb)
+/* Sends `obj`; *result is what the server now holds (a 201 means it was
+ * created, whatever was asked). -1 when funcd is unreachable. */
+static int send_object(ctl_client *client, const ctl_target *t, const char *method,
+                       const char *path, const cJSON *obj, cJSON **result, const char **verb)
 {
     char *body = cJSON_PrintUnformatted(obj);
     ctl_response resp = CTL_RESPONSE_INIT;
-    int rc = body ? ctl_request(st->client, method, path, body, &resp) : ctl_fail("out of memory");
+    int rc = body ? ctl_request(client, method, path, body, &resp) : ctl_fail("out of memory");
     free(body);
     if (rc != 0) {
         ctl_response_free(&resp);
         return -1;
     }
-    if (resp.code != 200 && resp.code != 201) {
-        rc = ctl_report_status(st->client, &resp, t->what, t->ns);
-        ctl_response_free(&resp);
-        return rc;
-    }
-    cJSON *result = ctl_response_json(st->client, &resp);
-    if (result)
-        print_result(st, t, resp.code == 201 ? "created" : verb, result);
-    cJSON_Delete(result);
+    if (resp.code != 200 && resp.code != 201)
+        rc = ctl_report_status(client, &resp, t->what, t->ns);
+    else if (!(*result = ctl_response_json(client, &resp)))
+        rc = CTL_EXIT_ERROR;
+    else if (resp.code == 201)
+        *verb = "created";
     ctl_response_free(&resp);
-    return result ? 0 : CTL_EXIT_ERROR;
+    return rc;
 }
 
 /* A PUT replaces: carry the revision we compared against, so a change made
@@ -107,45 +105,81 @@ static int set_revision(cJSON *obj, const cJSON *remote)
     return cJSON_AddStringToObject(meta, "resourceVersion", rv) ? 0 : -1;
 }
 
-static int replace(apply_state *st, const ctl_target *t, const char *path, cJSON *obj,
-                   const ctl_response *got)
+/* Labels and annotations of `remote` that `obj` does not set itself. */
+static int keep_metadata(cJSON *obj, const cJSON *remote)
 {
-    cJSON *remote = ctl_response_json(st->client, got);
+    static const char *const maps[] = {"labels", "annotations"};
+    cJSON *meta = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
+    for (size_t i = 0; i < 2; i++) {
+        const cJSON *have = ctl_get_path(ctl_get_path(remote, "metadata"), maps[i]);
+        if (!have || cJSON_GetObjectItemCaseSensitive(meta, maps[i]))
+            continue;
+        cJSON *copy = cJSON_Duplicate(have, 1);
+        if (!copy || !cJSON_AddItemToObject(meta, maps[i], copy)) {
+            cJSON_Delete(copy);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int replace(ctl_client *client, const ctl_target *t, const char *path, cJSON *obj,
+                   int flags, const ctl_response *got, cJSON **result, const char **verb)
+{
+    cJSON *remote = ctl_response_json(client, got);
     if (!remote)
         return CTL_EXIT_ERROR;
-    int rc;
-    if (unchanged(t->kind, obj, remote)) {
-        print_result(st, t, "unchanged", remote);
-        rc = 0;
+    int rc = 0;
+    if ((flags & CTL_APPLY_KEEP_METADATA) && keep_metadata(obj, remote) != 0) {
+        rc = ctl_fail("out of memory");
+    } else if (unchanged(t->kind, obj, remote)) {
+        *verb = "unchanged";
+        *result = remote;
+        return 0;
     } else if (set_revision(obj, remote) != 0) {
         rc = ctl_fail("out of memory");
     } else {
-        rc = send_object(st, t, "PUT", path, obj, "configured");
+        *verb = "configured";
+        rc = send_object(client, t, "PUT", path, obj, result, verb);
     }
     cJSON_Delete(remote);
+    return rc;
+}
+
+int ctl_apply_object(ctl_client *client, const ctl_target *t, cJSON *obj, int flags,
+                     cJSON **result, const char **verb)
+{
+    char *path = ctl_resource_path(client, t->ns, t->kind, t->name);
+    char *collection = ctl_resource_path(client, t->ns, t->kind, NULL);
+    ctl_response got = CTL_RESPONSE_INIT;
+    int rc;
+    *result = NULL;
+    *verb = "created";
+    if (!path || !collection)
+        rc = ctl_fail("out of memory");
+    else if (ctl_request(client, "GET", path, NULL, &got) != 0)
+        rc = -1;
+    else if (got.code == 404)
+        rc = send_object(client, t, "POST", collection, obj, result, verb);
+    else if (got.code == 200)
+        rc = replace(client, t, path, obj, flags, &got, result, verb);
+    else
+        rc = ctl_report_status(client, &got, t->what, t->ns);
+    ctl_response_free(&got);
+    free(path);
+    free(collection);
     return rc;
 }
 
 /* 0, CTL_EXIT_ERROR (reported), or -1 when there is no point going on. */
 static int apply_one(apply_state *st, const ctl_target *t, cJSON *obj)
 {
-    char *path = ctl_resource_path(st->client, t->ns, t->kind, t->name);
-    char *collection = ctl_resource_path(st->client, t->ns, t->kind, NULL);
-    ctl_response got = CTL_RESPONSE_INIT;
-    int rc;
-    if (!path || !collection)
-        rc = ctl_fail("out of memory");
-    else if (ctl_request(st->client, "GET", path, NULL, &got) != 0)
-        rc = -1;
-    else if (got.code == 404)
-        rc = send_object(st, t, "POST", collection, obj, "created");
-    else if (got.code == 200)
-        rc = replace(st, t, path, obj, &got);
-    else
-        rc = ctl_report_status(st->client, &got, t->what, t->ns);
-    ctl_response_free(&got);
-    free(path);
-    free(collection);
+    cJSON *result = NULL;
+    const char *verb = NULL;
+    int rc = ctl_apply_object(st->client, t, obj, 0, &result, &verb);
+    if (rc == 0)
+        print_result(st, t, verb, result);
+    cJSON_Delete(result);
     return rc;
 }
 

@@ -8,16 +8,6 @@
 #include "output.h"
 #include "util/misc.h"
 
-/* Set by SIGINT/SIGTERM; the stream checks it about once a second, so the
- * command ends cleanly (exit 0) instead of dying mid-line. */
-static volatile sig_atomic_t stop_requested;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    stop_requested = 1;
-}
-
 typedef struct watch_state {
     const ctl_ctx *ctx;
     const funcd_kind *kind;
@@ -132,16 +122,6 @@ static int parse(ctl_ctx *ctx, int argc, char **argv, const char **kind, const c
     return 0;
 }
 
-static void catch_signals(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
 int cmd_watch(ctl_ctx *ctx, int argc, char **argv)
 {
     const char *kind_name = NULL, *since = NULL;
@@ -158,10 +138,11 @@ int cmd_watch(ctl_ctx *ctx, int argc, char **argv)
 
     watch_state w = {.ctx = ctx, .kind = kind};
     ctl_response resp = CTL_RESPONSE_INIT;
-    catch_signals();
-    if (ctl_stream(client, path, on_event, &w, &stop_requested, &resp) != 0)
+    /* Ctrl-C ends the watch cleanly (exit 0) instead of mid-line. */
+    volatile sig_atomic_t *stop = ctl_stop_on_signals();
+    if (ctl_stream(client, path, on_event, &w, stop, 0, &resp) != 0)
         rc = CTL_EXIT_ERROR;
-    else if (resp.code != 200 && !stop_requested)
+    else if (resp.code != 200 && !*stop)
         rc = ctl_report_status(client, &resp, NULL, ctx->ns);
     else
         rc = w.failed ? CTL_EXIT_ERROR : 0;

@@ -31,13 +31,27 @@ static const cJSON *ready_condition(const cJSON *obj)
     return NULL;
 }
 
+static long count_of(const cJSON *obj, const char *path)
+{
+    const cJSON *v = ctl_get_path(obj, path);
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 ? (long)v->valuedouble : 0;
+}
+
 static int function_cells(ctl_row *r, const cJSON *obj)
 {
-    const cJSON *ready = ready_condition(obj);
-    const char *status = ctl_get_string(ready, "status");
+    const char *status = ctl_get_string(ready_condition(obj), "status");
+    char replicas[48];
+    /* Scaled to zero, or not reported yet: both read as "0/0". */
+    snprintf(replicas, sizeof(replicas), "%ld/%ld", count_of(obj, "status.replicas.ready"),
+             count_of(obj, "status.replicas.total"));
     if (push(r, status ? status : "Unknown") != 0)
         return -1;
-    return push(r, ctl_get_string(ready, "reason"));
+    return push(r, replicas);
+}
+
+static int function_wide_cells(ctl_row *r, const cJSON *obj)
+{
+    return push(r, ctl_get_string(ready_condition(obj), "reason"));
 }
 
 static int functionconfig_cells(ctl_row *r, const cJSON *obj)
@@ -66,13 +80,16 @@ typedef struct kind_columns {
     const char *headers[3];
     size_t typical[2]; /* widths that fit most values, for rows printed one by one */
     int (*cells)(ctl_row *r, const cJSON *obj);
+    const char *wide_headers[2]; /* -o wide: after AGE, before GENERATION */
+    int (*wide_cells)(ctl_row *r, const cJSON *obj);
 } kind_columns;
 
 /* A new kind gets a row here; one without a row shows NAME and AGE only. */
 static const kind_columns columns[] = {
-    {"Function", {"READY", "REASON", NULL}, {7, 20}, function_cells},
-    {"FunctionConfig", {"IMAGE", "EXECUTORS", NULL}, {24, 10}, functionconfig_cells},
-    {"Secret", {"TYPE", "DATA", NULL}, {30, 4}, secret_cells},
+    {"Function", {"READY", "REPLICAS", NULL}, {7, 8}, function_cells, {"REASON", NULL},
+     function_wide_cells},
+    {"FunctionConfig", {"IMAGE", "EXECUTORS", NULL}, {24, 10}, functionconfig_cells, {NULL}, NULL},
+    {"Secret", {"TYPE", "DATA", NULL}, {30, 4}, secret_cells, {NULL}, NULL},
 };
 
 static const kind_columns *columns_of(const funcd_kind *kind)
@@ -115,7 +132,12 @@ int ctl_row_header(ctl_row *out, const funcd_kind *kind, int wide, const char *f
             return fail(out);
     if (push(out, "AGE") != 0)
         return fail(out);
-    if (wide && (push(out, "GENERATION") != 0 || push(out, "RESOURCE-VERSION") != 0))
+    if (!wide)
+        return 0;
+    for (size_t i = 0; cols && cols->wide_headers[i]; i++)
+        if (push(out, cols->wide_headers[i]) != 0)
+            return fail(out);
+    if (push(out, "GENERATION") != 0 || push(out, "RESOURCE-VERSION") != 0)
         return fail(out);
     return 0;
 }
@@ -146,6 +168,8 @@ int ctl_row_object(ctl_row *out, const funcd_kind *kind, int wide, const cJSON *
         return fail(out);
     if (!wide)
         return 0;
+    if (cols && cols->wide_cells && cols->wide_cells(out, obj) != 0)
+        return fail(out);
     scalar_text(ctl_get_path(obj, "metadata.generation"), generation, sizeof(generation));
     scalar_text(ctl_get_path(obj, "metadata.resourceVersion"), rv, sizeof(rv));
     if (push(out, generation) != 0 || push(out, rv) != 0)

@@ -6,6 +6,7 @@
  * Adding a command is one row below and one cmd_NAME.c.
  */
 #include <curl/curl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,38 @@ static const ctl_command commands[] = {
      "the stream or you press Ctrl-C. -o json prints the raw events (NDJSON).\n"
      "  --resource-version N   start after revision N\n"
      "Example: funcdctl watch functions\n"},
+    {"deploy", cmd_deploy, "Upload a directory and run it as a Function",
+     "deploy DIR --name NAME --runtime RUNTIME [flags]",
+     "Packs DIR (regular files and directories; symlinks and .git left out) into a\n"
+     "tar.gz, uploads it as a bundle, creates or replaces Function NAME to run it, and\n"
+     "waits until it is Ready.\n"
+     "  --name NAME             the Function (required)\n"
+     "  --runtime RUNTIME       native, python3 or node (required)\n"
+     "  --handler H             python3 module.function, node file.js#export, native program\n"
+     "  --mode exec             one process per request (default http)\n"
+     "  -e, --env K=V           environment variable (repeatable)\n"
+     "  --min N, --max N        replicas kept warm / at most\n"
+     "  --concurrency N         requests one replica serves at once\n"
+     "  --timeout DURATION      per request, e.g. 30s\n"
+     "  --no-wait               return once the Function is written\n"
+     "  --wait-timeout DURATION how long to wait for Ready (default 60s)\n"
+     "Example: funcdctl deploy ./hello --name hello --runtime python3 --handler main.handler\n"},
+    {"invoke", cmd_invoke, "Send a request to a Function and print the answer",
+     "invoke NAME [-d DATA|@FILE|@-] [--path P] [-X METHOD] [-H 'K: V']... [-i]",
+     "  -d, --data DATA         request body (POST unless -X); @FILE reads a file, @- stdin\n"
+     "  --path P                path after the function's URL, with any ?query\n"
+     "  -X, --request METHOD    HTTP method (default GET, or POST with -d)\n"
+     "  -H, --header 'K: V'     request header (repeatable)\n"
+     "  -i, --include           print the status line and headers on stderr\n"
+     "  --data-plane URL        the data plane (env FUNCD_DATA_PLANE; default: what\n"
+     "                          the control plane's /version reports)\n"
+     "The answer's body goes to stdout. Exit status 1 unless the answer is 2xx.\n"
+     "Example: funcdctl invoke hello -d '{\"name\":\"world\"}'\n"},
+    {"logs", cmd_logs, "Print a Function's logs", "logs NAME [-f] [--tail N]",
+     "  -f, --follow            keep printing new records until Ctrl-C\n"
+     "  --tail N                start with the last N records\n"
+     "Each record prints as \"TIME REPLICA LINE\"; -o json prints the raw records.\n"
+     "Example: funcdctl logs hello -f --tail 20\n"},
     {"version", cmd_version, "Print the client and server versions", "version",
      "  -o json prints both as JSON.\n"},
 };
@@ -107,10 +140,44 @@ static void print_command_help(const ctl_command *cmd, FILE *out)
     print_kinds(out);
 }
 
+/* Whether ctl_status left a line without its newline on the terminal.
+ * funcdctl is single-threaded; only the functions below touch it. */
+static int status_shown;
+
+void ctl_status(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("\r\033[K", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fflush(stderr);
+    status_shown = 1;
+}
+
+void ctl_status_clear(void)
+{
+    if (status_shown)
+        fputs("\r\033[K", stderr);
+    status_shown = 0;
+}
+
+void ctl_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ctl_status_clear();
+    fputs("funcdctl: warning: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
 int ctl_fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
+    ctl_status_clear();
     fputs("funcdctl: error: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
@@ -122,6 +189,7 @@ int ctl_usage(const ctl_ctx *ctx, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
+    ctl_status_clear();
     fputs("funcdctl: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
@@ -171,6 +239,26 @@ int ctl_flag_value(const ctl_ctx *ctx, int argc, char **argv, int *i, const char
     }
     *value = argv[++*i];
     return 1;
+}
+
+/* The one flag signal handlers may touch; written only by on_stop_signal. */
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+volatile sig_atomic_t *ctl_stop_on_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    return &stop_requested;
 }
 
 ctl_client *ctl_ctx_client(ctl_ctx *ctx)

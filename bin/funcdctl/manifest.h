@@ -1,4 +1,5 @@
-/* Reading objects from the files that `apply -f` and `delete -f` name. */
+/* Reading objects from the files that `apply -f` and `delete -f` name, and
+ * applying one object (shared by apply and deploy). */
 #ifndef FUNCDCTL_MANIFEST_H
 #define FUNCDCTL_MANIFEST_H
 
@@ -26,5 +27,18 @@ typedef struct ctl_target {
  */
 int ctl_manifest_target(const ctl_ctx *ctx, const char *path, int index, const cJSON *obj,
                         ctl_target *out);
+
+/* ctl_apply_object flags. */
+#define CTL_APPLY_KEEP_METADATA 1 /* keep the server's labels/annotations that obj lacks */
+
+/*
+ * Creates `obj` at `t` if missing, replaces it if it differs (PUT with the
+ * revision just read), or leaves it. On success *result is the object as the
+ * server now holds it (the caller frees it) and *verb "created",
+ * "configured" or "unchanged". Returns 0, CTL_EXIT_ERROR (reported), or -1
+ * when funcd is unreachable.
+ */
+int ctl_apply_object(ctl_client *client, const ctl_target *t, cJSON *obj, int flags,
+                     cJSON **result, const char **verb);
 
 #endif

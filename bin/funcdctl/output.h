@@ -22,8 +22,8 @@ typedef struct ctl_row {
 void ctl_row_free(ctl_row *r);
 
 /*
- * The column headers for `kind` (NAME ... AGE; wide adds GENERATION and
- * RESOURCE-VERSION), after an optional first column `first` (watch's
+ * The column headers for `kind` (NAME ... AGE; wide adds the kind's extra
+ * columns, GENERATION and RESOURCE-VERSION), after an optional first column `first` (watch's
  * "EVENT"). 0 or -1 on OOM.
  */
 int ctl_row_header(ctl_row *out, const funcd_kind *kind, int wide, const char *first);

@@ -66,12 +66,14 @@ typedef void (*funcd_log_observer_fn)(const funcd_log_record *rec, void *payload
 
 /* ---- presets ------------------------------------------------------------ */
 
-/** Memory store/blob/bus, the embedded gateway, ephemeral loopback
- *  listeners, and the developer token "funcd-dev-token" for "default". */
+/** Memory store/blob/bus, the process runtime, the embedded gateway,
+ *  ephemeral loopback listeners, and the developer token "funcd-dev-token"
+ *  for "default". */
 FUNCD_EXTERN funcd_option *funcd_in_memory(void);
 
-/** Loopback listeners on the default ports and no credential at all:
- *  store, blob and bus must be injected with the options below. */
+/** Loopback listeners on the default ports, the process runtime, the
+ *  embedded gateway and no credential at all: store, blob and bus must be
+ *  injected with the options below. */
 FUNCD_EXTERN funcd_option *funcd_production(void);
 
 /* ---- backends (ownership passes to the option, then the platform) ------- */
@@ -86,6 +88,16 @@ FUNCD_EXTERN funcd_option *funcd_with_gateway(funcd_gateway *backend);
 
 FUNCD_EXTERN funcd_option *funcd_with_listen_addr(const char *addr);
 FUNCD_EXTERN funcd_option *funcd_with_data_plane_addr(const char *addr);
+
+/* ---- serving ------------------------------------------------------------ */
+
+/** Where the runtime shims are (funcd-exec, funcd-python.py, funcd-node.js).
+ *  Default: $FUNCD_SHIM_DIR, else the installed libexec/funcd. */
+FUNCD_EXTERN funcd_option *funcd_with_shim_dir(const char *dir);
+
+/** Where worker sockets and extracted bundles go. Default: a new private
+ *  directory under $TMPDIR (or /tmp), removed at shutdown. */
+FUNCD_EXTERN funcd_option *funcd_with_state_dir(const char *dir);
 
 /* ---- authentication ----------------------------------------------------- */
 

@@ -2,6 +2,7 @@
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,14 @@ static void on_event(const funcd_store_event *ev, void *payload)
     enqueue(payload, ev->key);
 }
 
+void funcd_controller_requeue(funcd_controller *c, const char *plural, const char *ns,
+                              const char *name)
+{
+    char key[256];
+    snprintf(key, sizeof(key), FUNCD_REGISTRY_ROOT "%s/%s/%s", plural, ns, name);
+    enqueue(c, key);
+}
+
 static cJSON *condition(const char *type, const char *status, const char *reason,
                         const char *message, const cJSON *old_conditions)
 {
@@ -73,8 +82,8 @@ static cJSON *condition(const char *type, const char *status, const char *reason
     return c;
 }
 
-/* The status a Function should have now. */
-static cJSON *function_status(funcd_controller *c, const cJSON *obj)
+/* The status a Function should have now, from what serving reports. */
+static cJSON *function_status(const cJSON *obj, const funcd_serving_status *ss)
 {
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
     const cJSON *old = cJSON_GetObjectItemCaseSensitive(
@@ -83,16 +92,20 @@ static cJSON *function_status(funcd_controller *c, const cJSON *obj)
     cJSON_AddNumberToObject(st, "observedGeneration",
                             cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(md, "generation")));
     cJSON *conds = cJSON_AddArrayToObject(st, "conditions");
-    if (!c->cfg.runtime)
-        cJSON_AddItemToArray(conds, condition("Ready", "False", "RuntimeUnavailable",
-                                              "this platform has no runtime configured, so the "
-                                              "function cannot run; configure a runtime backend",
-                                              old));
-    else
-        cJSON_AddItemToArray(conds, condition("Ready", "False", "WorkersNotImplemented",
-                                              "a runtime is configured but worker pools are not "
-                                              "available in this build",
-                                              old));
+    cJSON_AddItemToArray(conds, condition("Ready", ss->ready ? "True" : "False", ss->reason,
+                                          ss->message, old));
+    if (ss->has_pool) {
+        cJSON *rep = cJSON_AddObjectToObject(st, "replicas");
+        cJSON_AddNumberToObject(rep, "ready", ss->stats.ready);
+        cJSON_AddNumberToObject(rep, "total", ss->stats.total);
+        if (ss->stats.last_cold_start_ms) {
+            char ts[32];
+            funcd_rfc3339(ss->stats.last_cold_start_ms, ts, sizeof(ts));
+            cJSON *cs = cJSON_AddObjectToObject(st, "lastColdStart");
+            cJSON_AddStringToObject(cs, "time", ts);
+            cJSON_AddNumberToObject(cs, "durationMs", ss->stats.last_cold_start_millis);
+        }
+    }
     return st;
 }
 
@@ -103,8 +116,7 @@ static void reconcile_function(funcd_controller *c, const funcd_kind *kind, cons
     uint64_t rev = 0;
     int rc = funcd_registry_get(c->cfg.store, kind, ns, name, &obj, &rev);
     if (rc == FUNCD_ENOTFOUND) {
-        if (c->cfg.gateway)
-            c->cfg.gateway->remove_route(c->cfg.gateway, ns, name);
+        funcd_serving_remove(c->cfg.serving, ns, name);
         return;
     }
     if (rc < 0) {
@@ -112,11 +124,9 @@ static void reconcile_function(funcd_controller *c, const funcd_kind *kind, cons
                   funcd_error_last()->message);
         return;
     }
-    if (c->cfg.gateway) {
-        funcd_route route = {.namespace_ = ns, .name = name};
-        c->cfg.gateway->set_route(c->cfg.gateway, &route);
-    }
-    cJSON *want = function_status(c, obj);
+    funcd_serving_status ss;
+    funcd_serving_apply(c->cfg.serving, ns, name, obj, &ss);
+    cJSON *want = function_status(obj, &ss);
     const cJSON *have = cJSON_GetObjectItemCaseSensitive(obj, "status");
     if (!have || !cJSON_Compare(have, want, 1)) {
         rc = funcd_registry_put_status(c->cfg.store, kind, ns, name, rev, want);

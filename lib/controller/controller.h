@@ -9,9 +9,8 @@
 
 #include <event2/event.h>
 
-#include "funcd/sys/gateway.h"
-#include "funcd/sys/runtime.h"
 #include "funcd/sys/store.h"
+#include "serving/serving.h"
 #include "util/log.h"
 
 typedef struct funcd_controller funcd_controller;
@@ -19,8 +18,7 @@ typedef struct funcd_controller funcd_controller;
 typedef struct funcd_controller_config {
     struct event_base *base;
     funcd_store *store;
-    funcd_gateway *gateway;  /* may be NULL */
-    funcd_runtime *runtime;  /* may be NULL: Functions cannot become Ready */
+    funcd_serving *serving;  /* runs the Functions */
     const funcd_logger *logger;
     unsigned resync_ms;      /* 0: 60 s */
 } funcd_controller_config;
@@ -28,6 +26,9 @@ typedef struct funcd_controller_config {
 int funcd_controller_new(funcd_controller **out, const funcd_controller_config *cfg);
 /* Lists, starts the watch and queues every object. */
 int funcd_controller_start(funcd_controller *c);
+/* Re-reconciles one object soon (any thread). */
+void funcd_controller_requeue(funcd_controller *c, const char *plural, const char *ns,
+                              const char *name);
 /* Ends the watch; pending work is dropped. */
 void funcd_controller_free(funcd_controller *c);
 

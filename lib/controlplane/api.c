@@ -7,14 +7,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "artifact/bundle.h"
 #include "funcd/sys/error.h"
 #include "registry/registry.h"
+#include "serving/serving.h"
 
 #define API_PREFIX "/apis/funcd.dev/v1/"
 
 void funcd_cp_init(funcd_cp *cp, funcd_store *store, const funcd_auth *auth,
                    const char *version_json)
 {
+    memset(cp, 0, sizeof(*cp));
     cp->store = store;
     cp->auth = auth;
     snprintf(cp->version_json, sizeof(cp->version_json), "%s", version_json);
@@ -46,6 +49,7 @@ void funcd_cp_status(funcd_cp_response *resp, int code, const char *reason, cons
     va_end(ap);
     resp->status = code;
     resp->watch = 0;
+    resp->content_type = NULL;
     funcd_buf_reset(&resp->body);
     funcd_buf_printf(&resp->body,
                      "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\","
@@ -151,7 +155,14 @@ typedef struct route {
     const funcd_kind *kind;
     const char *ns;   /* NULL: every namespace */
     const char *name; /* NULL: the collection */
+    int bundles;      /* .../namespaces/{ns}/bundles */
+    int logs;         /* .../functions/{name}/logs */
 } route;
+
+static void upload_bundle(funcd_cp *cp, const funcd_cp_request *req, const route *r,
+                          funcd_cp_response *resp);
+static void function_logs(funcd_cp *cp, const funcd_cp_request *req, const route *r,
+                          funcd_cp_response *resp);
 
 static void list_objects(funcd_cp *cp, const route *r, funcd_cp_response *resp);
 static void create_object(funcd_cp *cp, const funcd_cp_request *req, const route *r,
@@ -234,6 +245,15 @@ static int parse_route(const funcd_cp_request *req, route *r, char seg[][72],
         at = 2;
     } else if (n < 1 || n > 1) {
         n = -1;
+    }
+    if (n >= 0 && r->ns && n - at == 1 && strcmp(seg[at], "bundles") == 0) {
+        r->bundles = 1;
+        return 1;
+    }
+    if (n >= 0 && r->ns && n - at == 3 && strcmp(seg[at], "functions") == 0 &&
+        strcmp(seg[at + 2], "logs") == 0) {
+        r->logs = 1;
+        n--;
     }
     if (n < 0 || n - at > 2) {
         funcd_cp_status(resp, 404, "NotFound", NULL, "no such path: %.*s", (int)req->path_len,
@@ -334,6 +354,24 @@ void funcd_cp_handle(funcd_cp *cp, const funcd_cp_request *req, funcd_cp_respons
     route r = {0};
     if (!parse_route(req, &r, seg, resp))
         return;
+    if (r.bundles) {
+        static const funcd_kind bundles = {"Bundle", "BundleList", "bundles", "bundle", NULL, 0};
+        r.kind = &bundles;
+        if (!method_is(req, "POST"))
+            funcd_cp_status(resp, 405, "MethodNotAllowed", NULL,
+                            "%.*s is not allowed on bundles; upload one with POST",
+                            (int)req->method_len, req->method);
+        else if (authorize(t, &r, 1, resp))
+            upload_bundle(cp, req, &r, resp);
+        return;
+    }
+    if (r.logs) {
+        if (!method_is(req, "GET"))
+            funcd_cp_status(resp, 405, "MethodNotAllowed", NULL, "logs are read with GET");
+        else if (authorize(t, &r, 0, resp))
+            function_logs(cp, req, &r, resp);
+        return;
+    }
     if (r.name)
         handle_object(cp, req, &r, t, resp);
     else
@@ -478,4 +516,98 @@ int funcd_cp_watch_line(funcd_buf *out, const char *type, const void *value, siz
     int rc = funcd_buf_printf(out, "{\"type\":\"%s\",\"object\":%s}\n", type, text);
     free(text);
     return rc;
+}
+
+/* ---- bundles ---------------------------------------------------------- */
+
+static void upload_bundle(funcd_cp *cp, const funcd_cp_request *req, const route *r,
+                          funcd_cp_response *resp)
+{
+    char err[512], digest[FUNCD_BUNDLE_DIGEST_LEN];
+    if (!cp->blob) {
+        funcd_cp_status(resp, 501, "NotImplemented", NULL, "this platform has no blob store");
+        return;
+    }
+    if (req->body_len == 0) {
+        funcd_cp_status(resp, 400, "BadRequest", "body",
+                        "the request body is empty; send the bundle as a .tar.gz");
+        return;
+    }
+    if (req->body_len > FUNCD_BUNDLE_MAX_COMPRESSED) {
+        funcd_cp_status(resp, 413, "RequestEntityTooLarge", "body",
+                        "the bundle has %zu bytes; the limit is %llu", req->body_len,
+                        (unsigned long long)FUNCD_BUNDLE_MAX_COMPRESSED);
+        return;
+    }
+    if (funcd_bundle_check(req->body, req->body_len, NULL, err, sizeof(err)) < 0) {
+        funcd_cp_status(resp, 400, "BadRequest", "body", "%s", err);
+        return;
+    }
+    funcd_bundle_digest(req->body, req->body_len, digest);
+    funcd_blob_stat st;
+    int exists = cp->blob->stat(cp->blob, digest, &st) == 0 && st.size == req->body_len;
+    if (!exists && cp->blob->put(cp->blob, digest, req->body, req->body_len) < 0) {
+        funcd_cp_status(resp, 500, "InternalError", NULL, "storing the bundle: %s",
+                        funcd_error_last()->message);
+        return;
+    }
+    resp->status = exists ? 200 : 201;
+    funcd_buf_printf(&resp->body,
+                     "{\"apiVersion\":\"" FUNCD_API_VERSION "\",\"kind\":\"Bundle\",\"digest\":\"%s\","
+                     "\"size\":%zu}",
+                     digest, req->body_len);
+}
+
+/* ---- logs ------------------------------------------------------------- */
+
+static void append_log_line(const funcd_log_line *rec, void *payload)
+{
+    funcd_log_line_json(payload, rec);
+}
+
+static void function_logs(funcd_cp *cp, const funcd_cp_request *req, const route *r,
+                          funcd_cp_response *resp)
+{
+    cJSON *obj = NULL;
+    int rc = funcd_registry_get(cp->store, r->kind, r->ns, r->name, &obj, NULL);
+    cJSON_Delete(obj);
+    if (rc < 0) {
+        status_from_error(resp, rc);
+        return;
+    }
+    char v[32];
+    size_t tail = 0;
+    if (query_get(req, "tailLines", v, sizeof(v)) && v[0]) {
+        char *end;
+        long long n = strtoll(v, &end, 10);
+        if (*end || n < 0) {
+            funcd_cp_status(resp, 400, "BadRequest", "tailLines",
+                            "tailLines \"%s\" is not a non-negative number", v);
+            return;
+        }
+        tail = n == 0 ? 0 : (size_t)n;
+        if (n == 0) { /* no history, just what comes next */
+            tail = SIZE_MAX;
+        }
+    }
+    int follow = query_get(req, "follow", v, sizeof(v)) &&
+                 (strcmp(v, "true") == 0 || strcmp(v, "1") == 0);
+    if (follow) {
+        resp->status = 200;
+        resp->watch = 1;
+        resp->w.kind = r->kind;
+        resp->w.logs = 1;
+        resp->w.tail = tail;
+        snprintf(resp->w.ns, sizeof(resp->w.ns), "%s", r->ns);
+        snprintf(resp->w.name, sizeof(resp->w.name), "%s", r->name);
+        return;
+    }
+    resp->status = 200;
+    resp->content_type = "application/x-ndjson";
+    funcd_log_ring *ring = cp->serving ? funcd_serving_logs(cp->serving, r->ns, r->name) : NULL;
+    if (ring && tail != SIZE_MAX)
+        funcd_log_ring_read(ring, tail, append_log_line, &resp->body);
+    funcd_log_ring_unref(ring);
+    if (!resp->body.data)
+        funcd_buf_puts(&resp->body, "");
 }

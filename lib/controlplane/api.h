@@ -14,11 +14,16 @@
 
 #include "api/api.h"
 #include "controlplane/auth.h"
+#include "funcd/sys/blob.h"
 #include "funcd/sys/store.h"
 #include "util/buf.h"
 
+struct funcd_serving;
+
 typedef struct funcd_cp {
     funcd_store *store;
+    funcd_blob *blob;                /* bundles; may be NULL */
+    struct funcd_serving *serving;   /* function logs; may be NULL */
     const funcd_auth *auth;
     char version_json[512]; /* the body of GET /version */
 } funcd_cp;
@@ -36,22 +41,27 @@ typedef struct funcd_cp_request {
     size_t body_len;
 } funcd_cp_request;
 
-/* A watch the server must stream after a 200. */
+/* A stream the server must send after a 200: a watch, or a function's
+ * logs followed (`logs`). */
 typedef struct funcd_cp_watch {
     const funcd_kind *kind;
     char ns[64];    /* "" for every namespace */
     int from_rv;    /* 1: events after `rv`; 0: current objects as ADDED first */
     uint64_t rv;
+    int logs;       /* follow the logs of function `name` */
+    char name[64];
+    size_t tail;    /* logs: records to send first (0: all kept) */
 } funcd_cp_watch;
 
 typedef struct funcd_cp_response {
     int status;
-    funcd_buf body;  /* JSON */
+    funcd_buf body;  /* JSON, unless content_type says otherwise */
+    const char *content_type; /* NULL: application/json */
     int watch;       /* 1: stream `w` instead of sending `body` */
     funcd_cp_watch w;
 } funcd_cp_response;
 
-#define FUNCD_CP_RESPONSE_INIT {0, FUNCD_BUF_INIT, 0, {0}}
+#define FUNCD_CP_RESPONSE_INIT {0, FUNCD_BUF_INIT, NULL, 0, {0}}
 
 void funcd_cp_init(funcd_cp *cp, funcd_store *store, const funcd_auth *auth,
                    const char *version_json);

@@ -14,11 +14,12 @@
 #include "funcd/sys/error.h"
 #include "http/httpd.h"
 #include "registry/registry.h"
+#include "serving/serving.h"
 
-/* Bodies over MAX_BODY get a JSON 413 from us; h2o itself refuses (with a
- * plain-text 413) only what is too large to be worth buffering at all. */
+/* Objects over MAX_BODY get a JSON 413 from us; bundles may be larger. h2o
+ * itself refuses (with a plain-text 413) only what is too large to buffer. */
 #define MAX_BODY (2 * 1024 * 1024)
-#define MAX_BUFFERED_BODY (8 * 1024 * 1024)
+#define MAX_BUFFERED_BODY (65 * 1024 * 1024)
 
 typedef struct stream stream;
 
@@ -39,6 +40,8 @@ struct stream {
     h2o_req_t *req;
     funcd_cp_server *srv;
     funcd_store_watch *sw;
+    funcd_log_ring *ring; /* logs: the ring followed */
+    funcd_log_follower *follower;
     stream *prev, *next; /* in srv->streams */
     stream *next_dirty;
     int is_dirty;
@@ -59,8 +62,8 @@ static void on_stop(h2o_generator_t *gen, h2o_req_t *req);
 
 static void send_response(h2o_req_t *req, funcd_cp_response *resp)
 {
-    funcd_httpd_send(req, resp->status, "application/json", resp->body.data ? resp->body.data : "",
-                     resp->body.len);
+    funcd_httpd_send(req, resp->status, resp->content_type ? resp->content_type : "application/json",
+                     resp->body.data ? resp->body.data : "", resp->body.len);
 }
 
 /* ---- watch streams ---------------------------------------------------- */
@@ -157,6 +160,9 @@ static void dispose_stream(void *p)
     funcd_cp_server *srv = st->srv;
     if (st->sw)
         srv->cp->store->unwatch(srv->cp->store, st->sw);
+    if (st->follower)
+        funcd_log_ring_unfollow(st->ring, st->follower);
+    funcd_log_ring_unref(st->ring);
     pthread_mutex_lock(&srv->lock);
     if (st->prev)
         st->prev->next = st->next;
@@ -176,6 +182,27 @@ static void dispose_stream(void *p)
     funcd_buf_free(&st->sending);
 }
 
+/* Runs on the platform loop for every new log line of the function. */
+static void on_log_line(const funcd_log_line *rec, void *payload)
+{
+    stream *st = payload;
+    funcd_buf line = FUNCD_BUF_INIT;
+    if (funcd_log_line_json(&line, rec) == 0) {
+        pthread_mutex_lock(&st->srv->lock);
+        funcd_buf_append(&st->pending, line.data, line.len);
+        mark_dirty_locked(st);
+        pthread_mutex_unlock(&st->srv->lock);
+    }
+    funcd_buf_free(&line);
+}
+
+/* The history is appended by the follow call itself, on this thread. */
+static void on_log_history(const funcd_log_line *rec, void *payload)
+{
+    stream *st = payload;
+    funcd_log_line_json(&st->pending, rec);
+}
+
 typedef struct added_ctx {
     stream *st;
     int failed;
@@ -189,6 +216,11 @@ static int list_added(const funcd_store_kv *kv, void *payload)
     return ac->failed;
 }
 
+static void start_log_stream(funcd_cp_server *srv, h2o_req_t *req, stream *st,
+                             funcd_cp_response *resp);
+static void begin_streaming(funcd_cp_server *srv, h2o_req_t *req, stream *st);
+static void link_stream(funcd_cp_server *srv, stream *st);
+
 static void start_stream(funcd_cp_server *srv, h2o_req_t *req, funcd_cp_response *resp)
 {
     funcd_store *store = srv->cp->store;
@@ -199,6 +231,10 @@ static void start_stream(funcd_cp_server *srv, h2o_req_t *req, funcd_cp_response
     st->gen.proceed = on_proceed;
     st->gen.stop = on_stop;
 
+    if (resp->w.logs) {
+        start_log_stream(srv, req, st, resp);
+        return;
+    }
     funcd_buf prefix = FUNCD_BUF_INIT;
     int rc = funcd_registry_prefix(&prefix, resp->w.kind, resp->w.ns[0] ? resp->w.ns : NULL);
     uint64_t after = resp->w.rv;
@@ -209,12 +245,7 @@ static void start_stream(funcd_cp_server *srv, h2o_req_t *req, funcd_cp_response
         if (rc == 0 && ac.failed)
             rc = funcd_error_set(FUNCD_EIO, "a stored object is not valid JSON");
     }
-    pthread_mutex_lock(&srv->lock);
-    st->next = srv->streams;
-    if (st->next)
-        st->next->prev = st;
-    srv->streams = st;
-    pthread_mutex_unlock(&srv->lock);
+    link_stream(srv, st);
     /* A BOOKMARK says from which revision changes follow; being always
      * there, it also gets the response head out before the first change. */
     if (rc == 0)
@@ -239,6 +270,35 @@ static void start_stream(funcd_cp_server *srv, h2o_req_t *req, funcd_cp_response
         st->finished = 1;
         return;
     }
+    begin_streaming(srv, req, st);
+}
+
+static void link_stream(funcd_cp_server *srv, stream *st)
+{
+    pthread_mutex_lock(&srv->lock);
+    st->next = srv->streams;
+    if (st->next)
+        st->next->prev = st;
+    srv->streams = st;
+    pthread_mutex_unlock(&srv->lock);
+}
+
+/* Logs of one function, history first: the follow call replays the kept
+ * lines on this thread and then delivers new ones from the loop. */
+static void start_log_stream(funcd_cp_server *srv, h2o_req_t *req, stream *st,
+                             funcd_cp_response *resp)
+{
+    funcd_cp *cp = srv->cp;
+    link_stream(srv, st);
+    st->ring = cp->serving ? funcd_serving_logs(cp->serving, resp->w.ns, resp->w.name) : NULL;
+    if (st->ring) /* a tail of SIZE_MAX (tailLines=0) replays nothing */
+        st->follower = funcd_log_ring_follow_with_history(st->ring, resp->w.tail, on_log_history,
+                                                          on_log_line, st);
+    begin_streaming(srv, req, st);
+}
+
+static void begin_streaming(funcd_cp_server *srv, h2o_req_t *req, stream *st)
+{
     req->res.status = 200;
     req->res.reason = "OK";
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
@@ -251,6 +311,13 @@ static void start_stream(funcd_cp_server *srv, h2o_req_t *req, funcd_cp_response
     h2o_iovec_t buf = h2o_iovec_init(st->sending.data, st->sending.len);
     st->in_flight = 1;
     h2o_send(req, &buf, st->sending.len ? 1 : 0, H2O_SEND_STATE_IN_PROGRESS);
+}
+
+static int is_bundle_upload(const funcd_cp_request *r)
+{
+    static const char suffix[] = "/bundles";
+    const size_t n = sizeof(suffix) - 1;
+    return r->path_len > n && memcmp(r->path + r->path_len - n, suffix, n) == 0;
 }
 
 static int on_req(void *payload, h2o_req_t *req)
@@ -273,7 +340,7 @@ static int on_req(void *payload, h2o_req_t *req)
         r.query_len = req->path.len - req->query_at - 1;
     }
     funcd_cp_response resp = FUNCD_CP_RESPONSE_INIT;
-    if (r.body_len > MAX_BODY)
+    if (r.body_len > MAX_BODY && !is_bundle_upload(&r))
         funcd_cp_status(&resp, 413, "RequestEntityTooLarge", NULL,
                         "the request body has %zu bytes; the limit is %d bytes", r.body_len,
                         MAX_BODY);

@@ -1,11 +1,10 @@
 /*
  * The embedded data-plane gateway on h2o: /fn/{ns}/{name}/{rest}.
  *
- * The route table is read on every request by the gateway threads and
- * written rarely by the platform, so it sits behind a reader-writer lock.
- * Until a function has ready workers (the process runtime and worker pools
- * arrive with "Serving functions"), a known function answers 503 with
- * Retry-After and an unknown one 404, both as JSON Status.
+ * The route table maps a function to its worker pool; gateway threads read
+ * it under a reader lock and keep a pool reference for the request. The
+ * request itself never leaves the gateway thread when a worker is ready
+ * (proxy.c).
  */
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -17,16 +16,18 @@
 
 #include "funcd/sys/error.h"
 #include "funcd/sys/gateway.h"
+#include "gateway/gateway.h"
 #include "http/httpd.h"
-#include "util/buf.h"
 #include "util/misc.h"
 
 #define MAX_BODY (64 * 1024 * 1024)
+#define BUCKETS 4096
 
 typedef struct route_entry {
     char *ns;
     char *name;
-    size_t endpoint_count;
+    uint64_t timeout_ms;
+    funcd_pool *pool; /* a reference, or NULL: known but cannot run */
     struct route_entry *next;
 } route_entry;
 
@@ -35,48 +36,49 @@ typedef struct embedded {
     unsigned threads;
     funcd_httpd *httpd;
     pthread_rwlock_t lock;
-    route_entry *routes;
+    route_entry *buckets[BUCKETS];
 } embedded;
+
+static _Thread_local gw_thread *this_thread;
+
+gw_thread *funcd_gw_thread(void)
+{
+    return this_thread;
+}
+
+static unsigned bucket_of(const char *ns, size_t nsl, const char *name, size_t nl)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < nsl; i++)
+        h = (h ^ (unsigned char)ns[i]) * 16777619u;
+    h = (h ^ '/') * 16777619u;
+    for (size_t i = 0; i < nl; i++)
+        h = (h ^ (unsigned char)name[i]) * 16777619u;
+    return h % BUCKETS;
+}
 
 static route_entry **find(embedded *g, const char *ns, size_t nsl, const char *name, size_t nl)
 {
-    for (route_entry **pp = &g->routes; *pp; pp = &(*pp)->next)
+    for (route_entry **pp = &g->buckets[bucket_of(ns, nsl, name, nl)]; *pp; pp = &(*pp)->next)
         if (strlen((*pp)->ns) == nsl && memcmp((*pp)->ns, ns, nsl) == 0 &&
             strlen((*pp)->name) == nl && memcmp((*pp)->name, name, nl) == 0)
             return pp;
     return NULL;
 }
 
-static void send_status(h2o_req_t *req, int code, const char *reason, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void send_status(h2o_req_t *req, int code, const char *reason, const char *fmt, ...)
+/* Answers that never reach a worker still carry an invocation id. */
+static void add_invocation_id(h2o_req_t *req)
 {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    cJSON *st = cJSON_CreateObject();
-    cJSON_AddStringToObject(st, "kind", "Status");
-    cJSON_AddStringToObject(st, "apiVersion", "v1");
-    cJSON_AddStringToObject(st, "status", "Failure");
-    cJSON_AddNumberToObject(st, "code", code);
-    cJSON_AddStringToObject(st, "reason", reason);
-    cJSON_AddStringToObject(st, "message", msg);
-    char *body = cJSON_PrintUnformatted(st);
-    cJSON_Delete(st);
-    funcd_httpd_send(req, code, "application/json", body ? body : "{}", body ? strlen(body) : 2);
-    free(body);
+    char id[40];
+    funcd_gw_new_id(this_thread, id);
+    size_t n = strlen(id);
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-funcd-invocation-id"), 0,
+                          NULL, h2o_strdup(&req->pool, id, n).base, n);
 }
 
 static int on_req(void *payload, h2o_req_t *req)
 {
     embedded *g = payload;
-    char invocation[37];
-    funcd_uuid4(invocation);
-    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-funcd-invocation-id"), 0,
-                          NULL, invocation, 36);
     const char *p = req->path_normalized.base;
     size_t n = req->path_normalized.len;
     if (n == 8 && memcmp(p, "/healthz", 8) == 0) {
@@ -84,42 +86,77 @@ static int on_req(void *payload, h2o_req_t *req)
         return 0;
     }
     if (n < 4 || memcmp(p, "/fn/", 4) != 0) {
-        send_status(req, 404, "NotFound", "no such path: functions are served under /fn/{namespace}/{name}/");
+        add_invocation_id(req);
+        funcd_gw_send_status(req, 404, "NotFound",
+                             "no such path: functions are served under /fn/{namespace}/{name}/");
         return 0;
     }
-    const char *ns = p + 4, *end = p + n;
-    const char *slash = memchr(ns, '/', (size_t)(end - ns));
-    const char *name = slash ? slash + 1 : end;
-    const char *rest = memchr(name, '/', (size_t)(end - name));
-    size_t nsl = slash ? (size_t)(slash - ns) : (size_t)(end - ns);
-    size_t nl = slash ? (size_t)((rest ? rest : end) - name) : 0;
-    if (nsl == 0 || nl == 0) {
-        send_status(req, 404, "NotFound", "no function in path %.*s: use /fn/{namespace}/{name}/",
-                    (int)(n > 200 ? 200 : n), p);
+    /* Split the raw path, so the worker sees exactly what the client sent. */
+    const char *raw = req->path.base, *end = raw + req->path.len;
+    const char *q = memchr(raw, '?', req->path.len);
+    const char *path_end = q ? q : end;
+    const char *ns = raw + 4;
+    const char *slash = memchr(ns, '/', (size_t)(path_end - ns));
+    const char *name = slash ? slash + 1 : path_end;
+    const char *rest = memchr(name, '/', (size_t)(path_end - name));
+    size_t nsl = slash ? (size_t)(slash - ns) : (size_t)(path_end - ns);
+    size_t nl = slash ? (size_t)((rest ? rest : path_end) - name) : 0;
+    if (req->path.len < 4 || memcmp(raw, "/fn/", 4) != 0 || nsl == 0 || nl == 0) {
+        add_invocation_id(req);
+        funcd_gw_send_status(req, 404, "NotFound",
+                             "no function in path %.*s: use /fn/{namespace}/{name}/",
+                             (int)(n > 200 ? 200 : n), p);
         return 0;
     }
     pthread_rwlock_rdlock(&g->lock);
     route_entry **r = find(g, ns, nsl, name, nl);
-    size_t endpoints = r ? (*r)->endpoint_count : 0;
+    funcd_pool *pool = r ? (*r)->pool : NULL;
+    uint64_t timeout_ms = r ? (*r)->timeout_ms : 0;
+    if (pool)
+        funcd_pool_ref(pool);
     pthread_rwlock_unlock(&g->lock);
     if (!r) {
-        send_status(req, 404, "NotFound", "function \"%.*s\" not found in namespace \"%.*s\"",
-                    (int)nl, name, (int)nsl, ns);
+        add_invocation_id(req);
+        funcd_gw_send_status(req, 404, "NotFound",
+                             "function \"%.*s\" not found in namespace \"%.*s\"", (int)nl, name,
+                             (int)nsl, ns);
         return 0;
     }
-    (void)endpoints;
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT("1"));
-    send_status(req, 503, "ServiceUnavailable",
-                "function %.*s/%.*s has no ready worker; see its Ready condition "
-                "(funcdctl describe function %.*s)",
-                (int)nsl, ns, (int)nl, name, (int)nl, name);
+    if (!pool) {
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT("5"));
+        add_invocation_id(req);
+        funcd_gw_send_status(req, 503, "ServiceUnavailable",
+                             "function %.*s/%.*s cannot run; see its Ready condition (funcdctl "
+                             "describe function %.*s)",
+                             (int)nsl, ns, (int)nl, name, (int)nl, name);
+        return 0;
+    }
+    h2o_iovec_t rest_iov = rest ? h2o_iovec_init(rest, (size_t)(end - rest))
+                                : h2o_iovec_init(path_end, (size_t)(end - path_end));
+    funcd_gw_invoke(this_thread, req, pool, timeout_ms, ns, nsl, name, nl, rest_iov);
     return 0;
+}
+
+static void on_thread_init(void *payload, h2o_context_t *ctx)
+{
+    this_thread = calloc(1, sizeof(*this_thread));
+    if (this_thread)
+        funcd_gw_thread_init(this_thread, ctx);
+}
+
+static void on_thread_exit(void *payload, h2o_context_t *ctx)
+{
+    if (!this_thread)
+        return;
+    funcd_gw_thread_dispose(this_thread);
+    free(this_thread);
+    this_thread = NULL;
 }
 
 static int gw_listen(funcd_gateway *base, const char *addr, char *bound, size_t bound_len)
 {
     embedded *g = (embedded *)base;
-    funcd_httpd_hooks hooks = {on_req, NULL, NULL, NULL, g};
+    funcd_httpd_hooks hooks = {on_req, on_thread_init, NULL, on_thread_exit, g};
     return funcd_httpd_new(&g->httpd, addr, g->threads, MAX_BODY, &hooks, bound, bound_len);
 }
 
@@ -131,36 +168,45 @@ static int gw_start(funcd_gateway *base)
     return funcd_httpd_start(g->httpd);
 }
 
+static void free_entry(route_entry *e)
+{
+    if (e->pool)
+        funcd_pool_unref(e->pool);
+    free(e->ns);
+    free(e->name);
+    free(e);
+}
+
 static int gw_set_route(funcd_gateway *base, const funcd_route *route)
 {
     embedded *g = (embedded *)base;
-    size_t count = 0;
-    while (route->endpoints && route->endpoints[count])
-        count++;
-    pthread_rwlock_wrlock(&g->lock);
-    route_entry **pp = find(g, route->namespace_, strlen(route->namespace_), route->name,
-                            strlen(route->name));
-    route_entry *e = pp ? *pp : calloc(1, sizeof(*e));
-    int rc = 0;
-    if (!e) {
-        rc = funcd_error_set(FUNCD_ENOMEM, "out of memory adding a route");
-    } else if (!pp) {
-        e->ns = strdup(route->namespace_);
-        e->name = strdup(route->name);
-        if (!e->ns || !e->name) {
+    route_entry *e = calloc(1, sizeof(*e));
+    if (!e || !(e->ns = strdup(route->namespace_)) || !(e->name = strdup(route->name))) {
+        if (e)
             free(e->ns);
-            free(e->name);
-            free(e);
-            rc = funcd_error_set(FUNCD_ENOMEM, "out of memory adding a route");
-        } else {
-            e->next = g->routes;
-            g->routes = e;
-        }
+        free(e);
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory adding a route");
     }
-    if (rc == 0)
-        e->endpoint_count = count;
+    e->timeout_ms = route->timeout_ms;
+    e->pool = route->pool;
+    if (e->pool)
+        funcd_pool_ref(e->pool);
+    size_t nsl = strlen(e->ns), nl = strlen(e->name);
+    pthread_rwlock_wrlock(&g->lock);
+    route_entry **pp = find(g, e->ns, nsl, e->name, nl);
+    route_entry *old = pp ? *pp : NULL;
+    if (old) {
+        e->next = old->next;
+        *pp = e;
+    } else {
+        route_entry **head = &g->buckets[bucket_of(e->ns, nsl, e->name, nl)];
+        e->next = *head;
+        *head = e;
+    }
     pthread_rwlock_unlock(&g->lock);
-    return rc;
+    if (old)
+        free_entry(old);
+    return 0;
 }
 
 static int gw_remove_route(funcd_gateway *base, const char *ns, const char *name)
@@ -174,9 +220,7 @@ static int gw_remove_route(funcd_gateway *base, const char *ns, const char *name
     pthread_rwlock_unlock(&g->lock);
     if (!e)
         return funcd_error_set(FUNCD_ENOTFOUND, "no route for function %s/%s", ns, name);
-    free(e->ns);
-    free(e->name);
-    free(e);
+    free_entry(e);
     return 0;
 }
 
@@ -191,12 +235,12 @@ static void gw_free(funcd_gateway *base)
 {
     embedded *g = (embedded *)base;
     funcd_httpd_free(g->httpd);
-    for (route_entry *e = g->routes, *next; e; e = next) {
-        next = e->next;
-        free(e->ns);
-        free(e->name);
-        free(e);
-    }
+    for (unsigned i = 0; i < BUCKETS; i++)
+        while (g->buckets[i]) {
+            route_entry *e = g->buckets[i];
+            g->buckets[i] = e->next;
+            free_entry(e);
+        }
     pthread_rwlock_destroy(&g->lock);
     free(g);
 }

@@ -111,6 +111,8 @@ funcd_option *funcd_with_data_plane_addr(const char *addr)
     return string_option(OPT_DATA_PLANE, addr);
 }
 funcd_option *funcd_with_token_file(const char *path) { return string_option(OPT_TOKEN_FILE, path); }
+funcd_option *funcd_with_shim_dir(const char *dir) { return string_option(OPT_SHIM_DIR, dir); }
+funcd_option *funcd_with_state_dir(const char *dir) { return string_option(OPT_STATE_DIR, dir); }
 
 static funcd_option *token_option(const char *token, funcd_role role, const char *const *ns)
 {
@@ -210,6 +212,8 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
     case OPT_GATEWAY: cfg->gateway = take_backend(o, cfg->gateway); break;
     case OPT_LISTEN: replace_str(&cfg->listen_addr, &o->str); break;
     case OPT_DATA_PLANE: replace_str(&cfg->data_plane_addr, &o->str); break;
+    case OPT_SHIM_DIR: replace_str(&cfg->shim_dir, &o->str); break;
+    case OPT_STATE_DIR: replace_str(&cfg->state_dir, &o->str); break;
     case OPT_NO_TOKENS: funcd_auth_clear(&cfg->auth); break;
     case OPT_TOKEN:
         if (!o->role)
@@ -260,6 +264,8 @@ void funcd_config_clear(funcd_config *cfg)
     free_backend(OPT_GATEWAY, cfg->gateway);
     free(cfg->listen_addr);
     free(cfg->data_plane_addr);
+    free(cfg->shim_dir);
+    free(cfg->state_dir);
     funcd_auth_clear(&cfg->auth);
     memset(cfg, 0, sizeof(*cfg));
 }

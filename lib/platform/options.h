@@ -22,6 +22,8 @@ typedef enum option_kind {
     OPT_NO_TOKENS,
     OPT_LOGGER,
     OPT_LOG_OBSERVER,
+    OPT_SHIM_DIR,
+    OPT_STATE_DIR,
 } option_kind;
 
 struct funcd_option {
@@ -47,6 +49,8 @@ typedef struct funcd_config {
     funcd_gateway *gateway;
     char *listen_addr;
     char *data_plane_addr;
+    char *shim_dir;
+    char *state_dir;
     funcd_auth auth;
     funcd_logger logger;
     funcd_log_observer_fn observer;

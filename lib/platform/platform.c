@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "controller/controller.h"
@@ -23,6 +24,12 @@
 #include "funcd/funcd.h"
 #include "funcd/sys/error.h"
 #include "platform/options.h"
+#include "serving/serving.h"
+#include "util/misc.h"
+
+#ifndef FUNCD_DEFAULT_SHIM_DIR
+#define FUNCD_DEFAULT_SHIM_DIR "/usr/local/libexec/funcd"
+#endif
 
 struct funcd_platform {
     funcd_config cfg;
@@ -32,6 +39,9 @@ struct funcd_platform {
     funcd_cp cp;
     funcd_cp_server *cp_server;
     funcd_controller *controller;
+    funcd_serving *serving;
+    char *state_dir;     /* ours to remove when we made it */
+    int own_state_dir;
     char addr[128];
     char data_plane_addr[128];
 
@@ -114,6 +124,8 @@ static int complete_config(funcd_config *c)
     }
     if (!c->gateway && (rc = funcd_gateway_embedded_new(&c->gateway, 0)) < 0)
         return rc;
+    if (!c->runtime && (rc = funcd_runtime_process_new(&c->runtime)) < 0)
+        return rc;
     const char *missing = !c->store ? "store" : !c->blob ? "blob" : !c->bus ? "bus" : NULL;
     if (missing)
         return funcd_error_set(FUNCD_EMISSING, "no %s backend: funcd_production() needs "
@@ -134,12 +146,45 @@ static void version_json(funcd_platform *p, char *out, size_t len)
 {
     const funcd_config *c = &p->cfg;
     snprintf(out, len,
-             "{\"version\":\"%s\",\"apiVersion\":\"funcd.dev/v1\",\"backends\":{\"store\":\"%s\","
-             "\"blob\":\"%s\",\"bus\":\"%s\",\"runtime\":\"%s\",\"gateway\":\"%s\"}}",
-             FUNCD_VERSION_STRING, c->store->name ? c->store->name : "?",
+             "{\"version\":\"%s\",\"apiVersion\":\"funcd.dev/v1\",\"dataPlane\":\"%s\","
+             "\"backends\":{\"store\":\"%s\",\"blob\":\"%s\",\"bus\":\"%s\",\"runtime\":\"%s\","
+             "\"gateway\":\"%s\"}}",
+             FUNCD_VERSION_STRING, p->data_plane_addr, c->store->name ? c->store->name : "?",
              c->blob->name ? c->blob->name : "?", c->bus->name ? c->bus->name : "?",
              c->runtime && c->runtime->name ? c->runtime->name : "none",
              c->gateway->name ? c->gateway->name : "?");
+}
+
+static void on_serving_changed(const char *ns, const char *name, void *payload)
+{
+    funcd_platform *p = payload;
+    funcd_controller_requeue(p->controller, "functions", ns, name);
+}
+
+/* The state directory: given, or a private one we remove at shutdown. */
+static int make_state_dir(funcd_platform *p)
+{
+    if (p->cfg.state_dir) {
+        if (mkdir(p->cfg.state_dir, 0700) != 0 && errno != EEXIST)
+            return funcd_error_set(FUNCD_EIO, "cannot create the state directory %s: %s",
+                                   p->cfg.state_dir, strerror(errno));
+        p->state_dir = strdup(p->cfg.state_dir);
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        if (asprintf(&p->state_dir, "%s/funcd-XXXXXX", tmp && *tmp ? tmp : "/tmp") < 0)
+            p->state_dir = NULL;
+        if (p->state_dir && !mkdtemp(p->state_dir))
+            return funcd_error_set(FUNCD_EIO, "cannot create a state directory under %s: %s",
+                                   tmp && *tmp ? tmp : "/tmp", strerror(errno));
+        p->own_state_dir = 1;
+    }
+    return p->state_dir ? 0 : funcd_error_set(FUNCD_ENOMEM, "out of memory");
+}
+
+static const char *shim_dir(const funcd_config *c)
+{
+    const char *env = getenv("FUNCD_SHIM_DIR");
+    return c->shim_dir ? c->shim_dir : env && *env ? env : FUNCD_DEFAULT_SHIM_DIR;
 }
 
 static int build(funcd_platform *p)
@@ -147,39 +192,94 @@ static int build(funcd_platform *p)
     int rc = complete_config(&p->cfg);
     if (rc < 0)
         return rc;
-    p->base = event_base_new();
+    /* Precise timers: worker readiness is probed at sub-millisecond steps. */
+    struct event_config *ec = event_config_new();
+    if (ec)
+        event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER);
+    p->base = ec ? event_base_new_with_config(ec) : NULL;
+    if (ec)
+        event_config_free(ec);
     p->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (!p->base || p->stop_fd < 0)
         return funcd_error_set(FUNCD_EIO, "cannot create the platform loop: %s", strerror(errno));
     p->stop_ev = event_new(p->base, p->stop_fd, EV_READ | EV_PERSIST, on_stop, p);
     if (!p->stop_ev || event_add(p->stop_ev, NULL) < 0)
         return funcd_error_set(FUNCD_ENOMEM, "cannot register the stop event");
-    if (p->cfg.runtime && (rc = p->cfg.runtime->attach(p->cfg.runtime, p->base)) < 0)
+    if ((rc = p->cfg.runtime->attach(p->cfg.runtime, p->base)) < 0)
+        return rc;
+    if ((rc = make_state_dir(p)) < 0)
         return rc;
 
-    char vj[512];
+    rc = p->cfg.gateway->listen(p->cfg.gateway, p->cfg.data_plane_addr, p->data_plane_addr,
+                                sizeof(p->data_plane_addr));
+    if (rc < 0)
+        return rc;
+    char vj[768];
     version_json(p, vj, sizeof(vj));
     funcd_cp_init(&p->cp, p->cfg.store, &p->cfg.auth, vj);
     rc = funcd_cp_server_new(&p->cp_server, &p->cp, p->cfg.listen_addr, p->addr, sizeof(p->addr));
     if (rc < 0)
         return rc;
-    rc = p->cfg.gateway->listen(p->cfg.gateway, p->cfg.data_plane_addr, p->data_plane_addr,
-                                sizeof(p->data_plane_addr));
-    if (rc < 0)
+    funcd_serving_config sc = {
+        .loop = p->base,
+        .runtime = p->cfg.runtime,
+        .blob = p->cfg.blob,
+        .gateway = p->cfg.gateway,
+        .shim_dir = shim_dir(&p->cfg),
+        .state_dir = p->state_dir,
+        .logger = &p->cfg.logger,
+        .observer = p->cfg.observer,
+        .observer_payload = p->cfg.observer_payload,
+        .changed = on_serving_changed,
+        .changed_payload = p,
+    };
+    if ((rc = funcd_serving_new(&p->serving, &sc)) < 0)
         return rc;
-    funcd_controller_config cc = {p->base, p->cfg.store, p->cfg.gateway, p->cfg.runtime,
-                                  &p->cfg.logger, 0};
+    p->cp.serving = p->serving;
+    p->cp.blob = p->cfg.blob;
+    funcd_controller_config cc = {p->base, p->cfg.store, p->serving, &p->cfg.logger, 0};
     return funcd_controller_new(&p->controller, &cc);
+}
+
+static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
+{
+    funcd_platform *p = arg;
+    if (funcd_serving_live_workers(p->serving) == 0)
+        event_base_loopbreak(p->base);
+}
+
+/* Stops the workers and runs the loop until they have exited (bounded:
+ * the runtime kills what is left when it is freed). */
+static void drain_workers(funcd_platform *p)
+{
+    if (!p->serving || !p->base)
+        return;
+    funcd_serving_close(p->serving);
+    if (funcd_serving_live_workers(p->serving) == 0)
+        return;
+    struct event *tick = event_new(p->base, -1, EV_PERSIST, on_drain_tick, p);
+    struct timeval every = {0, 5000}, limit = {3, 0};
+    if (!tick)
+        return;
+    event_add(tick, &every);
+    event_base_loopexit(p->base, &limit);
+    if (p->stop_ev) /* shutdown wrote to it too: it would end this loop at once */
+        event_del(p->stop_ev);
+    event_base_dispatch(p->base);
+    event_free(tick);
 }
 
 static void teardown(funcd_platform *p)
 {
-    funcd_cp_server_free(p->cp_server);
+    funcd_cp_server_free(p->cp_server); /* no API calls from here on */
     p->cp_server = NULL;
+    drain_workers(p); /* also fails waiting requests while the gateway still runs */
     if (p->cfg.gateway)
         p->cfg.gateway->stop(p->cfg.gateway);
     funcd_controller_free(p->controller);
     p->controller = NULL;
+    funcd_serving_free(p->serving);
+    p->serving = NULL;
     if (p->stop_ev)
         event_free(p->stop_ev);
     p->stop_ev = NULL;
@@ -190,6 +290,10 @@ static void teardown(funcd_platform *p)
     if (p->stop_fd >= 0)
         close(p->stop_fd);
     p->stop_fd = -1;
+    if (p->state_dir && p->own_state_dir)
+        funcd_remove_tree(p->state_dir);
+    free(p->state_dir);
+    p->state_dir = NULL;
 }
 
 static pthread_once_t evthread_once = PTHREAD_ONCE_INIT;

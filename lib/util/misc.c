@@ -11,6 +11,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <ftw.h>
 #include <unistd.h>
 
 #include "funcd/sys/error.h"
@@ -144,4 +145,16 @@ int funcd_listen_tcp(const char *addr, int reuseport, char *bound, size_t bound_
         snprintf(bound, bound_len, "[%s]:%d", ip, port);
     }
     return fd;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    return type == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+int funcd_remove_tree(const char *path)
+{
+    return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -29,4 +29,7 @@ int funcd_secure_streq(const char *a, const char *b);
  */
 int funcd_listen_tcp(const char *addr, int reuseport, char *bound, size_t bound_len);
 
+/* Removes a directory tree without following symlinks (rm -rf). */
+int funcd_remove_tree(const char *path);
+
 #endif

@@ -64,9 +64,17 @@ expect() {
     ok "$what"
 }
 
+# The shims (language workers) live in the build tree's shims/ folder; FUNCD
+# is BUILD/bin/funcd/funcd.
+BUILD=${FUNCD_BUILD_ROOT:-$(cd "$(dirname "$FUNCD")/../.." && pwd)}
+SHIMS_ARGS=()
+if "$FUNCD" --help 2>&1 | grep -q -- --shims && [ -d "$BUILD/shims" ]; then
+    SHIMS_ARGS=(--shims "$BUILD/shims")
+fi
+
 start_funcd() {
     "$FUNCD" --memory --dev --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 \
-        2>"$WORK/funcd.log" &
+        "${SHIMS_ARGS[@]}" 2>"$WORK/funcd.log" &
     FUNCD_PID=$!
     local addr=
     for _ in $(seq 150); do
@@ -104,6 +112,56 @@ test_usage() {
     expect "unreachable server says what to do" 1 err "cannot reach funcd" err "FUNCD_SERVER"
 }
 
+test_serving_usage() {
+    ctl deploy
+    expect "deploy without DIR is a usage error" 2 err "deploy needs the DIR"
+    ctl deploy "$HERE" --runtime python3
+    expect "deploy without --name is a usage error" 2 err "needs --name"
+    ctl deploy "$HERE" --name x
+    expect "deploy without --runtime is a usage error" 2 err "needs --runtime"
+    ctl deploy "$HERE" --name x --runtime python3 --min lots
+    expect "deploy --min takes a number" 2 err "--min takes a whole number"
+    ctl deploy "$HERE" --name x --runtime python3 --timeout soon
+    expect "deploy --timeout takes a duration" 2 err "--timeout takes a duration"
+    ctl deploy "$HERE" --name x --runtime python3 --env NOEQUALS
+    expect "deploy --env takes K=V" 2 err "--env takes NAME=VALUE"
+    ctl deploy "$HERE" --name x --runtime python3 --mode batch
+    expect "deploy --mode is http or exec" 2 err "--mode is http"
+    ctl deploy "$HERE" "$HERE" --name x --runtime python3
+    expect "deploy takes one DIR" 2 err "deploy takes one DIR"
+    ctl invoke
+    expect "invoke without NAME is a usage error" 2 err "invoke needs the NAME"
+    ctl invoke x -H nocolon
+    expect "invoke -H needs a colon" 2 err "-H takes 'Name: value'"
+    ctl invoke x -X 'GE T'
+    expect "invoke -X takes a method" 2 err "-X takes an HTTP method"
+    ctl invoke x --frob
+    expect "invoke rejects unknown flags" 2 err 'unknown flag "--frob"'
+    ctl logs
+    expect "logs without NAME is a usage error" 2 err "logs needs the NAME"
+    ctl logs x --tail many
+    expect "logs --tail takes a number" 2 err "--tail takes a number"
+    ctl deploy --help
+    expect "deploy --help lists its flags" 0 out "--wait-timeout" out "--no-wait"
+    ctl --server http://127.0.0.1:1 deploy "$HERE" --name x --runtime python3
+    expect "deploy to an unreachable server says what to do" 1 err "cannot reach funcd" \
+        err "FUNCD_SERVER"
+    ctl --server http://127.0.0.1:1 logs x
+    expect "logs from an unreachable server says what to do" 1 err "cannot reach funcd"
+    ctl --server http://127.0.0.1:1 invoke x
+    expect "invoke asks the control plane where the data plane is" 1 err "cannot reach funcd"
+    ctl invoke x --data-plane http://127.0.0.1:1
+    expect "invoke at an unreachable data plane says what to do" 1 \
+        err "cannot reach the data plane at http://127.0.0.1:1" err "FUNCD_DATA_PLANE"
+    FUNCD_DATA_PLANE=127.0.0.1:1 ctl invoke x
+    expect "invoke reads FUNCD_DATA_PLANE" 1 err "cannot reach the data plane at http://127.0.0.1:1"
+    ctl deploy "$WORK/nosuch" --name x --runtime python3
+    expect "deploy of a missing directory names it" 1 err "nosuch"
+    mkdir -p "$WORK/empty/.git"
+    ctl deploy "$WORK/empty" --name x --runtime python3
+    expect "deploy of an empty directory refuses" 1 err "holds no files"
+}
+
 test_apply() {
     ctl apply -f "$HERE/app.yaml"
     expect "apply creates three kinds" 0 out "^function/hello created$" \
@@ -119,10 +177,12 @@ test_apply() {
 
 test_get() {
     ctl get functions
-    expect "get functions prints a table" 0 out "^NAME +READY +REASON +AGE$" out "^hello +"
+    expect "get functions prints a table" 0 out "^NAME +READY +REPLICAS +AGE$" \
+        out "^hello +(True|False|Unknown) +[0-9]+/[0-9]+ +[0-9]+[smhd]$"
     ctl get fn hello -o wide
-    expect "get -o wide adds generation and revision" 0 \
-        out "GENERATION +RESOURCE-VERSION$" out "^hello .* 2 +[0-9]+$"
+    expect "get -o wide adds reason, generation and revision" 0 \
+        out "^NAME +READY +REPLICAS +AGE +REASON +GENERATION +RESOURCE-VERSION$" \
+        out "^hello .* 2 +[0-9]+$"
     ctl get fn hello -o json
     expect "get -o json" 0 out '"kind": "Function"' out '"name": "hello"' out '"GREETING": "hello"'
     ctl get Function hello -o yaml
@@ -205,6 +265,118 @@ test_delete() {
     expect "an empty list says so" 0 err "No functions found"
 }
 
+# The python3 example, or (if another checkout lacks it) a handler of the same shape.
+python_example() {
+    local dir=${FUNCD_SOURCE_ROOT:-$HERE/../..}/examples/functions/python3
+    if [ ! -f "$dir/main.py" ]; then
+        dir=$WORK/hello-py
+        mkdir -p "$dir"
+        cat >"$dir/main.py" <<'PY'
+def handler(req):
+    print('{"severity":"INFO","msg":"said hello to %s"}' % req.args.get('name', 'world'))
+    return {'method': req.method, 'path': req.path, 'bodyBytes': len(req.body)}
+PY
+    fi
+    echo "$dir"
+}
+
+# logs_until PATTERN ARGS...: runs `logs` until its output matches (the log
+# pipeline is asynchronous), at most ~5 s.
+logs_until() {
+    local pattern=$1
+    shift
+    for _ in $(seq 50); do
+        ctl logs "$@"
+        grep -qE -- "$pattern" <<<"$OUT" && return
+        sleep 0.1
+    done
+}
+
+test_serving() {
+    local dir
+    dir=$(python_example)
+    ctl deploy "$dir" --name hello-py --runtime python3 --handler main.handler \
+        -e GREETING=hey --max 2 --wait-timeout 30s
+    expect "deploy packs, uploads, applies and waits for Ready" 0 \
+        out "^function/hello-py ready$" err "uploaded .* \(sha256:[0-9a-f]{64}\)" \
+        err "function/hello-py created, waiting for Ready"
+    ctl deploy "$dir" --name hello-py --runtime python3 --handler main.handler \
+        -e GREETING=hey --max 2
+    expect "deploying the same tree again changes nothing" 0 out "^function/hello-py ready$" \
+        err "function/hello-py unchanged"
+    ctl get fn hello-py -o json
+    expect "deploy wrote the spec from its flags" 0 out '"bundle": "sha256:[0-9a-f]{64}"' \
+        out '"GREETING": "hey"' out '"maxReplicas": 2' out '"handler": "main.handler"'
+    ctl invoke hello-py -d '{"a":1}'
+    expect "invoke sends the body and prints the answer" 0 out '"bodyBytes": ?7' \
+        out '"method": ?"POST"'
+    ctl invoke hello-py -i --path '/sub?name=ann'
+    expect "invoke -i shows the status line and the invocation id" 0 err "^HTTP/1.1 200" \
+        err "^[Xx]-[Ff]uncd-[Ii]nvocation-[Ii]d: ." out '"method": ?"GET"' out "/sub"
+    echo -n 'abc' >"$WORK/body.bin"
+    ctl invoke hello-py -d @"$WORK/body.bin" -X PUT
+    expect "invoke -d @FILE -X PUT" 0 out '"bodyBytes": ?3' out '"method": ?"PUT"'
+    ctl invoke nosuch
+    expect "invoke of an unknown function prints the Status" 1 err "function/nosuch: .*404" \
+        err "invocation"
+    ctl get functions
+    expect "get functions shows the replicas" 0 out "^hello-py +True +[0-9]+/[1-9][0-9]* +"
+    logs_until "said hello to ann" hello-py
+    expect "logs prints what the function wrote" 0 \
+        out "^[0-9T:.-]+Z hello-py-[0-9a-z-]+ .*said hello to ann"
+    ctl logs hello-py -o json --tail 1
+    expect "logs -o json --tail 1 prints one raw record" 0 out '^\{.*"line":' \
+        out '"replica":"hello-py'
+    if [ "$(grep -c . <<<"$OUT")" != 1 ]; then fail "logs --tail 1 printed more than one record"; fi
+    timeout 30 "$CTL" logs hello-py -f --tail 0 >"$WORK/follow.out" 2>"$WORK/follow.err" &
+    WATCH_PID=$!
+    sleep 0.5
+    ctl invoke hello-py --path '/?name=bob'
+    for _ in $(seq 50); do
+        grep -q "said hello to bob" "$WORK/follow.out" && break
+        sleep 0.1
+    done
+    kill -INT "$WATCH_PID" 2>/dev/null
+    wait "$WATCH_PID"
+    RC=$?
+    WATCH_PID=
+    cp "$WORK/follow.out" "$WORK/out"
+    cp "$WORK/follow.err" "$WORK/err"
+    OUT=$(cat "$WORK/out")
+    ERR=$(cat "$WORK/err")
+    LAST_ARGS="logs hello-py -f --tail 0"
+    expect "logs -f follows new records and stops on Ctrl-C" 0 out "said hello to bob"
+    ctl delete fn hello-py
+    expect "delete the deployed function" 0 out "^function/hello-py deleted$"
+    ctl invoke hello-py
+    expect "a deleted function is not found" 1 err "404"
+}
+
+test_deploy_failures() {
+    mkdir -p "$WORK/broken"
+    echo 'x = 1' >"$WORK/broken/other.py"
+    ctl deploy "$WORK/broken" --name broken --runtime python3 --handler main.handler \
+        --wait-timeout 10s
+    if [ "$RC" = 0 ]; then
+        # The platform may only find a missing module when a worker starts.
+        ok "deploy of a handler that is missing: Ready (found at the first request)"
+        ctl invoke broken
+        expect "invoking a missing handler fails" 1 err "function/broken"
+    else
+        expect "deploy of a missing handler names the Ready reason" 1 err "function/broken"
+    fi
+    ctl delete fn broken --ignore-not-found
+    local exec_dir=${FUNCD_SOURCE_ROOT:-$HERE/../..}/examples/functions/exec
+    if [ -x "$exec_dir/hello.sh" ]; then
+        ctl deploy "$exec_dir" --name hello-sh --runtime native --mode exec --handler hello.sh \
+            --wait-timeout 30s
+        expect "deploy --mode exec of a script" 0 out "^function/hello-sh ready$"
+        ctl invoke hello-sh -d 'hi' --path /x
+        expect "the script kept its exec bit in the bundle" 0 out "you sent 2 bytes to /x: hi"
+        ctl delete fn hello-sh
+    fi
+}
+
 test_version() {
     ctl version
     expect "version shows client and server" 0 out "^Client Version: [0-9]" out "^Server Version: "
@@ -226,12 +398,19 @@ test_stop() {
 
 start_funcd
 test_usage
+test_serving_usage
 test_apply
 test_get
 test_describe
 test_errors
 test_watch
 test_delete
+if grep -q '"dataPlane"' <<<"$("$CTL" version -o json 2>/dev/null)"; then
+    test_serving
+    test_deploy_failures
+else
+    echo "# SKIP serving: this funcd does not report a data plane yet"
+fi
 test_version
 test_stop
 

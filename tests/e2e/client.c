@@ -428,3 +428,51 @@ void e2e_watch_close(e2e_watch *w)
     pthread_mutex_destroy(&w->lock);
     free(w);
 }
+
+/* ---- requests with any body and headers ------------------------------------ */
+
+long e2e_http_send(e2e_http *h, const char *method, const char *path, const char *token,
+                   const char *const *headers, const void *body, size_t len, e2e_resp *out)
+{
+    e2e_resp_free(out);
+    sink s = {FUNCD_BUF_INIT, FUNCD_BUF_INIT};
+    char *url = join_url(h->base, path);
+    funcd_buf auth = FUNCD_BUF_INIT;
+    if (token)
+        funcd_buf_printf(&auth, "Bearer %s", token);
+    struct curl_slist *hl = request_headers(token ? auth.data : NULL, 0);
+    funcd_buf_free(&auth);
+    for (const char *const *hp = headers; hp && *hp; hp++)
+        hl = curl_slist_append(hl, *hp);
+    CURL *c = h->curl;
+    curl_easy_reset(c); /* options only: the connection cache survives */
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, REQUEST_TIMEOUT_MS);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->errbuf);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &s);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    } else {
+        curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+    }
+    if (strcmp(method, "GET") != 0 && !(body && strcmp(method, "POST") == 0))
+        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    h->errbuf[0] = '\0';
+    CURLcode cc = curl_easy_perform(c);
+    if (cc == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &out->status);
+    else
+        funcd_buf_printf(&s.body, "curl: %s", h->errbuf[0] ? h->errbuf : curl_easy_strerror(cc));
+    curl_slist_free_all(hl);
+    free(url);
+    out->body = funcd_buf_detach(&s.body, &out->len);
+    out->headers = funcd_buf_detach(&s.headers, NULL);
+    out->json = cJSON_ParseWithLength(out->body, out->len);
+    return out->status;
+}

@@ -80,4 +80,12 @@ int e2e_watch_wait_end(e2e_watch *w, int timeout_ms);
 /* Aborts the transfer if still running, joins the reader, frees. NULL ok. */
 void e2e_watch_close(e2e_watch *w);
 
+/*
+ * A request with a body of `len` bytes (any bytes; `body` NULL sends none)
+ * and extra header lines ("Name: value", NULL-terminated list, may be NULL).
+ * Otherwise like e2e_http_do.
+ */
+long e2e_http_send(e2e_http *h, const char *method, const char *path, const char *token,
+                   const char *const *headers, const void *body, size_t len, e2e_resp *out);
+
 #endif

@@ -60,7 +60,7 @@ E2E_TEST(controller_writes_status_and_follows_generations)
     CHECK(jnum(e->r.json, "metadata.generation") == 1);
     const cJSON *ready = condition(e->r.json, "Ready");
     CHECK_STR(jstr(ready, "status"), "False");
-    CHECK_STR(jstr(ready, "reason"), "RuntimeUnavailable");
+    CHECK_STR(jstr(ready, "reason"), "ArtifactFailed"); /* its source.path does not exist */
     CHECK(jstr(ready, "message") && *jstr(ready, "message"));
     const char *since = jstr(ready, "lastTransitionTime");
     CHECK(since && strlen(since) >= 20 && since[strlen(since) - 1] == 'Z');
@@ -74,7 +74,7 @@ E2E_TEST(controller_writes_status_and_follows_generations)
     if (!env_poll(e, POLL_MS, has_observed, &want))
         FAILF("observedGeneration did not follow to 2: %.400s", e->r.body);
     ready = condition(e->r.json, "Ready");
-    CHECK_STR(jstr(ready, "reason"), "RuntimeUnavailable");
+    CHECK_STR(jstr(ready, "reason"), "ArtifactFailed"); /* its source.path does not exist */
     /* Still False: no transition, so the time it last changed is kept. */
     CHECK_STR(jstr(ready, "lastTransitionTime"), first_since);
 

@@ -31,12 +31,17 @@ extern "C" {
 
 typedef struct funcd_gateway funcd_gateway;
 
+struct funcd_pool; /* the platform's worker pool of one function */
+
 /** Where a function's requests go. */
 typedef struct funcd_route {
     const char *namespace_;
     const char *name;
-    const char *const *endpoints; /**< NULL-terminated worker addresses ("unix:/path") */
+    const char *const *endpoints; /**< NULL-terminated worker addresses ("unix:/path"), for
+                                       gateways outside libfuncd; may be NULL */
     uint64_t timeout_ms;          /**< per-request timeout; 0: the gateway's default */
+    struct funcd_pool *pool;      /**< the function's workers (the embedded gateway takes slots
+                                       from it); NULL while the function cannot run */
 } funcd_route;
 
 struct funcd_gateway {

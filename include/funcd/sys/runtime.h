@@ -15,7 +15,9 @@
  * calls `attach` once before any `start`, and `free` once at shutdown (after
  * stopping every worker). A spec is borrowed for the duration of `start`.
  * A worker handle belongs to the runtime; the caller gives it back with
- * `release` after the exit callback has run.
+ * `release` after the exit callback has run (or earlier, which kills the
+ * worker without a callback). `free` kills every worker still running
+ * without calling their callbacks.
  *
  * Threads: all methods and callbacks run on the platform loop's thread.
  */
@@ -88,6 +90,10 @@ struct funcd_runtime {
 };
 
 #define FUNCD_RUNTIME_INIT {FUNCD_RUNTIME_VERSION}
+
+/** The process runtime: each worker a process in its own process group,
+ *  supervised through a pidfd (Linux 5.3 or later). */
+FUNCD_EXTERN int funcd_runtime_process_new(funcd_runtime **out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Serving benchmarks, each next to a peer measured in the same run:
+#   1. warm path: requests/s and latency through funcd's gateway to a warm native
+#      worker, through nginx proxy_pass (keepalive) to the same worker, and to the
+#      worker directly (TCP);
+#   2. cold start, zero -> first byte through the gateway, p50/p99 over N runs,
+#      next to the floor (spawning the same worker and calling its socket);
+#   3. funcd's RSS with 1,000 functions defined and 50 warm workers.
+# Usage: bench/serving.sh [BUILD_DIR]   (make bench runs it after bench/run.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+duration=${BENCH_SECONDS:-5}
+conns=${BENCH_CONNECTIONS:-50}
+runs=${BENCH_COLD_RUNS:-100}
+token=funcd-dev-token
+work=$(mktemp -d /tmp/fb.XXXX) # short: worker socket paths must fit in 108 bytes
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+command -v nginx >/dev/null || { echo "serving.sh: nginx is missing (bench/run.sh installs it)"; exit 1; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+"$build/bin/funcd/funcd" --memory --dev --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 \
+  --shims "$build/shims" --state-dir "$work/s" 2>"$work/funcd.log" &
+pids+=($!)
+funcd_pid=$!
+for _ in $(seq 200); do grep -q 'data plane listening' "$work/funcd.log" && break; sleep 0.05; done
+api="http://$(sed -n 's/.*control plane listening on //p' "$work/funcd.log")"
+dp="http://$(sed -n 's/.*data plane listening on //p' "$work/funcd.log")"
+fns="$api/apis/funcd.dev/v1/namespaces/default/functions"
+
+create() { # name runtime handler dir scaling-json [env-json]
+  curl -sf -o /dev/null -H "Authorization: Bearer $token" -d "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",
+    \"metadata\":{\"name\":\"$1\"},\"spec\":{\"runtime\":\"$2\",\"handler\":\"$3\",\"source\":{\"path\":\"$4\"},
+    \"scaling\":$5,\"env\":${6:-{\}}}}" "$fns"
+}
+wait_ok() { for _ in $(seq 400); do curl -sf -o /dev/null "$1" && return 0; sleep 0.025; done; echo "no answer from $1"; exit 1; }
+
+# ---- 1. warm path ---------------------------------------------------------------
+mkdir -p "$work/native"
+cp "$build/bench/bench-worker" "$work/native/worker"
+wport=$(free_port)
+create warm native worker "$work/native" \
+  '{"minReplicas":1,"maxReplicas":1,"concurrency":10000,"queueLength":10000,"idleTimeout":"1h"}' \
+  "{\"BENCH_TCP_PORT\":\"$wport\"}"
+wait_ok "$dp/fn/default/warm/"
+sock=$(ls -d "$work"/s/run/w*/worker.sock | head -n 1)
+
+nport=$(free_port)
+mkdir -p "$work/nginx"
+cat >"$work/nginx/nginx.conf" <<CONF
+worker_processes 1;
+daemon off;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx; proxy_temp_path $work/nginx;
+  fastcgi_temp_path $work/nginx; uwsgi_temp_path $work/nginx; scgi_temp_path $work/nginx;
+  keepalive_requests 1000000;
+  upstream worker { server unix:$sock; keepalive 256; keepalive_requests 1000000; }
+  server {
+    listen 127.0.0.1:$nport;
+    location / { proxy_pass http://worker; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+CONF
+nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" 2>/dev/null &
+pids+=($!)
+wait_ok "http://127.0.0.1:$nport/"
+
+rps() { awk '/Requests\/sec/ {print $2}'; }
+lat() { awk '$1=="50%" {p50=$2} $1=="99%" {p99=$2} END {print p50 " / " p99}'; }
+declare -A R L
+for target in direct nginx funcd; do
+  case $target in
+    direct) url="http://127.0.0.1:$wport/" ;;
+    nginx) url="http://127.0.0.1:$nport/" ;;
+    funcd) url="$dp/fn/default/warm/" ;;
+  esac
+  R[$target]=$(wrk -t1 -c"$conns" -d"${duration}s" "$url" | rps)
+  L[$target]=$(wrk -t1 -c1 -d"${duration}s" --latency "$url" | lat)
+done
+
+# ---- 2. cold starts ---------------------------------------------------------------
+mkdir -p "$work/py" "$work/node" "$work/floor"
+cat >"$work/py/main.py" <<'PY'
+def handler(req):
+    return "hello\n"
+PY
+cat >"$work/node/index.js" <<'JS'
+exports.handler = async () => "hello\n";
+JS
+cold='{"minReplicas":0,"maxReplicas":1,"concurrency":10,"idleTimeout":"10ms"}'
+create cold-native native worker "$work/native" "$cold"
+create cold-python python3 main.handler "$work/py" "$cold"
+have_node=0
+if command -v node >/dev/null; then
+  have_node=1
+  create cold-node node index.js#handler "$work/node" "$cold"
+fi
+cs="$build/bench/bench-coldstart"
+cold_out=$("$cs" floor "$runs" "$work/floor" -- "$work/native/worker")$'\n'
+cold_out+=$("$cs" gateway "$runs" "$api" "$dp" cold-native "$token")$'\n'
+cold_out+=$("$cs" floor "$runs" "$work/floor" -e FUNCD_HANDLER=main.handler -e "FUNCD_CODE_DIR=$work/py" \
+  -e PYTHONDONTWRITEBYTECODE=1 -- /usr/bin/python3 "$build/shims/funcd-python.py")$'\n'
+cold_out+=$("$cs" gateway "$runs" "$api" "$dp" cold-python "$token")$'\n'
+if [ $have_node = 1 ]; then
+  cold_out+=$("$cs" floor "$runs" "$work/floor" -e FUNCD_HANDLER=index.js#handler -e "FUNCD_CODE_DIR=$work/node" \
+    -- "$(command -v node)" "$build/shims/funcd-node.js")$'\n'
+  cold_out+=$("$cs" gateway "$runs" "$api" "$dp" cold-node "$token")$'\n'
+fi
+
+# ---- 3. memory with 1,000 functions and 50 warm workers ---------------------------
+python3 - "$api" "$token" "$work/native" <<'PY'
+import http.client, json, sys
+api, token, code = sys.argv[1], sys.argv[2], sys.argv[3]
+host = api.split("//")[1]
+c = http.client.HTTPConnection(host)
+for i in range(1000):
+    fn = {"apiVersion": "funcd.dev/v1", "kind": "Function", "metadata": {"name": f"m{i}"},
+          "spec": {"runtime": "native", "handler": "worker", "source": {"path": code},
+                   "scaling": {"minReplicas": 0, "maxReplicas": 1, "idleTimeout": "1h"}}}
+    c.request("POST", "/apis/funcd.dev/v1/namespaces/default/functions", json.dumps(fn),
+              {"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+    r = c.getresponse(); r.read()
+    assert r.status == 201, r.status
+PY
+sleep 1
+for i in $(seq 0 49); do curl -sf -o /dev/null "$dp/fn/default/m$i/"; done
+sleep 0.5
+rss_kib=$(awk '/VmRSS/ {print $2}' /proc/$funcd_pid/status)
+workers=$(ls -d "$work"/s/run/w* | wc -l)
+
+ratio() { python3 -c "print(f'{float($1)/float($2):.2f}')"; }
+printf '\n%-58s %s\n' "warm path (wrk -t1, loopback, one native worker)" "result"
+printf '%-58s %s\n' "requests/s -c$conns: worker direct (TCP)" "${R[direct]}"
+printf '%-58s %s\n' "requests/s -c$conns: nginx proxy_pass keepalive -> worker" "${R[nginx]}"
+printf '%-58s %s\n' "requests/s -c$conns: funcd gateway -> worker" "${R[funcd]}"
+printf '%-58s %s\n' "ratio funcd / nginx" "$(ratio "${R[funcd]}" "${R[nginx]}")"
+printf '%-58s %s\n' "latency p50 / p99 -c1: worker direct" "${L[direct]}"
+printf '%-58s %s\n' "latency p50 / p99 -c1: nginx" "${L[nginx]}"
+printf '%-58s %s\n' "latency p50 / p99 -c1: funcd" "${L[funcd]}"
+printf '\ncold starts (%s runs each)\n%s' "$runs" "$cold_out"
+printf '\n%-58s %s\n' "funcd RSS, 1,000 functions + $workers warm workers" "$((rss_kib / 1024)) MiB"

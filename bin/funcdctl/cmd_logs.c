@@ -1,0 +1,133 @@
+/* logs NAME [-f] [--tail N]: what a Function's replicas wrote, one record a line. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "output.h"
+
+#define MAX_TAIL 1000000L
+
+typedef struct logs_opts {
+    const char *name;
+    const char *tail;
+    int follow;
+} logs_opts;
+
+typedef struct logs_state {
+    const ctl_ctx *ctx;
+    int failed;
+} logs_state;
+
+/* A stream that cannot go on may end with a Status instead of a record. */
+static int report_status_line(const cJSON *rec)
+{
+    const char *message = ctl_get_string(rec, "message");
+    const char *reason = ctl_get_string(rec, "reason");
+    const cJSON *code = ctl_get_path(rec, "code");
+    return ctl_fail("the log stream ended: %s (%.0f %s)", message ? message : "server error",
+                    cJSON_IsNumber(code) ? code->valuedouble : 0.0, reason ? reason : "Error");
+}
+
+static int on_record(const char *line, size_t len, void *payload)
+{
+    logs_state *st = payload;
+    if (st->ctx->output == CTL_OUT_JSON) {
+        printf("%.*s\n", (int)len, line);
+        fflush(stdout);
+        return 0;
+    }
+    cJSON *rec = cJSON_ParseWithLength(line, len);
+    const char *kind = ctl_get_string(rec, "kind");
+    const char *text = ctl_get_string(rec, "line");
+    const char *time = ctl_get_string(rec, "time");
+    const char *replica = ctl_get_string(rec, "replica");
+    int stop = 0;
+    if (kind && !strcmp(kind, "Status")) {
+        report_status_line(rec);
+        st->failed = stop = 1;
+    } else if (!text) {
+        printf("%.*s\n", (int)len, line); /* not a record: show it as it came */
+    } else {
+        printf("%s %s %s\n", time ? time : "-", replica ? replica : "-", text);
+    }
+    fflush(stdout);
+    cJSON_Delete(rec);
+    return stop;
+}
+
+static int parse(ctl_ctx *ctx, int argc, char **argv, logs_opts *o)
+{
+    for (int i = 0; i < argc; i++) {
+        int r = ctl_flag_value(ctx, argc, argv, &i, NULL, "--tail", &o->tail);
+        if (r < 0)
+            return CTL_EXIT_USAGE;
+        if (r > 0) {
+            char *end;
+            long n = strtol(o->tail, &end, 10);
+            if (!*o->tail || *end || n < 0 || n > MAX_TAIL)
+                return ctl_usage(ctx, "--tail takes a number of lines from 0 to %ld, not \"%s\"",
+                                 MAX_TAIL, o->tail);
+        } else if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow")) {
+            o->follow = 1;
+        } else if (!strcmp(argv[i], "--")) {
+            continue;
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            return ctl_usage(ctx, "unknown flag \"%s\"", argv[i]);
+        } else if (o->name) {
+            return ctl_usage(ctx, "logs takes one function NAME");
+        } else {
+            o->name = argv[i];
+        }
+    }
+    if (!o->name)
+        return ctl_usage(ctx, "logs needs the NAME of a function, e.g. `funcdctl logs hello`");
+    return 0;
+}
+
+static char *logs_path(ctl_client *client, const ctl_ctx *ctx, const logs_opts *o)
+{
+    char *base = ctl_api_path(client, ctx->ns, "functions", o->name, "logs");
+    funcd_buf b = FUNCD_BUF_INIT;
+    char sep = '?';
+    int rc = base ? funcd_buf_puts(&b, base) : -1;
+    if (rc == 0 && o->follow) {
+        rc = funcd_buf_printf(&b, "%cfollow=true", sep);
+        sep = '&';
+    }
+    if (rc == 0 && o->tail)
+        rc = funcd_buf_printf(&b, "%ctailLines=%s", sep, o->tail);
+    free(base);
+    if (rc != 0) {
+        funcd_buf_free(&b);
+        return NULL;
+    }
+    return funcd_buf_detach(&b, NULL);
+}
+
+int cmd_logs(ctl_ctx *ctx, int argc, char **argv)
+{
+    logs_opts o = {0};
+    int rc = parse(ctx, argc, argv, &o);
+    if (rc != 0)
+        return rc;
+    ctl_client *client = ctl_ctx_client(ctx);
+    char *path = client ? logs_path(client, ctx, &o) : NULL;
+    if (!path)
+        return CTL_EXIT_ERROR;
+    logs_state st = {.ctx = ctx};
+    ctl_response resp = CTL_RESPONSE_INIT;
+    /* Following ends on Ctrl-C, cleanly (exit 0). */
+    volatile sig_atomic_t *stop = o.follow ? ctl_stop_on_signals() : NULL;
+    char what[160];
+    snprintf(what, sizeof(what), "function/%s", o.name);
+    if (ctl_stream(client, path, on_record, &st, stop, 0, &resp) != 0)
+        rc = CTL_EXIT_ERROR;
+    else if (resp.code != 200 && !(stop && *stop))
+        rc = ctl_report_status(client, &resp, what, ctx->ns);
+    else
+        rc = st.failed ? CTL_EXIT_ERROR : 0;
+    ctl_response_free(&resp);
+    free(path);
+    return rc;
+}

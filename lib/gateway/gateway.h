@@ -1,0 +1,42 @@
+/*
+ * The embedded gateway's parts: the route table (embedded.c) and the
+ * proxy of one invocation to a worker (proxy.c).
+ */
+#ifndef FUNCD_GATEWAY_GATEWAY_H
+#define FUNCD_GATEWAY_GATEWAY_H
+
+#include <h2o.h>
+#include <h2o/http1client.h>
+
+#include "pool/pool.h"
+
+/* Per gateway thread (one h2o context each). */
+typedef struct gw_timeouts gw_timeouts;
+typedef struct gw_thread {
+    h2o_context_t *ctx;
+    h2o_multithread_receiver_t receiver; /* grants of cold requests */
+    gw_timeouts *timeouts;               /* one h2o timeout + client ctx per duration */
+    unsigned tickets;                    /* grants still expected on this thread */
+    uint64_t rng[2];                     /* invocation ids */
+} gw_thread;
+
+/* The thread's state (set by on_thread_init). */
+gw_thread *funcd_gw_thread(void);
+
+/* Proxies `req` to the function's pool; rest = "/..." with the query. */
+void funcd_gw_invoke(gw_thread *t, h2o_req_t *req, funcd_pool *pool, uint64_t timeout_ms,
+                     const char *ns, size_t nsl, const char *name, size_t nl, h2o_iovec_t rest);
+
+/* A new invocation id (a random UUID) into `out`. */
+void funcd_gw_new_id(gw_thread *t, char out[40]);
+
+/* A JSON Status answer. */
+void funcd_gw_send_status(h2o_req_t *req, int code, const char *reason, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+void funcd_gw_thread_init(gw_thread *t, h2o_context_t *ctx);
+/* Runs the loop until no grant is outstanding, then releases the thread's
+ * timeouts and receiver. */
+void funcd_gw_thread_dispose(gw_thread *t);
+
+#endif

@@ -1,0 +1,541 @@
+#include "pool/pool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "funcd/sys/error.h"
+#include "util/misc.h"
+
+#define TIMER_MS 100
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 10000
+
+typedef enum wstate { W_STARTING, W_READY, W_STOPPING, W_GONE } wstate;
+
+struct funcd_pool_worker {
+    funcd_pool *pool;
+    wstate state;     /* under pool->lock */
+    unsigned replica;
+    unsigned in_flight;
+    int64_t started_ms;
+    int64_t last_used_ms;
+    int stop_called;
+    atomic_int refs;  /* 1 while listed + 1 per slot held */
+    void *data;
+    funcd_pool_worker *next;
+};
+
+struct funcd_pool {
+    pthread_mutex_t lock;
+    atomic_int refs;
+    funcd_pool_config cfg;
+    funcd_pool_ops ops;
+    struct event_base *loop;
+    struct event *tick;  /* any thread: event_active under lock while open */
+    struct event *timer; /* idle reaping, start timeouts, backoff */
+    funcd_pool_worker *workers;
+    unsigned n_ready, n_starting, n_stopping;
+    unsigned next_replica, rr;
+    funcd_pool_waiter waiters; /* anchor */
+    unsigned n_waiting;
+    int closed;
+    unsigned failures; /* consecutive start failures */
+    int64_t backoff_until_ms;
+    char last_error[256];
+    int64_t last_cold_start_ms;
+    double last_cold_start_millis;
+};
+
+/* ---- references ------------------------------------------------------- */
+
+void funcd_pool_ref(funcd_pool *p)
+{
+    atomic_fetch_add(&p->refs, 1);
+}
+
+void funcd_pool_unref(funcd_pool *p)
+{
+    if (!p || atomic_fetch_sub(&p->refs, 1) != 1)
+        return;
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
+static void worker_unref(funcd_pool_worker *w)
+{
+    if (atomic_fetch_sub(&w->refs, 1) != 1)
+        return;
+    funcd_pool *p = w->pool;
+    if (p->ops.dispose)
+        p->ops.dispose(w, p->ops.payload);
+    free(w);
+    funcd_pool_unref(p);
+}
+
+/* ---- waiters ---------------------------------------------------------- */
+
+static void enqueue(funcd_pool *p, funcd_pool_waiter *wt)
+{
+    wt->next = &p->waiters;
+    wt->prev = p->waiters.prev;
+    wt->prev->next = wt;
+    p->waiters.prev = wt;
+    wt->queued = 1;
+    wt->slot = NULL;
+    p->n_waiting++;
+}
+
+static funcd_pool_waiter *dequeue(funcd_pool *p)
+{
+    funcd_pool_waiter *wt = p->waiters.next;
+    if (wt == &p->waiters)
+        return NULL;
+    wt->prev->next = wt->next;
+    wt->next->prev = wt->prev;
+    wt->queued = 0;
+    p->n_waiting--;
+    return wt;
+}
+
+/* The ready worker with the fewest requests in flight and a free slot;
+ * ties go round-robin so load spreads over equal workers. */
+static funcd_pool_worker *pick(funcd_pool *p)
+{
+    funcd_pool_worker *best = NULL;
+    unsigned best_load = 0, i = 0, start = p->rr++;
+    unsigned n = p->n_ready ? p->n_ready : 1;
+    unsigned best_rank = 0;
+    for (funcd_pool_worker *w = p->workers; w; w = w->next) {
+        if (w->state != W_READY || w->in_flight >= p->cfg.concurrency)
+            continue;
+        unsigned rank = (i++ + n - start % n) % n; /* rotate the tie order */
+        if (!best || w->in_flight < best_load || (w->in_flight == best_load && rank < best_rank)) {
+            best = w;
+            best_load = w->in_flight;
+            best_rank = rank;
+        }
+    }
+    return best;
+}
+
+static void take_slot(funcd_pool_worker *w)
+{
+    w->in_flight++;
+    w->last_used_ms = funcd_mono_ms();
+    atomic_fetch_add(&w->refs, 1);
+}
+
+/* Hands free slots to waiters in order; the grants are delivered by
+ * deliver() once the lock is dropped. */
+static funcd_pool_waiter *grant_locked(funcd_pool *p)
+{
+    funcd_pool_waiter *granted = NULL, **tail = &granted;
+    while (p->n_waiting) {
+        funcd_pool_worker *w = pick(p);
+        if (!w)
+            break;
+        funcd_pool_waiter *wt = dequeue(p);
+        take_slot(w);
+        wt->slot = w;
+        wt->next = NULL;
+        *tail = wt;
+        tail = &wt->next;
+    }
+    return granted;
+}
+
+static void deliver(funcd_pool_waiter *list, const char *error)
+{
+    while (list) {
+        funcd_pool_waiter *next = list->next;
+        list->granted(list, list->slot, list->slot ? NULL : error);
+        list = next;
+    }
+}
+
+/* Takes every waiter out of the queue (to be failed). */
+static funcd_pool_waiter *take_all_waiters(funcd_pool *p)
+{
+    funcd_pool_waiter *all = NULL, **tail = &all, *wt;
+    while ((wt = dequeue(p))) {
+        wt->slot = NULL;
+        wt->next = NULL;
+        *tail = wt;
+        tail = &wt->next;
+    }
+    return all;
+}
+
+static void poke_locked(funcd_pool *p)
+{
+    if (!p->closed)
+        event_active(p->tick, 0, 0);
+}
+
+/* ---- the request side (any thread) ------------------------------------ */
+
+int funcd_pool_acquire(funcd_pool *p, funcd_pool_waiter *wt, funcd_pool_worker **out)
+{
+    *out = NULL;
+    pthread_mutex_lock(&p->lock);
+    int rc;
+    funcd_pool_worker *w = NULL;
+    if (p->closed) {
+        rc = -2;
+    } else if (!p->n_waiting && (w = pick(p))) {
+        take_slot(w);
+        *out = w;
+        rc = 0;
+    } else if (p->n_waiting >= p->cfg.queue_length) {
+        rc = -1;
+    } else {
+        enqueue(p, wt);
+        poke_locked(p); /* the loop decides whether to start a worker */
+        rc = 1;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+int funcd_pool_cancel(funcd_pool *p, funcd_pool_waiter *wt)
+{
+    pthread_mutex_lock(&p->lock);
+    int was_queued = wt->queued;
+    if (was_queued) {
+        wt->prev->next = wt->next;
+        wt->next->prev = wt->prev;
+        wt->queued = 0;
+        p->n_waiting--;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return was_queued;
+}
+
+void funcd_pool_release(funcd_pool *p, funcd_pool_worker *w, int failed)
+{
+    pthread_mutex_lock(&p->lock);
+    w->in_flight--;
+    w->last_used_ms = funcd_mono_ms();
+    if (failed && w->state == W_READY) {
+        w->state = W_STOPPING; /* evicted: the loop stops it and replaces it */
+        p->n_ready--;
+        p->n_stopping++;
+        poke_locked(p);
+    }
+    funcd_pool_waiter *granted = grant_locked(p);
+    pthread_mutex_unlock(&p->lock);
+    deliver(granted, NULL);
+    worker_unref(w);
+}
+
+void funcd_pool_stats_get(funcd_pool *p, funcd_pool_stats *out)
+{
+    pthread_mutex_lock(&p->lock);
+    out->ready = p->n_ready;
+    out->total = p->n_ready + p->n_starting + p->n_stopping;
+    out->waiting = p->n_waiting;
+    out->last_cold_start_ms = p->last_cold_start_ms;
+    out->last_cold_start_millis = p->last_cold_start_millis;
+    pthread_mutex_unlock(&p->lock);
+}
+
+void funcd_pool_worker_set_data(funcd_pool_worker *w, void *data) { w->data = data; }
+void *funcd_pool_worker_data(const funcd_pool_worker *w) { return w->data; }
+unsigned funcd_pool_worker_replica(const funcd_pool_worker *w) { return w->replica; }
+funcd_pool *funcd_pool_worker_pool(const funcd_pool_worker *w) { return w->pool; }
+
+/* ---- the loop side ---------------------------------------------------- */
+
+typedef struct work {
+    funcd_pool_worker *stop[64];
+    unsigned n_stop;
+    funcd_pool_worker *start[64];
+    unsigned n_start;
+} work;
+
+static void mark_stopping(funcd_pool *p, funcd_pool_worker *w, work *wk)
+{
+    if (w->state == W_READY)
+        p->n_ready--;
+    else if (w->state == W_STARTING)
+        p->n_starting--;
+    else
+        return;
+    w->state = W_STOPPING;
+    p->n_stopping++;
+    if (!w->stop_called && wk->n_stop < 64) {
+        w->stop_called = 1;
+        wk->stop[wk->n_stop++] = w;
+    }
+}
+
+static void plan_locked(funcd_pool *p, work *wk)
+{
+    int64_t now = funcd_mono_ms();
+    /* Evicted workers still to be stopped. */
+    for (funcd_pool_worker *w = p->workers; w; w = w->next)
+        if (w->state == W_STOPPING && !w->stop_called && wk->n_stop < 64) {
+            w->stop_called = 1;
+            wk->stop[wk->n_stop++] = w;
+        }
+    /* Starts that took too long, and idle workers beyond the minimum. */
+    for (funcd_pool_worker *w = p->workers; w; w = w->next) {
+        if (w->state == W_STARTING && p->cfg.start_timeout_ms &&
+            now - w->started_ms >= (int64_t)p->cfg.start_timeout_ms) {
+            snprintf(p->last_error, sizeof(p->last_error),
+                     "replica %u was not ready within %llu ms", w->replica,
+                     (unsigned long long)p->cfg.start_timeout_ms);
+            p->failures++;
+            mark_stopping(p, w, wk);
+        } else if (w->state == W_READY && w->in_flight == 0 && p->cfg.idle_ms &&
+                   now - w->last_used_ms >= (int64_t)p->cfg.idle_ms &&
+                   p->n_ready + p->n_starting > p->cfg.min_workers) {
+            mark_stopping(p, w, wk);
+        }
+    }
+    /* Demand: waiters beyond the free slots, less what is starting. */
+    unsigned free_slots = 0;
+    for (funcd_pool_worker *w = p->workers; w; w = w->next)
+        if (w->state == W_READY)
+            free_slots += p->cfg.concurrency - w->in_flight;
+    unsigned conc = p->cfg.concurrency;
+    unsigned demand = p->n_waiting > free_slots ? p->n_waiting - free_slots : 0;
+    unsigned coming = p->n_starting * conc;
+    unsigned need = demand > coming ? (demand - coming + conc - 1) / conc : 0;
+    unsigned alive = p->n_ready + p->n_starting;
+    if (alive + need < p->cfg.min_workers)
+        need = p->cfg.min_workers - alive;
+    if (alive + need > p->cfg.max_workers)
+        need = p->cfg.max_workers > alive ? p->cfg.max_workers - alive : 0;
+    if (now < p->backoff_until_ms)
+        need = 0;
+    for (unsigned i = 0; i < need && wk->n_start < 64; i++) {
+        funcd_pool_worker *w = calloc(1, sizeof(*w));
+        if (!w)
+            break;
+        w->pool = p;
+        w->state = W_STARTING;
+        w->replica = ++p->next_replica;
+        w->started_ms = now;
+        w->last_used_ms = now;
+        atomic_init(&w->refs, 1);
+        funcd_pool_ref(p);
+        w->next = p->workers;
+        p->workers = w;
+        p->n_starting++;
+        wk->start[wk->n_start++] = w;
+    }
+}
+
+static void unlist_locked(funcd_pool *p, funcd_pool_worker *w)
+{
+    for (funcd_pool_worker **pp = &p->workers; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            break;
+        }
+    if (w->state == W_READY)
+        p->n_ready--;
+    else if (w->state == W_STARTING)
+        p->n_starting--;
+    else if (w->state == W_STOPPING)
+        p->n_stopping--;
+    w->state = W_GONE;
+}
+
+/* After start failures with nobody left to serve them, waiters would only
+ * wait for a timeout: tell them why instead. */
+static funcd_pool_waiter *fail_waiters_if_hopeless_locked(funcd_pool *p)
+{
+    if (p->failures == 0 || p->n_ready || p->n_starting)
+        return NULL;
+    return take_all_waiters(p);
+}
+
+static void arm_timer(funcd_pool *p)
+{
+    struct timeval tv = {0, TIMER_MS * 1000};
+    if (!p->closed && !evtimer_pending(p->timer, NULL))
+        evtimer_add(p->timer, &tv);
+}
+
+static void run_plan(funcd_pool *p)
+{
+    work wk = {0};
+    pthread_mutex_lock(&p->lock);
+    if (p->closed) {
+        pthread_mutex_unlock(&p->lock);
+        return;
+    }
+    plan_locked(p, &wk);
+    funcd_pool_waiter *failed = fail_waiters_if_hopeless_locked(p);
+    int busy = p->workers || p->n_waiting;
+    pthread_mutex_unlock(&p->lock);
+    char error[300];
+    snprintf(error, sizeof(error), "the function failed to start: %s", p->last_error);
+    deliver(failed, error);
+
+    for (unsigned i = 0; i < wk.n_stop; i++)
+        p->ops.stop(p, wk.stop[i], p->ops.payload);
+    for (unsigned i = 0; i < wk.n_start; i++)
+        if (p->ops.start(p, wk.start[i], p->ops.payload) < 0) /* nothing runs: forget it */
+            funcd_pool_worker_exited(wk.start[i], funcd_error_last()->message);
+    if (busy)
+        arm_timer(p);
+    if (wk.n_start || wk.n_stop)
+        p->ops.changed(p, p->ops.payload);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    run_plan(arg);
+}
+
+void funcd_pool_worker_ready(funcd_pool_worker *w)
+{
+    funcd_pool *p = w->pool;
+    pthread_mutex_lock(&p->lock);
+    funcd_pool_waiter *granted = NULL;
+    if (w->state == W_STARTING) {
+        int64_t now = funcd_mono_ms();
+        w->state = W_READY;
+        p->n_starting--;
+        p->n_ready++;
+        w->last_used_ms = now;
+        p->failures = 0;
+        p->backoff_until_ms = 0;
+        p->last_cold_start_ms = funcd_now_ms();
+        p->last_cold_start_millis = (double)(now - w->started_ms);
+        granted = grant_locked(p);
+    }
+    pthread_mutex_unlock(&p->lock);
+    deliver(granted, NULL);
+    p->ops.changed(p, p->ops.payload);
+}
+
+static void note_failure_locked(funcd_pool *p, const char *why)
+{
+    snprintf(p->last_error, sizeof(p->last_error), "%s", why ? why : "unknown error");
+    p->failures++;
+    int64_t backoff = BACKOFF_MIN_MS;
+    for (unsigned i = 1; i < p->failures && backoff < BACKOFF_MAX_MS; i++)
+        backoff *= 2;
+    p->backoff_until_ms = funcd_mono_ms() + (backoff < BACKOFF_MAX_MS ? backoff : BACKOFF_MAX_MS);
+}
+
+void funcd_pool_worker_failed(funcd_pool_worker *w, const char *why)
+{
+    funcd_pool *p = w->pool;
+    work wk = {0};
+    pthread_mutex_lock(&p->lock);
+    note_failure_locked(p, why);
+    int started = w->stop_called == 0 && w->state == W_STARTING;
+    mark_stopping(p, w, &wk);
+    funcd_pool_waiter *failed = fail_waiters_if_hopeless_locked(p);
+    pthread_mutex_unlock(&p->lock);
+    char error[300];
+    snprintf(error, sizeof(error), "the function failed to start: %s", why ? why : "?");
+    deliver(failed, error);
+    (void)started;
+    for (unsigned i = 0; i < wk.n_stop; i++)
+        p->ops.stop(p, wk.stop[i], p->ops.payload);
+    pthread_mutex_lock(&p->lock);
+    poke_locked(p);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void funcd_pool_worker_exited(funcd_pool_worker *w, const char *why)
+{
+    funcd_pool *p = w->pool;
+    pthread_mutex_lock(&p->lock);
+    if (w->state == W_STARTING)
+        note_failure_locked(p, why);
+    unlist_locked(p, w);
+    funcd_pool_waiter *failed = fail_waiters_if_hopeless_locked(p);
+    poke_locked(p); /* replace it if there is demand or a minimum */
+    pthread_mutex_unlock(&p->lock);
+    char error[300];
+    snprintf(error, sizeof(error), "the function failed to start: %s", why ? why : "?");
+    deliver(failed, error);
+    if (!p->closed)
+        p->ops.changed(p, p->ops.payload);
+    worker_unref(w);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    run_plan(arg);
+}
+
+int funcd_pool_new(funcd_pool **out, struct event_base *loop, const funcd_pool_config *cfg,
+                   const funcd_pool_ops *ops)
+{
+    *out = NULL;
+    funcd_pool *p = calloc(1, sizeof(*p));
+    if (!p)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory creating a worker pool");
+    pthread_mutex_init(&p->lock, NULL);
+    atomic_init(&p->refs, 1);
+    p->ops = *ops;
+    p->loop = loop;
+    p->waiters.next = p->waiters.prev = &p->waiters;
+    p->tick = event_new(loop, -1, 0, on_tick, p);
+    p->timer = evtimer_new(loop, on_timer, p);
+    if (!p->tick || !p->timer) {
+        if (p->tick)
+            event_free(p->tick);
+        if (p->timer)
+            event_free(p->timer);
+        pthread_mutex_destroy(&p->lock);
+        free(p);
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory creating a worker pool");
+    }
+    funcd_pool_configure(p, cfg);
+    *out = p;
+    return 0;
+}
+
+void funcd_pool_configure(funcd_pool *p, const funcd_pool_config *cfg)
+{
+    pthread_mutex_lock(&p->lock);
+    p->cfg = *cfg;
+    if (p->cfg.max_workers == 0)
+        p->cfg.max_workers = 1;
+    if (p->cfg.concurrency == 0)
+        p->cfg.concurrency = 1;
+    if (p->cfg.min_workers > p->cfg.max_workers)
+        p->cfg.min_workers = p->cfg.max_workers;
+    p->failures = 0; /* a new configuration deserves a fresh start */
+    p->backoff_until_ms = 0;
+    funcd_pool_waiter *granted = grant_locked(p);
+    poke_locked(p);
+    pthread_mutex_unlock(&p->lock);
+    deliver(granted, NULL);
+}
+
+void funcd_pool_close(funcd_pool *p, const char *reason)
+{
+    work wk = {0};
+    pthread_mutex_lock(&p->lock);
+    p->closed = 1;
+    funcd_pool_waiter *failed = take_all_waiters(p);
+    for (funcd_pool_worker *w = p->workers; w; w = w->next)
+        mark_stopping(p, w, &wk);
+    /* Stop also those mark_stopping could not list (more than 64). */
+    for (funcd_pool_worker *w = p->workers; w; w = w->next)
+        if (!w->stop_called && wk.n_stop == 64) {
+            w->stop_called = 1;
+            p->ops.stop(p, w, p->ops.payload);
+        }
+    event_free(p->tick);
+    event_free(p->timer);
+    p->tick = p->timer = NULL;
+    pthread_mutex_unlock(&p->lock);
+    deliver(failed, reason);
+    for (unsigned i = 0; i < wk.n_stop; i++)
+        p->ops.stop(p, wk.stop[i], p->ops.payload);
+    funcd_pool_unref(p);
+}

@@ -1,0 +1,105 @@
+/*
+ * Worker pools: the one mechanism behind both front doors (HTTP functions
+ * through the gateway, KRM function images through the function runner).
+ *
+ * A pool keeps 0..max workers for one key. Requests take a slot on the
+ * least-loaded ready worker (round-robin among ties) without leaving their
+ * thread; when every worker is at its concurrency they wait in a bounded
+ * queue while the pool starts more workers, up to max. Workers idle for
+ * longer than the idle TTL (every use extends it) are stopped down to min.
+ * A worker that fails is evicted and replaced when there is demand.
+ *
+ * How a worker is started, probed and stopped is the front door's business
+ * (funcd_pool_ops); the pool only decides when.
+ *
+ * Threads: funcd_pool_new/configure/close and the worker_* state calls run
+ * on the platform loop; acquire/release/cancel may run on any thread;
+ * waiters' `granted` callbacks run on whichever thread freed the slot.
+ */
+#ifndef FUNCD_POOL_POOL_H
+#define FUNCD_POOL_POOL_H
+
+#include <event2/event.h>
+#include <stdint.h>
+
+typedef struct funcd_pool funcd_pool;
+typedef struct funcd_pool_worker funcd_pool_worker;
+typedef struct funcd_pool_waiter funcd_pool_waiter;
+
+typedef struct funcd_pool_config {
+    unsigned min_workers;
+    unsigned max_workers;      /* >= 1 */
+    unsigned concurrency;      /* requests per worker, >= 1 */
+    unsigned queue_length;     /* waiters beyond this are refused */
+    uint64_t idle_ms;          /* stop workers idle this long; 0: never */
+    uint64_t start_timeout_ms; /* a worker not ready by then has failed */
+} funcd_pool_config;
+
+typedef struct funcd_pool_ops {
+    /* Start worker `w` (its index in funcd_pool_worker_replica). Report the
+     * outcome later with funcd_pool_worker_ready / _failed. Non-zero: the
+     * start failed at once (the message is in funcd_error_last()). */
+    int (*start)(funcd_pool *p, funcd_pool_worker *w, void *payload);
+    /* Stop worker `w`; report its end with funcd_pool_worker_exited. */
+    void (*stop)(funcd_pool *p, funcd_pool_worker *w, void *payload);
+    /* Releases the front door's data of a worker that is gone for good.
+     * Runs on the thread that drops the last reference. */
+    void (*dispose)(funcd_pool_worker *w, void *payload);
+    /* Replica counts or the last cold start changed (on the loop). */
+    void (*changed)(funcd_pool *p, void *payload);
+    void *payload;
+} funcd_pool_ops;
+
+/* A request waiting for a slot. `granted` gets the worker (slot taken) or
+ * NULL with an error message when no worker could be started. */
+struct funcd_pool_waiter {
+    void (*granted)(funcd_pool_waiter *wt, funcd_pool_worker *w, const char *error);
+    /* private */
+    funcd_pool_waiter *prev, *next;
+    funcd_pool_worker *slot;
+    int queued;
+};
+
+typedef struct funcd_pool_stats {
+    unsigned ready;
+    unsigned total; /* ready + starting + stopping */
+    unsigned waiting;
+    int64_t last_cold_start_ms;    /* wall clock; 0: none yet */
+    double last_cold_start_millis; /* duration */
+} funcd_pool_stats;
+
+int funcd_pool_new(funcd_pool **out, struct event_base *loop, const funcd_pool_config *cfg,
+                   const funcd_pool_ops *ops);
+/* New limits; takes effect at once (scales up or down as needed). */
+void funcd_pool_configure(funcd_pool *p, const funcd_pool_config *cfg);
+/* Stops every worker, fails every waiter with `reason`, and drops the
+ * loop's reference. The pool is freed when the last reference goes. */
+void funcd_pool_close(funcd_pool *p, const char *reason);
+
+void funcd_pool_ref(funcd_pool *p);
+void funcd_pool_unref(funcd_pool *p);
+
+/* 0: `*out` holds a slot. 1: `wt` is queued and will be granted. -1: the
+ * queue is full (answer 503). -2: the pool is closed. */
+int funcd_pool_acquire(funcd_pool *p, funcd_pool_waiter *wt, funcd_pool_worker **out);
+/* 1 if `wt` was still queued (now removed); 0 if a grant is on its way or
+ * was delivered: the caller must release that slot when it arrives. */
+int funcd_pool_cancel(funcd_pool *p, funcd_pool_waiter *wt);
+/* Gives a slot back; `failed` evicts the worker (it could not be reached). */
+void funcd_pool_release(funcd_pool *p, funcd_pool_worker *w, int failed);
+
+void funcd_pool_stats_get(funcd_pool *p, funcd_pool_stats *out);
+
+/* Front-door data per worker (e.g. its socket address and connection pool). */
+void funcd_pool_worker_set_data(funcd_pool_worker *w, void *data);
+void *funcd_pool_worker_data(const funcd_pool_worker *w);
+unsigned funcd_pool_worker_replica(const funcd_pool_worker *w);
+funcd_pool *funcd_pool_worker_pool(const funcd_pool_worker *w);
+
+/* Loop thread: the worker started by ops->start is ready, failed to
+ * start, or (after ops->stop or by itself) exited. */
+void funcd_pool_worker_ready(funcd_pool_worker *w);
+void funcd_pool_worker_failed(funcd_pool_worker *w, const char *why);
+void funcd_pool_worker_exited(funcd_pool_worker *w, const char *why);
+
+#endif

@@ -1,0 +1,812 @@
+#include "serving/serving.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "api/api.h"
+#include "artifact/bundle.h"
+#include "funcd/sys/error.h"
+#include "util/misc.h"
+
+#define STOP_GRACE_MS 2000
+#define PROBE_FIRST_US 100
+#define PROBE_MAX_US 2000
+
+/* What every worker of one version of a function is started with. */
+typedef struct launch {
+    atomic_int refs;
+    funcd_serving *s;
+    char *ns, *name;
+    char **argv; /* NULL-terminated */
+    char **env;  /* NULL-terminated; FUNCD_LISTEN and FUNCD_REPLICA are added per worker */
+    char *cwd;
+    char *fingerprint; /* argv, env and cwd: a change means new workers */
+    funcd_log_ring *logs;
+} launch;
+
+typedef struct fn_entry {
+    char *ns, *name;
+    launch *ln;
+    funcd_pool *pool;
+    uint64_t timeout_ms;
+    funcd_log_ring *logs;
+    struct fn_entry *next;
+} fn_entry;
+
+/* A worker: the pool's worker data. `pub` first: the gateway sees only it. */
+typedef struct worker_ctx {
+    funcd_serving_worker pub;
+    launch *ln;
+    funcd_pool_worker *pw;
+    funcd_worker *proc;
+    char dir[128];
+    char sock[108];
+    int sockpool_ready;
+    /* readiness probe */
+    int probe_fd;
+    struct event *probe_ev;
+    struct event *probe_timer;
+    unsigned probe_delay_us;
+    char probe_buf[64];
+    size_t probe_len;
+    char last_stderr[200];
+} worker_ctx;
+
+struct funcd_serving {
+    funcd_serving_config cfg;
+    char *shim_dir;
+    char *run_dir;   /* worker runtime directories */
+    char *cache_dir; /* extracted bundles */
+    pthread_mutex_t lock; /* guards `entries` for readers on other threads */
+    fn_entry *entries;
+    unsigned next_dir;
+    unsigned live_workers; /* processes started and not yet exited */
+    /* h2o 2.2.5 socket pools read "now" from a loop they are bound to and
+     * link a timer into it. This loop is never run: it only gives the pools
+     * a clock, so pooled connections never expire (they end with their
+     * worker). Its lists are touched under pools_lock. */
+    h2o_evloop_t *clock_loop;
+    pthread_mutex_t pools_lock;
+};
+
+/* ---- small helpers ---------------------------------------------------- */
+
+static void strv_free(char **v)
+{
+    for (char **p = v; p && *p; p++)
+        free(*p);
+    free(v);
+}
+
+typedef struct strv {
+    char **v;
+    size_t n, cap;
+    int oom;
+} strv;
+
+static void strv_add(strv *sv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void strv_add(strv *sv, const char *fmt, ...)
+{
+    if (sv->oom)
+        return;
+    if (sv->n + 2 > sv->cap) {
+        size_t cap = sv->cap ? sv->cap * 2 : 16;
+        char **v = realloc(sv->v, cap * sizeof(char *));
+        if (!v) {
+            sv->oom = 1;
+            return;
+        }
+        sv->v = v;
+        sv->cap = cap;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    if (!s) {
+        sv->oom = 1;
+        return;
+    }
+    sv->v[sv->n++] = s;
+    sv->v[sv->n] = NULL;
+}
+
+static void launch_unref(launch *ln)
+{
+    if (!ln || atomic_fetch_sub(&ln->refs, 1) != 1)
+        return;
+    strv_free(ln->argv);
+    strv_free(ln->env);
+    free(ln->cwd);
+    free(ln->fingerprint);
+    free(ln->ns);
+    free(ln->name);
+    funcd_log_ring_unref(ln->logs);
+    free(ln);
+}
+
+static int remove_tree_dir(const char *dir)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "%s/worker.sock", dir);
+    unlink(path);
+    return rmdir(dir);
+}
+
+/* ---- spec -> launch --------------------------------------------------- */
+
+static const char *str_at(const cJSON *obj, const char *key)
+{
+    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(obj, key));
+}
+
+static uint64_t duration_at(const cJSON *obj, const char *key, uint64_t dflt)
+{
+    const char *s = str_at(obj, key);
+    uint64_t ms;
+    return s && funcd_parse_duration_ms(s, &ms) == 0 ? ms : dflt;
+}
+
+static unsigned uint_at(const cJSON *obj, const char *key, unsigned dflt)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsNumber(n) && n->valuedouble >= 0 ? (unsigned)n->valuedouble : dflt;
+}
+
+static void fail(funcd_serving_status *st, const char *reason, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void fail(funcd_serving_status *st, const char *reason, const char *fmt, ...)
+{
+    st->ready = 0;
+    snprintf(st->reason, sizeof(st->reason), "%s", reason);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->message, sizeof(st->message), fmt, ap);
+    va_end(ap);
+}
+
+/* The code directory of the function, or NULL with `st` filled. */
+static char *materialize(funcd_serving *s, const cJSON *source, funcd_serving_status *st)
+{
+    const char *path = str_at(source, "path");
+    const char *bundle = str_at(source, "bundle");
+    struct stat sb;
+    if (path) {
+        if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            fail(st, "ArtifactFailed", "spec.source.path %s is not a directory on the funcd host",
+                 path);
+            return NULL;
+        }
+        return strdup(path);
+    }
+    if (bundle) {
+        char dir[512], err[512];
+        if (!s->cfg.blob) {
+            fail(st, "ArtifactFailed", "this platform has no blob store for bundles");
+            return NULL;
+        }
+        if (funcd_bundle_materialize(s->cfg.blob, bundle, s->cache_dir, dir, sizeof(dir), err,
+                                     sizeof(err)) < 0) {
+            fail(st, "ArtifactFailed", "bundle %s: %s", bundle, err);
+            return NULL;
+        }
+        return strdup(dir);
+    }
+    if (cJSON_GetObjectItemCaseSensitive(source, "image"))
+        fail(st, "SourceNotSupported",
+             "spec.source.image needs OCI image pulls, which this build does not have yet; use "
+             "spec.source.path or spec.source.bundle");
+    else if (cJSON_GetObjectItemCaseSensitive(source, "git"))
+        fail(st, "SourceNotSupported",
+             "spec.source.git is not supported by this build yet; use spec.source.path or "
+             "spec.source.bundle");
+    else
+        fail(st, "BadSpec", "spec.source names no artifact");
+    return NULL;
+}
+
+static int executable(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && access(path, X_OK) == 0;
+}
+
+/* The program a runtime runs its code with, or NULL when it is missing. */
+static const char *interpreter(const char *runtime)
+{
+    if (strcmp(runtime, "python3") == 0)
+        return executable("/usr/bin/python3") ? "/usr/bin/python3" : NULL;
+    if (strcmp(runtime, "node") == 0) {
+        static const char *const nodes[] = {"/usr/bin/node", "/usr/local/bin/node",
+                                            "/usr/bin/nodejs", NULL};
+        for (const char *const *n = nodes; *n; n++)
+            if (executable(*n))
+                return *n;
+    }
+    return NULL;
+}
+
+static void add_args(strv *argv, const cJSON *spec)
+{
+    const cJSON *a;
+    cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(spec, "args"))
+        if (cJSON_IsString(a))
+            strv_add(argv, "%s", a->valuestring);
+}
+
+/* Builds argv for the runtime and mode (docs/worker-contract.md). */
+static int build_argv(funcd_serving *s, const cJSON *spec, const char *code, strv *argv,
+                      funcd_serving_status *st)
+{
+    const char *runtime = str_at(spec, "runtime");
+    const char *handler = str_at(spec, "handler");
+    const char *mode = str_at(spec, "mode");
+    int exec_mode = mode && strcmp(mode, "exec") == 0;
+    const char *interp = NULL;
+    if (strcmp(runtime, "native") != 0 && !(interp = interpreter(runtime))) {
+        fail(st, "RuntimeUnavailable", "the %s runtime needs %s, which is not installed on the "
+             "funcd host", runtime, strcmp(runtime, "node") == 0 ? "node" : "/usr/bin/python3");
+        return -1;
+    }
+    if ((exec_mode || strcmp(runtime, "native") == 0) && (!handler || !*handler)) {
+        fail(st, "BadSpec", "spec.handler must name the program to run, relative to the code "
+             "directory");
+        return -1;
+    }
+    if (exec_mode) {
+        char shim[600];
+        snprintf(shim, sizeof(shim), "%s/funcd-exec", s->shim_dir);
+        if (!executable(shim)) {
+            fail(st, "RuntimeUnavailable", "the exec shim %s is missing; check funcd's shim "
+                 "directory", shim);
+            return -1;
+        }
+        strv_add(argv, "%s", shim);
+        strv_add(argv, "--");
+        if (interp)
+            strv_add(argv, "%s", interp);
+        strv_add(argv, "%s/%s", code, handler);
+        add_args(argv, spec);
+        return 0;
+    }
+    if (strcmp(runtime, "native") == 0) {
+        char prog[1024];
+        snprintf(prog, sizeof(prog), "%s/%s", code, handler);
+        if (!executable(prog)) {
+            fail(st, "BadSpec", "spec.handler %s is not an executable file in the code directory",
+                 handler);
+            return -1;
+        }
+        strv_add(argv, "%s", prog);
+        add_args(argv, spec);
+        return 0;
+    }
+    const char *shim_name = strcmp(runtime, "python3") == 0 ? "funcd-python.py" : "funcd-node.js";
+    char shim[600];
+    snprintf(shim, sizeof(shim), "%s/%s", s->shim_dir, shim_name);
+    if (access(shim, R_OK) != 0) {
+        fail(st, "RuntimeUnavailable", "the %s shim %s is missing; check funcd's shim directory",
+             runtime, shim);
+        return -1;
+    }
+    strv_add(argv, "%s", interp);
+    strv_add(argv, "%s", shim);
+    return 0;
+}
+
+static void build_env(const cJSON *spec, const char *ns, const char *name, const char *code,
+                      strv *env)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(spec, "env"))
+        if (cJSON_IsString(e))
+            strv_add(env, "%s=%s", e->string, e->valuestring);
+    const char *handler = str_at(spec, "handler");
+    strv_add(env, "PATH=/usr/local/bin:/usr/bin:/bin");
+    strv_add(env, "LANG=C.UTF-8");
+    strv_add(env, "PYTHONUNBUFFERED=1");
+    strv_add(env, "PYTHONDONTWRITEBYTECODE=1");
+    strv_add(env, "FUNCD_NAMESPACE=%s", ns);
+    strv_add(env, "FUNCD_FUNCTION=%s", name);
+    strv_add(env, "FUNCD_HANDLER=%s", handler ? handler : "");
+    strv_add(env, "FUNCD_CODE_DIR=%s", code);
+}
+
+static char *fingerprint(char **argv, char **env, const char *cwd)
+{
+    funcd_buf b = FUNCD_BUF_INIT;
+    for (char **p = argv; *p; p++)
+        funcd_buf_printf(&b, "a:%s\n", *p);
+    for (char **p = env; *p; p++)
+        funcd_buf_printf(&b, "e:%s\n", *p);
+    funcd_buf_printf(&b, "c:%s\n", cwd);
+    return funcd_buf_detach(&b, NULL);
+}
+
+static launch *build_launch(funcd_serving *s, const char *ns, const char *name, const cJSON *spec,
+                            funcd_log_ring *logs, funcd_serving_status *st)
+{
+    char *code = materialize(s, cJSON_GetObjectItemCaseSensitive(spec, "source"), st);
+    if (!code)
+        return NULL;
+    strv argv = {0}, env = {0};
+    launch *ln = NULL;
+    if (build_argv(s, spec, code, &argv, st) == 0) {
+        build_env(spec, ns, name, code, &env);
+        ln = calloc(1, sizeof(*ln));
+    }
+    if (ln && !argv.oom && !env.oom) {
+        atomic_init(&ln->refs, 1);
+        ln->s = s;
+        ln->ns = strdup(ns);
+        ln->name = strdup(name);
+        ln->argv = argv.v;
+        ln->env = env.v;
+        ln->cwd = code;
+        ln->fingerprint = fingerprint(argv.v, env.v, code);
+        funcd_log_ring_ref(logs);
+        ln->logs = logs;
+        return ln;
+    }
+    if (!st->reason[0])
+        fail(st, "InternalError", "out of memory preparing the function");
+    free(ln);
+    free(code);
+    strv_free(argv.v);
+    strv_free(env.v);
+    return NULL;
+}
+
+static funcd_pool_config pool_config(const cJSON *spec)
+{
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(spec, "scaling");
+    funcd_pool_config c = {
+        .min_workers = uint_at(sc, "minReplicas", 0),
+        .max_workers = uint_at(sc, "maxReplicas", 10),
+        .concurrency = uint_at(sc, "concurrency", 10),
+        .queue_length = uint_at(sc, "queueLength", 100),
+        .idle_ms = duration_at(sc, "idleTimeout", 5 * 60 * 1000),
+        .start_timeout_ms = duration_at(spec, "timeout", 30000),
+    };
+    if (c.start_timeout_ms < 10000)
+        c.start_timeout_ms = 10000; /* interpreters on a loaded host need a moment */
+    return c;
+}
+
+/* ---- workers ---------------------------------------------------------- */
+
+static void probe_stop(worker_ctx *wc)
+{
+    if (wc->probe_ev)
+        event_free(wc->probe_ev);
+    wc->probe_ev = NULL;
+    if (wc->probe_timer)
+        event_free(wc->probe_timer);
+    wc->probe_timer = NULL;
+    if (wc->probe_fd >= 0)
+        close(wc->probe_fd);
+    wc->probe_fd = -1;
+}
+
+static void probe_again(worker_ctx *wc);
+
+static void on_probe_read(evutil_socket_t fd, short what, void *arg)
+{
+    worker_ctx *wc = arg;
+    ssize_t n = read(fd, wc->probe_buf + wc->probe_len, sizeof(wc->probe_buf) - 1 - wc->probe_len);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n > 0) {
+        wc->probe_len += (size_t)n;
+        wc->probe_buf[wc->probe_len] = '\0';
+        if (wc->probe_len < 12 && wc->probe_len < sizeof(wc->probe_buf) - 1)
+            return; /* the status line is not complete yet */
+    }
+    int status = 0;
+    if (sscanf(wc->probe_buf, "HTTP/1.%*d %d", &status) == 1 && (status == 200 || status == 404)) {
+        probe_stop(wc);
+        funcd_pool_worker_ready(wc->pw);
+        return;
+    }
+    probe_again(wc); /* not ready yet (or not HTTP yet): try again shortly */
+}
+
+static void on_probe_timer(evutil_socket_t fd, short what, void *arg)
+{
+    worker_ctx *wc = arg;
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", wc->sock);
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s < 0 || connect(s, (struct sockaddr *)&sun, sizeof(sun)) != 0) {
+        if (s >= 0)
+            close(s);
+        probe_again(wc); /* not listening yet */
+        return;
+    }
+    static const char req[] = "GET /_/ready HTTP/1.1\r\nHost: worker\r\nConnection: close\r\n"
+                              "Content-Length: 0\r\n\r\n";
+    if (write(s, req, sizeof(req) - 1) != (ssize_t)(sizeof(req) - 1)) {
+        close(s);
+        probe_again(wc);
+        return;
+    }
+    wc->probe_fd = s;
+    wc->probe_len = 0;
+    wc->probe_ev = event_new(wc->ln->s->cfg.loop, s,
+                             EV_READ | EV_PERSIST, on_probe_read, wc);
+    event_add(wc->probe_ev, NULL);
+}
+
+static void probe_again(worker_ctx *wc)
+{
+    if (wc->probe_ev)
+        event_free(wc->probe_ev);
+    wc->probe_ev = NULL;
+    if (wc->probe_fd >= 0)
+        close(wc->probe_fd);
+    wc->probe_fd = -1;
+    struct timeval tv = {0, wc->probe_delay_us};
+    if (wc->probe_delay_us < PROBE_MAX_US)
+        wc->probe_delay_us *= 2;
+    if (wc->probe_delay_us > PROBE_MAX_US)
+        wc->probe_delay_us = PROBE_MAX_US;
+    evtimer_add(wc->probe_timer, &tv);
+}
+
+/* Pulls an "invocationId" out of a structured (JSON) log line. */
+static int invocation_of(const char *line, size_t len, char *out, size_t out_len)
+{
+    if (len < 2 || line[0] != '{' || !memmem(line, len, "\"invocationId\"", 14))
+        return 0;
+    cJSON *j = cJSON_ParseWithLength(line, len);
+    const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "invocationId"));
+    int found = id != NULL;
+    if (found)
+        snprintf(out, out_len, "%s", id);
+    cJSON_Delete(j);
+    return found;
+}
+
+static void on_worker_output(funcd_worker *proc, funcd_worker_stream stream, const char *line,
+                             size_t len, void *payload)
+{
+    worker_ctx *wc = payload;
+    funcd_serving *s = wc->ln->s;
+    char inv[40] = "";
+    if (!invocation_of(line, len, inv, sizeof(inv))) {
+        pthread_mutex_lock(&wc->pub.invocation_lock);
+        if (wc->pub.in_flight == 1)
+            snprintf(inv, sizeof(inv), "%s", wc->pub.invocation);
+        pthread_mutex_unlock(&wc->pub.invocation_lock);
+    }
+    if (stream == FUNCD_WORKER_STDERR)
+        snprintf(wc->last_stderr, sizeof(wc->last_stderr), "%.*s", (int)len, line);
+    funcd_log_line rec = {funcd_now_ms(), wc->pub.replica, (int)stream, inv[0] ? inv : NULL,
+                          line, len};
+    funcd_log_ring_append(wc->ln->logs, &rec);
+    if (s->cfg.observer) {
+        funcd_log_record r = {wc->ln->ns, wc->ln->name, wc->pub.replica, rec.invocation_id,
+                              (int)stream, rec.time_ms, line, len};
+        s->cfg.observer(&r, s->cfg.observer_payload);
+    }
+}
+
+static void on_worker_exit(funcd_worker *proc, int status, void *payload)
+{
+    worker_ctx *wc = payload;
+    probe_stop(wc);
+    char why[512];
+    if (WIFEXITED(status))
+        snprintf(why, sizeof(why), "replica %s exited with status %d%s%s", wc->pub.replica,
+                 WEXITSTATUS(status), wc->last_stderr[0] ? ": " : "", wc->last_stderr);
+    else
+        snprintf(why, sizeof(why), "replica %s was killed by signal %d%s%s", wc->pub.replica,
+                 WTERMSIG(status), wc->last_stderr[0] ? ": " : "", wc->last_stderr);
+    wc->ln->s->cfg.runtime->release(wc->ln->s->cfg.runtime, proc);
+    wc->proc = NULL;
+    wc->ln->s->live_workers--;
+    remove_tree_dir(wc->dir);
+    funcd_pool_worker_exited(wc->pw, why);
+}
+
+static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
+{
+    launch *ln = payload;
+    funcd_serving *s = ln->s;
+    worker_ctx *wc = calloc(1, sizeof(*wc));
+    if (!wc)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory starting a worker");
+    wc->probe_fd = -1;
+    wc->pw = pw;
+    atomic_fetch_add(&ln->refs, 1);
+    wc->ln = ln;
+    pthread_mutex_init(&wc->pub.invocation_lock, NULL);
+    snprintf(wc->pub.replica, sizeof(wc->pub.replica), "%s-%u", ln->name,
+             funcd_pool_worker_replica(pw));
+    funcd_pool_worker_set_data(pw, wc);
+
+    snprintf(wc->dir, sizeof(wc->dir), "%s/w%u", s->run_dir, ++s->next_dir);
+    if (strlen(wc->dir) + sizeof("/worker.sock") > sizeof(wc->sock))
+        return funcd_error_set(FUNCD_EINVAL, "the state directory %s is too long for Unix socket "
+                               "paths; choose a shorter one", s->run_dir);
+    snprintf(wc->sock, sizeof(wc->sock), "%.*s/worker.sock", (int)(sizeof(wc->sock) - 13),
+             wc->dir);
+    if (mkdir(wc->dir, 0700) != 0 && errno != EEXIST)
+        return funcd_error_set(FUNCD_EIO, "cannot create %s: %s", wc->dir, strerror(errno));
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", wc->sock);
+    pthread_mutex_lock(&s->pools_lock);
+    h2o_socketpool_init_by_address(&wc->pub.sockpool, (struct sockaddr *)&sun, sizeof(sun), 0,
+                                   64);
+    h2o_socketpool_set_timeout(&wc->pub.sockpool, s->clock_loop, 1000);
+    pthread_mutex_unlock(&s->pools_lock);
+    wc->sockpool_ready = 1;
+
+    strv env = {0};
+    for (char **e = ln->env; *e; e++)
+        strv_add(&env, "%s", *e);
+    strv_add(&env, "FUNCD_LISTEN=%s", wc->sock);
+    strv_add(&env, "FUNCD_REPLICA=%s", wc->pub.replica);
+    if (env.oom) {
+        strv_free(env.v);
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory starting a worker");
+    }
+    funcd_worker_spec spec = {(const char *const *)ln->argv, (const char *const *)env.v, ln->cwd,
+                              NULL, {0, 0, 0}};
+    funcd_worker_events ev = {on_worker_output, on_worker_exit, wc};
+    int rc = s->cfg.runtime->start(s->cfg.runtime, &spec, &ev, &wc->proc);
+    strv_free(env.v);
+    if (rc < 0) {
+        remove_tree_dir(wc->dir);
+        return rc;
+    }
+    s->live_workers++;
+    wc->probe_timer = evtimer_new(s->cfg.loop, on_probe_timer, wc);
+    wc->probe_delay_us = PROBE_FIRST_US;
+    struct timeval tv = {0, PROBE_FIRST_US};
+    evtimer_add(wc->probe_timer, &tv);
+    return 0;
+}
+
+static void op_stop(funcd_pool *p, funcd_pool_worker *pw, void *payload)
+{
+    worker_ctx *wc = funcd_pool_worker_data(pw);
+    probe_stop(wc);
+    if (wc->proc)
+        wc->ln->s->cfg.runtime->stop(wc->ln->s->cfg.runtime, wc->proc, STOP_GRACE_MS);
+}
+
+static void op_dispose(funcd_pool_worker *pw, void *payload)
+{
+    worker_ctx *wc = funcd_pool_worker_data(pw);
+    if (!wc)
+        return;
+    if (wc->sockpool_ready) {
+        funcd_serving *s = wc->ln->s;
+        pthread_mutex_lock(&s->pools_lock);
+        h2o_socketpool_dispose(&wc->pub.sockpool);
+        pthread_mutex_unlock(&s->pools_lock);
+    }
+    pthread_mutex_destroy(&wc->pub.invocation_lock);
+    launch_unref(wc->ln);
+    free(wc);
+}
+
+static void op_changed(funcd_pool *p, void *payload)
+{
+    launch *ln = payload;
+    if (ln->s->cfg.changed)
+        ln->s->cfg.changed(ln->ns, ln->name, ln->s->cfg.changed_payload);
+}
+
+/* ---- functions -------------------------------------------------------- */
+
+static fn_entry **find_entry(funcd_serving *s, const char *ns, const char *name)
+{
+    for (fn_entry **pp = &s->entries; *pp; pp = &(*pp)->next)
+        if (strcmp((*pp)->ns, ns) == 0 && strcmp((*pp)->name, name) == 0)
+            return pp;
+    return NULL;
+}
+
+static void route(funcd_serving *s, fn_entry *e)
+{
+    if (!s->cfg.gateway)
+        return;
+    funcd_route r = {.namespace_ = e->ns, .name = e->name, .timeout_ms = e->timeout_ms,
+                     .pool = e->pool};
+    s->cfg.gateway->set_route(s->cfg.gateway, &r);
+}
+
+static void drop_pool(fn_entry *e, const char *why)
+{
+    if (e->pool)
+        funcd_pool_close(e->pool, why);
+    e->pool = NULL;
+    launch_unref(e->ln);
+    e->ln = NULL;
+}
+
+void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, const cJSON *fn,
+                         funcd_serving_status *st)
+{
+    memset(st, 0, sizeof(*st));
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(fn, "spec");
+    fn_entry **pp = find_entry(s, ns, name);
+    fn_entry *e = pp ? *pp : NULL;
+    if (!e) {
+        e = calloc(1, sizeof(*e));
+        if (!e || !(e->ns = strdup(ns)) || !(e->name = strdup(name)) ||
+            !(e->logs = funcd_log_ring_new())) {
+            if (e) {
+                free(e->ns);
+                free(e->name);
+                free(e);
+            }
+            fail(st, "InternalError", "out of memory");
+            return;
+        }
+        pthread_mutex_lock(&s->lock);
+        e->next = s->entries;
+        s->entries = e;
+        pthread_mutex_unlock(&s->lock);
+    }
+    if (!s->cfg.runtime) {
+        fail(st, "RuntimeUnavailable", "this platform has no runtime configured, so the function "
+             "cannot run; configure a runtime backend");
+        drop_pool(e, "the function has no runtime");
+        route(s, e);
+        return;
+    }
+    launch *ln = build_launch(s, ns, name, spec, e->logs, st);
+    if (!ln) {
+        drop_pool(e, st->message);
+        route(s, e); /* known but not runnable: 503 with the reason */
+        return;
+    }
+    funcd_pool_config pc = pool_config(spec);
+    e->timeout_ms = duration_at(spec, "timeout", 30000);
+    if (e->pool && strcmp(e->ln->fingerprint, ln->fingerprint) == 0) {
+        launch_unref(ln); /* same workers: only the limits may have changed */
+        funcd_pool_configure(e->pool, &pc);
+    } else {
+        funcd_pool *old = e->pool;
+        launch *old_ln = e->ln;
+        funcd_pool_ops ops = {op_start, op_stop, op_dispose, op_changed, ln};
+        if (funcd_pool_new(&e->pool, s->cfg.loop, &pc, &ops) < 0) {
+            e->pool = old;
+            launch_unref(ln);
+            fail(st, "InternalError", "%s", funcd_error_last()->message);
+            return;
+        }
+        e->ln = ln;
+        route(s, e); /* new requests go to the new version at once */
+        if (old)
+            funcd_pool_close(old, "the function was updated");
+        launch_unref(old_ln);
+    }
+    route(s, e);
+    st->ready = 1;
+    st->has_pool = 1;
+    snprintf(st->reason, sizeof(st->reason), "Ready");
+    snprintf(st->message, sizeof(st->message), "the function is served at /fn/%s/%s/", ns, name);
+    funcd_pool_stats_get(e->pool, &st->stats);
+}
+
+void funcd_serving_remove(funcd_serving *s, const char *ns, const char *name)
+{
+    pthread_mutex_lock(&s->lock);
+    fn_entry **pp = find_entry(s, ns, name);
+    fn_entry *e = pp ? *pp : NULL;
+    if (e)
+        *pp = e->next;
+    pthread_mutex_unlock(&s->lock);
+    if (!e)
+        return;
+    if (s->cfg.gateway)
+        s->cfg.gateway->remove_route(s->cfg.gateway, ns, name);
+    drop_pool(e, "the function was deleted");
+    funcd_log_ring_unref(e->logs);
+    free(e->ns);
+    free(e->name);
+    free(e);
+}
+
+funcd_log_ring *funcd_serving_logs(funcd_serving *s, const char *ns, const char *name)
+{
+    pthread_mutex_lock(&s->lock);
+    fn_entry **pp = find_entry(s, ns, name);
+    funcd_log_ring *r = pp ? (*pp)->logs : NULL;
+    if (r)
+        funcd_log_ring_ref(r);
+    pthread_mutex_unlock(&s->lock);
+    return r;
+}
+
+void funcd_serving_worker_begin(funcd_serving_worker *w, const char *invocation_id)
+{
+    pthread_mutex_lock(&w->invocation_lock);
+    if (++w->in_flight == 1)
+        snprintf(w->invocation, sizeof(w->invocation), "%s", invocation_id);
+    pthread_mutex_unlock(&w->invocation_lock);
+}
+
+void funcd_serving_worker_end(funcd_serving_worker *w)
+{
+    pthread_mutex_lock(&w->invocation_lock);
+    w->in_flight--;
+    pthread_mutex_unlock(&w->invocation_lock);
+}
+
+/* ---- lifecycle -------------------------------------------------------- */
+
+int funcd_serving_new(funcd_serving **out, const funcd_serving_config *cfg)
+{
+    *out = NULL;
+    funcd_serving *s = calloc(1, sizeof(*s));
+    if (!s)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the serving layer");
+    s->cfg = *cfg;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->pools_lock, NULL);
+    s->clock_loop = h2o_evloop_create();
+    s->shim_dir = strdup(cfg->shim_dir ? cfg->shim_dir : "");
+    if (asprintf(&s->run_dir, "%s/run", cfg->state_dir) < 0)
+        s->run_dir = NULL;
+    if (asprintf(&s->cache_dir, "%s/bundles", cfg->state_dir) < 0)
+        s->cache_dir = NULL;
+    if (!s->shim_dir || !s->run_dir || !s->cache_dir) {
+        funcd_serving_free(s);
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the serving layer");
+    }
+    if ((mkdir(s->run_dir, 0700) != 0 && errno != EEXIST) ||
+        (mkdir(s->cache_dir, 0700) != 0 && errno != EEXIST)) {
+        int err = errno;
+        funcd_serving_free(s);
+        return funcd_error_set(FUNCD_EIO, "cannot create the state directories under %s: %s",
+                               cfg->state_dir, strerror(err));
+    }
+    *out = s;
+    return 0;
+}
+
+void funcd_serving_close(funcd_serving *s)
+{
+    while (s && s->entries)
+        funcd_serving_remove(s, s->entries->ns, s->entries->name);
+}
+
+unsigned funcd_serving_live_workers(const funcd_serving *s)
+{
+    return s ? s->live_workers : 0;
+}
+
+void funcd_serving_free(funcd_serving *s)
+{
+    if (!s)
+        return;
+    funcd_serving_close(s);
+    if (s->run_dir)
+        rmdir(s->run_dir);
+    if (s->clock_loop)
+        h2o_evloop_destroy(s->clock_loop);
+    pthread_mutex_destroy(&s->pools_lock);
+    pthread_mutex_destroy(&s->lock);
+    free(s->shim_dir);
+    free(s->run_dir);
+    free(s->cache_dir);
+    free(s);
+}

@@ -1,0 +1,79 @@
+/*
+ * Serving: turns Function objects into worker pools. It materializes the
+ * artifact, builds each runtime's command line, starts workers through the
+ * runtime port, probes them until ready, captures their output into the
+ * function's log ring, and publishes each function's pool to the gateway.
+ *
+ * Threads: everything here runs on the platform loop, except
+ * funcd_serving_logs (any thread).
+ */
+#ifndef FUNCD_SERVING_SERVING_H
+#define FUNCD_SERVING_SERVING_H
+
+#include <cjson/cJSON.h>
+#include <event2/event.h>
+#include <h2o.h>
+#include <pthread.h>
+
+#include "funcd/funcd.h"
+#include "pool/pool.h"
+#include "serving/logs.h"
+#include "util/log.h"
+
+typedef struct funcd_serving funcd_serving;
+
+typedef struct funcd_serving_config {
+    struct event_base *loop;
+    funcd_runtime *runtime; /* NULL: functions cannot run */
+    funcd_blob *blob;
+    funcd_gateway *gateway;
+    const char *shim_dir;  /* funcd-exec, funcd-python.py, funcd-node.js */
+    const char *state_dir; /* runtime sockets and the bundle cache go below it */
+    const funcd_logger *logger;
+    funcd_log_observer_fn observer;
+    void *observer_payload;
+    /* A function's replicas or last cold start changed (status is stale). */
+    void (*changed)(const char *ns, const char *name, void *payload);
+    void *changed_payload;
+} funcd_serving_config;
+
+typedef struct funcd_serving_status {
+    int ready;           /* the function can take requests (maybe from zero) */
+    char reason[64];     /* CamelCase, for the Ready condition */
+    char message[512];
+    int has_pool;
+    funcd_pool_stats stats;
+} funcd_serving_status;
+
+/* What the gateway needs of a worker (the pool worker's data). */
+typedef struct funcd_serving_worker {
+    h2o_socketpool_t sockpool; /* keep-alive connections to the worker's socket */
+    char replica[80];
+    pthread_mutex_t invocation_lock;
+    char invocation[40]; /* the one request in flight, for log lines without an id */
+    unsigned in_flight;
+} funcd_serving_worker;
+
+int funcd_serving_new(funcd_serving **out, const funcd_serving_config *cfg);
+/* Unroutes every function and stops its workers (SIGTERM, then SIGKILL
+ * after a grace period); the loop must run for them to exit. */
+void funcd_serving_close(funcd_serving *s);
+/* Worker processes started and not yet exited. */
+unsigned funcd_serving_live_workers(const funcd_serving *s);
+/* Closes (if not done) and releases; workers still running are left to
+ * the runtime, which kills them when it is freed. */
+void funcd_serving_free(funcd_serving *s);
+
+/* Brings the function to its spec; fills `st` either way. */
+void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, const cJSON *fn,
+                         funcd_serving_status *st);
+/* The function is gone: unroute it and drain its workers. */
+void funcd_serving_remove(funcd_serving *s, const char *ns, const char *name);
+/* The function's log ring (a reference: unref it), or NULL. Any thread. */
+funcd_log_ring *funcd_serving_logs(funcd_serving *s, const char *ns, const char *name);
+
+/* Gateway side: note which request a worker is serving (for log lines). */
+void funcd_serving_worker_begin(funcd_serving_worker *w, const char *invocation_id);
+void funcd_serving_worker_end(funcd_serving_worker *w);
+
+#endif

@@ -1,0 +1,168 @@
+/*
+ * Helpers of the serving end-to-end tests (test_serving_*.c): fixture code
+ * copied into private directories, Functions created and waited on through
+ * the control plane, requests (alone or in concurrent batches) through the
+ * data plane, tar.gz bundles built in memory, and the worker processes a
+ * test must see gone.
+ *
+ * Each test case runs in its own forked child with its own platform
+ * (SV_TEST + SV_RUN), so cases can also run as separate meson tests in
+ * parallel: `test_e2e_serving_X CASE` runs one case.
+ */
+#ifndef FUNCD_TESTS_E2E_SERVING_COMMON_H
+#define FUNCD_TESTS_E2E_SERVING_COMMON_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "env.h"
+
+#define FN_PATH(name) NS("default") "/functions/" name
+#define DP_PATH(name) "/fn/default/" name
+
+/* Points the platform at the build's shims unless FUNCD_SHIM_DIR says
+ * otherwise, ignores SIGPIPE, initializes the HTTP client. */
+void sv_init(void);
+
+/* ---- fixtures and processes ------------------------------------------- */
+
+/*
+ * Copies tests/e2e/fixtures/`name` into a new private directory (and, for
+ * "native", the built fixture worker as `worker`) and stores its path in
+ * `out`. The directory is removed by sv_cleanup. 0 on success.
+ */
+int sv_fixture(const char *name, char *out, size_t out_len);
+
+/* A new empty private directory (removed by sv_cleanup), e.g. for
+ * FIXTURE_PID_DIR. 0 on success. */
+int sv_tempdir(char *out, size_t out_len);
+
+/* Removes the directories made above. */
+void sv_cleanup(void);
+
+/* The pids fixture workers recorded in `dir` (FIXTURE_PID_DIR). */
+size_t sv_recorded_pids(const char *dir, pid_t *out, size_t max);
+
+/* 1 when no process `pid` exists any more (not even a zombie). */
+int sv_pid_gone(pid_t pid);
+
+/* Waits until every pid is gone; 1 when they are. */
+int sv_wait_pids_gone(const pid_t *pids, size_t n, int timeout_ms);
+
+/* Describes the live child processes of this process in `out`; returns
+ * how many there are. */
+size_t sv_children(char *out, size_t out_len);
+
+/* ---- functions through the control plane ------------------------------ */
+
+/* POSTs a Function `name` in "default" whose spec is the JSON object
+ * `spec_fmt` formats to; the answer is in e->r. */
+long sv_create(env *e, const char *name, const char *spec_fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The Ready condition of a Function object, or NULL. */
+const cJSON *sv_ready_condition(const cJSON *fn);
+
+/* Waits until the controller reported the current generation of Function
+ * `name` with Ready of `status` ("True"/"False"); 1 when it did. e->r
+ * holds the last GET either way. */
+int sv_wait_condition(env *e, const char *name, const char *status, int timeout_ms);
+#define sv_wait_ready(e, name, timeout_ms) sv_wait_condition((e), (name), "True", (timeout_ms))
+
+/* status.replicas of Function `name` (GET into e->r); -1 when absent. */
+int sv_replicas(env *e, const char *name, int *ready, int *total);
+
+/* Waits until min <= status.replicas.total <= max; 1 when it is. `*seen`
+ * (if not NULL) gets the largest total observed. */
+int sv_wait_total(env *e, const char *name, int min, int max, int timeout_ms, int *seen);
+
+/* Waits until status.replicas is exactly {ready, total}; 1 when it is. */
+int sv_wait_replicas(env *e, const char *name, int ready, int total, int timeout_ms);
+
+/* ---- the data plane ----------------------------------------------------- */
+
+/* One request on e->dp (path e.g. DP_PATH("x") "/y"); answer in e->r. */
+long sv_invoke(env *e, const char *method, const char *path, const char *body);
+
+/* The value of header `name` of e->r ("" when absent), in a static buffer
+ * of this thread. */
+const char *sv_header(const e2e_resp *r, const char *name);
+
+/* Concurrent requests, each on its own connection and thread; they start
+ * together. */
+typedef struct sv_call {
+    const char *method;
+    char path[256];
+    const char *body;
+    e2e_resp r;
+    int64_t done_ms; /* e2e_now_ms() when the answer was complete */
+} sv_call;
+
+typedef struct sv_batch sv_batch;
+
+/* Starts `n` calls on the data plane at `base`; NULL on failure. */
+sv_batch *sv_batch_start(const char *base, sv_call *calls, size_t n);
+/* Waits for every call to end and frees the batch (not the answers:
+ * e2e_resp_free each calls[i].r). */
+void sv_batch_join(sv_batch *b);
+/* How many calls ended so far. */
+size_t sv_batch_done(sv_batch *b);
+
+/* ---- bundles ------------------------------------------------------------ */
+
+typedef struct sv_entry {
+    const char *path;
+    const char *content; /* NULL: a directory */
+    int mode;
+} sv_entry;
+
+/* A tar.gz of the entries, in memory (free() it). 0 on success. */
+int sv_targz(const sv_entry *entries, size_t n, void **out, size_t *out_len);
+
+/* POSTs bytes to .../namespaces/default/bundles; the answer is in e->r. */
+long sv_upload(env *e, const void *data, size_t len);
+
+/* ---- test cases ----------------------------------------------------------- */
+
+/*
+ * Like E2E_TEST, and after the platform is freed: the fixture directories
+ * go, and no child process of this one may be left.
+ */
+#define SV_TEST(name)                                                                              \
+    static void name##_body(env *e);                                                               \
+    TEST(name)                                                                                     \
+    {                                                                                              \
+        env e_;                                                                                    \
+        if (env_up(&e_, NULL) < 0) {                                                               \
+            env_down(&e_);                                                                         \
+            sv_cleanup();                                                                          \
+            FAILF("cannot start a platform: %s", funcd_error_last()->message);                     \
+        }                                                                                          \
+        name##_body(&e_);                                                                          \
+        env_down(&e_);                                                                             \
+        sv_cleanup();                                                                              \
+        char left_[512];                                                                           \
+        if (sv_children(left_, sizeof(left_)))                                                     \
+            FAILF("processes left behind after the platform was freed: %s", left_);               \
+    }                                                                                              \
+    static void name##_body(env *e)
+
+/* Runs case `name` (isolated) when `only` is NULL or names it. */
+#define SV_RUN(only, ran, name)                                                                    \
+    do {                                                                                           \
+        if (!(only) || strcmp((only), #name) == 0) {                                               \
+            RUN_ISOLATED(name);                                                                    \
+            (ran)++;                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* The last answer (e->r) is a JSON Status with `code` and `reason` and a
+ * non-empty message. */
+#define CHECK_DP_STATUS(code, reason)                                                              \
+    do {                                                                                           \
+        const char *p_ = status_problem(&e->r, (code), (reason), NULL);                           \
+        if (p_)                                                                                    \
+            FAILF("%s; HTTP %ld: %.500s", p_, e->r.status, e->r.body);                             \
+    } while (0)
+
+#endif

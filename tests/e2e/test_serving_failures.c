@@ -1,0 +1,318 @@
+/*
+ * Serving, end to end, when things go wrong: a worker killed mid-traffic,
+ * a function that hangs, a full queue, bad bundles, a bundle that does not
+ * exist, and a platform shut down with workers running.
+ */
+#include "../harness.h"
+#include "test_serving_common.h"
+
+#include <errno.h>
+#include <signal.h>
+
+#define NATIVE_SPEC(extra)                                                                    \
+    "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"}" extra "}"
+
+/* The answer is a data-plane error: a JSON Status of `code` with an
+ * invocation id. NULL when it is, else what is wrong. */
+static const char *dp_error_problem(const e2e_resp *r, long code, const char *reason)
+{
+    const char *p = status_problem(r, code, reason, NULL);
+    if (p)
+        return p;
+    if (!sv_header(r, "X-Funcd-Invocation-Id")[0])
+        return "no X-Funcd-Invocation-Id header";
+    return NULL;
+}
+
+/* Waits until the worker reports `want` requests in flight besides the
+ * /inflight one. */
+static int wait_inflight(env *e, const char *name, int want, int timeout_ms)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "/fn/default/%s/inflight", name);
+    int64_t deadline = e2e_now_ms() + timeout_ms;
+    for (;;) {
+        if (sv_invoke(e, "GET", path, NULL) == 200 && jnum(e->r.json, "inflight") == want)
+            return 1;
+        if (e2e_now_ms() >= deadline)
+            return 0;
+        env_sleep_ms(2);
+    }
+}
+
+/*
+ * A worker killed with SIGKILL while it serves three requests: those three
+ * fail with 502 at once (not after their sleep), and the requests after
+ * them are served by a replacement.
+ */
+SV_TEST(worker_killed)
+{
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    CHECK_INT(sv_create(e, "victim",
+                        NATIVE_SPEC(",\"scaling\":{\"minReplicas\":0,\"maxReplicas\":1,"
+                                          "\"concurrency\":8,\"queueLength\":50}"),
+                        dir),
+              201);
+    if (!sv_wait_ready(e, "victim", 5000))
+        FAILF("not Ready: %.500s", e->r.body);
+    CHECK_INT(sv_invoke(e, "GET", DP_PATH("victim") "/warm", NULL), 200);
+    pid_t victim = (pid_t)jnum(e->r.json, "pid");
+    CHECK(victim > 0);
+
+    sv_call calls[3];
+    memset(calls, 0, sizeof(calls));
+    for (int i = 0; i < 3; i++) {
+        calls[i].method = "GET";
+        snprintf(calls[i].path, sizeof(calls[i].path), DP_PATH("victim") "/sleep?ms=8000");
+    }
+    sv_batch *b = sv_batch_start(e->dp_base, calls, 3);
+    CHECK(b != NULL);
+    int held = wait_inflight(e, "victim", 3, 5000);
+    int64_t killed_at = e2e_now_ms();
+    if (held)
+        kill(victim, SIGKILL);
+    sv_batch_join(b);
+    const char *problems[3];
+    int64_t slowest = 0;
+    for (int i = 0; i < 3; i++) {
+        problems[i] = dp_error_problem(&calls[i].r, 502, "BadGateway");
+        if (problems[i])
+            fprintf(stderr, "  in-flight request %d: %s: HTTP %ld %.300s\n", i, problems[i],
+                    calls[i].r.status, calls[i].r.body);
+        if (calls[i].done_ms - killed_at > slowest)
+            slowest = calls[i].done_ms - killed_at;
+        e2e_resp_free(&calls[i].r);
+    }
+    CHECK(held);
+    CHECK(!problems[0] && !problems[1] && !problems[2]);
+    CHECK(slowest < 4000); /* failed at once, not after the handler's 8 s */
+
+    /* Later requests succeed, on a new worker. */
+    for (int i = 0; i < 5; i++) {
+        if (sv_invoke(e, "GET", DP_PATH("victim") "/after", NULL) != 200)
+            FAILF("request %d after the kill: HTTP %ld: %.300s", i, e->r.status, e->r.body);
+        CHECK(jnum(e->r.json, "pid") != victim);
+    }
+    CHECK(sv_pid_gone(victim));
+    CHECK(sv_wait_total(e, "victim", 1, 1, 3000, NULL));
+}
+
+/* A handler that takes longer than spec.timeout gets 504; the function
+ * keeps serving. */
+SV_TEST(timeout)
+{
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    CHECK_INT(sv_create(e, "hang", NATIVE_SPEC(",\"timeout\":\"500ms\""), dir), 201);
+    if (!sv_wait_ready(e, "hang", 5000))
+        FAILF("not Ready: %.500s", e->r.body);
+    int64_t t0 = e2e_now_ms();
+    sv_invoke(e, "GET", DP_PATH("hang") "/sleep?ms=5000", NULL);
+    int64_t took = e2e_now_ms() - t0;
+    const char *p = dp_error_problem(&e->r, 504, "GatewayTimeout");
+    if (p)
+        FAILF("%s: HTTP %ld %.300s", p, e->r.status, e->r.body);
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "hang");
+    fprintf(stderr, "  504 after %lld ms\n", (long long)took);
+    CHECK(took >= 450 && took < 3000);
+    CHECK_INT(sv_invoke(e, "GET", DP_PATH("hang") "/quick", NULL), 200);
+}
+
+/*
+ * One worker, one request at a time, one waiting: of four concurrent slow
+ * requests two are served and two are refused at once with 503 and
+ * Retry-After.
+ */
+SV_TEST(queue_overflow)
+{
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    CHECK_INT(sv_create(e, "narrow",
+                        NATIVE_SPEC(",\"scaling\":{\"minReplicas\":1,\"maxReplicas\":1,"
+                                          "\"concurrency\":1,\"queueLength\":1}"),
+                        dir),
+              201);
+    if (!sv_wait_ready(e, "narrow", 5000))
+        FAILF("not Ready: %.500s", e->r.body);
+    /* Warm, so the queue holds exactly one request. */
+    if (!sv_wait_replicas(e, "narrow", 1, 1, 5000))
+        FAILF("minReplicas 1 not ready: %.500s", e->r.body);
+
+    sv_call calls[4];
+    memset(calls, 0, sizeof(calls));
+    for (int i = 0; i < 4; i++) {
+        calls[i].method = "GET";
+        snprintf(calls[i].path, sizeof(calls[i].path), DP_PATH("narrow") "/sleep?ms=1000");
+    }
+    int64_t t0 = e2e_now_ms();
+    sv_batch *b = sv_batch_start(e->dp_base, calls, 4);
+    CHECK(b != NULL);
+    sv_batch_join(b);
+    int served = 0, refused = 0;
+    const char *problem = NULL;
+    for (int i = 0; i < 4; i++) {
+        e2e_resp *r = &calls[i].r;
+        if (r->status == 200) {
+            served++;
+        } else if (r->status == 503) {
+            refused++;
+            const char *p = dp_error_problem(r, 503, "ServiceUnavailable");
+            if (!p && !sv_header(r, "Retry-After")[0])
+                p = "no Retry-After header";
+            if (!p && calls[i].done_ms - t0 > 900)
+                p = "the refusal waited for the queue";
+            if (p && !problem) {
+                problem = p;
+                fprintf(stderr, "  refused request %d: %s: %.300s\n", i, p, r->body);
+            }
+        } else {
+            fprintf(stderr, "  request %d: HTTP %ld %.300s\n", i, r->status, r->body);
+        }
+        e2e_resp_free(r);
+    }
+    CHECK_INT(served, 2);
+    CHECK_INT(refused, 2);
+    CHECK(problem == NULL);
+}
+
+/* Bundles that are unsafe, not a tar.gz, or too large are refused with a
+ * JSON Status that names the problem. */
+SV_TEST(bad_bundles)
+{
+    static const sv_entry traversal[] = {{"main.py", "x = 1\n", 0644},
+                                         {"../evil.py", "import os\n", 0644}};
+    static const sv_entry absolute[] = {{"/tmp/funcd-evil.py", "x = 1\n", 0644}};
+    void *tgz = NULL;
+    size_t len = 0;
+
+    CHECK(sv_targz(traversal, 2, &tgz, &len) == 0);
+    sv_upload(e, tgz, len);
+    free(tgz);
+    CHECK_STATUS(400, "BadRequest", NULL);
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "../evil.py");
+
+    CHECK(sv_targz(absolute, 1, &tgz, &len) == 0);
+    sv_upload(e, tgz, len);
+    free(tgz);
+    CHECK_STATUS(400, "BadRequest", NULL);
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "funcd-evil.py");
+
+    static const char not_gzip[] = "#!/bin/sh\necho this is not a tar.gz\n";
+    sv_upload(e, not_gzip, sizeof(not_gzip) - 1);
+    CHECK_STATUS(400, "BadRequest", NULL);
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "gzip");
+
+    /* 64 MiB is the limit (serving.md); one byte more is refused. */
+    size_t big = ((size_t)64 << 20) + 1;
+    char *huge = calloc(1, big);
+    CHECK(huge != NULL);
+    huge[0] = 0x1f; /* a gzip magic, so only the size is wrong */
+    huge[1] = (char)0x8b;
+    sv_upload(e, huge, big);
+    free(huge);
+    CHECK_STATUS(413, "RequestEntityTooLarge", NULL);
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "limit");
+}
+
+/* A Function whose bundle is not stored is not Ready, says which bundle,
+ * and its requests get 503 instead of hanging. */
+SV_TEST(missing_bundle)
+{
+    static const char digest[] =
+        "sha256:00000000000000000000000000000000000000000000000000000000000000aa";
+    CHECK_INT(sv_create(e, "lost",
+                        "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":"
+                        "{\"bundle\":\"%s\"}}",
+                        digest),
+              201);
+    if (!sv_wait_condition(e, "lost", "False", 5000))
+        FAILF("Ready did not become False: %.500s", e->r.body);
+    const cJSON *ready = sv_ready_condition(e->r.json);
+    CHECK_STR(jstr(ready, "reason"), "ArtifactFailed");
+    CHECK_CONTAINS(jstr(ready, "message"), digest);
+    sv_invoke(e, "GET", DP_PATH("lost") "/", NULL);
+    const char *p = dp_error_problem(&e->r, 503, "ServiceUnavailable");
+    if (p)
+        FAILF("%s: HTTP %ld %.300s", p, e->r.status, e->r.body);
+    CHECK(sv_header(&e->r, "Retry-After")[0] != '\0');
+}
+
+/*
+ * Freeing the platform leaves no worker process: not the idle ones, not
+ * one serving a request, not one that ignores SIGTERM.
+ */
+SV_TEST(shutdown)
+{
+    char native[256], python[256], pid_dir[256];
+    CHECK(sv_fixture("native", native, sizeof(native)) == 0);
+    CHECK(sv_fixture("python", python, sizeof(python)) == 0);
+    CHECK(sv_tempdir(pid_dir, sizeof(pid_dir)) == 0);
+    CHECK_INT(sv_create(e, "pair",
+                        NATIVE_SPEC(",\"env\":{\"FIXTURE_PID_DIR\":\"%s\"},"
+                                          "\"scaling\":{\"minReplicas\":2}"),
+                        native, pid_dir),
+              201);
+    CHECK_INT(sv_create(e, "stubborn",
+                        NATIVE_SPEC(",\"env\":{\"FIXTURE_PID_DIR\":\"%s\","
+                                          "\"FIXTURE_IGNORE_TERM\":\"1\"},"
+                                          "\"scaling\":{\"minReplicas\":1}"),
+                        native, pid_dir),
+              201);
+    CHECK_INT(sv_create(e, "snake",
+                        "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":{\"path\":"
+                        "\"%s\"},\"env\":{\"FIXTURE_PID_DIR\":\"%s\"},\"scaling\":{\"minReplicas\":1}}",
+                        python, pid_dir),
+              201);
+    CHECK(sv_wait_replicas(e, "pair", 2, 2, 5000));
+    CHECK(sv_wait_replicas(e, "stubborn", 1, 1, 5000));
+    CHECK(sv_wait_replicas(e, "snake", 1, 1, 5000));
+    /* One request in flight when the platform goes away. */
+    sv_call call = {.method = "GET"};
+    snprintf(call.path, sizeof(call.path), DP_PATH("stubborn") "/sleep?ms=20000");
+    sv_batch *b = sv_batch_start(e->dp_base, &call, 1);
+    CHECK(b != NULL);
+    int held = wait_inflight(e, "stubborn", 1, 5000);
+    pid_t pids[16];
+    size_t n = sv_recorded_pids(pid_dir, pids, 16);
+
+    e2e_http_free(e->h);
+    e2e_http_free(e->dp);
+    e->h = e->dp = NULL;
+    int64_t t0 = e2e_now_ms();
+    funcd_platform_free(e->p);
+    e->p = NULL;
+    int64_t took = e2e_now_ms() - t0;
+    size_t alive = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!sv_pid_gone(pids[i])) {
+            fprintf(stderr, "  worker %d still exists after funcd_platform_free\n", (int)pids[i]);
+            alive++;
+        }
+    sv_batch_join(b);
+    fprintf(stderr, "  shutdown took %lld ms; the request in flight ended with HTTP %ld\n",
+            (long long)took, call.r.status);
+    e2e_resp_free(&call.r);
+    CHECK(held);
+    CHECK_INT(n, 4);
+    CHECK_INT(alive, 0);
+}
+
+int main(int argc, char **argv)
+{
+    sv_init();
+    const char *only = argc > 1 ? argv[1] : NULL;
+    int ran = 0;
+    SV_RUN(only, ran, worker_killed);
+    SV_RUN(only, ran, timeout);
+    SV_RUN(only, ran, queue_overflow);
+    SV_RUN(only, ran, bad_bundles);
+    SV_RUN(only, ran, missing_bundle);
+    SV_RUN(only, ran, shutdown);
+    e2e_client_global_cleanup();
+    if (only && !ran) {
+        fprintf(stderr, "no test case named %s\n", only);
+        return 1;
+    }
+    return HARNESS_END();
+}
