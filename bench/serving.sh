@@ -18,7 +18,7 @@ work=$(mktemp -d /tmp/fb.XXXX) # short: worker socket paths must fit in 108 byte
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
+  [ -n "${BENCH_KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
 
@@ -53,7 +53,11 @@ sock=$(ls -d "$work"/s/run/w*/worker.sock | head -n 1)
 
 nport=$(free_port)
 mkdir -p "$work/nginx"
+# As root nginx would drop to www-data, which may not enter funcd's 0700 state dir.
+nginx_user=""
+[ "$(id -u)" -eq 0 ] && nginx_user="user root;"
 cat >"$work/nginx/nginx.conf" <<CONF
+$nginx_user
 worker_processes 1;
 daemon off;
 pid $work/nginx/nginx.pid;

@@ -88,10 +88,10 @@ static void human_size(uint64_t bytes, char *out, size_t len)
 
 static int parse_count(const ctl_ctx *ctx, const char *flag, const char *value, long *out)
 {
-    char *end;
-    long n = value ? strtol(value, &end, 10) : -1;
     if (!value)
         return 0;
+    char *end;
+    long n = strtol(value, &end, 10);
     if (!*value || *end || n < 0 || n > MAX_COUNT)
         return ctl_usage(ctx, "%s takes a whole number from 0 to %ld, not \"%s\"", flag,
                          MAX_COUNT, value);
@@ -481,7 +481,8 @@ static int print_outcome(const ctl_ctx *ctx, const deploy_opts *o, const cJSON *
     }
 }
 
-static void show_uploaded(const progress *pg, const deploy_opts *o, size_t bytes, const char *digest)
+static void show_uploaded(const progress *pg, const deploy_opts *o, size_t bytes,
+                          const char *digest)
 {
     char size[32];
     human_size(bytes, size, sizeof(size));

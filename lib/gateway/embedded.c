@@ -251,6 +251,9 @@ int funcd_gateway_embedded_new(funcd_gateway **out, unsigned threads)
     embedded *g = calloc(1, sizeof(*g));
     if (!g)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the gateway");
+    const char *env = getenv("FUNCD_GATEWAY_THREADS");
+    if (threads == 0 && env && atoi(env) > 0)
+        threads = (unsigned)atoi(env);
     if (threads == 0) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         threads = cpus < 1 ? 1 : cpus > 4 ? 4 : (unsigned)cpus;

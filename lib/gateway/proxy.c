@@ -39,7 +39,7 @@ typedef struct ticket {
     invocation *inv; /* NULL once the request is gone */
     funcd_pool *pool; /* a reference */
     funcd_pool_worker *worker;
-    char error[300];
+    char error[640];
 } ticket;
 
 struct invocation {
@@ -69,7 +69,7 @@ struct invocation {
 
 void funcd_gw_send_status(h2o_req_t *req, int code, const char *reason, const char *fmt, ...)
 {
-    char msg[600];
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -159,7 +159,7 @@ static void fail(invocation *inv, int code, const char *reason, const char *fmt,
 {
     if (inv->finished)
         return;
-    char msg[600];
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -432,23 +432,41 @@ static void dispose_invocation(void *p)
     funcd_buf_free(&inv->sending);
 }
 
-/* The request line and headers for the worker. */
+static void put(funcd_buf *b, const char *p, size_t n)
+{
+    funcd_buf_append(b, p, n);
+}
+
+#define PUT_LIT(b, lit) put((b), (lit), sizeof(lit) - 1)
+
+/* The request line and headers for the worker (plain appends: this runs
+ * for every request). */
 static int build_head(invocation *inv, h2o_iovec_t rest)
 {
     h2o_req_t *req = inv->req;
     funcd_buf *b = &inv->head;
-    funcd_buf_printf(b, "%.*s %s%.*s HTTP/1.1\r\nHost: %s\r\n", (int)req->method.len,
-                     req->method.base, rest.len && rest.base[0] == '/' ? "" : "/", (int)rest.len,
-                     rest.base, "function");
+    if (funcd_buf_grow(b, 256 + rest.len + req->headers.size * 64) < 0)
+        return -1;
+    put(b, req->method.base, req->method.len);
+    PUT_LIT(b, " ");
+    if (!rest.len || rest.base[0] != '/')
+        PUT_LIT(b, "/");
+    put(b, rest.base, rest.len);
+    PUT_LIT(b, " HTTP/1.1\r\nHost: function\r\n");
     for (size_t i = 0; i < req->headers.size; i++) {
         const h2o_header_t *h = &req->headers.entries[i];
         if (is_hop_by_hop(h->name))
             continue;
-        funcd_buf_printf(b, "%.*s: %.*s\r\n", (int)h->name->len, h->name->base, (int)h->value.len,
-                         h->value.base);
+        put(b, h->name->base, h->name->len);
+        PUT_LIT(b, ": ");
+        put(b, h->value.base, h->value.len);
+        PUT_LIT(b, "\r\n");
     }
-    return funcd_buf_printf(b, "X-Funcd-Invocation-Id: %s\r\nContent-Length: %zu\r\n\r\n",
-                            inv->id, req->entity.base ? req->entity.len : 0);
+    char tail[128];
+    int n = snprintf(tail, sizeof(tail), "X-Funcd-Invocation-Id: %s\r\nContent-Length: %zu\r\n\r\n",
+                     inv->id, req->entity.base ? req->entity.len : 0);
+    put(b, tail, (size_t)n);
+    return b->data ? 0 : -1;
 }
 
 void funcd_gw_invoke(gw_thread *t, h2o_req_t *req, funcd_pool *pool, uint64_t timeout_ms,

@@ -44,7 +44,7 @@ struct funcd_pool {
     int closed;
     unsigned failures; /* consecutive start failures */
     int64_t backoff_until_ms;
-    char last_error[256];
+    char last_error[512];
     int64_t last_cold_start_ms;
     double last_cold_start_millis;
 };
@@ -239,6 +239,8 @@ void funcd_pool_stats_get(funcd_pool *p, funcd_pool_stats *out)
     out->waiting = p->n_waiting;
     out->last_cold_start_ms = p->last_cold_start_ms;
     out->last_cold_start_millis = p->last_cold_start_millis;
+    out->failures = p->failures;
+    snprintf(out->last_error, sizeof(out->last_error), "%s", p->last_error);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -374,7 +376,7 @@ static void run_plan(funcd_pool *p)
     funcd_pool_waiter *failed = fail_waiters_if_hopeless_locked(p);
     int busy = p->workers || p->n_waiting;
     pthread_mutex_unlock(&p->lock);
-    char error[300];
+    char error[600];
     snprintf(error, sizeof(error), "the function failed to start: %s", p->last_error);
     deliver(failed, error);
 
@@ -436,7 +438,7 @@ void funcd_pool_worker_failed(funcd_pool_worker *w, const char *why)
     mark_stopping(p, w, &wk);
     funcd_pool_waiter *failed = fail_waiters_if_hopeless_locked(p);
     pthread_mutex_unlock(&p->lock);
-    char error[300];
+    char error[600];
     snprintf(error, sizeof(error), "the function failed to start: %s", why ? why : "?");
     deliver(failed, error);
     (void)started;
@@ -457,7 +459,7 @@ void funcd_pool_worker_exited(funcd_pool_worker *w, const char *why)
     funcd_pool_waiter *failed = fail_waiters_if_hopeless_locked(p);
     poke_locked(p); /* replace it if there is demand or a minimum */
     pthread_mutex_unlock(&p->lock);
-    char error[300];
+    char error[600];
     snprintf(error, sizeof(error), "the function failed to start: %s", why ? why : "?");
     deliver(failed, error);
     if (!p->closed)

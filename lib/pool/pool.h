@@ -66,6 +66,8 @@ typedef struct funcd_pool_stats {
     unsigned waiting;
     int64_t last_cold_start_ms;    /* wall clock; 0: none yet */
     double last_cold_start_millis; /* duration */
+    unsigned failures;             /* consecutive start failures (0 after a success) */
+    char last_error[512];          /* why the last start failed */
 } funcd_pool_stats;
 
 int funcd_pool_new(funcd_pool **out, struct event_base *loop, const funcd_pool_config *cfg,

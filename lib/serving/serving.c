@@ -58,7 +58,7 @@ typedef struct worker_ctx {
     unsigned probe_delay_us;
     char probe_buf[64];
     size_t probe_len;
-    char last_stderr[200];
+    char last_stderr[400];
 } worker_ctx;
 
 struct funcd_serving {
@@ -508,7 +508,7 @@ static void on_worker_exit(funcd_worker *proc, int status, void *payload)
 {
     worker_ctx *wc = payload;
     probe_stop(wc);
-    char why[512];
+    char why[600];
     if (WIFEXITED(status))
         snprintf(why, sizeof(why), "replica %s exited with status %d%s%s", wc->pub.replica,
                  WEXITSTATUS(status), wc->last_stderr[0] ? ": " : "", wc->last_stderr);
@@ -699,11 +699,17 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
         launch_unref(old_ln);
     }
     route(s, e);
-    st->ready = 1;
     st->has_pool = 1;
+    funcd_pool_stats_get(e->pool, &st->stats);
+    if (st->stats.failures && !st->stats.ready) {
+        /* It is routed (requests still try, with backoff), but say why it fails. */
+        fail(st, "WorkerFailed", "the last %u start(s) failed: %s", st->stats.failures,
+             st->stats.last_error);
+        return;
+    }
+    st->ready = 1;
     snprintf(st->reason, sizeof(st->reason), "Ready");
     snprintf(st->message, sizeof(st->message), "the function is served at /fn/%s/%s/", ns, name);
-    funcd_pool_stats_get(e->pool, &st->stats);
 }
 
 void funcd_serving_remove(funcd_serving *s, const char *ns, const char *name)

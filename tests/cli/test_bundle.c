@@ -80,7 +80,8 @@ static void count_warning(const char *message, void *payload)
 
 static void make_tree(void)
 {
-    snprintf(root, sizeof(root), "%s/funcdctl-bundle.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    const char *tmp = getenv("TMPDIR");
+    snprintf(root, sizeof(root), "%s/funcdctl-bundle.XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(root))
         return;
     put_file("main.py", "def handler(req):\n    return 'hi'\n", 0644);

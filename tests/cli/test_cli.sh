@@ -35,6 +35,18 @@ fail() {
     sed 's/^/    stderr: /' "$WORK/err" 2>/dev/null | head -40
 }
 
+# Streaming commands run in the background under `timeout --foreground`: the
+# Ctrl-C the test sends must reach funcdctl alone. Plain `timeout` also sends
+# SIGCONT to its whole process group, which can cancel the SIGSTOP that
+# LeakSanitizer's tracer uses to stop the exiting process, and both then
+# wait for each other forever.
+bg_ctl() {
+    local out=$1 err=$2
+    shift 2
+    timeout --foreground 30 "$CTL" "$@" >"$out" 2>"$err" &
+    WATCH_PID=$!
+}
+
 # ctl ARGS...: runs funcdctl (stdin passed through); sets RC, OUT, ERR.
 ctl() {
     LAST_ARGS="$*"
@@ -227,8 +239,7 @@ test_watch() {
     ctl get fn -o json
     local rv
     rv=$(grep -oE '"resourceVersion": *"[0-9]+"' "$WORK/out" | tail -n 1 | grep -oE '[0-9]+')
-    timeout 30 "$CTL" watch fn --resource-version "${rv:-0}" >"$WORK/watch.out" 2>"$WORK/watch.err" &
-    WATCH_PID=$!
+    bg_ctl "$WORK/watch.out" "$WORK/watch.err" watch fn --resource-version "${rv:-0}"
     sed 's/name: hello/name: watched/' "$HERE/app.yaml" >"$WORK/watched.yaml"
     ctl apply -f "$WORK/watched.yaml"
     ctl delete fn watched
@@ -328,8 +339,7 @@ test_serving() {
     expect "logs -o json --tail 1 prints one raw record" 0 out '^\{.*"line":' \
         out '"replica":"hello-py'
     if [ "$(grep -c . <<<"$OUT")" != 1 ]; then fail "logs --tail 1 printed more than one record"; fi
-    timeout 30 "$CTL" logs hello-py -f --tail 0 >"$WORK/follow.out" 2>"$WORK/follow.err" &
-    WATCH_PID=$!
+    bg_ctl "$WORK/follow.out" "$WORK/follow.err" logs hello-py -f --tail 0
     sleep 0.5
     ctl invoke hello-py --path '/?name=bob'
     for _ in $(seq 50); do
@@ -366,6 +376,18 @@ test_deploy_failures() {
         expect "deploy of a missing handler names the Ready reason" 1 err "function/broken"
     fi
     ctl delete fn broken --ignore-not-found
+    ctl deploy "$WORK/broken" --name broken-native --runtime native --handler other.py \
+        --wait-timeout 10s
+    expect "deploy names the Ready condition's reason when it is False" 1 \
+        err "function/broken-native is not ready: [A-Za-z]+: .*other\.py"
+    ctl delete fn broken-native --ignore-not-found
+    mkdir -p "$WORK/linked"
+    cp "$(python_example)/main.py" "$WORK/linked/"
+    ln -s main.py "$WORK/linked/link.py"
+    ctl deploy "$WORK/linked" --name linked --runtime python3 --handler main.handler --no-wait
+    expect "deploy --no-wait skips symlinks with a warning" 0 out "^function/linked created$" \
+        err "warning: skipping symlink link\.py"
+    ctl delete fn linked
     local exec_dir=${FUNCD_SOURCE_ROOT:-$HERE/../..}/examples/functions/exec
     if [ -x "$exec_dir/hello.sh" ]; then
         ctl deploy "$exec_dir" --name hello-sh --runtime native --mode exec --handler hello.sh \

@@ -268,7 +268,8 @@ int sv_wait_condition(env *e, const char *name, const char *status, int timeout_
     int64_t deadline = e2e_now_ms() + timeout_ms;
     for (;;) {
         if (env_req(e, "GET", path, DEV_TOKEN, NULL) == 200 &&
-            jnum(e->r.json, "status.observedGeneration") == jnum(e->r.json, "metadata.generation")) {
+            jnum(e->r.json, "status.observedGeneration") ==
+                jnum(e->r.json, "metadata.generation")) {
             const char *s = jstr(sv_ready_condition(e->r.json), "status");
             if (s && strcmp(s, status) == 0)
                 return 1;
@@ -285,7 +286,8 @@ int sv_replicas(env *e, const char *name, int *ready, int *total)
     fn_path(path, sizeof(path), name);
     if (env_req(e, "GET", path, DEV_TOKEN, NULL) != 200)
         return -1;
-    double r = jnum(e->r.json, "status.replicas.ready"), t = jnum(e->r.json, "status.replicas.total");
+    double r = jnum(e->r.json, "status.replicas.ready"),
+           t = jnum(e->r.json, "status.replicas.total");
     if (isnan(r) || isnan(t))
         return -1;
     *ready = (int)r;
@@ -315,8 +317,7 @@ int sv_wait_replicas(env *e, const char *name, int want_ready, int want_total, i
     int64_t deadline = e2e_now_ms() + timeout_ms;
     for (;;) {
         int ready, total;
-        if (sv_replicas(e, name, &ready, &total) == 0 && ready == want_ready &&
-            total == want_total)
+        if (sv_replicas(e, name, &ready, &total) == 0 && ready == want_ready && total == want_total)
             return 1;
         if (e2e_now_ms() >= deadline)
             return 0;
@@ -466,6 +467,5 @@ int sv_targz(const sv_entry *entries, size_t n, void **out, size_t *out_len)
 long sv_upload(env *e, const void *data, size_t len)
 {
     static const char *const gzip[] = {"Content-Type: application/gzip", NULL};
-    return e2e_http_send(e->h, "POST", NS("default") "/bundles", DEV_TOKEN, gzip, data, len,
-                         &e->r);
+    return e2e_http_send(e->h, "POST", NS("default") "/bundles", DEV_TOKEN, gzip, data, len, &e->r);
 }

@@ -143,7 +143,7 @@ long sv_upload(env *e, const void *data, size_t len);
         sv_cleanup();                                                                              \
         char left_[512];                                                                           \
         if (sv_children(left_, sizeof(left_)))                                                     \
-            FAILF("processes left behind after the platform was freed: %s", left_);               \
+            FAILF("processes left behind after the platform was freed: %s", left_);                \
     }                                                                                              \
     static void name##_body(env *e)
 
@@ -160,7 +160,7 @@ long sv_upload(env *e, const void *data, size_t len);
  * non-empty message. */
 #define CHECK_DP_STATUS(code, reason)                                                              \
     do {                                                                                           \
-        const char *p_ = status_problem(&e->r, (code), (reason), NULL);                           \
+        const char *p_ = status_problem(&e->r, (code), (reason), NULL);                            \
         if (p_)                                                                                    \
             FAILF("%s; HTTP %ld: %.500s", p_, e->r.status, e->r.body);                             \
     } while (0)

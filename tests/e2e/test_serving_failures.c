@@ -9,7 +9,7 @@
 #include <errno.h>
 #include <signal.h>
 
-#define NATIVE_SPEC(extra)                                                                    \
+#define NATIVE_SPEC(extra)                                                                         \
     "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"}" extra "}"
 
 /* The answer is a data-plane error: a JSON Status of `code` with an
@@ -51,7 +51,7 @@ SV_TEST(worker_killed)
     CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
     CHECK_INT(sv_create(e, "victim",
                         NATIVE_SPEC(",\"scaling\":{\"minReplicas\":0,\"maxReplicas\":1,"
-                                          "\"concurrency\":8,\"queueLength\":50}"),
+                                    "\"concurrency\":8,\"queueLength\":50}"),
                         dir),
               201);
     if (!sv_wait_ready(e, "victim", 5000))
@@ -130,7 +130,7 @@ SV_TEST(queue_overflow)
     CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
     CHECK_INT(sv_create(e, "narrow",
                         NATIVE_SPEC(",\"scaling\":{\"minReplicas\":1,\"maxReplicas\":1,"
-                                          "\"concurrency\":1,\"queueLength\":1}"),
+                                    "\"concurrency\":1,\"queueLength\":1}"),
                         dir),
               201);
     if (!sv_wait_ready(e, "narrow", 5000))
@@ -250,20 +250,21 @@ SV_TEST(shutdown)
     CHECK(sv_tempdir(pid_dir, sizeof(pid_dir)) == 0);
     CHECK_INT(sv_create(e, "pair",
                         NATIVE_SPEC(",\"env\":{\"FIXTURE_PID_DIR\":\"%s\"},"
-                                          "\"scaling\":{\"minReplicas\":2}"),
+                                    "\"scaling\":{\"minReplicas\":2}"),
                         native, pid_dir),
               201);
     CHECK_INT(sv_create(e, "stubborn",
                         NATIVE_SPEC(",\"env\":{\"FIXTURE_PID_DIR\":\"%s\","
-                                          "\"FIXTURE_IGNORE_TERM\":\"1\"},"
-                                          "\"scaling\":{\"minReplicas\":1}"),
+                                    "\"FIXTURE_IGNORE_TERM\":\"1\"},"
+                                    "\"scaling\":{\"minReplicas\":1}"),
                         native, pid_dir),
               201);
-    CHECK_INT(sv_create(e, "snake",
-                        "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":{\"path\":"
-                        "\"%s\"},\"env\":{\"FIXTURE_PID_DIR\":\"%s\"},\"scaling\":{\"minReplicas\":1}}",
-                        python, pid_dir),
-              201);
+    CHECK_INT(
+        sv_create(e, "snake",
+                  "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":{\"path\":"
+                  "\"%s\"},\"env\":{\"FIXTURE_PID_DIR\":\"%s\"},\"scaling\":{\"minReplicas\":1}}",
+                  python, pid_dir),
+        201);
     CHECK(sv_wait_replicas(e, "pair", 2, 2, 5000));
     CHECK(sv_wait_replicas(e, "stubborn", 1, 1, 5000));
     CHECK(sv_wait_replicas(e, "snake", 1, 1, 5000));

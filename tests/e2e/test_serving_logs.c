@@ -49,9 +49,10 @@ static int logs_have(env *e, void *arg)
 static char *structured_line(const char *msg, const char *id)
 {
     char *s = NULL;
-    if (asprintf(&s,
-                 "{\"severity\":\"INFO\",\"msg\":\"%s\",\"structured\":true,\"invocationId\":\"%s\"}",
-                 msg, id) < 0)
+    if (asprintf(
+            &s,
+            "{\"severity\":\"INFO\",\"msg\":\"%s\",\"structured\":true,\"invocationId\":\"%s\"}",
+            msg, id) < 0)
         return NULL;
     return s;
 }
@@ -65,10 +66,11 @@ SV_TEST(logs)
 {
     char dir[256];
     CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
-    CHECK_INT(sv_create(e, "talker",
-                        "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"}}",
-                        dir),
-              201);
+    CHECK_INT(
+        sv_create(e, "talker",
+                  "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"}}",
+                  dir),
+        201);
     if (!sv_wait_ready(e, "talker", 5000))
         FAILF("not Ready: %.500s", e->r.body);
     CHECK_INT(sv_invoke(e, "GET", DP_PATH("talker") "/log?msg=first-7f3a", NULL), 200);
@@ -91,12 +93,21 @@ SV_TEST(logs)
     CHECK_STR(jstr(w.rec, "stream"), "stdout");
     CHECK_STR(jstr(w.rec, "invocationId"), id1);
     CHECK(jstr(w.rec, "time") && strlen(jstr(w.rec, "time")) >= 20);
-    /* The plain line printed just before it, during the same request. */
+    /*
+     * The plain line printed just before it, during the same request. Its
+     * invocation id is the platform's guess (the request in flight on that
+     * worker when the line is read from the pipe), which can come after the
+     * gateway finished the request: then it has none, but never a wrong one.
+     */
     const cJSON *plain = find_record(e, e->r.body, "first-7f3a");
     CHECK(plain != NULL);
     CHECK_STR(jstr(plain, "replica"), "talker-1");
     CHECK_STR(jstr(plain, "stream"), "stdout");
-    CHECK_STR(jstr(plain, "invocationId"), id1);
+    if (jget(plain, "invocationId"))
+        CHECK_STR(jstr(plain, "invocationId"), id1);
+    else
+        fprintf(stderr,
+                "  note: the plain line was read after its request ended: no invocationId\n");
     /* What the worker wrote on stderr as it started belongs to no request. */
     char start_line[96];
     snprintf(start_line, sizeof(start_line), "fixture worker %ld listening", pid);
@@ -118,22 +129,29 @@ SV_TEST(logs)
     CHECK_INT(sv_invoke(e, "GET", DP_PATH("talker") "/log?msg=second-91c2", NULL), 200);
     char id2[64];
     snprintf(id2, sizeof(id2), "%s", sv_header(&e->r, "X-Funcd-Invocation-Id"));
-    const cJSON *streamed = NULL;
+    char *want = structured_line("second-91c2", id2);
+    const cJSON *streamed = NULL, *streamed_plain = NULL;
     int64_t deadline = e2e_now_ms() + 5000;
-    while (!streamed && e2e_now_ms() < deadline) {
+    while (want && !(streamed && streamed_plain) && e2e_now_ms() < deadline) {
         char *line = e2e_watch_next(follow, 500);
+        if (!line && e2e_watch_wait_end(follow, 0))
+            break; /* the stream ended */
         cJSON *rec = line ? cJSON_Parse(line) : NULL;
         free(line);
         const char *l = jstr(rec, "line");
-        if (l && strcmp(l, "second-91c2") == 0)
+        if (l && strcmp(l, want) == 0)
             streamed = env_keep(e, rec);
+        else if (l && strcmp(l, "second-91c2") == 0)
+            streamed_plain = env_keep(e, rec);
         else
             cJSON_Delete(rec);
     }
-    if (!streamed)
-        FAILF("the new line did not arrive on the follow stream");
+    free(want);
+    if (!streamed || !streamed_plain)
+        FAILF("the new lines did not arrive on the follow stream");
     CHECK_STR(jstr(streamed, "replica"), "talker-1");
     CHECK_STR(jstr(streamed, "invocationId"), id2);
+    CHECK_STR(jstr(streamed_plain, "replica"), "talker-1");
 
     /* Logs of a function that does not exist: 404. */
     CHECK_INT(REQ("GET", FN_PATH("nobody") "/logs", DEV_TOKEN, NULL), 404);
@@ -169,10 +187,11 @@ SV_TEST(invocation_ids)
 {
     char dir[256];
     CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
-    CHECK_INT(sv_create(e, "ids",
-                        "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"}}",
-                        dir),
-              201);
+    CHECK_INT(
+        sv_create(e, "ids",
+                  "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"}}",
+                  dir),
+        201);
     if (!sv_wait_ready(e, "ids", 5000))
         FAILF("not Ready: %.500s", e->r.body);
     char ids[20][64];

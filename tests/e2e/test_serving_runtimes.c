@@ -101,23 +101,33 @@ SV_TEST(native)
 {
     char dir[256];
     CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
-    CHECK_INT(sv_create(e, "native-echo",
-                        "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"
-                        "\"env\":{\"GREETING\":\"hi from spec.env\"}}",
-                        dir),
-              201);
+    CHECK_INT(
+        sv_create(e, "native-echo",
+                  "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"
+                  "\"env\":{\"GREETING\":\"hi from spec.env\"}}",
+                  dir),
+        201);
     check_serves(e, "native-echo", (expect){200, 0, 1});
+    if (harness_failed_now)
+        return;
+    /* A body that follows its head later: the head's headers arrive intact. */
+    CHECK_INT(sv_invoke(e, "GET", DP_PATH("native-echo") "/slowbody?ms=50", NULL), 200);
+    CHECK_STR(jstr(e->r.json, "path"), "/slowbody?ms=50");
+    long pid = (long)jnum(e->r.json, "pid");
+    if (atol(sv_header(&e->r, "X-Worker-Pid")) != pid)
+        FAILF("X-Worker-Pid is not %ld in the headers:\n%s", pid, e->r.headers);
 }
 
 SV_TEST(python3)
 {
     char dir[256];
     CHECK(sv_fixture("python", dir, sizeof(dir)) == 0);
-    CHECK_INT(sv_create(e, "py-echo",
-                        "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":{\"path\":"
-                        "\"%s\"},\"env\":{\"GREETING\":\"hi from spec.env\"}}",
-                        dir),
-              201);
+    CHECK_INT(
+        sv_create(e, "py-echo",
+                  "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":{\"path\":"
+                  "\"%s\"},\"env\":{\"GREETING\":\"hi from spec.env\"}}",
+                  dir),
+        201);
     check_serves(e, "py-echo", (expect){200, 1, 1});
 }
 
@@ -125,11 +135,12 @@ SV_TEST(node)
 {
     char dir[256];
     CHECK(sv_fixture("node", dir, sizeof(dir)) == 0);
-    CHECK_INT(sv_create(e, "node-echo",
-                        "{\"runtime\":\"node\",\"handler\":\"index.js#handler\",\"source\":{\"path\":"
-                        "\"%s\"},\"env\":{\"GREETING\":\"hi from spec.env\"}}",
-                        dir),
-              201);
+    CHECK_INT(
+        sv_create(e, "node-echo",
+                  "{\"runtime\":\"node\",\"handler\":\"index.js#handler\",\"source\":{\"path\":"
+                  "\"%s\"},\"env\":{\"GREETING\":\"hi from spec.env\"}}",
+                  dir),
+        201);
     check_serves(e, "node-echo", (expect){200, 1, 1});
 }
 
@@ -157,11 +168,12 @@ SV_TEST(exec)
 SV_TEST(bundle)
 {
     static const sv_entry files[] = {
-        {"main.py", "import os\n"
-                    "from helpers.words import WORD\n"
-                    "def handler(req):\n"
-                    "    return {'bundled': WORD, 'path': req.path, 'body': req.text,\n"
-                    "            'invocationId': req.invocation_id, 'pid': os.getpid()}\n",
+        {"main.py",
+         "import os\n"
+         "from helpers.words import WORD\n"
+         "def handler(req):\n"
+         "    return {'bundled': WORD, 'path': req.path, 'body': req.text,\n"
+         "            'invocationId': req.invocation_id, 'pid': os.getpid()}\n",
          0644},
         {"helpers", NULL, 0755},
         {"helpers/words.py", "WORD = 'from a bundle'\n", 0644},

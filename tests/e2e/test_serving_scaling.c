@@ -59,7 +59,7 @@ SV_TEST(cold_starts)
             (long long)(e2e_now_ms() - start), slowest);
     pid_t pids[COLD_ROUNDS + 8];
     size_t n = sv_recorded_pids(pid_dir, pids, COLD_ROUNDS + 8);
-    CHECK_INT(n, COLD_ROUNDS); /* one worker per round, no more */
+    CHECK_INT(n, COLD_ROUNDS);               /* one worker per round, no more */
     CHECK(sv_wait_pids_gone(pids, n, 5000)); /* deleted functions leave no process */
 }
 
@@ -69,12 +69,13 @@ SV_TEST(burst_from_zero)
 {
     char dir[256];
     CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
-    CHECK_INT(sv_create(e, "burst",
-                        "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"
-                        "\"scaling\":{\"minReplicas\":0,\"maxReplicas\":4,\"concurrency\":10,"
-                        "\"queueLength\":100}}",
-                        dir),
-              201);
+    CHECK_INT(
+        sv_create(e, "burst",
+                  "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"
+                  "\"scaling\":{\"minReplicas\":0,\"maxReplicas\":4,\"concurrency\":10,"
+                  "\"queueLength\":100}}",
+                  dir),
+        201);
     if (!sv_wait_ready(e, "burst", 5000))
         FAILF("not Ready: %.500s", e->r.body);
     CHECK_INT(jnum(e->r.json, "status.replicas.total"), 0);
@@ -127,12 +128,13 @@ SV_TEST(scale_out_and_back)
 {
     char dir[256];
     CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
-    CHECK_INT(sv_create(e, "scaler",
-                        "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"
-                        "\"scaling\":{\"minReplicas\":1,\"maxReplicas\":3,\"concurrency\":1,"
-                        "\"queueLength\":10,\"idleTimeout\":\"300ms\"}}",
-                        dir),
-              201);
+    CHECK_INT(
+        sv_create(e, "scaler",
+                  "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"
+                  "\"scaling\":{\"minReplicas\":1,\"maxReplicas\":3,\"concurrency\":1,"
+                  "\"queueLength\":10,\"idleTimeout\":\"300ms\"}}",
+                  dir),
+        201);
     if (!sv_wait_ready(e, "scaler", 5000))
         FAILF("not Ready: %.500s", e->r.body);
     if (!sv_wait_replicas(e, "scaler", 1, 1, 5000))
@@ -190,12 +192,13 @@ SV_TEST(idle_to_zero)
     char dir[256], pid_dir[256];
     CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
     CHECK(sv_tempdir(pid_dir, sizeof(pid_dir)) == 0);
-    CHECK_INT(sv_create(e, "idler",
-                        "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"
-                        "\"env\":{\"FIXTURE_PID_DIR\":\"%s\"},\"scaling\":{\"minReplicas\":0,"
-                        "\"maxReplicas\":2,\"concurrency\":1,\"idleTimeout\":\"200ms\"}}",
-                        dir, pid_dir),
-              201);
+    CHECK_INT(
+        sv_create(e, "idler",
+                  "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"
+                  "\"env\":{\"FIXTURE_PID_DIR\":\"%s\"},\"scaling\":{\"minReplicas\":0,"
+                  "\"maxReplicas\":2,\"concurrency\":1,\"idleTimeout\":\"200ms\"}}",
+                  dir, pid_dir),
+        201);
     if (!sv_wait_ready(e, "idler", 5000))
         FAILF("not Ready: %.500s", e->r.body);
     sv_call calls[2];
