@@ -51,6 +51,7 @@ struct invocation {
     funcd_pool_worker *worker; /* the slot held, or NULL */
     ticket *ticket;
     h2o_timeout_entry_t wait_entry;
+    h2o_timeout_entry_t release_entry; /* gives the slot back after h2o pooled the connection */
     h2o_http1client_t *client;
     funcd_buf head;
     h2o_iovec_t reqbufs[2];
@@ -213,6 +214,11 @@ static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
     release_slot(inv, 0);
 }
 
+static void on_release_later(h2o_timeout_entry_t *entry)
+{
+    release_slot(H2O_STRUCT_FROM_MEMBER(invocation, release_entry, entry), 0);
+}
+
 static int on_body(h2o_http1client_t *client, const char *errstr)
 {
     invocation *inv = client->data;
@@ -225,8 +231,12 @@ static int on_body(h2o_http1client_t *client, const char *errstr)
     if (errstr) {
         inv->client = NULL; /* h2o frees it after this returns */
         if (errstr == h2o_http1client_error_is_eos) {
+            /* h2o hands the connection back to the worker's socket pool only
+             * after this returns; releasing the slot now could let the pool
+             * (and the worker) go first. Release on the next loop turn. */
             inv->upstream_done = 1;
-            release_slot(inv, 0);
+            inv->release_entry.cb = on_release_later;
+            h2o_timeout_link(inv->t->ctx->loop, &inv->t->ctx->zero_timeout, &inv->release_entry);
         } else {
             inv->upstream_error = 1;
             release_slot(inv, 1);
@@ -266,7 +276,11 @@ static h2o_http1client_body_cb on_head(h2o_http1client_t *client, const char *er
         }
         if (is_hop_by_hop(h->name))
             continue;
-        h2o_add_header_by_str(&req->pool, &req->res.headers, h->name->base, h->name->len, 1, NULL,
+        /* Both name and value point into the connection's read buffer,
+         * which the body overwrites: copy them. */
+        h2o_add_header_by_str(&req->pool, &req->res.headers,
+                              h2o_strdup(&req->pool, h->name->base, h->name->len).base,
+                              h->name->len, 1, NULL,
                               h2o_strdup(&req->pool, h->value.base, h->value.len).base,
                               h->value.len);
     }
@@ -421,6 +435,8 @@ static void dispose_invocation(void *p)
 {
     invocation *inv = p;
     abandon_ticket(inv);
+    if (h2o_timeout_is_linked(&inv->release_entry))
+        h2o_timeout_unlink(&inv->release_entry);
     if (inv->client) {
         h2o_http1client_cancel(inv->client);
         inv->client = NULL;

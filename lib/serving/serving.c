@@ -20,6 +20,7 @@
 #define STOP_GRACE_MS 2000
 #define PROBE_FIRST_US 100
 #define PROBE_MAX_US 2000
+#define LOG_GRACE_MS 200 /* lines read this soon after a request ended are its */
 
 /* What every worker of one version of a function is started with. */
 typedef struct launch {
@@ -487,8 +488,12 @@ static void on_worker_output(funcd_worker *proc, funcd_worker_stream stream, con
     funcd_serving *s = wc->ln->s;
     char inv[40] = "";
     if (!invocation_of(line, len, inv, sizeof(inv))) {
+        /* One request in flight: the line is its. None: a line read just
+         * after the request ended (the pipe lags the socket) is still its. */
         pthread_mutex_lock(&wc->pub.invocation_lock);
-        if (wc->pub.in_flight == 1)
+        if (wc->pub.in_flight == 1 ||
+            (wc->pub.in_flight == 0 && wc->pub.invocation[0] &&
+             funcd_mono_ms() - wc->pub.ended_ms < LOG_GRACE_MS))
             snprintf(inv, sizeof(inv), "%s", wc->pub.invocation);
         pthread_mutex_unlock(&wc->pub.invocation_lock);
     }
@@ -754,6 +759,7 @@ void funcd_serving_worker_end(funcd_serving_worker *w)
 {
     pthread_mutex_lock(&w->invocation_lock);
     w->in_flight--;
+    w->ended_ms = funcd_mono_ms();
     pthread_mutex_unlock(&w->invocation_lock);
 }
 

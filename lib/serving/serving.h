@@ -50,8 +50,9 @@ typedef struct funcd_serving_worker {
     h2o_socketpool_t sockpool; /* keep-alive connections to the worker's socket */
     char replica[80];
     pthread_mutex_t invocation_lock;
-    char invocation[40]; /* the one request in flight, for log lines without an id */
+    char invocation[40]; /* the request in flight (or the last one), for log lines without an id */
     unsigned in_flight;
+    int64_t ended_ms;    /* when the last request ended (monotonic) */
 } funcd_serving_worker;
 
 int funcd_serving_new(funcd_serving **out, const funcd_serving_config *cfg);
