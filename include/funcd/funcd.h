@@ -99,6 +99,30 @@ FUNCD_EXTERN funcd_option *funcd_with_shim_dir(const char *dir);
  *  directory under $TMPDIR (or /tmp), removed at shutdown. */
 FUNCD_EXTERN funcd_option *funcd_with_state_dir(const char *dir);
 
+/* ---- function runner ---------------------------------------------------- */
+
+/** The function runner's gRPC listener ("host:port"; port 0: ephemeral).
+ *  Presets: funcd_in_memory() 127.0.0.1:0, funcd_production() 127.0.0.1:9445. */
+FUNCD_EXTERN funcd_option *funcd_with_fn_runner_addr(const char *addr);
+
+/** Where binaryExecutor paths (and exec_path) resolve; unset: exec is off. */
+FUNCD_EXTERN funcd_option *funcd_with_functions_dir(const char *dir);
+
+/**
+ * An in-process KRM function: reads the ResourceList `in`, writes its
+ * output to `*out` and its log to `*log` (both malloc()ed by the function,
+ * either may be left NULL). Return 0 on success; non-zero makes the call
+ * fail with INTERNAL, carrying `*log`. Runs on the platform loop: be quick.
+ */
+typedef int (*funcd_builtin_fn)(const char *in, size_t in_len, char **out, size_t *out_len,
+                                char **log, size_t *log_len, void *payload);
+
+/** Registers a builtin for `image` (an exact image name, or a prefix ending
+ *  in ':' or '*', e.g. "example.com/fns/set-labels:*"). Builtins come first
+ *  in the evaluator chain. */
+FUNCD_EXTERN funcd_option *funcd_with_builtin(const char *image, funcd_builtin_fn fn,
+                                              void *payload);
+
 /* ---- authentication ----------------------------------------------------- */
 
 /** Roles: "admin" (everything), "developer" (read/write in its namespaces),
@@ -166,6 +190,9 @@ FUNCD_EXTERN const char *funcd_platform_addr(const funcd_platform *p);
 
 /** The bound data-plane address, "127.0.0.1:PORT". */
 FUNCD_EXTERN const char *funcd_platform_data_plane_addr(const funcd_platform *p);
+
+/** The bound function-runner (gRPC) address, "127.0.0.1:PORT". */
+FUNCD_EXTERN const char *funcd_platform_fn_runner_addr(const funcd_platform *p);
 
 /** The library version, FUNCD_VERSION_STRING when headers and library match. */
 FUNCD_EXTERN const char *funcd_version(void);

@@ -112,6 +112,34 @@ funcd_option *funcd_with_data_plane_addr(const char *addr)
 }
 funcd_option *funcd_with_token_file(const char *path) { return string_option(OPT_TOKEN_FILE, path); }
 funcd_option *funcd_with_shim_dir(const char *dir) { return string_option(OPT_SHIM_DIR, dir); }
+funcd_option *funcd_with_fn_runner_addr(const char *addr) { return string_option(OPT_FN_RUNNER, addr); }
+funcd_option *funcd_with_functions_dir(const char *dir)
+{
+    return string_option(OPT_FUNCTIONS_DIR, dir);
+}
+
+funcd_option *funcd_with_builtin(const char *image, funcd_builtin_fn fn, void *payload)
+{
+    funcd_option *o = string_option(OPT_BUILTIN, image);
+    if (o != &oom_option) {
+        o->builtin = fn;
+        o->payload = payload;
+    }
+    return o;
+}
+
+static int add_builtin(funcd_config *cfg, funcd_option *o)
+{
+    if (!o->str || !*o->str || !o->builtin)
+        return funcd_error_set(FUNCD_EINVAL, "funcd_with_builtin needs an image name and a function");
+    funcd_builtin_reg *b = realloc(cfg->builtins, (cfg->n_builtins + 1) * sizeof(*b));
+    if (!b)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory adding a builtin");
+    cfg->builtins = b;
+    b[cfg->n_builtins++] = (funcd_builtin_reg){o->str, o->builtin, o->payload};
+    o->str = NULL;
+    return 0;
+}
 funcd_option *funcd_with_state_dir(const char *dir) { return string_option(OPT_STATE_DIR, dir); }
 
 static funcd_option *token_option(const char *token, funcd_role role, const char *const *ns)
@@ -182,19 +210,22 @@ static int apply_preset(funcd_config *cfg, option_kind kind)
     cfg->preset = kind;
     free(cfg->listen_addr);
     free(cfg->data_plane_addr);
+    free(cfg->fn_runner_addr);
     funcd_auth_clear(&cfg->auth);
     if (kind == OPT_IN_MEMORY) {
         cfg->memory_backends = 1;
         cfg->listen_addr = strdup("127.0.0.1:0");
         cfg->data_plane_addr = strdup("127.0.0.1:0");
+        cfg->fn_runner_addr = strdup("127.0.0.1:0");
         if (funcd_auth_add(&cfg->auth, "funcd-dev-token", FUNCD_ROLE_DEVELOPER, default_ns) < 0)
             return FUNCD_ENOMEM;
     } else {
         cfg->memory_backends = 0;
         cfg->listen_addr = strdup("127.0.0.1:8080");
         cfg->data_plane_addr = strdup("127.0.0.1:8081");
+        cfg->fn_runner_addr = strdup("127.0.0.1:9445");
     }
-    if (!cfg->listen_addr || !cfg->data_plane_addr)
+    if (!cfg->listen_addr || !cfg->data_plane_addr || !cfg->fn_runner_addr)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory applying a preset");
     return 0;
 }
@@ -214,6 +245,9 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
     case OPT_DATA_PLANE: replace_str(&cfg->data_plane_addr, &o->str); break;
     case OPT_SHIM_DIR: replace_str(&cfg->shim_dir, &o->str); break;
     case OPT_STATE_DIR: replace_str(&cfg->state_dir, &o->str); break;
+    case OPT_FN_RUNNER: replace_str(&cfg->fn_runner_addr, &o->str); break;
+    case OPT_FUNCTIONS_DIR: replace_str(&cfg->functions_dir, &o->str); break;
+    case OPT_BUILTIN: return add_builtin(cfg, o);
     case OPT_NO_TOKENS: funcd_auth_clear(&cfg->auth); break;
     case OPT_TOKEN:
         if (!o->role)
@@ -266,6 +300,11 @@ void funcd_config_clear(funcd_config *cfg)
     free(cfg->data_plane_addr);
     free(cfg->shim_dir);
     free(cfg->state_dir);
+    free(cfg->fn_runner_addr);
+    free(cfg->functions_dir);
+    for (size_t i = 0; i < cfg->n_builtins; i++)
+        free(cfg->builtins[i].image);
+    free(cfg->builtins);
     funcd_auth_clear(&cfg->auth);
     memset(cfg, 0, sizeof(*cfg));
 }

@@ -24,6 +24,9 @@ typedef enum option_kind {
     OPT_LOG_OBSERVER,
     OPT_SHIM_DIR,
     OPT_STATE_DIR,
+    OPT_FN_RUNNER,
+    OPT_FUNCTIONS_DIR,
+    OPT_BUILTIN,
 } option_kind;
 
 struct funcd_option {
@@ -35,8 +38,16 @@ struct funcd_option {
     funcd_log_fn log_fn;
     funcd_log_level log_min;
     funcd_log_observer_fn observer;
+    funcd_builtin_fn builtin;
     void *payload;
 };
+
+/* A builtin KRM function registered through funcd_with_builtin. */
+typedef struct funcd_builtin_reg {
+    char *image;
+    funcd_builtin_fn fn;
+    void *payload;
+} funcd_builtin_reg;
 
 /* The configuration options produce, before the platform is built. */
 typedef struct funcd_config {
@@ -51,6 +62,10 @@ typedef struct funcd_config {
     char *data_plane_addr;
     char *shim_dir;
     char *state_dir;
+    char *fn_runner_addr;
+    char *functions_dir;
+    funcd_builtin_reg *builtins;
+    size_t n_builtins;
     funcd_auth auth;
     funcd_logger logger;
     funcd_log_observer_fn observer;
