@@ -6,7 +6,15 @@
  *   FUNCD_LISTEN=/path/worker.sock funcd-exec -- COMMAND [ARGS...]
  *
  * One thread per connection. Children stay in our process group so the
- * platform's SIGKILL to the group reaches them too. */
+ * platform's SIGKILL to the group reaches them too.
+ *
+ * KRM mode (the function runner's warm workers): a request with the header
+ * "X-Funcd-Krm: 1" is always answered 200 with the command's stdout as the
+ * raw body, and the outcome in headers: X-Funcd-Exit-Code (128+N when killed
+ * by signal N, -1 when it did not run), X-Funcd-Stderr (base64 of the last
+ * 64 KiB of its stderr), and X-Funcd-Error when the shim itself gave up. The
+ * caller builds a KRM result from them, so a failing function is not
+ * mistaken for a failing worker. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pipe2, accept4, POLLRDHUP, strcasestr */
 #endif
@@ -34,6 +42,7 @@
 #define MAX_OUTPUT ((size_t)64 << 20)
 #define MAX_HEADERS 128
 #define MAX_STDERR_LINE 16384
+#define MAX_KRM_STDERR (64 * 1024)
 
 extern char **environ;
 
@@ -53,6 +62,7 @@ typedef struct request {
     int nheaders, version_minor;
     size_t head_len, content_length;
     bool keep_alive;
+    bool krm; /* X-Funcd-Krm: 1 */
 } request;
 
 /* Everything below is set before the first thread starts, or guarded by lock. */
@@ -208,6 +218,8 @@ static int parse_header(request *r, char *line, char *eol, bool *have_length) {
         r->content_type = v;
     } else if (!strcasecmp(line, "X-Funcd-Invocation-Id")) {
         r->invocation_id = v;
+    } else if (!strcasecmp(line, "X-Funcd-Krm")) {
+        r->krm = !strcmp(v, "1");
     }
     return 0;
 }
@@ -313,6 +325,8 @@ static char **build_env(const request *r, buf *strs) {
 typedef struct outcome {
     buf out, err_line;  /* stdout; the last non-empty stderr line */
     buf err_partial;
+    buf err_all;        /* KRM mode: stderr, trimmed to its tail now and then */
+    bool keep_stderr;
     int wait_status;
     bool spawned, too_large, client_gone;
 } outcome;
@@ -339,6 +353,16 @@ static void forward_stderr(outcome *o, bool eof) {
     }
     if (left && start != o->err_partial.p) memmove(o->err_partial.p, start, left);
     o->err_partial.len = left;
+}
+
+/* Keeps at most the last MAX_KRM_STDERR bytes (the end says why it failed),
+ * trimming only once twice that piled up so the copying stays linear. */
+static void keep_stderr_tail(outcome *o, const char *data, size_t n) {
+    buf_add(&o->err_all, data, n);
+    if (o->err_all.len > 2 * MAX_KRM_STDERR) {
+        memmove(o->err_all.p, o->err_all.p + o->err_all.len - MAX_KRM_STDERR, MAX_KRM_STDERR);
+        o->err_all.len = MAX_KRM_STDERR;
+    }
 }
 
 /* Starts the command on the child ends of the pipes; -1 with o->err_line set on failure. */
@@ -397,6 +421,7 @@ static void run_command(conn *c, const request *r, const char *body, outcome *o)
             } else if (n > 0 && i == 1) {
                 buf_add(&o->err_partial, chunk, (size_t)n);
                 forward_stderr(o, false);
+                if (o->keep_stderr) keep_stderr_tail(o, chunk, (size_t)n);
             } else if (n > 0 && !o->too_large && o->out.len + (size_t)n > MAX_OUTPUT) {
                 o->too_large = true;
                 kill(pid, SIGKILL);
@@ -475,9 +500,41 @@ static bool send_output(conn *c, outcome *o, bool head_only, bool close, int *st
     return ok;
 }
 
+static void buf_base64(buf *b, const unsigned char *s, size_t n) {
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    buf_reserve(b, (n + 2) / 3 * 4);
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)s[i] << 16 | (i + 1 < n ? (unsigned)s[i + 1] << 8 : 0) | (i + 2 < n ? s[i + 2] : 0);
+        char q[4] = {abc[v >> 18 & 63], abc[v >> 12 & 63], i + 1 < n ? abc[v >> 6 & 63] : '=', i + 2 < n ? abc[v & 63] : '='};
+        buf_add(b, q, 4);
+    }
+}
+
+/* KRM mode: 200 with stdout as the body whatever happened; the outcome goes in headers. */
+static bool send_krm(conn *c, const outcome *o, int exit_code, const char *error, bool close) {
+    buf hdrs = {0};
+    buf_printf(&hdrs, "Content-Type: application/octet-stream\r\nX-Funcd-Exit-Code: %d\r\n", exit_code);
+    size_t err_len = o->err_all.len > MAX_KRM_STDERR ? MAX_KRM_STDERR : o->err_all.len;
+    buf_add(&hdrs, "X-Funcd-Stderr: ", 16);
+    buf_base64(&hdrs, (const unsigned char *)o->err_all.p + o->err_all.len - err_len, err_len);
+    buf_add(&hdrs, "\r\n", 2);
+    if (error) {
+        buf_add(&hdrs, "X-Funcd-Error: ", 15);
+        for (const char *p = error; *p; p++) /* a header value holds no control characters */
+            buf_add(&hdrs, (unsigned char)*p < 0x20 ? " " : p, 1);
+        buf_add(&hdrs, "\r\n", 2);
+    }
+    size_t body_len = o->too_large ? 0 : o->out.len;
+    bool ok = send_response(c, 200, NULL, hdrs.p, body_len ? o->out.p : "", body_len, false, close);
+    free(hdrs.p);
+    return ok;
+}
+
 static void log_invocation(const request *r, int status, int exit_code, double ms, const char *error) {
     buf l = {0};
-    buf_printf(&l, "{\"severity\":\"%s\",\"msg\":", status >= 500 ? "ERROR" : status == 499 ? "WARNING" : "INFO");
+    /* KRM mode answers 200 even when the command failed: the error decides. */
+    bool failed = status >= 500 || (error && status < 400);
+    buf_printf(&l, "{\"severity\":\"%s\",\"msg\":", failed ? "ERROR" : status == 499 ? "WARNING" : "INFO");
     const char *msg = error ? error : "invocation finished";
     buf_json_str(&l, msg, strlen(msg));
     buf_add(&l, ",\"invocationId\":", 16);
@@ -509,7 +566,7 @@ static bool serve_request(conn *c, request *r) {
     if ((head_only || !strcmp(r->method, "GET")) && path_end - r->target == 8 && !strncmp(r->target, "/_/ready", 8))
         return send_response(c, 200, NULL, "Content-Type: text/plain\r\n", "ok\n", 3, head_only, close) && !close;
     double start = now_ms();
-    outcome o = {0};
+    outcome o = {.keep_stderr = r->krm};
     run_command(c, r, c->in.p + r->head_len, &o);
     int status = 502, exit_code = -1;
     bool ok = !o.client_gone;
@@ -527,10 +584,19 @@ static bool serve_request(conn *c, request *r) {
         else buf_printf(&msg, "%s was killed by signal %d", cmd[0], WTERMSIG(o.wait_status));
         if (o.err_line.len) buf_printf(&msg, ": %s", o.err_line.p);
     }
-    if (ok && msg.len) send_status(c, 502, "FunctionFailed", msg.p, close);
-    else if (ok) ok = send_output(c, &o, head_only, close, &status);
+    if (ok && r->krm) {
+        /* A failing function is an answer here, not a failed worker. */
+        bool shim_error = o.too_large || !o.spawned;
+        int code = shim_error ? -1 : WIFSIGNALED(o.wait_status) ? 128 + WTERMSIG(o.wait_status) : exit_code;
+        ok = send_krm(c, &o, code, shim_error ? msg.p : NULL, close);
+        status = 200;
+    } else if (ok && msg.len) {
+        send_status(c, 502, "FunctionFailed", msg.p, close);
+    } else if (ok) {
+        ok = send_output(c, &o, head_only, close, &status);
+    }
     log_invocation(r, status, exit_code, now_ms() - start, msg.len ? msg.p : NULL);
-    free(msg.p), free(o.out.p), free(o.err_line.p), free(o.err_partial.p);
+    free(msg.p), free(o.out.p), free(o.err_line.p), free(o.err_partial.p), free(o.err_all.p);
     return ok && !close;
 }
 

@@ -28,6 +28,8 @@ static void usage(FILE *out)
             "  --data-dir DIR             durable substrate (not in this build yet)\n"
             "  --listen ADDR              control-plane API (default 127.0.0.1:8080)\n"
             "  --data-plane-listen ADDR   function traffic (default 127.0.0.1:8081)\n"
+            "  --fn-runner-listen ADDR    function runner gRPC (default 127.0.0.1:9445)\n"
+            "  --functions-dir DIR        where binaryExecutor paths and worker images resolve\n"
             "  --token-file FILE          lines `token role namespace[,namespace...]`\n"
             "  --dev                      accept funcd-dev-token as developer of \"default\"\n"
             "  --shims DIR                where the runtime shims are (default: next to\n"
@@ -48,6 +50,8 @@ typedef struct flags {
     const char *token_file;
     const char *shims;
     const char *state_dir;
+    const char *fn_runner;
+    const char *functions_dir;
     int dev;
     funcd_log_level level;
 } flags;
@@ -66,7 +70,7 @@ static int parse_level(const char *s, funcd_log_level *out)
 static int parse_flags(int argc, char **argv, flags *f)
 {
     enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_VERSION, O_LATER,
-           O_SHIMS, O_STATE };
+           O_SHIMS, O_STATE, O_FNRUN, O_FNDIR };
     static const struct option opts[] = {
         {"memory", no_argument, 0, O_MEMORY},
         {"data-dir", required_argument, 0, O_DATA_DIR},
@@ -78,8 +82,8 @@ static int parse_flags(int argc, char **argv, flags *f)
         {"state-dir", required_argument, 0, O_STATE},
         {"log-level", required_argument, 0, O_LEVEL},
         {"version", no_argument, 0, O_VERSION},
-        {"fn-runner-listen", required_argument, 0, O_LATER},
-        {"functions-dir", required_argument, 0, O_LATER},
+        {"fn-runner-listen", required_argument, 0, O_FNRUN},
+        {"functions-dir", required_argument, 0, O_FNDIR},
         {"registry-auth-file", required_argument, 0, O_LATER},
         {"registry-certs-dir", required_argument, 0, O_LATER},
         {"insecure-registry", required_argument, 0, O_LATER},
@@ -96,6 +100,8 @@ static int parse_flags(int argc, char **argv, flags *f)
         case O_TOKENS: f->token_file = optarg; break;
         case O_DEV: f->dev = 1; break;
         case O_SHIMS: f->shims = optarg; break;
+        case O_FNRUN: f->fn_runner = optarg; break;
+        case O_FNDIR: f->functions_dir = optarg; break;
         case O_STATE: f->state_dir = optarg; break;
         case O_LEVEL:
             if (parse_level(optarg, &f->level) < 0) {
@@ -160,6 +166,8 @@ int main(int argc, char **argv)
     rc = funcd_platform_new(&running, funcd_in_memory(), funcd_without_auth_tokens(),
                             shims ? funcd_with_shim_dir(shims) : NULL,
                             f.state_dir ? funcd_with_state_dir(f.state_dir) : NULL,
+                            funcd_with_fn_runner_addr(f.fn_runner ? f.fn_runner : "127.0.0.1:9445"),
+                            f.functions_dir ? funcd_with_functions_dir(f.functions_dir) : NULL,
                             funcd_with_listen_addr(f.listen ? f.listen : "127.0.0.1:8080"),
                             funcd_with_data_plane_addr(f.data_plane ? f.data_plane
                                                                     : "127.0.0.1:8081"),
@@ -184,6 +192,7 @@ int main(int argc, char **argv)
                         "pass --token-file FILE or --dev\n");
     fprintf(stderr, "funcd: control plane listening on %s\n", funcd_platform_addr(running));
     fprintf(stderr, "funcd: data plane listening on %s\n", funcd_platform_data_plane_addr(running));
+    fprintf(stderr, "funcd: function runner listening on %s\n", funcd_platform_fn_runner_addr(running));
     rc = funcd_platform_run(running);
     if (rc < 0)
         fprintf(stderr, "funcd: %s\n", funcd_error_last()->message);

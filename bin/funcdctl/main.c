@@ -77,6 +77,21 @@ static const ctl_command commands[] = {
      "  --tail N                start with the last N records\n"
      "Each record prints as \"TIME REPLICA LINE\"; -o json prints the raw records.\n"
      "Example: funcdctl logs hello -f --tail 20\n"},
+    {"fn", cmd_fn, "Evaluate a KRM function on the function runner",
+     "fn eval IMAGE [-f FILE|-] [--exec PATH] [--runner ADDR] [--timeout 30s]",
+     "Sends the ResourceList in FILE (YAML or JSON; - or no -f: standard input) to\n"
+     "the function runner's EvaluateFunction, as a Porch server would, and prints\n"
+     "the ResourceList that comes back on stdout, the function's log and its\n"
+     "results on stderr.\n"
+     "  -f, --filename FILE     the ResourceList to send\n"
+     "  --exec PATH             run this executable (under the runner's --functions-dir)\n"
+     "                          instead of resolving IMAGE; IMAGE may then be left out\n"
+     "  --runner ADDR           the runner (env FUNCD_FN_RUNNER; default: what the\n"
+     "                          control plane's /version reports, else 127.0.0.1:9445)\n"
+     "  --timeout DURATION      sent as grpc-timeout (default 30s; 0: none)\n"
+     "Exit status 1 when the call fails (\"funcdctl: error: MESSAGE (STATUS)\") or a\n"
+     "result has severity error.\n"
+     "Example: funcdctl fn eval set-namespace -f resources.yaml\n"},
     {"version", cmd_version, "Print the client and server versions", "version",
      "  -o json prints both as JSON.\n"},
 };

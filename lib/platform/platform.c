@@ -24,6 +24,7 @@
 #include "funcd/funcd.h"
 #include "funcd/sys/error.h"
 #include "platform/options.h"
+#include "fnrunner/service.h"
 #include "serving/serving.h"
 #include "util/misc.h"
 
@@ -40,6 +41,8 @@ struct funcd_platform {
     funcd_cp_server *cp_server;
     funcd_controller *controller;
     funcd_serving *serving;
+    funcd_fnrunner *fnrunner;
+    char fn_runner_addr[128];
     char *state_dir;     /* ours to remove when we made it */
     int own_state_dir;
     char addr[128];
@@ -147,9 +150,10 @@ static void version_json(funcd_platform *p, char *out, size_t len)
     const funcd_config *c = &p->cfg;
     snprintf(out, len,
              "{\"version\":\"%s\",\"apiVersion\":\"funcd.dev/v1\",\"dataPlane\":\"%s\","
+             "\"fnRunner\":\"%s\","
              "\"backends\":{\"store\":\"%s\",\"blob\":\"%s\",\"bus\":\"%s\",\"runtime\":\"%s\","
              "\"gateway\":\"%s\"}}",
-             FUNCD_VERSION_STRING, p->data_plane_addr, c->store->name ? c->store->name : "?",
+             FUNCD_VERSION_STRING, p->data_plane_addr, p->fn_runner_addr, c->store->name ? c->store->name : "?",
              c->blob->name ? c->blob->name : "?", c->bus->name ? c->bus->name : "?",
              c->runtime && c->runtime->name ? c->runtime->name : "none",
              c->gateway->name ? c->gateway->name : "?");
@@ -214,6 +218,23 @@ static int build(funcd_platform *p)
                                 sizeof(p->data_plane_addr));
     if (rc < 0)
         return rc;
+    funcd_fnrunner_config fc = {
+        .loop = p->base,
+        .store = p->cfg.store,
+        .runtime = p->cfg.runtime,
+        .functions_dir = p->cfg.functions_dir,
+        .shim_dir = shim_dir(&p->cfg),
+        .state_dir = p->state_dir,
+        .config_namespace = "default",
+        .max_message = 6 * 1024 * 1024,
+        .builtins = p->cfg.builtins,
+        .n_builtins = p->cfg.n_builtins,
+        .logger = &p->cfg.logger,
+    };
+    rc = funcd_fnrunner_new(&p->fnrunner, &fc, p->cfg.fn_runner_addr, p->fn_runner_addr,
+                            sizeof(p->fn_runner_addr));
+    if (rc < 0)
+        return rc;
     char vj[768];
     version_json(p, vj, sizeof(vj));
     funcd_cp_init(&p->cp, p->cfg.store, &p->cfg.auth, vj);
@@ -241,10 +262,15 @@ static int build(funcd_platform *p)
     return funcd_controller_new(&p->controller, &cc);
 }
 
+static unsigned live_workers(funcd_platform *p)
+{
+    return funcd_serving_live_workers(p->serving) + funcd_fnrunner_live_workers(p->fnrunner);
+}
+
 static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
 {
     funcd_platform *p = arg;
-    if (funcd_serving_live_workers(p->serving) == 0)
+    if (live_workers(p) == 0)
         event_base_loopbreak(p->base);
 }
 
@@ -255,7 +281,9 @@ static void drain_workers(funcd_platform *p)
     if (!p->serving || !p->base)
         return;
     funcd_serving_close(p->serving);
-    if (funcd_serving_live_workers(p->serving) == 0)
+    if (p->fnrunner)
+        funcd_fnrunner_close(p->fnrunner);
+    if (live_workers(p) == 0)
         return;
     struct event *tick = event_new(p->base, -1, EV_PERSIST, on_drain_tick, p);
     struct timeval every = {0, 5000}, limit = {3, 0};
@@ -280,6 +308,8 @@ static void teardown(funcd_platform *p)
     p->controller = NULL;
     funcd_serving_free(p->serving);
     p->serving = NULL;
+    funcd_fnrunner_free(p->fnrunner);
+    p->fnrunner = NULL;
     if (p->stop_ev)
         event_free(p->stop_ev);
     p->stop_ev = NULL;
@@ -376,6 +406,8 @@ static int start_components(funcd_platform *p)
         return 0;
     int rc = funcd_controller_start(p->controller);
     if (rc == 0)
+        rc = funcd_fnrunner_start(p->fnrunner);
+    if (rc == 0)
         rc = funcd_cp_server_start(p->cp_server);
     if (rc == 0)
         rc = p->cfg.gateway->start(p->cfg.gateway);
@@ -409,6 +441,13 @@ static void *background_main(void *arg)
 {
     funcd_platform *p = arg;
     int rc = dispatch(p);
+    /* Workers die with the thread that started them (PR_SET_PDEATHSIG):
+     * let them drain while this thread still exists. */
+    pthread_mutex_lock(&p->lock);
+    int shutting_down = p->shut;
+    pthread_mutex_unlock(&p->lock);
+    if (shutting_down)
+        drain_workers(p);
     if (rc < 0)
         funcd_log(&p->cfg.logger, FUNCD_LOG_ERROR, "platform stopped: %s",
                   funcd_error_last()->message);
@@ -493,4 +532,9 @@ const char *funcd_platform_addr(const funcd_platform *p)
 const char *funcd_platform_data_plane_addr(const funcd_platform *p)
 {
     return p ? p->data_plane_addr : "";
+}
+
+const char *funcd_platform_fn_runner_addr(const funcd_platform *p)
+{
+    return p ? p->fn_runner_addr : "";
 }

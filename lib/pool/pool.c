@@ -502,16 +502,21 @@ int funcd_pool_new(funcd_pool **out, struct event_base *loop, const funcd_pool_c
 
 void funcd_pool_configure(funcd_pool *p, const funcd_pool_config *cfg)
 {
+    funcd_pool_config c = *cfg;
+    if (c.max_workers == 0)
+        c.max_workers = 1;
+    if (c.concurrency == 0)
+        c.concurrency = 1;
+    if (c.min_workers > c.max_workers)
+        c.min_workers = c.max_workers;
     pthread_mutex_lock(&p->lock);
-    p->cfg = *cfg;
-    if (p->cfg.max_workers == 0)
-        p->cfg.max_workers = 1;
-    if (p->cfg.concurrency == 0)
-        p->cfg.concurrency = 1;
-    if (p->cfg.min_workers > p->cfg.max_workers)
-        p->cfg.min_workers = p->cfg.max_workers;
-    p->failures = 0; /* a new configuration deserves a fresh start */
-    p->backoff_until_ms = 0;
+    if (memcmp(&c, &p->cfg, sizeof(c)) != 0) {
+        /* A new configuration deserves a fresh start; the same one (every
+         * reconcile passes it again) keeps the backoff of failed starts. */
+        p->failures = 0;
+        p->backoff_until_ms = 0;
+    }
+    p->cfg = c;
     funcd_pool_waiter *granted = grant_locked(p);
     poke_locked(p);
     pthread_mutex_unlock(&p->lock);

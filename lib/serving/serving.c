@@ -17,7 +17,7 @@
 #include "funcd/sys/error.h"
 #include "util/misc.h"
 
-#define STOP_GRACE_MS 2000
+#define STOP_GRACE_MS 10000 /* SIGTERM, then SIGKILL (docs/worker-contract.md) */
 #define PROBE_FIRST_US 100
 #define PROBE_MAX_US 2000
 #define LOG_GRACE_MS 200 /* lines read this soon after a request ended are its */

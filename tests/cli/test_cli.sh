@@ -84,9 +84,18 @@ if "$FUNCD" --help 2>&1 | grep -q -- --shims && [ -d "$BUILD/shims" ]; then
     SHIMS_ARGS=(--shims "$BUILD/shims")
 fi
 
+# The function runner, when this funcd has one: its functions directory is
+# filled by write_test_functions, its address read from the log.
+FN_RUNNER_ARGS=()
+FN_RUNNER=
+if "$FUNCD" --help 2>&1 | grep -q -- --fn-runner-listen; then
+    mkdir -p "$WORK/functions"
+    FN_RUNNER_ARGS=(--fn-runner-listen 127.0.0.1:0 --functions-dir "$WORK/functions")
+fi
+
 start_funcd() {
     "$FUNCD" --memory --dev --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 \
-        "${SHIMS_ARGS[@]}" 2>"$WORK/funcd.log" &
+        "${SHIMS_ARGS[@]}" "${FN_RUNNER_ARGS[@]}" 2>"$WORK/funcd.log" &
     FUNCD_PID=$!
     local addr=
     for _ in $(seq 150); do
@@ -105,6 +114,15 @@ start_funcd() {
     fi
     export FUNCD_SERVER="http://$addr" FUNCD_TOKEN=funcd-dev-token
     echo "# funcd (pid $FUNCD_PID) at $FUNCD_SERVER"
+    if [ ${#FN_RUNNER_ARGS[@]} -gt 0 ]; then
+        for _ in $(seq 50); do
+            FN_RUNNER=$(sed -n 's/^funcd: function runner listening on //p' "$WORK/funcd.log" |
+                head -n 1)
+            [ -n "$FN_RUNNER" ] && break
+            sleep 0.1
+        done
+        echo "# function runner at ${FN_RUNNER:-<not printed>}"
+    fi
 }
 
 test_usage() {
@@ -172,6 +190,38 @@ test_serving_usage() {
     mkdir -p "$WORK/empty/.git"
     ctl deploy "$WORK/empty" --name x --runtime python3
     expect "deploy of an empty directory refuses" 1 err "holds no files"
+}
+
+test_fn_usage() {
+    ctl fn
+    expect "fn without a subcommand is a usage error" 2 err "fn needs a subcommand: eval"
+    ctl fn frob
+    expect "fn with an unknown subcommand" 2 err 'unknown fn subcommand "frob"'
+    ctl fn eval -f "$HERE/fn-resources.yaml"
+    expect "fn eval without IMAGE is a usage error" 2 err "needs the function's IMAGE"
+    ctl fn eval set-namespace -f "$HERE/fn-resources.yaml" --timeout soon
+    expect "fn eval --timeout takes a duration" 2 err "--timeout takes a duration"
+    ctl fn eval a b -f "$HERE/fn-resources.yaml"
+    expect "fn eval takes one IMAGE" 2 err "takes one IMAGE"
+    ctl fn eval set-namespace -f "$HERE/fn-resources.yaml" -o json
+    expect "fn eval refuses -o" 2 err "drop -o"
+    ctl fn eval set-namespace -f "$HERE/fn-resources.yaml" --frob
+    expect "fn eval rejects unknown flags" 2 err 'unknown flag "--frob"'
+    ctl fn eval --help
+    expect "fn --help lists its flags" 0 out "--exec PATH" out "FUNCD_FN_RUNNER"
+    ctl fn eval set-namespace -f "$HERE/app.yaml"
+    expect "fn eval refuses what is not a ResourceList" 1 err "is a Function, not a ResourceList"
+    ctl fn eval set-namespace -f "$WORK/nosuch.yaml"
+    expect "fn eval of a missing file names it" 1 err "cannot open .*nosuch.yaml"
+    ctl fn eval set-namespace -f "$HERE/fn-resources.yaml" --runner 127.0.0.1:1
+    expect "fn eval at an unreachable runner says what to do" 1 \
+        err "cannot reach the function runner at 127.0.0.1:1" err "FUNCD_FN_RUNNER"
+    FUNCD_FN_RUNNER=127.0.0.1:1 ctl fn eval set-namespace -f - <"$HERE/fn-resources.yaml"
+    expect "fn eval reads FUNCD_FN_RUNNER and stdin" 1 \
+        err "cannot reach the function runner at 127.0.0.1:1"
+    ctl fn eval set-namespace -f "$HERE/fn-resources.yaml" --runner "${FUNCD_SERVER#http://}"
+    expect "fn eval at the control plane says it is no runner" 1 \
+        err "answered HTTP [0-9]+, not gRPC" err "--fn-runner-listen"
 }
 
 test_apply() {
@@ -399,6 +449,105 @@ test_deploy_failures() {
     fi
 }
 
+# KRM functions for the exec evaluator, in the runner's functions directory.
+write_test_functions() {
+    local dir=$WORK/functions
+    cat >"$dir/rename-web.sh" <<'SH'
+#!/bin/sh
+# Renames the Deployment "web" to "web-exec"; says so on stderr.
+echo "rename-web: renaming web" >&2
+exec sed 's/^    name: web$/    name: web-exec/'
+SH
+    cat >"$dir/fail.sh" <<'SH'
+#!/bin/sh
+cat >/dev/null
+echo "boom: the input is wrong" >&2
+exit 3
+SH
+    cat >"$dir/report.sh" <<'SH'
+#!/bin/sh
+# Exits 0 but reports an error result, which fails `fn eval` all the same.
+cat >/dev/null
+cat <<'YAML'
+apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items: []
+results:
+- message: replicas too high
+  severity: error
+  resourceRef: {apiVersion: apps/v1, kind: Deployment, name: web}
+  field: {path: spec.replicas}
+- message: consider a PodDisruptionBudget
+  severity: warning
+YAML
+SH
+    cat >"$dir/sleep.sh" <<'SH'
+#!/bin/sh
+exec sleep 10
+SH
+    chmod +x "$dir"/*.sh
+}
+
+test_fn_eval() {
+    local rl=$HERE/fn-resources.yaml
+    write_test_functions
+    ctl fn eval set-namespace -f "$rl" --runner "$FN_RUNNER"
+    expect "fn eval of the set-namespace builtin sets the namespace" 0 \
+        out "^kind: ResourceList" out "^      name: web$" out "^      namespace: prod$"
+    if [ "$(grep -c '^      namespace: prod$' "$WORK/out")" != 2 ] || grep -q 'namespace: dev' "$WORK/out"; then
+        fail "set-namespace sets both namespaced items, and only them"
+    else
+        ok "set-namespace sets both namespaced items, and only them"
+    fi
+    FUNCD_FN_RUNNER=$FN_RUNNER ctl fn eval gcr.io/kpt-fn/set-namespace:v0.4.1 <"$rl"
+    expect "fn eval reads stdin and FUNCD_FN_RUNNER; kpt's image name is the builtin" 0 \
+        out "^      namespace: prod$"
+    ctl fn eval example.com/nosuch:v1 -f "$rl" --runner "$FN_RUNNER"
+    expect "an image no evaluator has is NOT_FOUND" 1 err "example.com/nosuch:v1" \
+        err "\(NOT_FOUND\)$"
+    ctl fn eval --exec rename-web.sh -f "$rl" --runner "$FN_RUNNER"
+    expect "fn eval --exec runs a binary of the functions directory" 0 \
+        out "^    name: web-exec$" err "^rename-web: renaming web$"
+    ctl fn eval example.com/rename:v1 --exec rename-web.sh -f "$rl" --runner "$FN_RUNNER"
+    expect "fn eval IMAGE --exec PATH runs PATH" 0 out "^    name: web-exec$"
+    ctl fn eval --exec fail.sh -f "$rl" --runner "$FN_RUNNER"
+    expect "a function that exits non-zero is INTERNAL with its stderr" 1 \
+        err "boom: the input is wrong" err "\(INTERNAL\)$"
+    ctl fn eval --exec report.sh -f "$rl" --runner "$FN_RUNNER"
+    expect "error results fail fn eval and are printed" 1 out "^kind: ResourceList" \
+        err "^error: replicas too high \(Deployment/web, field spec.replicas\)$" \
+        err "^warning: consider a PodDisruptionBudget$"
+    ctl fn eval --exec ../outside.sh -f "$rl" --runner "$FN_RUNNER"
+    expect "--exec outside the functions directory is INVALID_ARGUMENT" 1 \
+        err "\(INVALID_ARGUMENT\)$"
+    ctl fn eval --exec sleep.sh -f "$rl" --runner "$FN_RUNNER" --timeout 300ms
+    expect "--timeout becomes grpc-timeout: DEADLINE_EXCEEDED" 1 err "\(DEADLINE_EXCEEDED\)$"
+    cat >"$WORK/fc.yaml" <<'YAML'
+apiVersion: funcd.dev/v1
+kind: FunctionConfig
+metadata:
+  name: rename-web
+spec:
+  image: rename-web
+  prefixes: [example.com/fns]
+  binaryExecutor:
+    tags: [v1]
+    path: rename-web.sh
+YAML
+    ctl apply -f "$WORK/fc.yaml"
+    ctl fn eval example.com/fns/rename-web:v1 -f "$rl" --runner "$FN_RUNNER"
+    expect "a FunctionConfig binaryExecutor maps an image to a binary" 0 \
+        out "^    name: web-exec$"
+    ctl fn eval example.com/fns/rename-web:v2 -f "$rl" --runner "$FN_RUNNER"
+    expect "a tag the binaryExecutor lacks is NOT_FOUND" 1 err "\(NOT_FOUND\)$"
+    ctl delete -f "$WORK/fc.yaml"
+    if grep -q '"fnRunner"' <<<"$("$CTL" version -o json 2>/dev/null)"; then
+        ctl fn eval set-namespace -f "$rl"
+        expect "fn eval finds the runner through the control plane's /version" 0 \
+            out "^      namespace: prod$"
+    fi
+}
+
 test_version() {
     ctl version
     expect "version shows client and server" 0 out "^Client Version: [0-9]" out "^Server Version: "
@@ -421,6 +570,7 @@ test_stop() {
 start_funcd
 test_usage
 test_serving_usage
+test_fn_usage
 test_apply
 test_get
 test_describe
@@ -432,6 +582,11 @@ if grep -q '"dataPlane"' <<<"$("$CTL" version -o json 2>/dev/null)"; then
     test_deploy_failures
 else
     echo "# SKIP serving: this funcd does not report a data plane yet"
+fi
+if [ -n "$FN_RUNNER" ]; then
+    test_fn_eval
+else
+    echo "# SKIP fn eval: this funcd has no function runner yet"
 fi
 test_version
 test_stop

@@ -1,0 +1,411 @@
+/*
+ * End-to-end tests of the function runner: a real gRPC client (@grpc/grpc-js
+ * in client.js) against an embedded platform, through every evaluator of
+ * the chain (builtin, exec, warm worker), with the KRM fixtures of
+ * fixtures/ and the test functions of functions/ (shell, python3, C).
+ *
+ *   test_fnrunner [CASE]     (no CASE: every case, each in its own child)
+ *
+ * Exits 77 (meson's skip) when node or the client's npm packages cannot
+ * be had, saying why.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#include "fnrunner_env.h"
+
+enum { OK = 0, INVALID_ARGUMENT = 3, DEADLINE_EXCEEDED = 4, NOT_FOUND = 5,
+       RESOURCE_EXHAUSTED = 8, UNIMPLEMENTED = 12, INTERNAL = 13, UNAVAILABLE = 14 };
+
+/* FunctionConfigs made over HTTP reach the runner through its watch: the
+ * first call of a case retries NOT_FOUND this long. */
+#define SETTLE "3000"
+
+/* A number of a client answer; -1 when absent (never NaN into an int). */
+static long num(const cJSON *a, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(a, name);
+    return cJSON_IsNumber(v) ? (long)v->valuedouble : -1;
+}
+
+/* A worker process (the funcd-exec shim) serving image directory `dir`. */
+static size_t workers_of(const char *dir, pid_t *out, size_t max)
+{
+    char needle[128];
+    snprintf(needle, sizeof(needle), "/%s/function", dir);
+    return fr_children(needle, out, max);
+}
+
+static int wait_workers(const char *dir, size_t want, int timeout_ms, pid_t *pids, size_t max)
+{
+    int64_t deadline = e2e_now_ms() + timeout_ms;
+    for (;;) {
+        if (workers_of(dir, pids, max) == want)
+            return 1;
+        if (e2e_now_ms() >= deadline)
+            return 0;
+        env_sleep_ms(10);
+    }
+}
+
+/* ---- the three paths, with the KRM fixtures ----------------------------- */
+
+FR_TEST(exec_path_fixtures, FR_EXEC_CONFIGS)
+{
+    static const struct { const char *fixture, *image, *log; } cases[] = {
+        {"set-label", "example.com/fns/set-label:v1", "set-label: labelled 2 items"},
+        {"add-annotation", "example.com/fns/add-annotation:v1", "add-annotation: annotated 2"},
+        {"passthrough", "example.com/fns/passthrough:v1", "passthrough: pid="},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cJSON *a = fr_call(f, "eval", "--image", cases[i].image, "--in",
+                           fr_fixture_input(cases[i].fixture), "--retry-not-found", SETTLE, NULL);
+        CHECK_FIXTURE(a, cases[i].fixture);
+        CHECK_CONTAINS(fr_log(a), cases[i].log);
+    }
+    /* The passthrough answer is the very bytes it was given. */
+    cJSON *a = fr_call(f, "eval", "--image", "example.com/fns/passthrough:v1", "--in",
+                       fr_fixture_input("passthrough"), NULL);
+    CHECK_GRPC(a, OK);
+    FILE *in = fopen(fr_fixture_input("passthrough"), "re");
+    char raw[4096];
+    size_t n = in ? fread(raw, 1, sizeof(raw) - 1, in) : 0;
+    if (in)
+        fclose(in);
+    raw[n] = '\0';
+    CHECK_STR(fr_output(a), raw);
+}
+
+FR_TEST(exec_path_request_field, FR_EXEC_CONFIGS)
+{
+    /* exec_path names the binary without any FunctionConfig. */
+    cJSON *a = fr_call(f, "eval", "--exec", "bin/set-label.py", "--in",
+                       fr_fixture_input("set-label"), NULL);
+    CHECK_FIXTURE(a, "set-label");
+    char abs[PATH_MAX + 32];
+    snprintf(abs, sizeof(abs), "%s/bin/add-annotation", f->fns);
+    a = fr_call(f, "eval", "--exec", abs, "--in", fr_fixture_input("add-annotation"), NULL);
+    CHECK_FIXTURE(a, "add-annotation");
+    /* ... but only inside the functions directory. */
+    a = fr_call(f, "eval", "--exec", "../../bin/sh", "--in", fr_fixture_input("set-label"), NULL);
+    CHECK_GRPC(a, INVALID_ARGUMENT);
+    a = fr_call(f, "eval", "--exec", "/bin/sh", "--in", fr_fixture_input("set-label"), NULL);
+    CHECK_GRPC(a, INVALID_ARGUMENT);
+    a = fr_call(f, "eval", "--exec", "bin/no-such-function", NULL);
+    CHECK_GRPC(a, NOT_FOUND);
+}
+
+FR_TEST(worker_path_fixtures, FR_POD_CONFIGS)
+{
+    static const struct { const char *fixture, *image, *log; } cases[] = {
+        {"set-label", "example.com/pods/set-label:v1", "set-label: labelled 2 items"},
+        {"add-annotation", "example.com/pods/add-annotation:v1", "add-annotation: annotated 2"},
+        {"passthrough", "example.com/pods/passthrough:v1", "passthrough: pid="},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cJSON *a = fr_call(f, "eval", "--image", cases[i].image, "--in",
+                           fr_fixture_input(cases[i].fixture), "--retry-not-found", SETTLE, NULL);
+        CHECK_FIXTURE(a, cases[i].fixture);
+        CHECK_CONTAINS(fr_log(a), cases[i].log);
+    }
+    /* Warm: the same worker serves one call after another. */
+    cJSON *calls = fr_client(f, "eval", "--image", "example.com/pods/passthrough:v1", "--in",
+                             fr_fixture_input("passthrough"), "--repeat", "3", NULL);
+    CHECK_INT(cJSON_GetArraySize(calls), 3);
+    pid_t worker = fr_logged_ppid(cJSON_GetArrayItem(calls, 0));
+    CHECK(worker > 0);
+    for (int i = 0; i < 3; i++) {
+        CHECK_FIXTURE(cJSON_GetArrayItem(calls, i), "passthrough");
+        CHECK_INT(fr_logged_ppid(cJSON_GetArrayItem(calls, i)), worker);
+    }
+    pid_t pids[4];
+    CHECK_INT(workers_of("passthrough", pids, 4), 1);
+    CHECK_INT(pids[0], worker);
+}
+
+FR_TEST(builtin_path_fixtures, 0)
+{
+    static const struct { const char *fixture, *image; } cases[] = {
+        {"set-namespace-v1", "gcr.io/kpt-fn/set-namespace:v0.4.1"},
+        {"set-namespace-v1", "ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.5"},
+        {"set-namespace-v1", "set-namespace"},
+        {"set-namespace-v1alpha1", "gcr.io/kpt-fn/set-namespace:v0.2"},
+        {"upper", IMG_UPPER},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cJSON *a = fr_call(f, "eval", "--image", cases[i].image, "--in",
+                           fr_fixture_input(cases[i].fixture), NULL);
+        CHECK_FIXTURE(a, cases[i].fixture);
+    }
+    CHECK_INT(fr_upper_calls(), 1);
+    /* A failing builtin is INTERNAL with its log. */
+    cJSON *a = fr_call(f, "eval", "--image", IMG_UPPER, "--in", fr_fixture_input("passthrough"),
+                       NULL);
+    CHECK_GRPC(a, INTERNAL);
+    CHECK_CONTAINS(fr_details(a), "upper: the input is not a JSON ResourceList");
+    /* set-namespace without a namespace says so. */
+    a = fr_call(f, "eval", "--image", "set-namespace", "--in", fr_fixture_input("upper"), NULL);
+    CHECK_GRPC(a, INTERNAL);
+    CHECK_CONTAINS(fr_details(a), "namespace");
+}
+
+/* ---- statuses ------------------------------------------------------------- */
+
+FR_TEST(not_found_falls_through, FR_EXEC_CONFIGS | FR_POD_CONFIGS)
+{
+    /* Known to nobody: every evaluator says NOT_FOUND, so does the chain. */
+    cJSON *a = fr_call(f, "eval", "--image", "example.com/nothing/here:v1", NULL);
+    CHECK_GRPC(a, NOT_FOUND);
+    CHECK_CONTAINS(fr_details(a), "example.com/nothing/here:v1");
+    /* A configured image with a tag no FunctionConfig lists. */
+    a = fr_call(f, "eval", "--image", "example.com/fns/passthrough:v2", NULL);
+    CHECK_GRPC(a, NOT_FOUND);
+    a = fr_call(f, "eval", "--image", "example.com/pods/passthrough:v2", NULL);
+    CHECK_GRPC(a, NOT_FOUND);
+    /* Past builtin (NOT_FOUND) to exec; past builtin and exec to worker. */
+    a = fr_call(f, "eval", "--image", "example.com/fns/passthrough:v1", "--in",
+                fr_fixture_input("passthrough"), "--retry-not-found", SETTLE, NULL);
+    CHECK_FIXTURE(a, "passthrough");
+    a = fr_call(f, "eval", "--image", "example.com/pods/passthrough:v1", "--in",
+                fr_fixture_input("passthrough"), "--retry-not-found", SETTLE, NULL);
+    CHECK_FIXTURE(a, "passthrough");
+}
+
+FR_TEST(nonzero_exit_is_internal, FR_EXEC_CONFIGS | FR_POD_CONFIGS)
+{
+    const char *images[] = {"example.com/fns/fail:v1", "example.com/pods/fail:v1"};
+    for (size_t i = 0; i < 2; i++) {
+        cJSON *a = fr_call(f, "eval", "--image", images[i], "--in", fr_fixture_input("fail"),
+                           "--retry-not-found", SETTLE, NULL);
+        CHECK_GRPC(a, INTERNAL);
+        CHECK_CONTAINS(fr_details(a), "fail: the ResourceList is refused on purpose");
+        CHECK_CONTAINS(fr_details(a), "refused on purpose");
+    }
+    /* The python function refuses YAML with an error result. */
+    cJSON *a = fr_call(f, "eval", "--image", "example.com/fns/set-label:v1", "--in",
+                       fr_fixture_input("passthrough"), NULL);
+    CHECK_GRPC(a, INTERNAL);
+    CHECK_CONTAINS(fr_details(a), "not a JSON ResourceList");
+}
+
+FR_TEST(deadline_exceeded, FR_EXEC_CONFIGS | FR_POD_CONFIGS)
+{
+    /* Settle first, so the 200 ms are the function's. */
+    cJSON *a = fr_call(f, "eval", "--image", "example.com/fns/passthrough:v1",
+                       "--retry-not-found", SETTLE, NULL);
+    CHECK_GRPC(a, OK);
+    a = fr_call(f, "eval", "--image", "example.com/fns/sleep:v1", "--deadline-ms", "200", NULL);
+    CHECK_GRPC(a, DEADLINE_EXCEEDED);
+    CHECK(fr_ms(a) < 1500);
+    /* The runner killed the function's process group: its sleep is gone. */
+    int64_t until = e2e_now_ms() + 3000;
+    while (fr_process_with_cmdline("sleep", "17.25") && e2e_now_ms() < until)
+        env_sleep_ms(20);
+    CHECK(!fr_process_with_cmdline("sleep", "17.25"));
+    /* The same through a warm worker; the worker serves on afterwards. */
+    a = fr_call(f, "eval", "--image", "example.com/pods/passthrough:v1",
+                "--retry-not-found", SETTLE, NULL);
+    CHECK_GRPC(a, OK);
+    a = fr_call(f, "eval", "--image", "example.com/pods/sleep:v1", "--deadline-ms", "200",
+                "--retry-not-found", SETTLE, NULL);
+    CHECK_GRPC(a, DEADLINE_EXCEEDED);
+    CHECK(fr_ms(a) < 1500);
+    a = fr_call(f, "eval", "--image", "example.com/pods/passthrough:v1", "--in",
+                fr_fixture_input("passthrough"), "--deadline-ms", "5000", NULL);
+    CHECK_FIXTURE(a, "passthrough");
+}
+
+FR_TEST(message_limits, FR_EXEC_CONFIGS)
+{
+    /* 7 MiB in: over the 6 MiB limit. */
+    cJSON *a = fr_call(f, "eval", "--image", IMG_ECHO, "--size", "7340032", "--no-body", NULL);
+    CHECK_GRPC(a, RESOURCE_EXHAUSTED);
+    /* 7 MiB out. */
+    a = fr_call(f, "eval", "--image", IMG_BIG, "--no-body", NULL);
+    CHECK_GRPC(a, RESOURCE_EXHAUSTED);
+    /* 5 MiB is fine, through a builtin and through a process. */
+    a = fr_call(f, "eval", "--image", IMG_ECHO, "--size", "5242880", "--no-body", NULL);
+    CHECK_GRPC(a, OK);
+    CHECK_INT(num(a, "rl_bytes"), 5242880);
+    a = fr_call(f, "eval", "--image", "example.com/fns/passthrough:v1", "--size", "5242880",
+                "--no-body", "--retry-not-found", SETTLE, NULL);
+    CHECK_GRPC(a, OK);
+    CHECK_INT(num(a, "rl_bytes"), 5242880);
+    /* The connection survives a refused message: the next call works. */
+    cJSON *calls = fr_client(f, "eval", "--image", IMG_ECHO, "--size", "7340032", "--no-body",
+                             "--repeat", "2", NULL);
+    CHECK_INT(cJSON_GetArraySize(calls), 2);
+    CHECK_GRPC(cJSON_GetArrayItem(calls, 1), RESOURCE_EXHAUSTED);
+    a = fr_call(f, "eval", "--image", IMG_UPPER, "--in", fr_fixture_input("upper"), NULL);
+    CHECK_FIXTURE(a, "upper");
+}
+
+FR_TEST(health_and_unknown_methods, 0)
+{
+    cJSON *a = fr_call(f, "health", NULL);
+    CHECK_GRPC(a, OK);
+    CHECK_STR(jstr(a, "status"), "SERVING");
+    a = fr_call(f, "health", "--service", "evaluator.FunctionEvaluator", NULL);
+    CHECK_GRPC(a, OK);
+    CHECK_STR(jstr(a, "status"), "SERVING");
+    a = fr_call(f, "health", "--service", "no.such.Service", NULL);
+    CHECK_GRPC(a, NOT_FOUND);
+    a = fr_call(f, "raw", "--method", "/evaluator.FunctionEvaluator/NoSuchMethod", NULL);
+    CHECK_GRPC(a, UNIMPLEMENTED);
+}
+
+/* 64 calls at once on one channel (one HTTP/2 connection), per path. */
+FR_TEST(concurrent_calls, FR_EXEC_CONFIGS | FR_POD_CONFIGS)
+{
+    const char *images[] = {IMG_ECHO, "example.com/fns/passthrough:v1",
+                            "example.com/pods/passthrough:v1"};
+    for (size_t i = 0; i < 3; i++) {
+        cJSON *a = fr_call(f, "eval", "--image", images[i], "--retry-not-found", SETTLE, NULL);
+        CHECK_GRPC(a, OK);
+        a = fr_call(f, "concurrent", "--image", images[i], "--in",
+                    fr_fixture_input("passthrough"), "--n", "64", NULL);
+        if (!a || num(a, "ok") != 64) {
+            char *text = a ? cJSON_PrintUnformatted(a) : NULL;
+            fprintf(stderr, "  %s: %s\n", images[i], text ? text : "no answer");
+            free(text);
+        }
+        CHECK(a);
+        CHECK_INT(num(a, "ok"), 64);
+        CHECK_INT(num(a, "same"), 64);
+        CHECK_INT(num(a, "connections"), 1);
+        fprintf(stderr, "  64 concurrent calls to %s: %.0f ms\n", images[i], (double)num(a, "ms"));
+    }
+}
+
+/* ---- warm workers ---------------------------------------------------------- */
+
+FR_TEST(worker_killed_is_replaced, FR_POD_CONFIGS)
+{
+    const char *image = "example.com/pods/passthrough:v1";
+    cJSON *a = fr_call(f, "eval", "--image", image, "--retry-not-found", SETTLE, NULL);
+    CHECK_GRPC(a, OK);
+    pid_t victim = fr_logged_ppid(a);
+    pid_t pids[4];
+    CHECK(victim > 0);
+    CHECK_INT(workers_of("passthrough", pids, 4), 1);
+    CHECK_INT(pids[0], victim);
+    /* Killed between calls, and called again at once, before anything
+     * noticed: no hang, and the call after is served by a new worker. */
+    CHECK_INT(kill(victim, SIGKILL), 0);
+    cJSON *calls = fr_client(f, "eval", "--image", image, "--in", fr_fixture_input("passthrough"),
+                             "--deadline-ms", "10000", "--repeat", "2", NULL);
+    CHECK_INT(cJSON_GetArraySize(calls), 2);
+    cJSON *first = cJSON_GetArrayItem(calls, 0), *second = cJSON_GetArrayItem(calls, 1);
+    fprintf(stderr, "  first call after SIGKILL: code %d in %.1f ms (%s)\n", fr_code(first),
+            fr_ms(first), fr_details(first));
+    CHECK(fr_code(first) == OK || fr_code(first) == UNAVAILABLE);
+    CHECK(fr_ms(first) < 5000);
+    CHECK_FIXTURE(second, "passthrough");
+    pid_t replacement = fr_logged_ppid(second);
+    CHECK(replacement > 0 && replacement != victim);
+    CHECK(fr_wait_gone(victim, 3000));
+    /* Killed while idle, noticed by the runtime before the next call. */
+    CHECK_INT(kill(replacement, SIGKILL), 0);
+    CHECK(fr_wait_gone(replacement, 3000));
+    env_sleep_ms(100);
+    a = fr_call(f, "eval", "--image", image, "--in", fr_fixture_input("passthrough"),
+                "--deadline-ms", "10000", NULL);
+    CHECK_FIXTURE(a, "passthrough");
+    CHECK(fr_logged_ppid(a) != replacement);
+    CHECK(fr_ms(a) < 5000);
+}
+
+FR_TEST(worker_gone_after_ttl, 0)
+{
+    CHECK_INT(fr_config(f, "pod-ttl",
+                        "{\"image\":\"ttl\",\"prefixes\":[\"example.com/pods\"],"
+                        "\"podExecutor\":{\"tags\":[\"v1\"],\"timeToLive\":\"300ms\"}}"),
+              0);
+    cJSON *a = fr_call(f, "eval", "--image", "example.com/pods/ttl:v1", "--retry-not-found",
+                       SETTLE, NULL);
+    CHECK_GRPC(a, OK);
+    pid_t worker = fr_logged_ppid(a);
+    CHECK(worker > 0);
+    int64_t used = e2e_now_ms();
+    CHECK(fr_wait_gone(worker, 10000));
+    fprintf(stderr, "  worker gone %lld ms after its last use (TTL 300 ms)\n",
+            (long long)(e2e_now_ms() - used));
+    CHECK(e2e_now_ms() - used >= 250);
+    pid_t pids[4];
+    CHECK_INT(workers_of("ttl", pids, 4), 0);
+    /* The image still works: a new worker starts. */
+    a = fr_call(f, "eval", "--image", "example.com/pods/ttl:v1", "--in",
+                fr_fixture_input("passthrough"), NULL);
+    CHECK_FIXTURE(a, "passthrough");
+    CHECK(fr_logged_ppid(a) != worker);
+}
+
+FR_TEST(warming_at_start, FR_PREWARM)
+{
+    /* Before any call: one worker per podExecutor image, and only one. */
+    pid_t a_pids[4], b_pids[4];
+    CHECK(wait_workers("warm-a", 1, 5000, a_pids, 4));
+    CHECK(wait_workers("warm-b", 1, 5000, b_pids, 4));
+    env_sleep_ms(300);
+    CHECK_INT(workers_of("warm-a", a_pids, 4), 1);
+    CHECK_INT(workers_of("warm-b", b_pids, 4), 1);
+    /* The first call is served by the warm worker. */
+    cJSON *a = fr_call(f, "eval", "--image", "example.com/pods/warm-a:v1", "--in",
+                       fr_fixture_input("passthrough"), NULL);
+    CHECK_FIXTURE(a, "passthrough");
+    CHECK_INT(fr_logged_ppid(a), a_pids[0]);
+    /* A podExecutor FunctionConfig created later is warmed as well. */
+    pid_t late[4];
+    CHECK_INT(workers_of("late", late, 4), 0);
+    CHECK_INT(fr_config(f, "pod-late",
+                        "{\"image\":\"late\",\"prefixes\":[\"example.com/pods\"],"
+                        "\"podExecutor\":{\"tags\":[\"v1\"]}}"),
+              0);
+    CHECK(wait_workers("late", 1, 5000, late, 4));
+}
+
+/* ---- main ------------------------------------------------------------------ */
+
+#define CASES(X)                                                                                   \
+    X(exec_path_fixtures)                                                                          \
+    X(exec_path_request_field)                                                                     \
+    X(worker_path_fixtures)                                                                        \
+    X(builtin_path_fixtures)                                                                       \
+    X(not_found_falls_through)                                                                     \
+    X(nonzero_exit_is_internal)                                                                    \
+    X(deadline_exceeded)                                                                           \
+    X(message_limits)                                                                              \
+    X(health_and_unknown_methods)                                                                  \
+    X(concurrent_calls)                                                                            \
+    X(worker_killed_is_replaced)                                                                   \
+    X(worker_gone_after_ttl)                                                                       \
+    X(warming_at_start)
+
+int main(int argc, char **argv)
+{
+    const char *only = argc > 1 ? argv[1] : NULL;
+    setvbuf(stdout, NULL, _IONBF, 0);
+    signal(SIGPIPE, SIG_IGN);
+    if (fr_client_setup() < 0)
+        return 77;
+    e2e_client_global_init();
+    int ran = 0;
+#define RUN_CASE(name)                                                                             \
+    if (!only || strcmp(only, #name) == 0) {                                                       \
+        RUN_ISOLATED(name);                                                                        \
+        ran++;                                                                                     \
+    }
+    CASES(RUN_CASE)
+#undef RUN_CASE
+    e2e_client_global_cleanup();
+    if (!ran) {
+        fprintf(stderr, "no case named %s\n", only);
+        return 2;
+    }
+    return HARNESS_END();
+}
