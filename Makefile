@@ -13,7 +13,7 @@ deps:
 	@bash scripts/install-deps.sh
 
 $(BUILD)/build.ninja:
-	meson setup $(BUILD) --buildtype=release -Dwerror=true $(MESON_OPTS)
+	meson setup $(BUILD) --buildtype=release -Dwerror=true -Dtests=disabled $(MESON_OPTS)
 
 build: deps $(BUILD)/build.ninja
 	meson compile -C $(BUILD)
@@ -30,6 +30,7 @@ test: deps
 bench: build
 	@bash bench/run.sh $(BUILD)
 	@bash bench/serving.sh $(BUILD)
+	@bash bench/fnrunner.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(TEST_BUILD)

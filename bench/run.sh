@@ -27,7 +27,7 @@ if ! command -v nginx >/dev/null; then
 fi
 
 # funcd on ephemeral ports; read the bound address from its log.
-"$funcd" --memory --dev --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 2>"$work/funcd.log" &
+"$funcd" --memory --dev --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 --fn-runner-listen 127.0.0.1:0 2>"$work/funcd.log" &
 pids+=($!)
 funcd_pid=$!
 for _ in $(seq 100); do grep -q 'control plane listening' "$work/funcd.log" && break; sleep 0.05; done

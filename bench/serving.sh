@@ -25,7 +25,7 @@ trap cleanup EXIT
 command -v nginx >/dev/null || { echo "serving.sh: nginx is missing (bench/run.sh installs it)"; exit 1; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-"$build/bin/funcd/funcd" --memory --dev --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 \
+"$build/bin/funcd/funcd" --memory --dev --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 --fn-runner-listen 127.0.0.1:0 \
   --shims "$build/shims" --state-dir "$work/s" 2>"$work/funcd.log" &
 pids+=($!)
 funcd_pid=$!

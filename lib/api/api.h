@@ -58,6 +58,10 @@ const funcd_kind *funcd_kind_lookup(const char *name);
  * and fills `err` (message says line/column where known).
  */
 int funcd_api_decode(const char *buf, size_t len, cJSON **out, funcd_api_error *err);
+/* The same with another size bound (KRM ResourceLists may reach the
+ * function runner's message limit). */
+int funcd_api_decode_max(const char *buf, size_t len, size_t max_bytes, cJSON **out,
+                         funcd_api_error *err);
 
 /*
  * Decodes a stream: a JSON object, a JSON array of objects, a sequence of JSON

@@ -296,19 +296,25 @@ static int on_yaml_doc_one(cJSON *doc, size_t line, funcd_api_error *err, void *
 
 int funcd_api_decode(const char *buf, size_t len, cJSON **out, funcd_api_error *err)
 {
+    return funcd_api_decode_max(buf, len, FUNCD_API_MAX_OBJECT_BYTES, out, err);
+}
+
+int funcd_api_decode_max(const char *buf, size_t len, size_t max_bytes, cJSON **out,
+                         funcd_api_error *err)
+{
     funcd__api_error_clear(err);
     *out = NULL;
     if (!buf && len)
         return funcd__api_doc_error(err, "no input");
-    if (len > FUNCD_API_MAX_OBJECT_BYTES)
-        return funcd__api_doc_error(err, "document is too large: %zu bytes, at most %d", len,
-                                    FUNCD_API_MAX_OBJECT_BYTES);
+    if (len > max_bytes)
+        return funcd__api_doc_error(err, "document is too large: %zu bytes, at most %zu", len,
+                                    max_bytes);
     size_t pos = first_byte(buf, len);
     if (pos < len && buf[pos] == '{') {
         cJSON *v;
         int rc = json_prescan(buf, len, err);
         if (rc == 0)
-            rc = json_value(buf, len, &pos, FUNCD_API_MAX_OBJECT_BYTES, &v, err);
+            rc = json_value(buf, len, &pos, max_bytes, &v, err);
         if (rc < 0)
             return rc;
         pos = skip_space(buf, len, pos);
@@ -320,7 +326,7 @@ int funcd_api_decode(const char *buf, size_t len, cJSON **out, funcd_api_error *
         return 0;
     }
     single s = {NULL};
-    int rc = funcd__api_yaml_decode(buf, len, FUNCD_API_MAX_OBJECT_BYTES, on_yaml_doc_one, &s, err);
+    int rc = funcd__api_yaml_decode(buf, len, max_bytes, on_yaml_doc_one, &s, err);
     if (rc == 0 && !s.doc)
         rc = funcd__api_doc_error(err, "empty document: expected an object");
     if (rc < 0) {

@@ -204,8 +204,8 @@ static void append_bounded(char *dst, size_t cap, const char *s, size_t n)
 static int is_error_result(const cJSON *r)
 {
     const cJSON *sev = cJSON_GetObjectItemCaseSensitive(r, "severity");
-    /* kpt treats a result without a severity as an error */
-    return !cJSON_IsString(sev) || strcmp(sev->valuestring, "error") == 0;
+    /* kyaml (and funcdctl): only "error" fails; no severity reads as info */
+    return cJSON_IsString(sev) && strcmp(sev->valuestring, "error") == 0;
 }
 
 void funcd_eval_append_results(funcd_eval_result *res)
@@ -214,7 +214,7 @@ void funcd_eval_append_results(funcd_eval_result *res)
         return;
     cJSON *rl = NULL;
     funcd_api_error err;
-    if (funcd_api_decode(res->output.data, res->output.len, &rl, &err) < 0)
+    if (funcd_api_decode_max(res->output.data, res->output.len, FUNCD_KRM_MAX_BYTES, &rl, &err) < 0)
         return;
     const cJSON *results = cJSON_GetObjectItemCaseSensitive(rl, "results"), *r;
     const char *sep = "; results: ";

@@ -1,17 +1,20 @@
 /*
  * The gRPC server: nghttp2 server sessions over bufferevents.
  *
- * Data path: a read callback feeds every input byte to
- * nghttp2_session_mem_recv; the callbacks build calls; then conn_flush
+ * Data path: the read callback feeds every input byte to
+ * nghttp2_session_mem_recv, whose callbacks build calls; then conn_flush
  * pulls frames with nghttp2_session_mem_send into the bufferevent's output
- * until that holds OUT_HIGH bytes, and pauses reading while it does, so a
- * client that does not read cannot make us buffer without bound. The write
- * callback (output down to OUT_LOW) pulls more and resumes reading.
+ * until that holds OUT_HIGH bytes. While the output is that full, reading
+ * pauses: a client that does not read gets no new work accepted. The write
+ * callback (output down to OUT_LOW) pulls more frames and resumes reading.
+ * How much nghttp2 produces is bounded by the client's flow-control windows,
+ * so the output always drains and reading always resumes.
  *
- * Flow control is manual (no automatic WINDOW_UPDATE): every DATA chunk is
- * consumed as soon as it is copied into its call, including the chunks of
- * calls already answered, whose bytes are dropped. What bounds memory is
- * max_message per call times MAX_STREAMS per connection.
+ * Flow control is manual (no automatic WINDOW_UPDATE), so a window reopens
+ * only for bytes we have taken: copied into a call, or dropped because the
+ * call was already answered (nghttp2 itself counts DATA for closed streams
+ * as consumed). Today that is always at once; memory is bounded by
+ * max_message per call and MAX_STREAMS per connection.
  *
  * nghttp2 forbids mem_send inside its callbacks, so a reply made during
  * mem_recv (a handler answering at once) only submits; the read callback
@@ -19,7 +22,6 @@
  */
 #include "fnrunner/grpc.h"
 
-#include <stdarg.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -27,6 +29,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +53,7 @@ typedef struct conn conn;
 struct funcd_grpc_server {
     funcd_grpc_config cfg;
     struct evconnlistener *listener;
+    struct event *accept_retry; /* re-enables the listener after an accept error */
     nghttp2_session_callbacks *callbacks;
     nghttp2_option *option;
     conn *conns;
@@ -448,7 +452,7 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame, void *
 static int on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t stream_id,
                          const uint8_t *data, size_t len, void *user)
 {
-    /* Bytes are copied (or dropped) right away, so the window can reopen. */
+    /* Copied (or dropped) right away: the window reopens as data arrives. */
     if (nghttp2_session_consume(h2, stream_id, len) != 0)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     funcd_grpc_call *call = stream_call(h2, stream_id);
@@ -630,6 +634,24 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         log_at(s, FUNCD_LOG_WARN, "grpc: %s", funcd_error_last()->message);
 }
 
+/* accept() failing (EMFILE, ENOBUFS) would fire again at once, forever:
+ * pause the listener for a moment instead. */
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+    funcd_grpc_server *s = arg;
+    log_at(s, FUNCD_LOG_WARN, "grpc: cannot accept a connection: %s",
+           evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    struct timeval tv = {0, 100 * 1000};
+    if (evconnlistener_disable(l) == 0 && evtimer_add(s->accept_retry, &tv) != 0)
+        evconnlistener_enable(l);
+}
+
+static void on_accept_retry(evutil_socket_t fd, short what, void *arg)
+{
+    funcd_grpc_server *s = arg;
+    evconnlistener_enable(s->listener);
+}
+
 /* ---- the server --------------------------------------------------------- */
 
 int funcd_grpc_server_new(funcd_grpc_server **out, const funcd_grpc_config *cfg, const char *addr,
@@ -659,11 +681,14 @@ int funcd_grpc_server_new(funcd_grpc_server **out, const funcd_grpc_config *cfg,
         /* workers are forked from this process: no inherited connections */
         unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC;
         s->listener = evconnlistener_new(s->cfg.loop, on_accept, s, flags, -1, fd);
-        if (!s->listener) {
-            close(fd);
+        s->accept_retry = evtimer_new(s->cfg.loop, on_accept_retry, s);
+        if (!s->listener || !s->accept_retry) {
+            if (!s->listener)
+                close(fd);
             funcd_grpc_server_free(s);
             return funcd_error_set(FUNCD_EIO, "cannot watch the gRPC listener on %s", bound);
         }
+        evconnlistener_set_error_cb(s->listener, on_accept_error);
     }
     *out = s;
     return 0;
@@ -694,6 +719,8 @@ void funcd_grpc_server_free(funcd_grpc_server *s)
         return;
     if (s->listener)
         evconnlistener_free(s->listener);
+    if (s->accept_retry)
+        event_free(s->accept_retry);
     while (s->conns) {
         conn_goaway(s->conns);
         conn_free(s->conns);

@@ -541,6 +541,18 @@ YAML
     ctl fn eval example.com/fns/rename-web:v2 -f "$rl" --runner "$FN_RUNNER"
     expect "a tag the binaryExecutor lacks is NOT_FOUND" 1 err "\(NOT_FOUND\)$"
     ctl delete -f "$WORK/fc.yaml"
+    if [ ${#SHIMS_ARGS[@]} -gt 0 ]; then
+        # A podExecutor image is a directory holding an executable named "function".
+        mkdir -p "$WORK/functions/rename-warm"
+        cp "$WORK/functions/rename-web.sh" "$WORK/functions/rename-warm/function"
+        sed -e 's/rename-web/rename-warm/g' -e 's/binaryExecutor:/podExecutor:/' \
+            -e '/path: /d' "$WORK/fc.yaml" >"$WORK/fc-warm.yaml"
+        ctl apply -f "$WORK/fc-warm.yaml"
+        ctl fn eval example.com/fns/rename-warm:v1 -f "$rl" --runner "$FN_RUNNER"
+        expect "a FunctionConfig podExecutor runs the image's directory as a warm worker" 0 \
+            out "^    name: web-exec$" err "^rename-web: renaming web$"
+        ctl delete -f "$WORK/fc-warm.yaml"
+    fi
     if grep -q '"fnRunner"' <<<"$("$CTL" version -o json 2>/dev/null)"; then
         ctl fn eval set-namespace -f "$rl"
         expect "fn eval finds the runner through the control plane's /version" 0 \

@@ -20,7 +20,6 @@
 'use strict';
 
 const fs = require('fs');
-const net = require('net');
 const path = require('path');
 
 function loadGrpc() {
@@ -138,16 +137,49 @@ async function opEval(addr, opts) {
       await new Promise((r) => setTimeout(r, 20));
     }
     report(result, opts);
+    if (opts['interval-ms'] && i + 1 < repeat)
+      await new Promise((r) => setTimeout(r, Number(opts['interval-ms'])));
   }
   client.close();
 }
 
-// TCP connections of this process to `port`, as the channel opened them.
+// TCP connections of this process to `port`, read from /proc (grpc-js
+// unrefs an idle connection, so node's own handle list does not show it);
+// -1 where /proc cannot tell.
 function connectionsTo(port) {
-  if (typeof process._getActiveHandles !== 'function')
+  try {
+    const inodes = new Set();
+    for (const fd of fs.readdirSync('/proc/self/fd')) {
+      let target;
+      try {
+        target = fs.readlinkSync(`/proc/self/fd/${fd}`);
+      } catch (e) {
+        continue;
+      }
+      const m = /^socket:\[(\d+)\]$/.exec(target);
+      if (m)
+        inodes.add(m[1]);
+    }
+    let n = 0;
+    for (const table of ['/proc/self/net/tcp', '/proc/self/net/tcp6']) {
+      let text;
+      try {
+        text = fs.readFileSync(table, 'utf8');
+      } catch (e) {
+        continue;
+      }
+      for (const line of text.split('\n').slice(1)) {
+        const f = line.trim().split(/\s+/);
+        // sl local_address rem_address st ... inode (field 9); 01: ESTABLISHED
+        if (f.length > 9 && f[3] === '01' && inodes.has(f[9]) &&
+            parseInt(f[2].split(':')[1], 16) === port)
+          n++;
+      }
+    }
+    return n;
+  } catch (e) {
     return -1;
-  return process._getActiveHandles().filter(
-      (h) => h instanceof net.Socket && h.remotePort === port).length;
+  }
 }
 
 async function opConcurrent(addr, opts) {

@@ -400,14 +400,17 @@ int fr_up(fr *f, unsigned what)
     funcd_store *store = NULL;
     int rc = funcd_store_memory_new(&store, 0);
     if (rc == 0 && (what & FR_PREWARM))
-        rc = prewarm(store, "warm-a") < 0 ? -1 : prewarm(store, "warm-b");
+        rc = prewarm(store, "warm-a");
+    if (rc == 0 && (what & FR_PREWARM))
+        rc = prewarm(store, "warm-b");
     if (rc < 0) {
         if (store)
             store->free(store);
         return rc;
     }
     rc = funcd_platform_new(&f->p, funcd_in_memory(), funcd_with_store(store),
-                            funcd_with_functions_dir(f->fns), funcd_with_shim_dir(FNRUNNER_SHIM_DIR),
+                            funcd_with_functions_dir(f->fns),
+                            funcd_with_shim_dir(FNRUNNER_SHIM_DIR),
                             funcd_with_builtin(IMG_UPPER, upper, NULL),
                             funcd_with_builtin(IMG_ECHO, echo, NULL),
                             funcd_with_builtin(IMG_BIG, big, NULL),

@@ -278,7 +278,7 @@ TEST(exec_nonzero_exit_is_internal_with_stderr_and_results)
     funcd_eval_job_clear(&job);
     CHECK_INT(status, FUNCD_EVAL_INTERNAL);
     CHECK_STR(msg, "function fail:v1 exited with status 3: cannot do it\nreally; "
-                   "results: replicas must be odd; no owner");
+                   "results: replicas must be odd");
     CHECK(has_output);
 }
 

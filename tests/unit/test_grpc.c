@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -308,6 +309,7 @@ static unsigned server_connections(fixture *fx)
 typedef struct reply {
     funcd_buf req; /* the framed request body */
     size_t req_off;
+    int keep_open; /* after req, send nothing more (no END_STREAM) */
     int done;
     uint32_t close_error;
     int http_status;
@@ -399,7 +401,9 @@ static ssize_t cl_body(nghttp2_session *h2, int32_t stream_id, uint8_t *buf, siz
         n = length;
     memcpy(buf, r->req.data + r->req_off, n);
     r->req_off += n;
-    if (r->req_off == r->req.len)
+    if (n == 0 && r->keep_open)
+        return NGHTTP2_ERR_DEFERRED;
+    if (r->req_off == r->req.len && !r->keep_open)
         *flags |= NGHTTP2_DATA_FLAG_EOF;
     return (ssize_t)n;
 }
@@ -725,6 +729,39 @@ TEST(deadline_exceeded)
     CHECK_INT(atomic_load(&late_cancelled), cancelled + 1);
 }
 
+TEST(zero_timeout_fails_at_once)
+{
+    int h0 = atomic_load(&handled);
+    reply *r = rpc(fx.addr, "/test.Echo/Echo", NULL, "0n", "x", 1);
+    CHECK(r);
+    int status = r->grpc_status;
+    reply_free(r);
+    CHECK_INT(status, FUNCD_GRPC_DEADLINE_EXCEEDED);
+    CHECK_INT(atomic_load(&handled), h0);
+}
+
+/* The deadline passes while the message is still arriving: the server
+ * answers, stops the stream, and never calls the handler. */
+TEST(deadline_while_receiving)
+{
+    client *cl = client_connect(fx.addr);
+    CHECK(cl);
+    int h0 = atomic_load(&handled);
+    reply *r = reply_new("abcdef", 6);
+    r->req.len = 7; /* the prefix and two bytes of six */
+    r->keep_open = 1;
+    client_call(cl, r, "/test.Echo/Echo", NULL, "30m");
+    int rc = wait_replies(cl, &r, 1, 5000);
+    int status = r->grpc_status;
+    uint32_t err = r->close_error;
+    reply_free(r);
+    client_free(cl);
+    CHECK_INT(rc, 0);
+    CHECK_INT(status, FUNCD_GRPC_DEADLINE_EXCEEDED);
+    CHECK_INT(err, NGHTTP2_NO_ERROR);
+    CHECK_INT(atomic_load(&handled), h0);
+}
+
 TEST(unknown_method_and_bad_paths)
 {
     const char *paths[] = {"/test.Echo/Nope", "/grpc.health.v1.Health/Watch", "/nopath", "//x",
@@ -763,6 +800,27 @@ TEST(health_check)
     CHECK_INT(health("evaluator.FunctionEvaluator", &serving), 0);
     CHECK_INT(serving, 1);
     CHECK_INT(health("some.Other", &serving), FUNCD_GRPC_NOT_FOUND);
+}
+
+TEST(non_post_is_405)
+{
+    client *cl = client_connect(fx.addr);
+    CHECK(cl);
+    reply *r = reply_new(NULL, 0);
+    r->req.len = 0;
+    nghttp2_nv nv[] = {
+        {(uint8_t *)":method", (uint8_t *)"GET", 7, 3, 0},
+        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+        {(uint8_t *)":authority", (uint8_t *)cl->authority, 10, strlen(cl->authority), 0},
+        {(uint8_t *)":path", (uint8_t *)"/test.Echo/Echo", 5, 15, 0},
+        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, 0},
+    };
+    nghttp2_submit_request(cl->h2, NULL, nv, 5, NULL, r);
+    int rc = wait_replies(cl, &r, 1, 5000), http = r->http_status;
+    reply_free(r);
+    client_free(cl);
+    CHECK_INT(rc, 0);
+    CHECK_INT(http, 405);
 }
 
 TEST(non_grpc_content_type_is_415)
@@ -931,6 +989,41 @@ TEST(garbage_is_not_http2)
     CHECK(n == 0 || n < 0);
 }
 
+static int64_t cpu_ms(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000 +
+           (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000;
+}
+
+/* Out of file descriptors, accept() fails on every loop turn: the listener
+ * must back off instead of spinning, and serve the waiting client later. */
+TEST(accept_failures_back_off_then_recover)
+{
+    struct rlimit old;
+    CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0);
+    int next = dup(0);
+    CHECK(next >= 0);
+    close(next);
+    struct rlimit tight = {(rlim_t)next + 1, old.rlim_max};
+    CHECK(setrlimit(RLIMIT_NOFILE, &tight) == 0); /* room for the client's socket only */
+    client *cl = client_connect(fx.addr);
+    int64_t cpu0 = cpu_ms();
+    usleep(300 * 1000);
+    int64_t spent = cpu_ms() - cpu0;
+    setrlimit(RLIMIT_NOFILE, &old);
+    CHECK(cl);
+    reply *r = reply_new("back", 4);
+    client_call(cl, r, "/test.Echo/Echo", NULL, NULL);
+    int rc = wait_replies(cl, &r, 1, 5000), status = r->grpc_status;
+    reply_free(r);
+    client_free(cl);
+    CHECK(spent < 50);
+    CHECK_INT(rc, 0);
+    CHECK_INT(status, 0);
+}
+
 /* ---- tests with their own server --------------------------------------------- */
 
 TEST(response_over_limit_is_resource_exhausted)
@@ -1000,8 +1093,11 @@ int main(void)
     RUN(refused_bytes_keep_the_window_open);
     RUN(slow_reader_gets_everything);
     RUN(deadline_exceeded);
+    RUN(zero_timeout_fails_at_once);
+    RUN(deadline_while_receiving);
     RUN(unknown_method_and_bad_paths);
     RUN(health_check);
+    RUN(non_post_is_405);
     RUN(non_grpc_content_type_is_415);
     RUN(error_message_is_percent_encoded);
     RUN(compressed_message_is_unimplemented);
@@ -1010,6 +1106,7 @@ int main(void)
     RUN(client_cancel_then_late_reply);
     RUN(connection_drop_cancels_calls_in_flight);
     RUN(garbage_is_not_http2);
+    RUN(accept_failures_back_off_then_recover);
     fixture_stop(&fx);
     RUN(response_over_limit_is_resource_exhausted);
     RUN(shutdown_sends_goaway_and_cancels);
