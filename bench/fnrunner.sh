@@ -2,7 +2,8 @@
 # Function runner benchmarks (issue 4), each figure next to its peer from the same run:
 #   1. exec path: EvaluateFunction latency p50/p99 (sequential calls on one HTTP/2
 #      connection) next to running the same binary directly with the same input
-#      (fork/exec, the ResourceList to stdin, stdout read to EOF, wait), and the difference;
+#      (fork/exec, the ResourceList to stdin, stdout read to EOF, wait), and the difference,
+#      interleaved call by call so that other load on the machine hits both alike;
 #   2. warm-worker path (FunctionConfig podExecutor) latency p50/p99, same function;
 #   3. evaluations/s with 64 concurrent callers (64 streams on one connection, h2load
 #      -c1 -m64) for both paths, cross-checked by krm-bench, which counts only calls that
@@ -10,7 +11,7 @@
 #      the exec figure's peer is the binary run directly, 64 copies at a time.
 # The function is bench/krm-cat (stdin to stdout); the input a 3-item ResourceList of ~2 KiB.
 # Usage: bench/fnrunner.sh [BUILD_DIR]   (make bench)
-# Env: BENCH_FN_CALLS (500 timed calls per latency figure), BENCH_SECONDS (5, per
+# Env: BENCH_FN_CALLS (500 timed rounds for the latency figures), BENCH_SECONDS (5, per
 #      throughput figure), BENCH_FN_STREAMS (64), BENCH_FN_WORKERS (the podExecutor's
 #      maxParallelExecutions, 1), BENCH_FN_PER_WORKER (its preferredMaxQueueLength, 64).
 set -euo pipefail
@@ -107,6 +108,7 @@ functionConfig:
 YAML
 rl_bytes=$(wc -c <"$rl")
 
+load_before=$(cut -d' ' -f1 /proc/loadavg) # other work on the machine skews every figure
 "$build/bin/funcd/funcd" --memory --dev --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 \
   --fn-runner-listen 127.0.0.1:0 --functions-dir "$fns" --shims "$build/shims" \
   --state-dir "$work/s" 2>"$work/funcd.log" &
@@ -132,9 +134,8 @@ compgen -G "$work/s/fnrun/w*/worker.sock" >/dev/null ||
 
 field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p"; }
 # ---- 1 and 2: latency -----------------------------------------------------------------
-direct=$("$krm" direct "$calls" "$warmup" "$rl" "$fns/cat")
-exec_rpc=$("$krm" grpc "$calls" "$warmup" "$rl" "$runner" cat:v1)
-worker_rpc=$("$krm" grpc "$calls" "$warmup" "$rl" "$runner" catw:v1)
+# Interleaved: each round runs the binary directly, then calls cat:v1, then catw:v1.
+lat=$("$krm" latency "$calls" "$warmup" "$rl" "$fns/cat" "$runner" cat:v1 catw:v1)
 
 # ---- 3: throughput, 64 streams on one connection --------------------------------------
 url="http://$runner/evaluator.FunctionEvaluator/EvaluateFunction"
@@ -159,14 +160,15 @@ worker_load=$("$krm" load "$duration" "$streams" "$rl" "$runner" catw:v1) || tru
 live_workers=$(compgen -G "$work/s/fnrun/w*/worker.sock" | wc -l)
 
 sub() { python3 -c "print(f'{float($1)-float($2):.3f}')"; }
-d50=$(echo "$direct" | field p50_ms); d99=$(echo "$direct" | field p99_ms)
-e50=$(echo "$exec_rpc" | field p50_ms); e99=$(echo "$exec_rpc" | field p99_ms)
-w50=$(echo "$worker_rpc" | field p50_ms); w99=$(echo "$worker_rpc" | field p99_ms)
+pct() { echo "$lat" | grep "^$1 " | field "$2"; }
+d50=$(pct direct p50_ms); d99=$(pct direct p99_ms)
+e50=$(pct cat:v1 p50_ms); e99=$(pct cat:v1 p99_ms)
+w50=$(pct catw:v1 p50_ms); w99=$(pct catw:v1 p99_ms)
 checked() { echo "$1 ($(echo "$2" | field ok) ok, $(echo "$2" | field failed) failed)"; }
 
-printf '\nfunction runner: krm-cat, a %s-byte ResourceList of 3 items, loopback, %s cores\n' \
-  "$rl_bytes" "$(nproc)"
-printf '%-62s %s\n' "latency, $calls sequential calls (after $warmup), one connection" "p50 / p99 ms"
+printf '\nfunction runner: krm-cat, a %s-byte ResourceList of 3 items, loopback, %s cores, load %s -> %s\n' \
+  "$rl_bytes" "$(nproc)" "$load_before" "$(cut -d' ' -f1 /proc/loadavg)"
+printf '%-62s %s\n' "latency, $calls rounds (after $warmup), sequential, one connection" "p50 / p99 ms"
 printf '%-62s %s / %s\n' "exec: the binary run directly (fork/exec, stdin, stdout, wait)" "$d50" "$d99"
 printf '%-62s %s / %s\n' "exec: funcd EvaluateFunction (binaryExecutor cat:v1)" "$e50" "$e99"
 printf '%-62s %s / %s\n' "exec: added by funcd" "$(sub "$e50" "$d50")" "$(sub "$e99" "$d99")"

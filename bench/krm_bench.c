@@ -1,15 +1,16 @@
 /*
  * krm-bench: the timing half of bench/fnrunner.sh.
  *
- *   krm-bench direct N WARMUP RL_FILE BINARY
- *       runs BINARY the plain way (fork, execve, the ResourceList to stdin,
- *       stdout read to EOF, waitpid), N times after WARMUP untimed runs.
+ *   krm-bench latency N WARMUP RL_FILE BINARY ADDR IMAGE...
+ *       N rounds (after WARMUP untimed ones), each running BINARY once the
+ *       plain way (fork, execve, the ResourceList to stdin, stdout read to
+ *       EOF, waitpid) and then making one EvaluateFunction call per IMAGE,
+ *       sequentially, on ONE HTTP/2 connection to the runner at ADDR
+ *       (host:port). Interleaved so that whatever else the machine does
+ *       falls on every path alike.
  *   krm-bench direct-load SECONDS STREAMS RL_FILE BINARY
- *       the same with STREAMS copies at a time for SECONDS, a new one as soon
- *       as one ends: what the machine allows the exec path at best.
- *   krm-bench grpc N WARMUP RL_FILE ADDR IMAGE
- *       N sequential EvaluateFunction calls (after WARMUP untimed ones) on
- *       ONE HTTP/2 connection to the function runner at ADDR (host:port).
+ *       BINARY run the plain way, STREAMS copies at a time for SECONDS, a new
+ *       one as soon as one ends: what the machine allows the exec path.
  *   krm-bench load SECONDS STREAMS RL_FILE ADDR IMAGE
  *       STREAMS concurrent calls on one connection for SECONDS, a new call as
  *       soon as one ends; counts only calls that came back grpc-status 0 with
@@ -18,8 +19,8 @@
  *       writes the gRPC-framed EvaluateFunction request (h2load's -d file).
  *
  * Every call is checked: the function is krm-cat, so the output must equal
- * the input byte for byte. direct and grpc print "p50_ms=X p99_ms=Y n=N";
- * direct-load and load print "ok=N failed=N seconds=S rate=R".
+ * the input byte for byte. latency prints "direct p50_ms=X p99_ms=Y n=N"
+ * and one such line per IMAGE; direct-load and load print "ok=N failed=N seconds=S rate=R".
  *
  * The gRPC client is a small one of its own: funcdctl's (bin/funcdctl/
  * grpc_client.c) opens a connection per call, and this measures calls on one
@@ -33,6 +34,7 @@
 #include <nghttp2/nghttp2.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,11 +56,16 @@ typedef struct bytes {
     size_t len, cap;
 } bytes;
 
-static void die(const char *fmt, const char *arg)
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void die(const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "krm-bench: ");
-    fprintf(stderr, fmt, arg);
+    vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+    va_end(ap);
     exit(1);
 }
 
@@ -70,7 +77,7 @@ static void bytes_append(bytes *b, const void *data, size_t n)
             cap *= 2;
         b->p = realloc(b->p, cap);
         if (!b->p)
-            die("%s", "out of memory");
+            die("out of memory");
         b->cap = cap;
     }
     memcpy(b->p + b->len, data, n);
@@ -105,11 +112,14 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Nearest rank, as wrk and h2load report them. */
-static void print_percentiles(double *ms, size_t n)
+static void print_percentiles(const char *label, double *ms, size_t n)
 {
+    if (n == 0)
+        die("no call was timed");
     qsort(ms, n, sizeof(*ms), cmp_double);
     size_t i50 = (n * 50 + 99) / 100, i99 = (n * 99 + 99) / 100;
-    printf("p50_ms=%.3f p99_ms=%.3f n=%zu\n", ms[i50 ? i50 - 1 : 0], ms[i99 ? i99 - 1 : 0], n);
+    printf("%s p50_ms=%.3f p99_ms=%.3f n=%zu\n", label, ms[i50 ? i50 - 1 : 0],
+           ms[i99 ? i99 - 1 : 0], n);
 }
 
 static size_t count_arg(const char *s, const char *what)
@@ -298,7 +308,7 @@ static size_t run_direct(const char *binary, const bytes *rl, size_t streams, do
         if (ready < 0 && errno == EINTR)
             continue;
         if (ready <= 0)
-            die("%s", "the function neither read nor wrote");
+            die("the function neither read nor wrote");
         for (size_t i = 0; i < streams; i++) {
             if (pfd[2 * i].revents)
                 kid_write(&kids[i], rl);
@@ -316,27 +326,11 @@ static size_t run_direct(const char *binary, const bytes *rl, size_t streams, do
     return done;
 }
 
-static int cmd_direct(size_t n, size_t warmup, const char *rl_path, const char *binary)
-{
-    bytes rl = read_file(rl_path);
-    double *ms = calloc(n ? n : 1, sizeof(*ms));
-    for (size_t i = 0; i < warmup + n; i++) {
-        double t0 = now_ms();
-        run_direct(binary, &rl, 1, 0);
-        if (i >= warmup)
-            ms[i - warmup] = now_ms() - t0;
-    }
-    print_percentiles(ms, n);
-    free(ms);
-    free(rl.p);
-    return 0;
-}
-
 static int cmd_direct_load(size_t seconds, size_t streams, const char *rl_path,
                            const char *binary)
 {
     if (streams == 0)
-        die("%s", "STREAMS must be at least 1");
+        die("STREAMS must be at least 1");
     bytes rl = read_file(rl_path);
     double t0 = now_ms();
     size_t done = run_direct(binary, &rl, streams, t0 + (double)seconds * 1e3);
@@ -361,8 +355,7 @@ typedef struct client {
     int fd;
     nghttp2_session *h2;
     char authority[300];
-    const char *image;
-    bytes frame; /* the request, the same for every call */
+    const bytes *frame; /* the framed request of the next calls */
     const bytes *rl;
     call calls[MAX_STREAMS];
     size_t in_flight;
@@ -370,9 +363,7 @@ typedef struct client {
     size_t pending_len;
     /* what ended calls add up to */
     size_t ok, failed;
-    double *lat;
-    size_t nlat, cap_lat;
-    int record;
+    double last_ms;
     int last_grpc_status;
 } client;
 
@@ -381,12 +372,12 @@ static ssize_t send_request(nghttp2_session *s, int32_t id, uint8_t *buf, size_t
 {
     client *c = user;
     call *k = src->ptr;
-    size_t n = c->frame.len - k->sent;
+    size_t n = c->frame->len - k->sent;
     if (n > length)
         n = length;
-    memcpy(buf, c->frame.p + k->sent, n);
+    memcpy(buf, c->frame->p + k->sent, n);
     k->sent += n;
-    if (k->sent == c->frame.len)
+    if (k->sent == c->frame->len)
         *flags |= NGHTTP2_DATA_FLAG_EOF;
     return (ssize_t)n;
 }
@@ -425,20 +416,11 @@ static int on_close(nghttp2_session *s, int32_t id, uint32_t error, void *user)
     int good = error == 0 && k->http_status == 200 && k->grpc_status == 0 &&
                response_echoes(&k->body, c->rl);
     c->last_grpc_status = error ? -2 : k->grpc_status;
-    if (good) {
+    c->last_ms = now_ms() - k->t0;
+    if (good)
         c->ok++;
-        if (c->record) {
-            if (c->nlat == c->cap_lat) {
-                c->cap_lat = c->cap_lat ? c->cap_lat * 2 : 1024;
-                c->lat = realloc(c->lat, c->cap_lat * sizeof(*c->lat));
-                if (!c->lat)
-                    die("%s", "out of memory");
-            }
-            c->lat[c->nlat++] = now_ms() - k->t0;
-        }
-    } else {
+    else
         c->failed++;
-    }
     k->busy = 0;
     k->body.len = 0;
     c->in_flight--;
@@ -472,7 +454,7 @@ static void client_connect(client *c, const char *addr)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_close);
     if (nghttp2_session_client_new(&c->h2, cbs, c) != 0)
-        die("%s", "nghttp2_session_client_new failed");
+        die("nghttp2_session_client_new failed");
     nghttp2_session_callbacks_del(cbs);
     nghttp2_settings_entry settings[] = {{NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
                                          {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1 << 24}};
@@ -487,7 +469,7 @@ static void submit_call(client *c)
         if (!c->calls[i].busy)
             k = &c->calls[i];
     if (!k)
-        die("%s", "more calls than slots");
+        die("more calls than slots");
 #define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
     nghttp2_nv headers[] = {
         NV(":method", "POST"),        NV(":scheme", "http"),
@@ -527,7 +509,7 @@ static void pump(client *c, size_t streams, double until)
         if (ready < 0 && errno == EINTR)
             continue;
         if (ready <= 0)
-            die("%s", "the runner stopped answering");
+            die("the runner stopped answering");
         if (pfd.revents & POLLOUT) {
             ssize_t n = send(c->fd, c->pending, c->pending_len, MSG_NOSIGNAL);
             if (n < 0 && errno != EAGAIN && errno != EINTR)
@@ -540,21 +522,19 @@ static void pump(client *c, size_t streams, double until)
         if (pfd.revents & (POLLIN | POLLHUP | POLLERR)) {
             ssize_t n = recv(c->fd, in, sizeof(in), 0);
             if (n == 0)
-                die("%s", "the runner closed the connection");
+                die("the runner closed the connection");
             if (n < 0 && errno != EAGAIN && errno != EINTR)
                 die("recv: %s", strerror(errno));
             if (n > 0 && nghttp2_session_mem_recv(c->h2, in, (size_t)n) < 0)
-                die("%s", "HTTP/2 protocol error from the runner");
+                die("HTTP/2 protocol error from the runner");
         }
     }
 }
 
-static void client_open(client *c, const char *addr, const char *image, const bytes *rl)
+static void client_open(client *c, const char *addr, const bytes *rl)
 {
     memset(c, 0, sizeof(*c));
     c->rl = rl;
-    c->image = image;
-    c->frame = framed_request(rl, image);
     client_connect(c, addr);
 }
 
@@ -564,46 +544,70 @@ static void client_close(client *c)
     close(c->fd);
     for (size_t i = 0; i < MAX_STREAMS; i++)
         free(c->calls[i].body.p);
-    free(c->frame.p);
-    free(c->lat);
 }
 
-static int cmd_grpc(size_t n, size_t warmup, const char *rl_path, const char *addr,
-                    const char *image)
+static int cmd_latency(size_t n, size_t warmup, const char *rl_path, const char *binary,
+                       const char *addr, char **images, size_t n_images)
 {
     bytes rl = read_file(rl_path);
+    bytes *frames = calloc(n_images, sizeof(*frames));
+    double *ms = calloc((n_images + 1) * (n ? n : 1), sizeof(*ms)); /* direct, then each image */
+    if (!frames || !ms)
+        die("out of memory");
+    for (size_t i = 0; i < n_images; i++)
+        frames[i] = framed_request(&rl, images[i]);
     client c;
-    client_open(&c, addr, image, &rl);
-    for (size_t i = 0; i < warmup + n; i++) {
-        c.record = i >= warmup;
-        submit_call(&c);
-        pump(&c, 0, 0);
-        if (c.failed) {
-            fprintf(stderr, "krm-bench: a call for %s failed: grpc-status %d (-1: none, "
-                    "-2: stream reset)\n", image, c.last_grpc_status);
-            return 1;
+    client_open(&c, addr, &rl);
+    const char *failed = NULL;
+    for (size_t r = 0; r < warmup + n && !failed; r++) {
+        double t0 = now_ms();
+        run_direct(binary, &rl, 1, 0);
+        if (r >= warmup)
+            ms[r - warmup] = now_ms() - t0;
+        for (size_t i = 0; i < n_images && !failed; i++) {
+            c.frame = &frames[i];
+            submit_call(&c);
+            pump(&c, 0, 0);
+            if (c.failed)
+                failed = images[i];
+            else if (r >= warmup)
+                ms[(i + 1) * n + r - warmup] = c.last_ms;
         }
     }
-    print_percentiles(c.lat, c.nlat);
+    if (failed) {
+        fprintf(stderr, "krm-bench: a call for %s failed: grpc-status %d (-1: none, "
+                "-2: stream reset)\n", failed, c.last_grpc_status);
+    } else {
+        print_percentiles("direct", ms, n);
+        for (size_t i = 0; i < n_images; i++)
+            print_percentiles(images[i], ms + (i + 1) * n, n);
+    }
     client_close(&c);
+    for (size_t i = 0; i < n_images; i++)
+        free(frames[i].p);
+    free(frames);
+    free(ms);
     free(rl.p);
-    return 0;
+    return failed ? 1 : 0;
 }
 
 static int cmd_load(size_t seconds, size_t streams, const char *rl_path, const char *addr,
                     const char *image)
 {
     if (streams == 0 || streams > MAX_STREAMS)
-        die("%s", "STREAMS must be 1..256");
+        die("STREAMS must be 1..256");
     bytes rl = read_file(rl_path);
+    bytes frame = framed_request(&rl, image);
     client c;
-    client_open(&c, addr, image, &rl);
+    client_open(&c, addr, &rl);
+    c.frame = &frame;
     double t0 = now_ms();
     pump(&c, streams, t0 + (double)seconds * 1e3);
     double elapsed = (now_ms() - t0) / 1e3;
     printf("ok=%zu failed=%zu seconds=%.2f rate=%.0f\n", c.ok, c.failed, elapsed,
            (double)c.ok / elapsed);
     client_close(&c);
+    free(frame.p);
     free(rl.p);
     return c.failed ? 1 : 0;
 }
@@ -624,23 +628,19 @@ int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
     const char *cmd = argc > 1 ? argv[1] : "";
-    if (!strcmp(cmd, "direct") && argc == 6)
-        return cmd_direct(count_arg(argv[2], "N"), count_arg(argv[3], "WARMUP"), argv[4],
-                          argv[5]);
+    if (!strcmp(cmd, "latency") && argc >= 8)
+        return cmd_latency(count_arg(argv[2], "N"), count_arg(argv[3], "WARMUP"), argv[4],
+                           argv[5], argv[6], argv + 7, (size_t)argc - 7);
     if (!strcmp(cmd, "direct-load") && argc == 6)
         return cmd_direct_load(count_arg(argv[2], "SECONDS"), count_arg(argv[3], "STREAMS"),
                                argv[4], argv[5]);
-    if (!strcmp(cmd, "grpc") && argc == 7)
-        return cmd_grpc(count_arg(argv[2], "N"), count_arg(argv[3], "WARMUP"), argv[4], argv[5],
-                        argv[6]);
     if (!strcmp(cmd, "load") && argc == 7)
         return cmd_load(count_arg(argv[2], "SECONDS"), count_arg(argv[3], "STREAMS"), argv[4],
                         argv[5], argv[6]);
     if (!strcmp(cmd, "body") && argc == 5)
         return cmd_body(argv[2], argv[3], argv[4]);
-    fprintf(stderr, "usage: krm-bench direct N WARMUP RL_FILE BINARY\n"
+    fprintf(stderr, "usage: krm-bench latency N WARMUP RL_FILE BINARY ADDR IMAGE...\n"
                     "       krm-bench direct-load SECONDS STREAMS RL_FILE BINARY\n"
-                    "       krm-bench grpc N WARMUP RL_FILE ADDR IMAGE\n"
                     "       krm-bench load SECONDS STREAMS RL_FILE ADDR IMAGE\n"
                     "       krm-bench body RL_FILE IMAGE OUT\n");
     return 2;

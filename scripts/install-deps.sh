@@ -11,6 +11,11 @@ pkgs=(
   curl wrk
 )
 
+# node and npm run the node runtime and the gRPC test client; the machine
+# image usually has them (not from Debian), so ask apt only when absent.
+command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
+command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

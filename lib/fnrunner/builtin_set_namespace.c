@@ -142,7 +142,7 @@ int funcd_builtin_set_namespace(const char *in, size_t in_len, char **out, size_
 {
     cJSON *rl = NULL;
     funcd_api_error err;
-    if (funcd_api_decode_max(in, in_len, FUNCD_KRM_MAX_BYTES, &rl, &err) < 0) {
+    if (funcd_api_decode_max(in, in_len, FUNCD_EVAL_DEFAULT_MAX_MESSAGE, &rl, &err) < 0) {
         char msg[1024];
         snprintf(msg, sizeof(msg), "set-namespace: the input is not a ResourceList: %s%s%s\n",
                  err.field, *err.field ? ": " : "", err.message);

@@ -214,7 +214,7 @@ void funcd_eval_append_results(funcd_eval_result *res)
         return;
     cJSON *rl = NULL;
     funcd_api_error err;
-    if (funcd_api_decode_max(res->output.data, res->output.len, FUNCD_KRM_MAX_BYTES, &rl, &err) < 0)
+    if (funcd_api_decode_max(res->output.data, res->output.len, FUNCD_EVAL_DEFAULT_MAX_MESSAGE, &rl, &err) < 0)
         return;
     const cJSON *results = cJSON_GetObjectItemCaseSensitive(rl, "results"), *r;
     const char *sep = "; results: ";

@@ -34,8 +34,6 @@ enum {
 };
 
 #define FUNCD_EVAL_DEFAULT_TIMEOUT_MS 30000
-/* The largest ResourceList parsed in process (the gRPC message limit). */
-#define FUNCD_KRM_MAX_BYTES (6 * 1024 * 1024)
 #define FUNCD_EVAL_DEFAULT_MAX_MESSAGE (6u * 1024 * 1024)
 /* How much of a failed function's stderr goes into the status message. */
 #define FUNCD_EVAL_STDERR_TAIL 4096
