@@ -30,6 +30,7 @@ static void usage(FILE *out)
             "  --data-plane-listen ADDR   function traffic (default 127.0.0.1:8081)\n"
             "  --fn-runner-listen ADDR    function runner gRPC (default 127.0.0.1:9445)\n"
             "  --functions-dir DIR        where binaryExecutor paths and worker images resolve\n"
+            "  --fn-runner-max-message N  largest gRPC message in bytes (default 6291456)\n"
             "  --token-file FILE          lines `token role namespace[,namespace...]`\n"
             "  --dev                      accept funcd-dev-token as developer of \"default\"\n"
             "  --shims DIR                where the runtime shims are (default: next to\n"
@@ -52,6 +53,7 @@ typedef struct flags {
     const char *state_dir;
     const char *fn_runner;
     const char *functions_dir;
+    size_t fn_max;
     int dev;
     funcd_log_level level;
 } flags;
@@ -70,7 +72,7 @@ static int parse_level(const char *s, funcd_log_level *out)
 static int parse_flags(int argc, char **argv, flags *f)
 {
     enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_VERSION, O_LATER,
-           O_SHIMS, O_STATE, O_FNRUN, O_FNDIR };
+           O_SHIMS, O_STATE, O_FNRUN, O_FNDIR, O_FNMAX };
     static const struct option opts[] = {
         {"memory", no_argument, 0, O_MEMORY},
         {"data-dir", required_argument, 0, O_DATA_DIR},
@@ -84,6 +86,7 @@ static int parse_flags(int argc, char **argv, flags *f)
         {"version", no_argument, 0, O_VERSION},
         {"fn-runner-listen", required_argument, 0, O_FNRUN},
         {"functions-dir", required_argument, 0, O_FNDIR},
+        {"fn-runner-max-message", required_argument, 0, O_FNMAX},
         {"registry-auth-file", required_argument, 0, O_LATER},
         {"registry-certs-dir", required_argument, 0, O_LATER},
         {"insecure-registry", required_argument, 0, O_LATER},
@@ -102,6 +105,17 @@ static int parse_flags(int argc, char **argv, flags *f)
         case O_SHIMS: f->shims = optarg; break;
         case O_FNRUN: f->fn_runner = optarg; break;
         case O_FNDIR: f->functions_dir = optarg; break;
+        case O_FNMAX: {
+            char *end;
+            unsigned long long n = strtoull(optarg, &end, 10);
+            if (*end || n < 1024 || n > (1ULL << 31)) {
+                fprintf(stderr, "funcd: --fn-runner-max-message takes a byte count from 1024 "
+                                "to 2147483648\n");
+                return 2;
+            }
+            f->fn_max = (size_t)n;
+            break;
+        }
         case O_STATE: f->state_dir = optarg; break;
         case O_LEVEL:
             if (parse_level(optarg, &f->level) < 0) {
@@ -168,6 +182,7 @@ int main(int argc, char **argv)
                             f.state_dir ? funcd_with_state_dir(f.state_dir) : NULL,
                             funcd_with_fn_runner_addr(f.fn_runner ? f.fn_runner : "127.0.0.1:9445"),
                             f.functions_dir ? funcd_with_functions_dir(f.functions_dir) : NULL,
+                            f.fn_max ? funcd_with_fn_runner_max_message(f.fn_max) : NULL,
                             funcd_with_listen_addr(f.listen ? f.listen : "127.0.0.1:8080"),
                             funcd_with_data_plane_addr(f.data_plane ? f.data_plane
                                                                     : "127.0.0.1:8081"),

@@ -105,6 +105,10 @@ FUNCD_EXTERN funcd_option *funcd_with_state_dir(const char *dir);
  *  Presets: funcd_in_memory() 127.0.0.1:0, funcd_production() 127.0.0.1:9445. */
 FUNCD_EXTERN funcd_option *funcd_with_fn_runner_addr(const char *addr);
 
+/** The largest gRPC message the function runner takes or sends (default
+ *  6 MiB, like Porch); larger ones get RESOURCE_EXHAUSTED. */
+FUNCD_EXTERN funcd_option *funcd_with_fn_runner_max_message(size_t bytes);
+
 /** Where binaryExecutor paths (and exec_path) resolve; unset: exec is off. */
 FUNCD_EXTERN funcd_option *funcd_with_functions_dir(const char *dir);
 

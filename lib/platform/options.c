@@ -113,6 +113,14 @@ funcd_option *funcd_with_data_plane_addr(const char *addr)
 funcd_option *funcd_with_token_file(const char *path) { return string_option(OPT_TOKEN_FILE, path); }
 funcd_option *funcd_with_shim_dir(const char *dir) { return string_option(OPT_SHIM_DIR, dir); }
 funcd_option *funcd_with_fn_runner_addr(const char *addr) { return string_option(OPT_FN_RUNNER, addr); }
+funcd_option *funcd_with_fn_runner_max_message(size_t bytes)
+{
+    funcd_option *o = opt_new(OPT_FN_MAX_MESSAGE);
+    if (o != &oom_option)
+        o->size = bytes;
+    return o;
+}
+
 funcd_option *funcd_with_functions_dir(const char *dir)
 {
     return string_option(OPT_FUNCTIONS_DIR, dir);
@@ -248,6 +256,12 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
     case OPT_FN_RUNNER: replace_str(&cfg->fn_runner_addr, &o->str); break;
     case OPT_FUNCTIONS_DIR: replace_str(&cfg->functions_dir, &o->str); break;
     case OPT_BUILTIN: return add_builtin(cfg, o);
+    case OPT_FN_MAX_MESSAGE:
+        if (o->size < 1024)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_fn_runner_max_message: %zu bytes is "
+                                   "too small (at least 1024)", o->size);
+        cfg->fn_runner_max_message = o->size;
+        break;
     case OPT_NO_TOKENS: funcd_auth_clear(&cfg->auth); break;
     case OPT_TOKEN:
         if (!o->role)

@@ -27,6 +27,7 @@ typedef enum option_kind {
     OPT_FN_RUNNER,
     OPT_FUNCTIONS_DIR,
     OPT_BUILTIN,
+    OPT_FN_MAX_MESSAGE,
 } option_kind;
 
 struct funcd_option {
@@ -39,6 +40,7 @@ struct funcd_option {
     funcd_log_level log_min;
     funcd_log_observer_fn observer;
     funcd_builtin_fn builtin;
+    size_t size;
     void *payload;
 };
 
@@ -63,6 +65,7 @@ typedef struct funcd_config {
     char *shim_dir;
     char *state_dir;
     char *fn_runner_addr;
+    size_t fn_runner_max_message; /* 0: the default */
     char *functions_dir;
     funcd_builtin_reg *builtins;
     size_t n_builtins;

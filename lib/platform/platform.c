@@ -226,7 +226,7 @@ static int build(funcd_platform *p)
         .shim_dir = shim_dir(&p->cfg),
         .state_dir = p->state_dir,
         .config_namespace = "default",
-        .max_message = 6 * 1024 * 1024,
+        .max_message = p->cfg.fn_runner_max_message, /* 0: 6 MiB */
         .builtins = p->cfg.builtins,
         .n_builtins = p->cfg.n_builtins,
         .logger = &p->cfg.logger,
