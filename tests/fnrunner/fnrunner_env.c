@@ -611,7 +611,7 @@ static pid_t parent_of(const char *pid)
 static void cmdline_of(const char *pid, char *out, size_t out_len)
 {
     char path[64];
-    snprintf(path, sizeof(path), "/proc/%s/cmdline", pid);
+    snprintf(path, sizeof(path), "/proc/%.32s/cmdline", pid);
     out[0] = '\0';
     FILE *fp = fopen(path, "re");
     if (!fp)
