@@ -23,9 +23,12 @@ static const char *watch_path(char *buf, size_t len, const char *collection, uin
 }
 
 /* 1 when no further line arrives for a while. */
+/* No change arrives within QUIET_MS (a BOOKMARK is not a change). */
 static int quiet(e2e_watch *w)
 {
-    char *line = e2e_watch_next(w, QUIET_MS);
+    char *line;
+    while ((line = e2e_watch_next(w, QUIET_MS)) && strstr(line, "\"type\":\"BOOKMARK\""))
+        free(line);
     int none = line == NULL;
     if (line)
         fprintf(stderr, "  unexpected watch line: %.300s\n", line);
