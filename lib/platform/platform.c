@@ -191,6 +191,20 @@ static const char *shim_dir(const funcd_config *c)
     return c->shim_dir ? c->shim_dir : env && *env ? env : FUNCD_DEFAULT_SHIM_DIR;
 }
 
+/* Workers run in their own directories: every path handed to them (the
+ * shims, their sockets under the state directory) must be absolute. */
+static int make_absolute(char **path)
+{
+    if (!*path || (*path)[0] == '/')
+        return 0;
+    char *abs = realpath(*path, NULL);
+    if (!abs)
+        return funcd_error_set(FUNCD_EINVAL, "cannot resolve %s: %s", *path, strerror(errno));
+    free(*path);
+    *path = abs;
+    return 0;
+}
+
 static int build(funcd_platform *p)
 {
     int rc = complete_config(&p->cfg);
@@ -211,7 +225,13 @@ static int build(funcd_platform *p)
         return funcd_error_set(FUNCD_ENOMEM, "cannot register the stop event");
     if ((rc = p->cfg.runtime->attach(p->cfg.runtime, p->base)) < 0)
         return rc;
-    if ((rc = make_state_dir(p)) < 0)
+    if ((rc = make_state_dir(p)) < 0 || (rc = make_absolute(&p->state_dir)) < 0)
+        return rc;
+    if (!p->cfg.shim_dir && (p->cfg.shim_dir = strdup(shim_dir(&p->cfg))) == NULL)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory");
+    if (access(p->cfg.shim_dir, F_OK) == 0 && (rc = make_absolute(&p->cfg.shim_dir)) < 0)
+        return rc;
+    if (p->cfg.functions_dir && (rc = make_absolute(&p->cfg.functions_dir)) < 0)
         return rc;
 
     rc = p->cfg.gateway->listen(p->cfg.gateway, p->cfg.data_plane_addr, p->data_plane_addr,

@@ -19,6 +19,7 @@
 
 #define STOP_GRACE_MS 10000 /* SIGTERM, then SIGKILL (docs/worker-contract.md) */
 #define PROBE_FIRST_US 100
+#define PROBE_FAST_ATTEMPTS 100 /* 10 ms at PROBE_FIRST_US */
 #define PROBE_MAX_US 2000
 #define LOG_GRACE_MS 200 /* lines read this soon after a request ended are its */
 
@@ -57,6 +58,7 @@ typedef struct worker_ctx {
     struct event *probe_ev;
     struct event *probe_timer;
     unsigned probe_delay_us;
+    unsigned probe_attempts;
     char probe_buf[64];
     size_t probe_len;
     char last_stderr[400];
@@ -459,8 +461,10 @@ static void probe_again(worker_ctx *wc)
     if (wc->probe_fd >= 0)
         close(wc->probe_fd);
     wc->probe_fd = -1;
+    /* Probe every PROBE_FIRST_US while a fast worker would be getting ready
+     * (a failed connect costs a few microseconds), then back off. */
     struct timeval tv = {0, wc->probe_delay_us};
-    if (wc->probe_delay_us < PROBE_MAX_US)
+    if (++wc->probe_attempts > PROBE_FAST_ATTEMPTS && wc->probe_delay_us < PROBE_MAX_US)
         wc->probe_delay_us *= 2;
     if (wc->probe_delay_us > PROBE_MAX_US)
         wc->probe_delay_us = PROBE_MAX_US;
