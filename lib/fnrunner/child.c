@@ -1,6 +1,7 @@
 /* A short-lived child with pipes on all three standard streams, driven by
  * libevent (see child.h). */
 #include "fnrunner/child.h"
+#include "util/spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -142,29 +143,6 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Between fork and exec: async-signal-safe calls only. */
-static void exec_child(const funcd_child_spec *spec, int pipes[3][2], pid_t parent)
-{
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-        _exit(127);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    signal(SIGPIPE, SIG_DFL);
-    dup2(pipes[0][0], 0);
-    dup2(pipes[1][1], 1);
-    dup2(pipes[2][1], 2);
-    syscall(SYS_close_range, 3, ~0U, 0);
-    const char *const default_argv[] = {spec->path, NULL};
-    execve(spec->path, (char *const *)(spec->argv ? spec->argv : default_argv),
-           spec->env ? (char *const *)spec->env : environ);
-    static const char msg[] = "funcd: cannot execute the function\n";
-    ssize_t ignored = write(2, msg, sizeof(msg) - 1);
-    (void)ignored;
-    _exit(127);
-}
-
 static void close_pipes(int pipes[3][2])
 {
     for (int i = 0; i < 3; i++)
@@ -184,16 +162,17 @@ static int spawn(funcd_child *c, const funcd_child_spec *spec)
                                    strerror(err));
         }
     }
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0)
-        exec_child(spec, pipes, parent);
+    const char *const default_argv[] = {spec->path, NULL};
+    funcd_spawn_spec sp = {spec->path,
+                           (char *const *)(spec->argv ? spec->argv : default_argv),
+                           spec->env ? (char *const *)spec->env : environ, NULL,
+                           {pipes[0][0], pipes[1][1], pipes[2][1]}};
+    pid_t pid = funcd_spawn(&sp);
     int fork_err = errno;
     if (pid < 0) {
         close_pipes(pipes);
-        return funcd_error_set(FUNCD_EIO, "cannot fork for %s: %s", spec->path, strerror(fork_err));
+        return funcd_error_set(FUNCD_EIO, "cannot start %s: %s", spec->path, strerror(fork_err));
     }
-    setpgid(pid, pid); /* also here, so kill(-pid) works at once */
     c->pid = pid;
     c->in.fd = pipes[0][1];
     c->out.fd = pipes[1][0];

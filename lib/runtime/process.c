@@ -5,8 +5,8 @@
  *
  * Stop: SIGTERM to the group, SIGKILL to the group after the grace period.
  * When the main process exits, whatever is left of its group is killed, so
- * a crashed worker leaves nothing behind. Workers also get PR_SET_PDEATHSIG
- * so they die with the platform loop's thread.
+ * a crashed worker leaves nothing behind. Workers are started by
+ * funcd_spawn (lib/util/spawn.h): vfork, their own group, PR_SET_PDEATHSIG.
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -23,6 +23,7 @@
 
 #include "funcd/sys/error.h"
 #include "funcd/sys/runtime.h"
+#include "util/spawn.h"
 
 #define MAX_LINE 16384
 
@@ -218,56 +219,20 @@ static int rt_start(funcd_runtime *base, const funcd_worker_spec *spec,
         free(prog);
         return funcd_error_set(FUNCD_EIO, "cannot create pipes for a worker: %s", strerror(err));
     }
-    pid_t parent = getpid();
-    /* vfork: the child borrows our memory until it execs, so starting a
-     * worker costs no page-table copy (a cold start is mostly this). It
-     * makes system calls only, with every signal blocked until then so no
-     * handler of ours runs on the borrowed stack. */
-    sigset_t all, saved;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &saved);
-    pid_t pid = vfork();
-    if (pid == 0) {
-        /* Child: system calls only. */
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        struct sigaction dfl = {.sa_handler = SIG_DFL};
-        sigaction(SIGPIPE, &dfl, NULL); /* funcd ignores it; workers should not */
-        sigset_t none;
-        sigemptyset(&none);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0)
-            dup2(devnull, 0);
-        dup2(outp[1], 1);
-        dup2(errp[1], 2);
-        syscall(SYS_close_range, 3, ~0U, 0);
-        if (spec->cwd && chdir(spec->cwd) != 0) {
-            static const char msg[] = "funcd: cannot enter the function's directory\n";
-            ssize_t ignored = write(2, msg, sizeof(msg) - 1);
-            (void)ignored;
-            _exit(126);
-        }
-        static const char *const empty_env[] = {NULL};
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        execve(prog, (char *const *)spec->argv, (char *const *)(spec->env ? spec->env : empty_env));
-        static const char msg[] = "funcd: cannot execute the worker program\n";
-        ssize_t ignored = write(2, msg, sizeof(msg) - 1);
-        (void)ignored;
-        _exit(127);
-    }
+    static char *const empty_env[] = {NULL};
+    funcd_spawn_spec sp = {prog, (char *const *)spec->argv,
+                           spec->env ? (char *const *)spec->env : empty_env, spec->cwd,
+                           {-1, outp[1], errp[1]}};
+    pid_t pid = funcd_spawn(&sp);
     int fork_err = errno;
-    pthread_sigmask(SIG_SETMASK, &saved, NULL);
     free(prog);
     close(outp[1]);
     close(errp[1]);
     if (pid < 0) {
         close(outp[0]);
         close(errp[0]);
-        return funcd_error_set(FUNCD_EIO, "cannot fork a worker: %s", strerror(fork_err));
+        return funcd_error_set(FUNCD_EIO, "cannot start a worker: %s", strerror(fork_err));
     }
-    setpgid(pid, pid); /* also in the parent, so kill(-pid) works at once */
 
     funcd_worker *w = calloc(1, sizeof(*w));
     int pidfd = pidfd_open_compat(pid);

@@ -1,0 +1,30 @@
+/*
+ * Starting a child process the way funcd starts every worker and function:
+ * in its own process group, killed if the starting thread dies
+ * (PR_SET_PDEATHSIG), with exactly the given stdin/stdout/stderr and no other
+ * descriptor, default signal handling, an optional working directory.
+ *
+ * It uses vfork: the child borrows the caller's memory until it execs, so a
+ * start costs no page-table copy. Between vfork and exec the child makes
+ * system calls only, with every signal blocked, so no handler of the
+ * parent's runs on the borrowed stack.
+ */
+#ifndef FUNCD_UTIL_SPAWN_H
+#define FUNCD_UTIL_SPAWN_H
+
+#include <sys/types.h>
+
+typedef struct funcd_spawn_spec {
+    const char *path;        /* absolute program path */
+    char *const *argv;       /* NULL-terminated */
+    char *const *env;        /* NULL-terminated */
+    const char *cwd;         /* or NULL */
+    int fds[3];              /* the child's 0, 1, 2; -1: /dev/null */
+} funcd_spawn_spec;
+
+/* The child's pid (also its process group), or -1 with errno set. A
+ * program that cannot be executed exits 127 (126: cannot enter cwd) after
+ * saying so on its stderr. */
+pid_t funcd_spawn(const funcd_spawn_spec *spec);
+
+#endif
