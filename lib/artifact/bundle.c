@@ -5,8 +5,6 @@
  * the extraction agree), and, when extracting, creates each entry with
  * *at() calls under directories it created itself, never following a link.
  */
-#include <archive.h>
-#include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -17,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "artifact/archive_lazy.h"
 #include "artifact/internal.h"
 #include "funcd/sys/error.h"
 
@@ -718,6 +717,8 @@ static int walk(const void *data, size_t len, const funcd_bundle_limits *lim, in
                   human_size(w->max_compressed, lim_s, sizeof(lim_s)));
     } else if (!data || !len) {
         rc = FAIL(w, FUNCD_EINVAL, NOT_GZIP_TAR " (it is empty)");
+    } else if (funcd__archive_load() < 0) {
+        rc = FAIL(w, FUNCD_EIO, "%s", funcd_error_last()->message);
     } else if (!(w->a = archive_read_new())) {
         rc = oom(w);
     } else if (archive_read_support_filter_gzip(w->a) != ARCHIVE_OK ||
