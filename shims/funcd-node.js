@@ -200,7 +200,38 @@ function drain() {
 
 let server;
 
+// Generic mode (FUNCD_GENERIC=1): the platform starts this worker before any
+// function needs it, so node's own start-up is paid in advance. It waits on
+// the control socket FUNCD_LISTEN for one JSON line {"env": {...}, "cwd":
+// "..."}, takes that environment (FUNCD_LISTEN becomes the real socket) and
+// directory, and goes on as the function's worker.
+function specialize() {
+    const control = process.env.FUNCD_LISTEN;
+    return new Promise((resolve) => {
+        try { fs.unlinkSync(control); } catch (err) { /* not there yet */ }
+        const ctl = require('net').createServer((conn) => {
+            let buf = '';
+            conn.on('data', (chunk) => {
+                buf += chunk;
+                const nl = buf.indexOf('\n');
+                if (nl < 0) return;
+                const msg = JSON.parse(buf.slice(0, nl));
+                delete process.env.FUNCD_GENERIC;
+                for (const [k, v] of Object.entries(msg.env || {})) process.env[k] = String(v);
+                if (msg.cwd) process.chdir(msg.cwd);
+                conn.end();
+                ctl.close();
+                try { fs.unlinkSync(control); } catch (err) { /* gone already */ }
+                resolve();
+            });
+        });
+        ctl.listen(control);
+    });
+}
+
 async function main() {
+    if (process.env.FUNCD_GENERIC === '1')
+        await specialize();
     const listen = process.env.FUNCD_LISTEN;
     if (!listen) {
         process.stderr.write("funcd-node: FUNCD_LISTEN is not set (the platform sets it to the worker's socket path)\n");

@@ -33,6 +33,7 @@ typedef struct launch {
     char *cwd;
     char *fingerprint; /* argv, env and cwd: a change means new workers */
     funcd_log_ring *logs;
+    int generic_node;  /* a node worker (not exec mode): a warm generic one may become it */
 } launch;
 
 typedef struct fn_entry {
@@ -64,6 +65,16 @@ typedef struct worker_ctx {
     char last_stderr[400];
 } worker_ctx;
 
+/* A generic node worker started ahead of need (node takes ~30 ms to start):
+ * a node function's next worker is this process, told what to become. */
+typedef struct spare {
+    funcd_serving *s;
+    funcd_worker *proc;
+    struct worker_ctx *wc; /* once claimed: output and exit go to it */
+    char dir[128];
+    char ctl[108];
+} spare;
+
 struct funcd_serving {
     funcd_serving_config cfg;
     char *shim_dir;
@@ -79,6 +90,9 @@ struct funcd_serving {
      * worker). Its lists are touched under pools_lock. */
     h2o_evloop_t *clock_loop;
     pthread_mutex_t pools_lock;
+    spare *node_spare; /* unclaimed, or NULL */
+    int want_node_spare; /* a node function exists */
+    int closing;
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -362,6 +376,9 @@ static launch *build_launch(funcd_serving *s, const char *ns, const char *name, 
         ln->fingerprint = fingerprint(argv.v, env.v, code);
         funcd_log_ring_ref(logs);
         ln->logs = logs;
+        const char *mode = str_at(spec, "mode");
+        ln->generic_node = strcmp(str_at(spec, "runtime"), "node") == 0 &&
+                           !(mode && strcmp(mode, "exec") == 0);
         return ln;
     }
     if (!st->reason[0])
@@ -531,6 +548,110 @@ static void on_worker_exit(funcd_worker *proc, int status, void *payload)
     funcd_pool_worker_exited(wc->pw, why);
 }
 
+
+/* ---- a warm generic node worker ---------------------------------------- */
+
+static void spare_free(spare *sp)
+{
+    remove_tree_dir(sp->dir);
+    free(sp);
+}
+
+static void on_spare_output(funcd_worker *proc, funcd_worker_stream stream, const char *line,
+                            size_t len, void *payload)
+{
+    spare *sp = payload;
+    if (sp->wc)
+        on_worker_output(proc, stream, line, len, sp->wc);
+    else
+        funcd_log(sp->s->cfg.logger, FUNCD_LOG_DEBUG, "generic node worker: %.*s", (int)len,
+                  line);
+}
+
+static void on_spare_exit(funcd_worker *proc, int status, void *payload)
+{
+    spare *sp = payload;
+    funcd_serving *s = sp->s;
+    if (sp->wc) { /* it became a function's worker: that worker exited */
+        on_worker_exit(proc, status, sp->wc);
+        spare_free(sp);
+        return;
+    }
+    if (s->node_spare == sp)
+        s->node_spare = NULL;
+    s->cfg.runtime->release(s->cfg.runtime, proc);
+    s->live_workers--;
+    spare_free(sp);
+}
+
+/* Starts a generic node worker if a node function exists and none waits. */
+static void ensure_node_spare(funcd_serving *s)
+{
+    const char *node = interpreter("node");
+    if (s->node_spare || !s->want_node_spare || s->closing || !s->cfg.runtime || !node)
+        return;
+    spare *sp = calloc(1, sizeof(*sp));
+    if (!sp)
+        return;
+    sp->s = s;
+    snprintf(sp->dir, sizeof(sp->dir), "%s/g%u", s->run_dir, ++s->next_dir);
+    snprintf(sp->ctl, sizeof(sp->ctl), "%.*s/ctl.sock", (int)(sizeof(sp->ctl) - 10), sp->dir);
+    char shim[600], listen_env[160];
+    snprintf(shim, sizeof(shim), "%s/funcd-node.js", s->shim_dir);
+    snprintf(listen_env, sizeof(listen_env), "FUNCD_LISTEN=%s", sp->ctl);
+    const char *const argv[] = {node, shim, NULL};
+    const char *const env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
+                               "FUNCD_GENERIC=1", listen_env, NULL};
+    funcd_worker_spec spec = {argv, env, s->run_dir, NULL, {0, 0, 0}};
+    funcd_worker_events ev = {on_spare_output, on_spare_exit, sp};
+    if (mkdir(sp->dir, 0700) != 0 || access(shim, R_OK) != 0 ||
+        s->cfg.runtime->start(s->cfg.runtime, &spec, &ev, &sp->proc) < 0) {
+        spare_free(sp);
+        return;
+    }
+    s->live_workers++;
+    s->node_spare = sp;
+}
+
+/* Turns the waiting generic node worker into `wc`'s process: 0, or -1 when
+ * there is none ready (the caller starts a fresh one). */
+static int claim_node_spare(funcd_serving *s, worker_ctx *wc, char **env)
+{
+    spare *sp = s->node_spare;
+    if (!sp)
+        return -1;
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", sp->ctl);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sun, sizeof(sun)) != 0) {
+        if (fd >= 0)
+            close(fd); /* still starting: not ready to be claimed */
+        return -1;
+    }
+    cJSON *msg = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(msg, "env");
+    for (char **p = env; *p; p++) {
+        const char *eq = strchr(*p, '=');
+        if (eq) {
+            char key[256];
+            snprintf(key, sizeof(key), "%.*s", (int)(eq - *p), *p);
+            cJSON_AddStringToObject(e, key, eq + 1);
+        }
+    }
+    cJSON_AddStringToObject(msg, "cwd", wc->ln->cwd);
+    char *text = cJSON_PrintUnformatted(msg);
+    cJSON_Delete(msg);
+    size_t n = text ? strlen(text) : 0;
+    int ok = text && write(fd, text, n) == (ssize_t)n && write(fd, "\n", 1) == 1;
+    free(text);
+    close(fd);
+    if (!ok)
+        return -1;
+    s->node_spare = NULL;
+    sp->wc = wc;
+    wc->proc = sp->proc;
+    return 0;
+}
+
 static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
 {
     launch *ln = payload;
@@ -573,16 +694,22 @@ static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
         strv_free(env.v);
         return funcd_error_set(FUNCD_ENOMEM, "out of memory starting a worker");
     }
-    funcd_worker_spec spec = {(const char *const *)ln->argv, (const char *const *)env.v, ln->cwd,
-                              NULL, {0, 0, 0}};
-    funcd_worker_events ev = {on_worker_output, on_worker_exit, wc};
-    int rc = s->cfg.runtime->start(s->cfg.runtime, &spec, &ev, &wc->proc);
+    int rc = 0;
+    if (ln->generic_node && claim_node_spare(s, wc, env.v) == 0) {
+        ensure_node_spare(s); /* the next one starts warming now */
+    } else {
+        funcd_worker_spec spec = {(const char *const *)ln->argv, (const char *const *)env.v,
+                                  ln->cwd, NULL, {0, 0, 0}};
+        funcd_worker_events ev = {on_worker_output, on_worker_exit, wc};
+        rc = s->cfg.runtime->start(s->cfg.runtime, &spec, &ev, &wc->proc);
+        if (rc == 0)
+            s->live_workers++;
+    }
     strv_free(env.v);
     if (rc < 0) {
         remove_tree_dir(wc->dir);
         return rc;
     }
-    s->live_workers++;
     wc->probe_timer = evtimer_new(s->cfg.loop, on_probe_timer, wc);
     wc->probe_delay_us = PROBE_FIRST_US;
     struct timeval tv = {0, PROBE_FIRST_US};
@@ -688,6 +815,10 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
     }
     funcd_pool_config pc = pool_config(spec);
     e->timeout_ms = duration_at(spec, "timeout", 30000);
+    if (ln->generic_node) {
+        s->want_node_spare = 1;
+        ensure_node_spare(s);
+    }
     if (e->pool && strcmp(e->ln->fingerprint, ln->fingerprint) == 0) {
         launch_unref(ln); /* same workers: only the limits may have changed */
         funcd_pool_configure(e->pool, &pc);
@@ -801,8 +932,13 @@ int funcd_serving_new(funcd_serving **out, const funcd_serving_config *cfg)
 
 void funcd_serving_close(funcd_serving *s)
 {
-    while (s && s->entries)
+    if (!s)
+        return;
+    s->closing = 1;
+    while (s->entries)
         funcd_serving_remove(s, s->entries->ns, s->entries->name);
+    if (s->node_spare && s->node_spare->proc)
+        s->cfg.runtime->stop(s->cfg.runtime, s->node_spare->proc, 0);
 }
 
 unsigned funcd_serving_live_workers(const funcd_serving *s)
