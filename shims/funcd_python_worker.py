@@ -326,7 +326,40 @@ def _listen(path):
     return sock
 
 
+def _specialize():
+    # Generic mode (FUNCD_GENERIC=1): the platform started this worker before
+    # any function needed it, so the interpreter's start is paid in advance.
+    # Wait on the control socket FUNCD_LISTEN for one JSON line
+    # {"env": {...}, "cwd": "..."}, take that environment (FUNCD_LISTEN becomes
+    # the real socket) and directory, and go on as the function's worker.
+    import json
+    control = os.environ['FUNCD_LISTEN']
+    srv = _listen(control)
+    fd, _ = srv._accept()
+    conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
+    buf = b''
+    while b'\n' not in buf:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    conn.close()
+    srv.close()
+    try:
+        os.unlink(control)
+    except OSError:
+        pass
+    msg = json.loads(buf.split(b'\n', 1)[0])
+    os.environ.pop('FUNCD_GENERIC', None)
+    for k, v in (msg.get('env') or {}).items():
+        os.environ[k] = str(v)
+    if msg.get('cwd'):
+        os.chdir(msg['cwd'])
+
+
 def main():
+    if os.environ.get('FUNCD_GENERIC') == '1':
+        _specialize()
     path = os.environ.get('FUNCD_LISTEN')
     if not path:
         sys.stderr.write('funcd-python: FUNCD_LISTEN is not set (the platform sets it to the worker\'s socket path)\n')

@@ -33,8 +33,14 @@ typedef struct launch {
     char *cwd;
     char *fingerprint; /* argv, env and cwd: a change means new workers */
     funcd_log_ring *logs;
-    int generic_node;  /* a node worker (not exec mode): a warm generic one may become it */
+    int generic;       /* a GENERIC_* runtime whose warm generic worker may become ours, or -1 */
 } launch;
+
+/* Interpreted runtimes whose shims can start generic and be told later
+ * which function to become (FUNCD_GENERIC=1). */
+enum { GENERIC_NODE, GENERIC_PYTHON, GENERIC_KINDS };
+static const char *const generic_runtime[GENERIC_KINDS] = {"node", "python3"};
+static const char *const generic_shim[GENERIC_KINDS] = {"funcd-node.js", "funcd-python.py"};
 
 typedef struct fn_entry {
     char *ns, *name;
@@ -65,10 +71,12 @@ typedef struct worker_ctx {
     char last_stderr[400];
 } worker_ctx;
 
-/* A generic node worker started ahead of need (node takes ~30 ms to start):
- * a node function's next worker is this process, told what to become. */
+/* A generic interpreter worker started ahead of need (node takes ~30 ms to
+ * start here, python ~15): a function's next worker of that runtime is this
+ * process, told what to become. */
 typedef struct spare {
     funcd_serving *s;
+    int kind;
     funcd_worker *proc;
     struct worker_ctx *wc; /* once claimed: output and exit go to it */
     char dir[128];
@@ -90,8 +98,8 @@ struct funcd_serving {
      * worker). Its lists are touched under pools_lock. */
     h2o_evloop_t *clock_loop;
     pthread_mutex_t pools_lock;
-    spare *node_spare; /* unclaimed, or NULL */
-    int want_node_spare; /* a node function exists */
+    spare *spares[GENERIC_KINDS];    /* unclaimed, or NULL */
+    int want_spare[GENERIC_KINDS];   /* a function of that runtime exists */
     int closing;
 };
 
@@ -377,8 +385,17 @@ static launch *build_launch(funcd_serving *s, const char *ns, const char *name, 
         funcd_log_ring_ref(logs);
         ln->logs = logs;
         const char *mode = str_at(spec, "mode");
-        ln->generic_node = strcmp(str_at(spec, "runtime"), "node") == 0 &&
-                           !(mode && strcmp(mode, "exec") == 0);
+        ln->generic = -1;
+        for (int k = 0; k < GENERIC_KINDS && !(mode && strcmp(mode, "exec") == 0); k++)
+            if (strcmp(str_at(spec, "runtime"), generic_runtime[k]) == 0)
+                ln->generic = k;
+        /* Variables an interpreter reads as it starts (PYTHONPATH, NODE_OPTIONS, ...)
+         * would come too late for a generic worker: start such functions afresh. */
+        const cJSON *ev;
+        cJSON_ArrayForEach(ev, cJSON_GetObjectItemCaseSensitive(spec, "env"))
+            if (ev->string && (funcd_has_prefix(ev->string, "PYTHON") ||
+                               funcd_has_prefix(ev->string, "NODE")))
+                ln->generic = -1;
         return ln;
     }
     if (!st->reason[0])
@@ -564,8 +581,8 @@ static void on_spare_output(funcd_worker *proc, funcd_worker_stream stream, cons
     if (sp->wc)
         on_worker_output(proc, stream, line, len, sp->wc);
     else
-        funcd_log(sp->s->cfg.logger, FUNCD_LOG_DEBUG, "generic node worker: %.*s", (int)len,
-                  line);
+        funcd_log(sp->s->cfg.logger, FUNCD_LOG_DEBUG, "generic %s worker: %.*s",
+                  generic_runtime[sp->kind], (int)len, line);
 }
 
 static void on_spare_exit(funcd_worker *proc, int status, void *payload)
@@ -577,30 +594,34 @@ static void on_spare_exit(funcd_worker *proc, int status, void *payload)
         spare_free(sp);
         return;
     }
-    if (s->node_spare == sp)
-        s->node_spare = NULL;
+    if (s->spares[sp->kind] == sp)
+        s->spares[sp->kind] = NULL;
     s->cfg.runtime->release(s->cfg.runtime, proc);
     s->live_workers--;
     spare_free(sp);
 }
 
-/* Starts a generic node worker if a node function exists and none waits. */
-static void ensure_node_spare(funcd_serving *s)
+/* Starts a generic worker of runtime `kind` if a function of it exists
+ * and none waits. */
+static void ensure_spare(funcd_serving *s, int kind)
 {
-    const char *node = interpreter("node");
-    if (s->node_spare || !s->want_node_spare || s->closing || !s->cfg.runtime || !node)
+    const char *interp = interpreter(generic_runtime[kind]);
+    if (s->spares[kind] || !s->want_spare[kind] || s->closing || !s->cfg.runtime || !interp)
         return;
     spare *sp = calloc(1, sizeof(*sp));
     if (!sp)
         return;
     sp->s = s;
+    sp->kind = kind;
     snprintf(sp->dir, sizeof(sp->dir), "%s/g%u", s->run_dir, ++s->next_dir);
     snprintf(sp->ctl, sizeof(sp->ctl), "%.*s/ctl.sock", (int)(sizeof(sp->ctl) - 10), sp->dir);
     char shim[600], listen_env[160];
-    snprintf(shim, sizeof(shim), "%s/funcd-node.js", s->shim_dir);
+    snprintf(shim, sizeof(shim), "%s/%s", s->shim_dir, generic_shim[kind]);
     snprintf(listen_env, sizeof(listen_env), "FUNCD_LISTEN=%s", sp->ctl);
-    const char *const argv[] = {node, shim, NULL};
+    const char *const argv[] = {interp, shim, NULL};
+    /* What the interpreter reads at start must be set now, not later. */
     const char *const env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
+                               "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1",
                                "FUNCD_GENERIC=1", listen_env, NULL};
     funcd_worker_spec spec = {argv, env, s->run_dir, NULL, {0, 0, 0}};
     funcd_worker_events ev = {on_spare_output, on_spare_exit, sp};
@@ -610,14 +631,14 @@ static void ensure_node_spare(funcd_serving *s)
         return;
     }
     s->live_workers++;
-    s->node_spare = sp;
+    s->spares[kind] = sp;
 }
 
-/* Turns the waiting generic node worker into `wc`'s process: 0, or -1 when
- * there is none ready (the caller starts a fresh one). */
-static int claim_node_spare(funcd_serving *s, worker_ctx *wc, char **env)
+/* Turns the waiting generic worker of `kind` into `wc`'s process: 0, or -1
+ * when there is none ready (the caller starts a fresh one). */
+static int claim_spare(funcd_serving *s, int kind, worker_ctx *wc, char **env)
 {
-    spare *sp = s->node_spare;
+    spare *sp = s->spares[kind];
     if (!sp)
         return -1;
     struct sockaddr_un sun = {.sun_family = AF_UNIX};
@@ -646,7 +667,7 @@ static int claim_node_spare(funcd_serving *s, worker_ctx *wc, char **env)
     close(fd);
     if (!ok)
         return -1;
-    s->node_spare = NULL;
+    s->spares[kind] = NULL;
     sp->wc = wc;
     wc->proc = sp->proc;
     return 0;
@@ -695,8 +716,8 @@ static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory starting a worker");
     }
     int rc = 0;
-    if (ln->generic_node && claim_node_spare(s, wc, env.v) == 0) {
-        ensure_node_spare(s); /* the next one starts warming now */
+    if (ln->generic >= 0 && claim_spare(s, ln->generic, wc, env.v) == 0) {
+        ensure_spare(s, ln->generic); /* the next one starts warming now */
     } else {
         funcd_worker_spec spec = {(const char *const *)ln->argv, (const char *const *)env.v,
                                   ln->cwd, NULL, {0, 0, 0}};
@@ -815,9 +836,9 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
     }
     funcd_pool_config pc = pool_config(spec);
     e->timeout_ms = duration_at(spec, "timeout", 30000);
-    if (ln->generic_node) {
-        s->want_node_spare = 1;
-        ensure_node_spare(s);
+    if (ln->generic >= 0) {
+        s->want_spare[ln->generic] = 1;
+        ensure_spare(s, ln->generic);
     }
     if (e->pool && strcmp(e->ln->fingerprint, ln->fingerprint) == 0) {
         launch_unref(ln); /* same workers: only the limits may have changed */
@@ -937,8 +958,9 @@ void funcd_serving_close(funcd_serving *s)
     s->closing = 1;
     while (s->entries)
         funcd_serving_remove(s, s->entries->ns, s->entries->name);
-    if (s->node_spare && s->node_spare->proc)
-        s->cfg.runtime->stop(s->cfg.runtime, s->node_spare->proc, 0);
+    for (int k = 0; k < GENERIC_KINDS; k++)
+        if (s->spares[k] && s->spares[k]->proc)
+            s->cfg.runtime->stop(s->cfg.runtime, s->spares[k]->proc, 0);
 }
 
 unsigned funcd_serving_live_workers(const funcd_serving *s)
