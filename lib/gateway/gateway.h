@@ -6,7 +6,6 @@
 #define FUNCD_GATEWAY_GATEWAY_H
 
 #include <h2o.h>
-#include <h2o/http1client.h>
 
 #include "pool/pool.h"
 
@@ -17,6 +16,8 @@ typedef struct gw_thread {
     h2o_multithread_receiver_t receiver; /* grants of cold requests */
     gw_timeouts *timeouts;               /* one h2o timeout + client ctx per duration */
     unsigned tickets;                    /* grants still expected on this thread */
+    struct upconn *idle;                 /* idle worker connections (proxy.c) */
+    unsigned n_idle;
     uint64_t rng[2];                     /* invocation ids */
 } gw_thread;
 
@@ -35,6 +36,8 @@ void funcd_gw_send_status(h2o_req_t *req, int code, const char *reason, const ch
     __attribute__((format(printf, 4, 5)));
 
 void funcd_gw_thread_init(gw_thread *t, h2o_context_t *ctx);
+/* Closes the thread's idle worker connections. */
+void funcd_gw_thread_close_idle(gw_thread *t);
 /* Runs the loop until no grant is outstanding, then releases the thread's
  * timeouts and receiver. */
 void funcd_gw_thread_dispose(gw_thread *t);

@@ -2,7 +2,7 @@
  * One invocation: take a slot in the function's pool (warm: on this thread,
  * at once; cold: wait for a grant, which arrives as a message to this
  * thread), then proxy the request to the worker's Unix socket over a
- * keep-alive connection from the worker's socket pool, and stream the
+ * keep-alive connection this thread keeps for that worker, and stream the
  * answer back. Every failure is a JSON Status: 502 when the worker failed,
  * 503 when there is no capacity, 504 when the function took too long.
  */
@@ -21,14 +21,34 @@
 
 #define MAX_CONNECT_ATTEMPTS 3
 
+/* picohttpparser, as libh2o-evloop exports it (no header is installed). */
+struct phr_header {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+};
+struct phr_chunked_decoder {
+    size_t bytes_left_in_chunk;
+    char consume_trailer;
+    char _hex_count;
+    char _state;
+    uint64_t _reserved[4]; /* room for fields newer versions add */
+};
+int phr_parse_response(const char *buf, size_t len, int *minor_version, int *status,
+                       const char **msg, size_t *msg_len, struct phr_header *headers,
+                       size_t *num_headers, size_t last_len);
+ssize_t phr_decode_chunked(struct phr_chunked_decoder *decoder, char *buf, size_t *bufsz);
+
+
 struct gw_timeouts {
     uint64_t ms;
     h2o_timeout_t timeout;
-    h2o_http1client_ctx_t client;
     gw_timeouts *next;
 };
 
 typedef struct invocation invocation;
+typedef struct upconn upconn;
 
 /* A cold request's place in the pool's queue. It outlives the request when
  * the client goes away while a grant is already on its way. */
@@ -51,8 +71,11 @@ struct invocation {
     funcd_pool_worker *worker; /* the slot held, or NULL */
     ticket *ticket;
     h2o_timeout_entry_t wait_entry;
-    h2o_timeout_entry_t release_entry; /* gives the slot back after h2o pooled the connection */
-    h2o_http1client_t *client;
+    h2o_timeout_entry_t io_entry; /* the function's timeout, restarted by every read */
+    upconn *up;                   /* the worker connection in use */
+    struct phr_chunked_decoder decoder;
+    size_t content_left;          /* body bytes still to come, SIZE_MAX: unknown */
+    int chunked, keepalive, is_head, paused, reused, retried, began;
     funcd_buf head;
     h2o_iovec_t reqbufs[2];
     funcd_buf pending, sending;
@@ -121,9 +144,6 @@ static gw_timeouts *timeouts_for(gw_thread *t, uint64_t ms)
         return NULL;
     g->ms = ms;
     h2o_timeout_init(t->ctx->loop, &g->timeout, ms);
-    g->client.loop = t->ctx->loop;
-    g->client.getaddr_receiver = &t->ctx->receivers.hostinfo_getaddr;
-    g->client.io_timeout = &g->timeout;
     g->next = t->timeouts;
     t->timeouts = g;
     return g;
@@ -195,11 +215,122 @@ static void flush(invocation *inv)
     h2o_send(inv->req, &buf, inv->sending.len ? 1 : 0, state);
 }
 
+#define MAX_RESPONSE_HEADERS 100
+#define PAUSE_BYTES (1024 * 1024) /* stop reading the worker while this much waits for the client */
+#define IDLE_PER_THREAD 4096      /* idle worker connections one gateway thread keeps */
+
+/*
+ * Connections to workers. Each gateway thread keeps its own idle ones, keyed
+ * by worker, so a warm request takes one without locks or moving the socket
+ * between event loops; an idle connection that the worker closes is noticed
+ * by its read callback and dropped.
+ */
+struct upconn {
+    h2o_socket_t *sock;
+    uint64_t worker_id;
+    gw_thread *t;
+    invocation *inv; /* while in use */
+    upconn *next;    /* in the thread's idle list */
+};
+
+static void up_close(upconn *c)
+{
+    h2o_socket_close(c->sock);
+    free(c);
+}
+
+static void up_unlink_idle(upconn *c)
+{
+    for (upconn **pp = &c->t->idle; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            c->t->n_idle--;
+            return;
+        }
+}
+
+static void on_idle_read(h2o_socket_t *sock, const char *err)
+{
+    upconn *c = sock->data; /* closed by the worker, or it spoke out of turn */
+    up_unlink_idle(c);
+    up_close(c);
+}
+
+static upconn *up_take(gw_thread *t, uint64_t worker_id)
+{
+    for (upconn **pp = &t->idle; *pp; pp = &(*pp)->next)
+        if ((*pp)->worker_id == worker_id) {
+            upconn *c = *pp;
+            *pp = c->next;
+            t->n_idle--;
+            h2o_socket_read_stop(c->sock);
+            return c;
+        }
+    return NULL;
+}
+
+static void up_put(upconn *c)
+{
+    gw_thread *t = c->t;
+    c->inv = NULL;
+    if (t->n_idle >= IDLE_PER_THREAD || c->sock->input->size) {
+        up_close(c);
+        return;
+    }
+    c->next = t->idle;
+    t->idle = c;
+    t->n_idle++;
+    h2o_socket_read_start(c->sock, on_idle_read);
+}
+
+void funcd_gw_thread_close_idle(gw_thread *t)
+{
+    while (t->idle) {
+        upconn *c = t->idle;
+        t->idle = c->next;
+        t->n_idle--;
+        up_close(c);
+    }
+}
+
+/* ---- the exchange with the worker ------------------------------------- */
+
+static void start_proxy(invocation *inv);
+static void acquire(invocation *inv);
+static void on_up_read(h2o_socket_t *sock, const char *err);
+
+static void io_timer_touch(invocation *inv)
+{
+    if (h2o_timeout_is_linked(&inv->io_entry))
+        h2o_timeout_unlink(&inv->io_entry);
+    h2o_timeout_link(inv->t->ctx->loop, &inv->tmo->timeout, &inv->io_entry);
+}
+
+static void io_timer_stop(invocation *inv)
+{
+    if (h2o_timeout_is_linked(&inv->io_entry))
+        h2o_timeout_unlink(&inv->io_entry);
+}
+
+/* Drops the worker connection (it cannot be reused mid-exchange). */
+static void drop_upstream(invocation *inv)
+{
+    io_timer_stop(inv);
+    if (inv->up) {
+        up_close(inv->up);
+        inv->up = NULL;
+    }
+}
+
 static void on_proceed(h2o_generator_t *gen, h2o_req_t *req)
 {
     invocation *inv = (invocation *)gen;
     inv->sending_now = 0;
     funcd_buf_reset(&inv->sending);
+    if (inv->paused && inv->up) { /* the client caught up: read the worker again */
+        inv->paused = 0;
+        h2o_socket_read_start(inv->up->sock, on_up_read);
+    }
     flush(inv);
 }
 
@@ -207,123 +338,248 @@ static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
 {
     invocation *inv = (invocation *)gen;
     inv->finished = 1;
-    if (inv->client) {
-        h2o_http1client_cancel(inv->client); /* the client left: drop the upstream too */
-        inv->client = NULL;
-    }
+    drop_upstream(inv); /* the client left: drop the worker's side too */
     release_slot(inv, 0);
 }
 
-static void on_release_later(h2o_timeout_entry_t *entry)
+/* The exchange ended well: the connection may serve the next request. */
+static void upstream_complete(invocation *inv)
 {
-    release_slot(H2O_STRUCT_FROM_MEMBER(invocation, release_entry, entry), 0);
-}
-
-static int on_body(h2o_http1client_t *client, const char *errstr)
-{
-    invocation *inv = client->data;
-    /* Take what arrived first: the last bytes come with the end-of-stream. */
-    h2o_buffer_t *in = client->sock->input;
-    if (in->size) {
-        funcd_buf_append(&inv->pending, in->bytes, in->size);
-        h2o_buffer_consume(&client->sock->input, in->size);
-    }
-    if (errstr) {
-        inv->client = NULL; /* h2o frees it after this returns */
-        if (errstr == h2o_http1client_error_is_eos) {
-            /* h2o hands the connection back to the worker's socket pool only
-             * after this returns; releasing the slot now could let the pool
-             * (and the worker) go first. Release on the next loop turn. */
-            inv->upstream_done = 1;
-            inv->release_entry.cb = on_release_later;
-            h2o_timeout_link(inv->t->ctx->loop, &inv->t->ctx->zero_timeout, &inv->release_entry);
-        } else {
-            inv->upstream_error = 1;
-            release_slot(inv, 1);
-        }
-    }
+    io_timer_stop(inv);
+    upconn *c = inv->up;
+    inv->up = NULL;
+    h2o_socket_read_stop(c->sock);
+    if (inv->keepalive)
+        up_put(c);
+    else
+        up_close(c);
+    inv->upstream_done = 1;
+    release_slot(inv, 0);
     flush(inv);
-    return errstr ? -1 : 0;
 }
 
-static h2o_http1client_body_cb on_head(h2o_http1client_t *client, const char *errstr,
-                                       int minor_version, int status, h2o_iovec_t msg,
-                                       h2o_header_t *headers, size_t num_headers, int rlen)
+static void upstream_failed(invocation *inv, const char *why)
 {
-    invocation *inv = client->data;
+    drop_upstream(inv);
+    release_slot(inv, 1);
+    if (!inv->started)
+        fail(inv, 502, "BadGateway", "function %s failed while handling the request: %s",
+             inv->name, why);
+    else {
+        inv->upstream_error = 1;
+        flush(inv);
+    }
+}
+
+static void on_io_timeout(h2o_timeout_entry_t *entry)
+{
+    invocation *inv = H2O_STRUCT_FROM_MEMBER(invocation, io_entry, entry);
+    drop_upstream(inv);
+    release_slot(inv, 0); /* busy, not broken: keep the worker */
+    if (!inv->started)
+        fail(inv, 504, "GatewayTimeout", "function %s did not answer within %llu ms", inv->name,
+             (unsigned long long)inv->tmo->ms);
+    else {
+        inv->upstream_error = 1;
+        flush(inv);
+    }
+}
+
+/* Parses the status line and headers; 1 when done, 0 for more, -1 bad. */
+static int parse_head(invocation *inv, h2o_socket_t *sock)
+{
     h2o_req_t *req = inv->req;
-    if (errstr) {
-        inv->client = NULL;
-        int timeout = strstr(errstr, "timeout") != NULL;
-        release_slot(inv, !timeout);
-        if (timeout)
-            fail(inv, 504, "GatewayTimeout", "function %s did not answer within %llu ms",
-                 inv->name, (unsigned long long)inv->tmo->ms);
-        else
-            fail(inv, 502, "BadGateway", "function %s failed while handling the request: %s",
-                 inv->name, errstr);
-        return NULL;
-    }
+    struct phr_header headers[MAX_RESPONSE_HEADERS];
+    size_t nh = MAX_RESPONSE_HEADERS, msg_len;
+    int minor, status;
+    const char *msg;
+    int n = phr_parse_response(sock->input->bytes, sock->input->size, &minor, &status, &msg,
+                               &msg_len, headers, &nh, 0);
+    if (n == -2)
+        return sock->input->size > 65536 ? -1 : 0;
+    if (n < 0)
+        return -1;
     req->res.status = status;
-    req->res.reason = h2o_strdup(&req->pool, msg.base, msg.len).base;
-    for (size_t i = 0; i < num_headers; i++) {
-        h2o_header_t *h = &headers[i];
-        if (h->name == &H2O_TOKEN_CONTENT_LENGTH->buf) {
-            size_t len = h2o_strtosize(h->value.base, h->value.len);
-            if (len != SIZE_MAX)
-                req->res.content_length = len;
-            continue;
+    req->res.reason = h2o_strdup(&req->pool, msg, msg_len).base;
+    inv->keepalive = minor >= 1;
+    inv->content_left = SIZE_MAX;
+    for (size_t i = 0; i < nh; i++) {
+        struct phr_header *h = &headers[i];
+        h2o_iovec_t name = h2o_iovec_init(h->name, h->name_len);
+        if (h2o_lcstris(h->name, h->name_len, H2O_STRLIT("content-length"))) {
+            inv->content_left = h2o_strtosize(h->value, h->value_len);
+            if (inv->content_left == SIZE_MAX)
+                return -1;
+            req->res.content_length = inv->content_left;
+        } else if (h2o_lcstris(h->name, h->name_len, H2O_STRLIT("transfer-encoding"))) {
+            inv->chunked = 1;
+        } else if (h2o_lcstris(h->name, h->name_len, H2O_STRLIT("connection"))) {
+            if (h2o_lcstris(h->value, h->value_len, H2O_STRLIT("close")))
+                inv->keepalive = 0;
         }
-        if (is_hop_by_hop(h->name))
+        if (is_hop_by_hop(&name))
             continue;
-        /* Both name and value point into the connection's read buffer,
-         * which the body overwrites: copy them. */
         h2o_add_header_by_str(&req->pool, &req->res.headers,
-                              h2o_strdup(&req->pool, h->name->base, h->name->len).base,
-                              h->name->len, 1, NULL,
-                              h2o_strdup(&req->pool, h->value.base, h->value.len).base,
-                              h->value.len);
+                              h2o_strdup(&req->pool, h->name, h->name_len).base, h->name_len, 1,
+                              NULL, h2o_strdup(&req->pool, h->value, h->value_len).base,
+                              h->value_len);
     }
+    h2o_buffer_consume(&sock->input, (size_t)n);
+    if (inv->chunked) {
+        inv->content_left = SIZE_MAX;
+        req->res.content_length = SIZE_MAX;
+    } else if (inv->content_left == SIZE_MAX) {
+        inv->keepalive = 0; /* the body ends when the worker closes */
+    }
+    if (inv->is_head || status == 204 || status == 304 || (status >= 100 && status < 200))
+        inv->content_left = 0, inv->chunked = 0;
     inv->started = 1;
     h2o_start_response(req, &inv->gen);
-    return on_body;
+    return 1;
 }
 
-static void start_proxy(invocation *inv);
-static void acquire(invocation *inv);
-
-static h2o_http1client_head_cb on_connect(h2o_http1client_t *client, const char *errstr,
-                                          h2o_iovec_t **reqbufs, size_t *reqbufcnt,
-                                          int *method_is_head)
+/* Moves body bytes to `pending`; 1 when the body is complete. */
+static int take_body(invocation *inv, h2o_socket_t *sock)
 {
-    invocation *inv = client->data;
-    if (errstr) {
-        /* Nothing was sent: the worker is gone. Evict it, try another. */
-        inv->client = NULL;
-        release_slot(inv, 1);
-        if (inv->attempts < MAX_CONNECT_ATTEMPTS) {
-            acquire(inv);
-        } else {
-            fail(inv, 502, "BadGateway", "cannot reach a worker of function %s: %s", inv->name,
-                 errstr);
-        }
-        return NULL;
+    h2o_buffer_t *in = sock->input;
+    if (inv->chunked) {
+        size_t size = in->size;
+        ssize_t rc = phr_decode_chunked(&inv->decoder, in->bytes, &size);
+        if (rc == -1)
+            return -1;
+        funcd_buf_append(&inv->pending, in->bytes, size);
+        h2o_buffer_consume(&sock->input, in->size);
+        if (rc >= 0 && rc > 0)
+            inv->keepalive = 0; /* bytes after the body: do not trust the connection */
+        return rc >= 0;
     }
-    *reqbufs = inv->reqbufs;
-    *reqbufcnt = inv->reqbufs[1].len ? 2 : 1;
-    *method_is_head = h2o_memis(inv->req->method.base, inv->req->method.len, H2O_STRLIT("HEAD"));
-    return on_head;
+    size_t n = in->size < inv->content_left ? in->size : inv->content_left;
+    funcd_buf_append(&inv->pending, in->bytes, n);
+    h2o_buffer_consume(&sock->input, n);
+    if (inv->content_left != SIZE_MAX)
+        inv->content_left -= n;
+    return inv->content_left == 0;
+}
+
+static void on_up_read(h2o_socket_t *sock, const char *err)
+{
+    upconn *c = sock->data;
+    invocation *inv = c->inv;
+    if (err) {
+        if (!inv->started && inv->reused && !inv->retried && sock->input->size == 0) {
+            /* A kept-alive connection the worker had closed: nothing was
+             * processed, try a fresh one to the same worker. */
+            inv->retried = 1;
+            drop_upstream(inv);
+            start_proxy(inv);
+            return;
+        }
+        if (inv->started && !inv->chunked && inv->content_left == SIZE_MAX) {
+            take_body(inv, sock); /* a body that ends with the connection */
+            inv->keepalive = 0;
+            upstream_complete(inv);
+            return;
+        }
+        upstream_failed(inv, err);
+        return;
+    }
+    io_timer_touch(inv);
+    if (!inv->started) {
+        int rc = parse_head(inv, sock);
+        if (rc == 0)
+            return;
+        if (rc < 0) {
+            upstream_failed(inv, "its answer is not valid HTTP/1.1");
+            return;
+        }
+    }
+    int done = take_body(inv, sock);
+    if (done < 0) {
+        upstream_failed(inv, "its chunked body is malformed");
+        return;
+    }
+    if (done) {
+        upstream_complete(inv);
+        return;
+    }
+    if (inv->pending.len > PAUSE_BYTES) {
+        inv->paused = 1;
+        h2o_socket_read_stop(sock);
+    }
+    flush(inv);
+}
+
+static void on_up_written(h2o_socket_t *sock, const char *err)
+{
+    if (err) {
+        on_up_read(sock, err);
+        return;
+    }
+    h2o_socket_read_start(sock, on_up_read);
+}
+
+static void send_request(invocation *inv)
+{
+    upconn *c = inv->up;
+    c->sock->data = c;
+    io_timer_touch(inv);
+    h2o_socket_write(c->sock, inv->reqbufs, inv->reqbufs[1].len ? 2 : 1, on_up_written);
+}
+
+static void on_up_connected(h2o_socket_t *sock, const char *err)
+{
+    upconn *c = sock->data;
+    invocation *inv = c->inv;
+    if (err) {
+        /* Nothing was sent: the worker is gone. Evict it, try another. */
+        drop_upstream(inv);
+        release_slot(inv, 1);
+        if (inv->attempts < MAX_CONNECT_ATTEMPTS)
+            acquire(inv);
+        else
+            fail(inv, 502, "BadGateway", "cannot reach a worker of function %s: %s", inv->name,
+                 err);
+        return;
+    }
+    send_request(inv);
 }
 
 static void start_proxy(invocation *inv)
 {
     funcd_serving_worker *ws = funcd_pool_worker_data(inv->worker);
-    funcd_serving_worker_begin(ws, inv->id);
+    if (!inv->began) {
+        funcd_serving_worker_begin(ws, inv->id);
+        inv->began = 1;
+    }
     inv->attempts++;
     inv->reqbufs[0] = h2o_iovec_init(inv->head.data, inv->head.len);
     inv->reqbufs[1] = inv->req->entity.base ? inv->req->entity : h2o_iovec_init(NULL, 0);
-    h2o_http1client_connect_with_pool(&inv->client, inv, &inv->tmo->client, &ws->sockpool,
-                                      on_connect);
+    inv->is_head = h2o_memis(inv->req->method.base, inv->req->method.len, H2O_STRLIT("HEAD"));
+    upconn *c = inv->retried ? NULL : up_take(inv->t, ws->id);
+    inv->reused = c != NULL;
+    if (c) {
+        c->inv = inv;
+        inv->up = c;
+        send_request(inv);
+        return;
+    }
+    c = calloc(1, sizeof(*c));
+    h2o_socket_t *sock =
+        c ? h2o_socket_connect(inv->t->ctx->loop, (struct sockaddr *)&ws->addr, sizeof(ws->addr),
+                               on_up_connected)
+          : NULL;
+    if (!sock) {
+        free(c);
+        release_slot(inv, 1);
+        fail(inv, 502, "BadGateway", "cannot reach a worker of function %s", inv->name);
+        return;
+    }
+    c->sock = sock;
+    c->worker_id = ws->id;
+    c->t = inv->t;
+    c->inv = inv;
+    sock->data = c;
+    inv->up = c;
 }
 
 /* ---- waiting for a slot ----------------------------------------------- */
@@ -435,12 +691,7 @@ static void dispose_invocation(void *p)
 {
     invocation *inv = p;
     abandon_ticket(inv);
-    if (h2o_timeout_is_linked(&inv->release_entry))
-        h2o_timeout_unlink(&inv->release_entry);
-    if (inv->client) {
-        h2o_http1client_cancel(inv->client);
-        inv->client = NULL;
-    }
+    drop_upstream(inv);
     release_slot(inv, 0);
     funcd_pool_unref(inv->pool);
     funcd_buf_free(&inv->head);
@@ -492,6 +743,7 @@ void funcd_gw_invoke(gw_thread *t, h2o_req_t *req, funcd_pool *pool, uint64_t ti
     memset(inv, 0, sizeof(*inv));
     inv->gen.proceed = on_proceed;
     inv->gen.stop = on_stop;
+    inv->io_entry.cb = on_io_timeout;
     inv->req = req;
     inv->t = t;
     inv->pool = pool; /* the caller's reference passes to us */
@@ -525,6 +777,7 @@ void funcd_gw_thread_dispose(gw_thread *t)
     while (t->tickets && funcd_mono_ms() < deadline)
         h2o_evloop_run(t->ctx->loop, 10);
     h2o_multithread_unregister_receiver(t->ctx->queue, &t->receiver);
+    funcd_gw_thread_close_idle(t);
     while (t->timeouts) {
         gw_timeouts *g = t->timeouts;
         t->timeouts = g->next;

@@ -59,7 +59,6 @@ typedef struct worker_ctx {
     funcd_worker *proc;
     char dir[128];
     char sock[108];
-    int sockpool_ready;
     /* readiness probe */
     int probe_fd;
     struct event *probe_ev;
@@ -92,12 +91,6 @@ struct funcd_serving {
     fn_entry *entries;
     unsigned next_dir;
     unsigned live_workers; /* processes started and not yet exited */
-    /* h2o 2.2.5 socket pools read "now" from a loop they are bound to and
-     * link a timer into it. This loop is never run: it only gives the pools
-     * a clock, so pooled connections never expire (they end with their
-     * worker). Its lists are touched under pools_lock. */
-    h2o_evloop_t *clock_loop;
-    pthread_mutex_t pools_lock;
     spare *spares[GENERIC_KINDS];    /* unclaimed, or NULL */
     int want_spare[GENERIC_KINDS];   /* a function of that runtime exists */
     int closing;
@@ -697,14 +690,10 @@ static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
              wc->dir);
     if (mkdir(wc->dir, 0700) != 0 && errno != EEXIST)
         return funcd_error_set(FUNCD_EIO, "cannot create %s: %s", wc->dir, strerror(errno));
-    struct sockaddr_un sun = {.sun_family = AF_UNIX};
-    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", wc->sock);
-    pthread_mutex_lock(&s->pools_lock);
-    h2o_socketpool_init_by_address(&wc->pub.sockpool, (struct sockaddr *)&sun, sizeof(sun), 0,
-                                   64);
-    h2o_socketpool_set_timeout(&wc->pub.sockpool, s->clock_loop, 1000);
-    pthread_mutex_unlock(&s->pools_lock);
-    wc->sockpool_ready = 1;
+    static atomic_uint_fast64_t next_worker_id;
+    wc->pub.id = atomic_fetch_add(&next_worker_id, 1) + 1;
+    wc->pub.addr.sun_family = AF_UNIX;
+    snprintf(wc->pub.addr.sun_path, sizeof(wc->pub.addr.sun_path), "%s", wc->sock);
 
     strv env = {0};
     for (char **e = ln->env; *e; e++)
@@ -751,12 +740,7 @@ static void op_dispose(funcd_pool_worker *pw, void *payload)
     worker_ctx *wc = funcd_pool_worker_data(pw);
     if (!wc)
         return;
-    if (wc->sockpool_ready) {
-        funcd_serving *s = wc->ln->s;
-        pthread_mutex_lock(&s->pools_lock);
-        h2o_socketpool_dispose(&wc->pub.sockpool);
-        pthread_mutex_unlock(&s->pools_lock);
-    }
+
     pthread_mutex_destroy(&wc->pub.invocation_lock);
     launch_unref(wc->ln);
     free(wc);
@@ -929,8 +913,6 @@ int funcd_serving_new(funcd_serving **out, const funcd_serving_config *cfg)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the serving layer");
     s->cfg = *cfg;
     pthread_mutex_init(&s->lock, NULL);
-    pthread_mutex_init(&s->pools_lock, NULL);
-    s->clock_loop = h2o_evloop_create();
     s->shim_dir = strdup(cfg->shim_dir ? cfg->shim_dir : "");
     if (asprintf(&s->run_dir, "%s/run", cfg->state_dir) < 0)
         s->run_dir = NULL;
@@ -975,9 +957,6 @@ void funcd_serving_free(funcd_serving *s)
     funcd_serving_close(s);
     if (s->run_dir)
         rmdir(s->run_dir);
-    if (s->clock_loop)
-        h2o_evloop_destroy(s->clock_loop);
-    pthread_mutex_destroy(&s->pools_lock);
     pthread_mutex_destroy(&s->lock);
     free(s->shim_dir);
     free(s->run_dir);

@@ -14,6 +14,7 @@
 #include <event2/event.h>
 #include <h2o.h>
 #include <pthread.h>
+#include <sys/un.h>
 
 #include "funcd/funcd.h"
 #include "pool/pool.h"
@@ -47,7 +48,8 @@ typedef struct funcd_serving_status {
 
 /* What the gateway needs of a worker (the pool worker's data). */
 typedef struct funcd_serving_worker {
-    h2o_socketpool_t sockpool; /* keep-alive connections to the worker's socket */
+    uint64_t id;               /* unique for the life of the process */
+    struct sockaddr_un addr;   /* the worker's socket */
     char replica[80];
     pthread_mutex_t invocation_lock;
     char invocation[40]; /* the request in flight (or the last one), for log lines without an id */
