@@ -126,12 +126,25 @@ static uint64_t next_random(gw_thread *t)
     return t->rng[1] + s0;
 }
 
+/* A version-4 UUID from two random words, written by hand: this runs for
+ * every request and snprintf was a visible part of it. */
 void funcd_gw_new_id(gw_thread *t, char out[40])
 {
-    uint64_t a = next_random(t), b = next_random(t);
-    snprintf(out, 40, "%08x-%04x-4%03x-%04x-%012llx", (unsigned)(a >> 32), (unsigned)(a >> 16) & 0xffff,
-             (unsigned)a & 0xfff, (unsigned)((b >> 48) & 0x3fff) | 0x8000,
-             (unsigned long long)(b & 0xffffffffffffULL));
+    static const char hex[] = "0123456789abcdef";
+    uint64_t w[2] = {next_random(t), next_random(t)};
+    unsigned char b[16];
+    for (int i = 0; i < 16; i++)
+        b[i] = (unsigned char)(w[i / 8] >> ((i % 8) * 8));
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+    char *p = out;
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            *p++ = '-';
+        *p++ = hex[b[i] >> 4];
+        *p++ = hex[b[i] & 15];
+    }
+    *p = '\0';
 }
 
 static gw_timeouts *timeouts_for(gw_thread *t, uint64_t ms)
@@ -231,6 +244,7 @@ struct upconn {
     gw_thread *t;
     invocation *inv; /* while in use */
     upconn *next;    /* in the thread's idle list */
+    int reading;     /* read callback installed */
 };
 
 static void up_close(upconn *c)
@@ -249,10 +263,19 @@ static void up_unlink_idle(upconn *c)
         }
 }
 
-static void on_idle_read(h2o_socket_t *sock, const char *err)
+static void on_up_read(h2o_socket_t *sock, const char *err);
+
+/* The one read callback of a worker connection: reading stays on while it
+ * sits idle (so a close is noticed) and while it serves, which spares two
+ * epoll_ctl calls per request. */
+static void on_conn_read(h2o_socket_t *sock, const char *err)
 {
-    upconn *c = sock->data; /* closed by the worker, or it spoke out of turn */
-    up_unlink_idle(c);
+    upconn *c = sock->data;
+    if (c->inv) {
+        on_up_read(sock, err);
+        return;
+    }
+    up_unlink_idle(c); /* idle: closed by the worker, or it spoke out of turn */
     up_close(c);
 }
 
@@ -263,7 +286,6 @@ static upconn *up_take(gw_thread *t, uint64_t worker_id)
             upconn *c = *pp;
             *pp = c->next;
             t->n_idle--;
-            h2o_socket_read_stop(c->sock);
             return c;
         }
     return NULL;
@@ -280,7 +302,6 @@ static void up_put(upconn *c)
     c->next = t->idle;
     t->idle = c;
     t->n_idle++;
-    h2o_socket_read_start(c->sock, on_idle_read);
 }
 
 void funcd_gw_thread_close_idle(gw_thread *t)
@@ -297,7 +318,6 @@ void funcd_gw_thread_close_idle(gw_thread *t)
 
 static void start_proxy(invocation *inv);
 static void acquire(invocation *inv);
-static void on_up_read(h2o_socket_t *sock, const char *err);
 
 static void io_timer_touch(invocation *inv)
 {
@@ -329,7 +349,7 @@ static void on_proceed(h2o_generator_t *gen, h2o_req_t *req)
     funcd_buf_reset(&inv->sending);
     if (inv->paused && inv->up) { /* the client caught up: read the worker again */
         inv->paused = 0;
-        h2o_socket_read_start(inv->up->sock, on_up_read);
+        h2o_socket_read_start(inv->up->sock, on_conn_read);
     }
     flush(inv);
 }
@@ -348,7 +368,8 @@ static void upstream_complete(invocation *inv)
     io_timer_stop(inv);
     upconn *c = inv->up;
     inv->up = NULL;
-    h2o_socket_read_stop(c->sock);
+    if (inv->paused) /* reading was stopped for a slow client; an idle one must notice a close */
+        h2o_socket_read_start(c->sock, on_conn_read);
     if (inv->keepalive)
         up_put(c);
     else
@@ -511,11 +532,15 @@ static void on_up_read(h2o_socket_t *sock, const char *err)
 
 static void on_up_written(h2o_socket_t *sock, const char *err)
 {
+    upconn *c = sock->data;
     if (err) {
         on_up_read(sock, err);
         return;
     }
-    h2o_socket_read_start(sock, on_up_read);
+    if (!c->reading) { /* a new connection starts reading once, for good */
+        c->reading = 1;
+        h2o_socket_read_start(sock, on_conn_read);
+    }
 }
 
 static void send_request(invocation *inv)
