@@ -17,24 +17,26 @@
 
 #include "funcd/funcd.h"
 #include "funcd/sys/runtime.h"
+#include "fnrunner/grpc.h"
 #include "funcd/sys/store.h"
 #include "util/buf.h"
 #include "util/log.h"
 
-/* gRPC status codes, which are also the evaluators' result codes. */
+/* The evaluators' result codes are gRPC's (fnrunner/grpc.h), under the
+ * names the evaluators use. */
 enum {
-    FUNCD_EVAL_OK = 0,
-    FUNCD_EVAL_INVALID_ARGUMENT = 3,
-    FUNCD_EVAL_DEADLINE_EXCEEDED = 4,
-    FUNCD_EVAL_NOT_FOUND = 5,
-    FUNCD_EVAL_RESOURCE_EXHAUSTED = 8,
-    FUNCD_EVAL_UNIMPLEMENTED = 12,
-    FUNCD_EVAL_INTERNAL = 13,
-    FUNCD_EVAL_UNAVAILABLE = 14,
+    FUNCD_EVAL_OK = FUNCD_GRPC_OK,
+    FUNCD_EVAL_INVALID_ARGUMENT = FUNCD_GRPC_INVALID_ARGUMENT,
+    FUNCD_EVAL_DEADLINE_EXCEEDED = FUNCD_GRPC_DEADLINE_EXCEEDED,
+    FUNCD_EVAL_NOT_FOUND = FUNCD_GRPC_NOT_FOUND,
+    FUNCD_EVAL_RESOURCE_EXHAUSTED = FUNCD_GRPC_RESOURCE_EXHAUSTED,
+    FUNCD_EVAL_UNIMPLEMENTED = FUNCD_GRPC_UNIMPLEMENTED,
+    FUNCD_EVAL_INTERNAL = FUNCD_GRPC_INTERNAL,
+    FUNCD_EVAL_UNAVAILABLE = FUNCD_GRPC_UNAVAILABLE,
 };
 
 #define FUNCD_EVAL_DEFAULT_TIMEOUT_MS 30000
-#define FUNCD_EVAL_DEFAULT_MAX_MESSAGE (6u * 1024 * 1024)
+#define FUNCD_EVAL_DEFAULT_MAX_MESSAGE FUNCD_GRPC_DEFAULT_MAX_MESSAGE
 /* How much of a failed function's stderr goes into the status message. */
 #define FUNCD_EVAL_STDERR_TAIL 4096
 

@@ -434,14 +434,12 @@ void funcd_pool_worker_failed(funcd_pool_worker *w, const char *why)
     work wk = {0};
     pthread_mutex_lock(&p->lock);
     note_failure_locked(p, why);
-    int started = w->stop_called == 0 && w->state == W_STARTING;
     mark_stopping(p, w, &wk);
     funcd_pool_waiter *failed = fail_waiters_if_hopeless_locked(p);
     pthread_mutex_unlock(&p->lock);
     char error[600];
     snprintf(error, sizeof(error), "the function failed to start: %s", why ? why : "?");
     deliver(failed, error);
-    (void)started;
     for (unsigned i = 0; i < wk.n_stop; i++)
         p->ops.stop(p, wk.stop[i], p->ops.payload);
     pthread_mutex_lock(&p->lock);

@@ -12,7 +12,6 @@
 
 #include <cjson/cJSON.h>
 #include <event2/event.h>
-#include <h2o.h>
 #include <pthread.h>
 #include <sys/un.h>
 

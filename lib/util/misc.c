@@ -76,15 +76,6 @@ int funcd_has_prefix(const char *s, const char *prefix)
     return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-int funcd_secure_streq(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    unsigned char diff = (unsigned char)(la != lb);
-    for (size_t i = 0; i < la; i++)
-        diff |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
-    return diff == 0 && lb != 0;
-}
-
 int funcd_listen_tcp(const char *addr, int reuseport, char *bound, size_t bound_len)
 {
     char host[256];

@@ -18,9 +18,6 @@ char *funcd_strdup(const char *s);           /* NULL-safe; NULL on OOM */
 char *funcd_strndup(const char *s, size_t n);
 int funcd_has_prefix(const char *s, const char *prefix);
 
-/* Constant-time comparison of two strings (for tokens). */
-int funcd_secure_streq(const char *a, const char *b);
-
 /*
  * Opens a listening TCP socket on "host:port" (port 0: ephemeral), with
  * SO_REUSEADDR, SO_REUSEPORT when `reuseport`, non-blocking and close-on-exec.
