@@ -9,6 +9,7 @@ pkgs=(
   libcurl4-openssl-dev libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev
   libmbedtls-dev libsqlite3-dev libgit2-dev libarchive-dev libseccomp-dev
   curl wrk
+  docker-registry skopeo apache2-utils openssl git sqlite3 util-linux
 )
 
 # node and npm run the node runtime and the gRPC test client; the machine
