@@ -38,6 +38,7 @@ enum funcd_error_code {
     FUNCD_EIO = -12,      /**< an operating-system call failed */
     FUNCD_ESTATE = -13,   /**< the object is not in a state that allows the call */
     FUNCD_ETIMEOUT = -14, /**< a deadline passed */
+    FUNCD_ENOSPC = -15,   /**< the disk (or a quota) is full; nothing was half-written */
 };
 
 /** Details of the last error on this thread. */

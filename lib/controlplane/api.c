@@ -75,6 +75,9 @@ static void status_from_error(funcd_cp_response *resp, int rc)
         break;
     case FUNCD_EINVAL: funcd_cp_status(resp, 400, "BadRequest", NULL, "%s", msg); break;
     case FUNCD_EGONE: funcd_cp_status(resp, 410, "Expired", "resourceVersion", "%s", msg); break;
+    case FUNCD_ENOSPC:
+        funcd_cp_status(resp, 507, "InsufficientStorage", NULL, "%s", msg);
+        break;
     default: funcd_cp_status(resp, 500, "InternalError", NULL, "%s", msg); break;
     }
 }

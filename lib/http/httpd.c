@@ -329,6 +329,7 @@ const char *funcd_httpd_reason(int status)
     case 502: return "Bad Gateway";
     case 503: return "Service Unavailable";
     case 504: return "Gateway Timeout";
+    case 507: return "Insufficient Storage";
     default: return "Status";
     }
 }

@@ -50,6 +50,7 @@ const char *funcd_error_name(int code)
     case FUNCD_EIO: return "FUNCD_EIO";
     case FUNCD_ESTATE: return "FUNCD_ESTATE";
     case FUNCD_ETIMEOUT: return "FUNCD_ETIMEOUT";
+    case FUNCD_ENOSPC: return "FUNCD_ENOSPC";
     default: return "FUNCD_E?";
     }
 }
