@@ -91,7 +91,7 @@ static int check_backends(const funcd_config *c)
                 "the bus backend lacks a required method (publish, subscribe, unsubscribe, free)");
     }
     if (c->runtime) {
-        if (c->runtime->version != FUNCD_RUNTIME_VERSION)
+        if (c->runtime->version < 1 || c->runtime->version > FUNCD_RUNTIME_VERSION)
             return funcd_error_set(FUNCD_EVERSION, "runtime backend has version %u; this funcd "
                                    "speaks version %d", c->runtime->version, FUNCD_RUNTIME_VERSION);
         REQUIRE(c->runtime->attach && c->runtime->start && c->runtime->stop &&

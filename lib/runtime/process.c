@@ -335,6 +335,12 @@ static void rt_free(funcd_runtime *base)
 
 int funcd_runtime_process_new(funcd_runtime **out)
 {
+    return funcd_runtime_process_new_with(out, NULL);
+}
+
+int funcd_runtime_process_new_with(funcd_runtime **out, const funcd_process_options *opts)
+{
+    (void)opts;
     *out = NULL;
     proc_runtime *rt = calloc(1, sizeof(*rt));
     if (!rt)

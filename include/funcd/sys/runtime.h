@@ -95,6 +95,21 @@ struct funcd_runtime {
  *  supervised through a pidfd (Linux 5.3 or later). */
 FUNCD_EXTERN int funcd_runtime_process_new(funcd_runtime **out);
 
+/** Settings of the process runtime that belong to the operator, never to a
+ *  function. Zeroed fields take the defaults. */
+typedef struct funcd_process_options {
+    /** 1 (default): workers run sandboxed (docs/security.md); -1: plain
+     *  processes, for development only. */
+    int sandbox;
+    /** A pid file per live worker is kept here; at creation the runtime ends
+     *  the workers a previous (crashed) run left behind. NULL: none. */
+    const char *pid_dir;
+} funcd_process_options;
+
+/** The process runtime with operator settings (`opts` may be NULL). */
+FUNCD_EXTERN int funcd_runtime_process_new_with(funcd_runtime **out,
+                                                const funcd_process_options *opts);
+
 #ifdef __cplusplus
 }
 #endif
