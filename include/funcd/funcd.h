@@ -127,6 +127,43 @@ typedef int (*funcd_builtin_fn)(const char *in, size_t in_len, char **out, size_
 FUNCD_EXTERN funcd_option *funcd_with_builtin(const char *image, funcd_builtin_fn fn,
                                               void *payload);
 
+/* ---- workers, images and sources ----------------------------------------- */
+
+/** 1 (default): every worker runs sandboxed (docs/security.md); 0: plain
+ *  processes, for development only. */
+FUNCD_EXTERN funcd_option *funcd_with_sandbox(int enabled);
+
+/** The OS and architecture images are picked for (default: this host's,
+ *  e.g. "linux", "amd64"). */
+FUNCD_EXTERN funcd_option *funcd_with_node_platform(const char *os, const char *arch);
+
+/** Registry credentials for every pull: a Docker config JSON file. */
+FUNCD_EXTERN funcd_option *funcd_with_registry_auth_file(const char *path);
+
+/** Custom CAs: DIR/<host[:port]>/ca.crt, Docker's certs.d layout. */
+FUNCD_EXTERN funcd_option *funcd_with_registry_certs_dir(const char *dir);
+
+/** A loopback registry spoken to over plain HTTP ("127.0.0.1:5000"); repeatable. */
+FUNCD_EXTERN funcd_option *funcd_with_insecure_registry(const char *host_port);
+
+/** The size cap of extracted images (default 4 GiB); least recently used go first. */
+FUNCD_EXTERN funcd_option *funcd_with_image_cache_size(uint64_t bytes);
+
+/** How often a tag is resolved to a digest again (default 5 min) and a git
+ *  ref to a commit (default 1 min); 0 keeps the default. */
+FUNCD_EXTERN funcd_option *funcd_with_source_refresh(uint64_t tag_ms, uint64_t git_ms);
+
+/* ---- durability ----------------------------------------------------------- */
+
+/** Function logs kept in the blob store: a segment is sealed after `seal_ms`
+ *  (default 10 s) or `seal_bytes` (default 8 MiB), and removed after
+ *  `retention_ms` (default 7 days). 0 keeps a default. */
+FUNCD_EXTERN funcd_option *funcd_with_log_persistence(uint64_t seal_ms, uint64_t seal_bytes,
+                                                      uint64_t retention_ms);
+
+/** How long shutdown waits for requests in flight (default 10 s). */
+FUNCD_EXTERN funcd_option *funcd_with_shutdown_grace(uint64_t ms);
+
 /* ---- authentication ----------------------------------------------------- */
 
 /** Roles: "admin" (everything), "developer" (read/write in its namespaces),

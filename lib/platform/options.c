@@ -1,5 +1,6 @@
 #include "platform/options.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,6 +151,99 @@ static int add_builtin(funcd_config *cfg, funcd_option *o)
 }
 funcd_option *funcd_with_state_dir(const char *dir) { return string_option(OPT_STATE_DIR, dir); }
 
+static funcd_option *number_option(option_kind kind, uint64_t a, uint64_t b, uint64_t c)
+{
+    funcd_option *o = opt_new(kind);
+    if (o != &oom_option) {
+        o->n[0] = a;
+        o->n[1] = b;
+        o->n[2] = c;
+    }
+    return o;
+}
+
+funcd_option *funcd_with_sandbox(int enabled)
+{
+    return number_option(OPT_SANDBOX, enabled != 0, 0, 0);
+}
+
+funcd_option *funcd_with_node_platform(const char *os, const char *arch)
+{
+    char both[256];
+    if (!os || !arch || snprintf(both, sizeof(both), "%s/%s", os, arch) >= (int)sizeof(both))
+        both[0] = 0; /* reported by funcd_platform_new */
+    return string_option(OPT_NODE_PLATFORM, both);
+}
+
+funcd_option *funcd_with_registry_auth_file(const char *path)
+{
+    return string_option(OPT_REGISTRY_AUTH_FILE, path);
+}
+funcd_option *funcd_with_registry_certs_dir(const char *dir)
+{
+    return string_option(OPT_REGISTRY_CERTS_DIR, dir);
+}
+funcd_option *funcd_with_insecure_registry(const char *host_port)
+{
+    return string_option(OPT_INSECURE_REGISTRY, host_port);
+}
+funcd_option *funcd_with_image_cache_size(uint64_t bytes)
+{
+    return number_option(OPT_IMAGE_CACHE_SIZE, bytes, 0, 0);
+}
+funcd_option *funcd_with_source_refresh(uint64_t tag_ms, uint64_t git_ms)
+{
+    return number_option(OPT_SOURCE_REFRESH, tag_ms, git_ms, 0);
+}
+funcd_option *funcd_with_log_persistence(uint64_t seal_ms, uint64_t seal_bytes,
+                                         uint64_t retention_ms)
+{
+    return number_option(OPT_LOG_PERSISTENCE, seal_ms, seal_bytes, retention_ms);
+}
+funcd_option *funcd_with_shutdown_grace(uint64_t ms)
+{
+    return number_option(OPT_SHUTDOWN_GRACE, ms, 0, 0);
+}
+
+static int add_insecure_registry(funcd_config *cfg, funcd_option *o)
+{
+    if (!o->str || !*o->str)
+        return funcd_error_set(FUNCD_EINVAL, "funcd_with_insecure_registry needs host:port");
+    size_t n = 0;
+    while (cfg->insecure_registries && cfg->insecure_registries[n])
+        n++;
+    char **v = realloc(cfg->insecure_registries, (n + 2) * sizeof(*v));
+    if (!v)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory adding an insecure registry");
+    v[n] = o->str;
+    v[n + 1] = NULL;
+    o->str = NULL;
+    cfg->insecure_registries = v;
+    return 0;
+}
+
+static int set_node_platform(funcd_config *cfg, funcd_option *o)
+{
+    char *slash = o->str ? strchr(o->str, '/') : NULL;
+    if (!slash || slash == o->str || !slash[1])
+        return funcd_error_set(FUNCD_EINVAL, "funcd_with_node_platform needs an OS and an "
+                               "architecture, e.g. (\"linux\", \"amd64\")");
+    *slash = 0;
+    free(cfg->node_os);
+    free(cfg->node_arch);
+    cfg->node_os = strdup(o->str);
+    cfg->node_arch = strdup(slash + 1);
+    if (!cfg->node_os || !cfg->node_arch)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory setting the node platform");
+    return 0;
+}
+
+static void keep_nonzero(uint64_t *slot, uint64_t v)
+{
+    if (v)
+        *slot = v;
+}
+
 static funcd_option *token_option(const char *token, funcd_role role, const char *const *ns)
 {
     funcd_option *o = string_option(OPT_TOKEN, token);
@@ -263,6 +357,22 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
         cfg->fn_runner_max_message = o->size;
         break;
     case OPT_NO_TOKENS: funcd_auth_clear(&cfg->auth); break;
+    case OPT_SANDBOX: cfg->sandbox = (int)o->n[0]; break;
+    case OPT_NODE_PLATFORM: return set_node_platform(cfg, o);
+    case OPT_REGISTRY_AUTH_FILE: replace_str(&cfg->registry_auth_file, &o->str); break;
+    case OPT_REGISTRY_CERTS_DIR: replace_str(&cfg->registry_certs_dir, &o->str); break;
+    case OPT_INSECURE_REGISTRY: return add_insecure_registry(cfg, o);
+    case OPT_IMAGE_CACHE_SIZE: keep_nonzero(&cfg->image_cache_bytes, o->n[0]); break;
+    case OPT_SOURCE_REFRESH:
+        keep_nonzero(&cfg->tag_refresh_ms, o->n[0]);
+        keep_nonzero(&cfg->git_poll_ms, o->n[1]);
+        break;
+    case OPT_LOG_PERSISTENCE:
+        keep_nonzero(&cfg->log_seal_ms, o->n[0]);
+        keep_nonzero(&cfg->log_seal_bytes, o->n[1]);
+        keep_nonzero(&cfg->log_retention_ms, o->n[2]);
+        break;
+    case OPT_SHUTDOWN_GRACE: keep_nonzero(&cfg->shutdown_grace_ms, o->n[0]); break;
     case OPT_TOKEN:
         if (!o->role)
             return funcd_error_set(FUNCD_EINVAL,
@@ -294,6 +404,7 @@ int funcd_config_apply(funcd_config *cfg, funcd_option *const *options, size_t c
 {
     int rc = 0;
     cfg->logger.min = FUNCD_LOG_INFO;
+    cfg->sandbox = 1;
     for (int pass = 0; pass < 2; pass++)
         for (size_t i = 0; i < count; i++)
             if (rc == 0 && options[i] && is_preset(options[i]) == (pass == 0))
@@ -320,5 +431,10 @@ void funcd_config_clear(funcd_config *cfg)
         free(cfg->builtins[i].image);
     free(cfg->builtins);
     funcd_auth_clear(&cfg->auth);
+    free(cfg->node_os);
+    free(cfg->node_arch);
+    free(cfg->registry_auth_file);
+    free(cfg->registry_certs_dir);
+    strv_free(cfg->insecure_registries);
     memset(cfg, 0, sizeof(*cfg));
 }

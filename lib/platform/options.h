@@ -28,6 +28,15 @@ typedef enum option_kind {
     OPT_FUNCTIONS_DIR,
     OPT_BUILTIN,
     OPT_FN_MAX_MESSAGE,
+    OPT_SANDBOX,
+    OPT_NODE_PLATFORM,
+    OPT_REGISTRY_AUTH_FILE,
+    OPT_REGISTRY_CERTS_DIR,
+    OPT_INSECURE_REGISTRY,
+    OPT_IMAGE_CACHE_SIZE,
+    OPT_SOURCE_REFRESH,
+    OPT_LOG_PERSISTENCE,
+    OPT_SHUTDOWN_GRACE,
 } option_kind;
 
 struct funcd_option {
@@ -41,6 +50,7 @@ struct funcd_option {
     funcd_log_observer_fn observer;
     funcd_builtin_fn builtin;
     size_t size;
+    uint64_t n[3];
     void *payload;
 };
 
@@ -73,6 +83,18 @@ typedef struct funcd_config {
     funcd_logger logger;
     funcd_log_observer_fn observer;
     void *observer_payload;
+    int sandbox;                  /* 1 on (the default), 0 off */
+    char *node_os, *node_arch;    /* NULL: this host's */
+    char *registry_auth_file;
+    char *registry_certs_dir;
+    char **insecure_registries;   /* NULL-terminated, or NULL */
+    uint64_t image_cache_bytes;   /* 0: the default */
+    uint64_t tag_refresh_ms;      /* 0: the default */
+    uint64_t git_poll_ms;         /* 0: the default */
+    uint64_t log_seal_ms;         /* 0: the default */
+    uint64_t log_seal_bytes;      /* 0: the default */
+    uint64_t log_retention_ms;    /* 0: the default */
+    uint64_t shutdown_grace_ms;   /* 0: the default */
 } funcd_config;
 
 /* Applies presets first, then the rest in order; frees every option. */

@@ -127,7 +127,8 @@ static int complete_config(funcd_config *c)
     }
     if (!c->gateway && (rc = funcd_gateway_embedded_new(&c->gateway, 0)) < 0)
         return rc;
-    if (!c->runtime && (rc = funcd_runtime_process_new(&c->runtime)) < 0)
+    if (!c->runtime && (rc = funcd_runtime_process_new_with(
+                             &c->runtime, &(funcd_process_options){c->sandbox ? 1 : -1, NULL})) < 0)
         return rc;
     const char *missing = !c->store ? "store" : !c->blob ? "blob" : !c->bus ? "bus" : NULL;
     if (missing)
