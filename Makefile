@@ -3,6 +3,7 @@
 
 BUILD      ?= build
 TEST_BUILD ?= build-test
+DATA_DIR   ?= $(CURDIR)/.funcd-data
 MESON_OPTS ?=
 
 .PHONY: all deps build run test bench fuzz clean
@@ -18,10 +19,11 @@ $(BUILD)/build.ninja:
 build: deps $(BUILD)/build.ninja
 	meson compile -C $(BUILD)
 
-# Starts funcd on its embedded default: memory substrate, the developer
-# token, API on 127.0.0.1:8080, data plane on 127.0.0.1:8081.
+# Starts funcd on its embedded default: a durable data directory under the
+# repository (.funcd-data; DATA_DIR=... to move it), the developer token,
+# API on 127.0.0.1:8080, data plane on 127.0.0.1:8081.
 run: build
-	./$(BUILD)/bin/funcd/funcd --memory --dev
+	./$(BUILD)/bin/funcd/funcd --data-dir $(DATA_DIR) --dev
 
 # The whole suite under ASan+UBSan; the last line is "N passed, N failed".
 test: deps
@@ -31,6 +33,7 @@ bench: build
 	@bash bench/run.sh $(BUILD)
 	@bash bench/serving.sh $(BUILD)
 	@bash bench/fnrunner.sh $(BUILD)
+	@bash bench/durable.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(TEST_BUILD)

@@ -2,30 +2,45 @@
  * funcd — the daemon: parses flags, builds a platform, runs it until
  * SIGTERM or SIGINT.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "api/api.h"
+#include "config_file.h"
 #include "funcd/funcd.h"
 
 static funcd_platform *running;
+static volatile sig_atomic_t signals_seen;
 
+/* The first signal starts a graceful shutdown; a second one means now.
+ * Workers die with us (PR_SET_PDEATHSIG, and the sandbox's pid namespace). */
 static void on_signal(int sig)
 {
-    (void)sig;
+    if (signals_seen++) {
+        static const char msg[] = "funcd: second signal: exiting at once\n";
+        ssize_t n = write(2, msg, sizeof(msg) - 1);
+        (void)n;
+        _exit(128 + sig);
+    }
     funcd_platform_stop(running); /* async-signal-safe */
 }
 
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: funcd --memory [options]\n"
+            "usage: funcd (--data-dir DIR | --memory) [options]\n"
             "\n"
+            "  --data-dir DIR             durable substrate: sqlite store DIR/store.db, blobs in\n"
+            "                             DIR/blobs, worker state in DIR/state\n"
             "  --memory                   keep everything in memory (lost on exit)\n"
-            "  --data-dir DIR             durable substrate (not in this build yet)\n"
+            "  --config FILE              flags from a YAML file (flag-name: value; lists for\n"
+            "                             repeatable flags); command-line flags win\n"
             "  --listen ADDR              control-plane API (default 127.0.0.1:8080)\n"
             "  --data-plane-listen ADDR   function traffic (default 127.0.0.1:8081)\n"
             "  --fn-runner-listen ADDR    function runner gRPC (default 127.0.0.1:9445)\n"
@@ -33,14 +48,28 @@ static void usage(FILE *out)
             "  --fn-runner-max-message N  largest gRPC message in bytes (default 6291456)\n"
             "  --token-file FILE          lines `token role namespace[,namespace...]`\n"
             "  --dev                      accept funcd-dev-token as developer of \"default\"\n"
+            "  --no-sandbox               run workers as plain processes (development only)\n"
+            "  --registry-auth-file FILE  registry credentials (Docker config JSON)\n"
+            "  --registry-certs-dir DIR   custom CAs: DIR/<host[:port]>/ca.crt\n"
+            "  --insecure-registry H:P    plain-HTTP loopback registry (repeatable)\n"
+            "  --node-platform OS/ARCH    the platform images are picked for (default: this host)\n"
+            "  --image-cache-size BYTES   cap of extracted images (default 4294967296)\n"
+            "  --tag-refresh DURATION     re-resolve image tags (default 5m)\n"
+            "  --git-poll DURATION        re-resolve git refs (default 1m)\n"
+            "  --log-seal-age DURATION    seal a function-log segment after (default 10s)\n"
+            "  --log-seal-size BYTES      ... or at this size (default 8388608)\n"
+            "  --log-retention DURATION   keep function logs (default 168h)\n"
+            "  --shutdown-grace DURATION  wait for requests in flight at SIGTERM (default 10s)\n"
             "  --shims DIR                where the runtime shims are (default: next to\n"
             "                             this binary in a build tree, else the installed ones)\n"
-            "  --state-dir DIR            worker sockets and extracted bundles (default: a\n"
-            "                             private directory under $TMPDIR, removed on exit)\n"
+            "  --state-dir DIR            worker sockets and extracted artifacts (default:\n"
+            "                             DIR/state with --data-dir, else a private directory\n"
+            "                             under $TMPDIR, removed on exit)\n"
             "  --log-level LEVEL          debug, info, warn or error (default info)\n"
             "  --version                  print the version\n"
             "\n"
-            "Port 0 picks a free port; the bound addresses are printed on start.\n");
+            "Port 0 picks a free port; the bound addresses are printed on start.\n"
+            "SIGTERM or SIGINT: graceful shutdown; a second one exits at once.\n");
 }
 
 typedef struct flags {
@@ -55,6 +84,13 @@ typedef struct flags {
     const char *functions_dir;
     size_t fn_max;
     int dev;
+    int no_sandbox;
+    const char *auth_file;
+    const char *certs_dir;
+    const char *insecure[16];
+    size_t n_insecure;
+    const char *node_platform;
+    uint64_t image_cache, tag_refresh, git_poll, seal_age, seal_size, retention, grace;
     funcd_log_level level;
 } flags;
 
@@ -69,82 +105,225 @@ static int parse_level(const char *s, funcd_log_level *out)
     return -1;
 }
 
+static int parse_bytes(const char *name, const char *s, uint64_t min, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(s, &end, 10);
+    if (errno || end == s || *end || *s == '-' || n < min) {
+        fprintf(stderr, "funcd: --%s takes a byte count of at least %llu, not \"%s\"\n", name,
+                (unsigned long long)min, s);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
+
+static int parse_duration(const char *name, const char *s, uint64_t *out)
+{
+    if (funcd_parse_duration_ms(s, out) < 0 || *out == 0) {
+        fprintf(stderr, "funcd: --%s takes a duration like 500ms, 10s, 5m or 2h, not \"%s\"\n",
+                name, s);
+        return -1;
+    }
+    return 0;
+}
+
+enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_VERSION, O_SHIMS,
+       O_STATE, O_FNRUN, O_FNDIR, O_FNMAX, O_CONFIG, O_NO_SANDBOX, O_AUTH, O_CERTS, O_INSECURE,
+       O_PLATFORM, O_CACHE, O_TAG, O_GIT, O_SEAL_AGE, O_SEAL_SIZE, O_RETENTION, O_GRACE };
+
+static const struct option long_opts[] = {
+    {"memory", no_argument, 0, O_MEMORY},
+    {"data-dir", required_argument, 0, O_DATA_DIR},
+    {"config", required_argument, 0, O_CONFIG},
+    {"listen", required_argument, 0, O_LISTEN},
+    {"data-plane-listen", required_argument, 0, O_DP},
+    {"token-file", required_argument, 0, O_TOKENS},
+    {"dev", no_argument, 0, O_DEV},
+    {"no-sandbox", no_argument, 0, O_NO_SANDBOX},
+    {"shims", required_argument, 0, O_SHIMS},
+    {"state-dir", required_argument, 0, O_STATE},
+    {"log-level", required_argument, 0, O_LEVEL},
+    {"version", no_argument, 0, O_VERSION},
+    {"fn-runner-listen", required_argument, 0, O_FNRUN},
+    {"functions-dir", required_argument, 0, O_FNDIR},
+    {"fn-runner-max-message", required_argument, 0, O_FNMAX},
+    {"registry-auth-file", required_argument, 0, O_AUTH},
+    {"registry-certs-dir", required_argument, 0, O_CERTS},
+    {"insecure-registry", required_argument, 0, O_INSECURE},
+    {"node-platform", required_argument, 0, O_PLATFORM},
+    {"image-cache-size", required_argument, 0, O_CACHE},
+    {"tag-refresh", required_argument, 0, O_TAG},
+    {"git-poll", required_argument, 0, O_GIT},
+    {"log-seal-age", required_argument, 0, O_SEAL_AGE},
+    {"log-seal-size", required_argument, 0, O_SEAL_SIZE},
+    {"log-retention", required_argument, 0, O_RETENTION},
+    {"shutdown-grace", required_argument, 0, O_GRACE},
+    {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0},
+};
+
+/* Returns -1 to go on, or the exit code. */
+static int parse_one(int c, const char *arg, flags *f)
+{
+    switch (c) {
+    case O_MEMORY: f->memory = 1; break;
+    case O_DATA_DIR: f->data_dir = arg; break;
+    case O_CONFIG: break; /* read before parsing */
+    case O_LISTEN: f->listen = arg; break;
+    case O_DP: f->data_plane = arg; break;
+    case O_TOKENS: f->token_file = arg; break;
+    case O_DEV: f->dev = 1; break;
+    case O_NO_SANDBOX: f->no_sandbox = 1; break;
+    case O_SHIMS: f->shims = arg; break;
+    case O_FNRUN: f->fn_runner = arg; break;
+    case O_FNDIR: f->functions_dir = arg; break;
+    case O_FNMAX: {
+        uint64_t n;
+        if (parse_bytes("fn-runner-max-message", arg, 1024, &n) < 0 || n > (1ULL << 31))
+            return 2;
+        f->fn_max = (size_t)n;
+        break;
+    }
+    case O_STATE: f->state_dir = arg; break;
+    case O_LEVEL:
+        if (parse_level(arg, &f->level) < 0) {
+            fprintf(stderr, "funcd: --log-level must be debug, info, warn or error\n");
+            return 2;
+        }
+        break;
+    case O_AUTH: f->auth_file = arg; break;
+    case O_CERTS: f->certs_dir = arg; break;
+    case O_INSECURE:
+        if (f->n_insecure == sizeof(f->insecure) / sizeof(f->insecure[0])) {
+            fprintf(stderr, "funcd: too many --insecure-registry flags\n");
+            return 2;
+        }
+        f->insecure[f->n_insecure++] = arg;
+        break;
+    case O_PLATFORM: f->node_platform = arg; break;
+    case O_CACHE: return parse_bytes("image-cache-size", arg, 1 << 20, &f->image_cache) ? 2 : -1;
+    case O_TAG: return parse_duration("tag-refresh", arg, &f->tag_refresh) ? 2 : -1;
+    case O_GIT: return parse_duration("git-poll", arg, &f->git_poll) ? 2 : -1;
+    case O_SEAL_AGE: return parse_duration("log-seal-age", arg, &f->seal_age) ? 2 : -1;
+    case O_SEAL_SIZE: return parse_bytes("log-seal-size", arg, 1024, &f->seal_size) ? 2 : -1;
+    case O_RETENTION: return parse_duration("log-retention", arg, &f->retention) ? 2 : -1;
+    case O_GRACE: return parse_duration("shutdown-grace", arg, &f->grace) ? 2 : -1;
+    case O_VERSION: printf("funcd %s\n", funcd_version()); return 0;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+    return -1;
+}
+
 static int parse_flags(int argc, char **argv, flags *f)
 {
-    enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_VERSION, O_LATER,
-           O_SHIMS, O_STATE, O_FNRUN, O_FNDIR, O_FNMAX };
-    static const struct option opts[] = {
-        {"memory", no_argument, 0, O_MEMORY},
-        {"data-dir", required_argument, 0, O_DATA_DIR},
-        {"listen", required_argument, 0, O_LISTEN},
-        {"data-plane-listen", required_argument, 0, O_DP},
-        {"token-file", required_argument, 0, O_TOKENS},
-        {"dev", no_argument, 0, O_DEV},
-        {"shims", required_argument, 0, O_SHIMS},
-        {"state-dir", required_argument, 0, O_STATE},
-        {"log-level", required_argument, 0, O_LEVEL},
-        {"version", no_argument, 0, O_VERSION},
-        {"fn-runner-listen", required_argument, 0, O_FNRUN},
-        {"functions-dir", required_argument, 0, O_FNDIR},
-        {"fn-runner-max-message", required_argument, 0, O_FNMAX},
-        {"registry-auth-file", required_argument, 0, O_LATER},
-        {"registry-certs-dir", required_argument, 0, O_LATER},
-        {"insecure-registry", required_argument, 0, O_LATER},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
-    };
-    int c, idx = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-        switch (c) {
-        case O_MEMORY: f->memory = 1; break;
-        case O_DATA_DIR: f->data_dir = optarg; break;
-        case O_LISTEN: f->listen = optarg; break;
-        case O_DP: f->data_plane = optarg; break;
-        case O_TOKENS: f->token_file = optarg; break;
-        case O_DEV: f->dev = 1; break;
-        case O_SHIMS: f->shims = optarg; break;
-        case O_FNRUN: f->fn_runner = optarg; break;
-        case O_FNDIR: f->functions_dir = optarg; break;
-        case O_FNMAX: {
-            char *end;
-            unsigned long long n = strtoull(optarg, &end, 10);
-            if (*end || n < 1024 || n > (1ULL << 31)) {
-                fprintf(stderr, "funcd: --fn-runner-max-message takes a byte count from 1024 "
-                                "to 2147483648\n");
-                return 2;
-            }
-            f->fn_max = (size_t)n;
-            break;
-        }
-        case O_STATE: f->state_dir = optarg; break;
-        case O_LEVEL:
-            if (parse_level(optarg, &f->level) < 0) {
-                fprintf(stderr, "funcd: --log-level must be debug, info, warn or error\n");
-                return 2;
-            }
-            break;
-        case O_VERSION: printf("funcd %s\n", funcd_version()); return 0;
-        case O_LATER:
-            fprintf(stderr, "funcd: --%s is not supported by this build yet\n", opts[idx].name);
-            return 2;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-    }
+    int c, idx = 0, rc;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", long_opts, &idx)) != -1)
+        if ((rc = parse_one(c, optarg, f)) >= 0)
+            return rc;
     if (optind < argc) {
         fprintf(stderr, "funcd: unexpected argument '%s' (see funcd --help)\n", argv[optind]);
         return 2;
     }
-    if (f->data_dir) {
-        fprintf(stderr, "funcd: --data-dir is not supported by this build yet; use --memory\n");
+    if (f->data_dir && f->memory) {
+        fprintf(stderr, "funcd: --data-dir and --memory exclude each other\n");
         return 2;
     }
-    if (!f->memory) {
-        fprintf(stderr, "funcd: choose a substrate: --memory (nothing survives a restart)\n");
+    if (!f->memory && !f->data_dir) {
+        fprintf(stderr, "funcd: choose a substrate: --data-dir DIR (durable) or --memory "
+                        "(nothing survives a restart)\n");
         usage(stderr);
         return 2;
     }
     return -1;
+}
+
+/* The value of --config in argv, or NULL. */
+static const char *config_path(int argc, char **argv)
+{
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            break;
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            path = argv[++i];
+        else if (strncmp(argv[i], "--config=", 9) == 0)
+            path = argv[i] + 9;
+    }
+    return path;
+}
+
+static char *read_whole(const char *path, size_t *len)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return NULL;
+    char *buf = NULL;
+    size_t cap = 0, n = 0, r;
+    do {
+        if (n + 4096 > cap) {
+            char *nb = realloc(buf, cap = cap * 2 + 4096);
+            if (!nb) {
+                free(buf);
+                fclose(fp);
+                return NULL;
+            }
+            buf = nb;
+        }
+        r = fread(buf + n, 1, cap - n, fp);
+        n += r;
+    } while (r > 0 && n < (1u << 20));
+    int bad = ferror(fp) || n >= (1u << 20);
+    fclose(fp);
+    if (bad) {
+        free(buf);
+        errno = EFBIG;
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* argv with the config file's flags first, so the command line wins. */
+static int merge_config(int argc, char **argv, char ***config_args, char ***merged, int *mergedc)
+{
+    const char *path = config_path(argc, argv);
+    *config_args = NULL;
+    *merged = NULL;
+    if (!path)
+        return 0;
+    size_t len;
+    char *text = read_whole(path, &len);
+    if (!text) {
+        fprintf(stderr, "funcd: --config %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    char err[512];
+    int rc = funcd_config_file_parse(text, len, config_args, err, sizeof(err));
+    free(text);
+    if (rc < 0) {
+        fprintf(stderr, "funcd: --config %s: %s\n", path, err);
+        return -1;
+    }
+    int n = 0;
+    while ((*config_args)[n])
+        n++;
+    for (int i = 0; i < n; i++)
+        if (strncmp((*config_args)[i], "--config", 8) == 0) {
+            fprintf(stderr, "funcd: --config %s: a config file cannot name another\n", path);
+            return -1;
+        }
+    *merged = calloc((size_t)(argc + n + 1), sizeof(char *));
+    if (!*merged)
+        return -1;
+    (*merged)[0] = argv[0];
+    memcpy(*merged + 1, *config_args, (size_t)n * sizeof(char *));
+    memcpy(*merged + 1 + n, argv + 1, (size_t)(argc - 1) * sizeof(char *));
+    *mergedc = argc + n;
+    return 0;
 }
 
 /* In a build tree the shims sit in <build>/shims, two levels above this
@@ -166,52 +345,152 @@ static const char *build_tree_shims(char *buf, size_t len)
     return access(probe, X_OK) == 0 ? buf : NULL;
 }
 
+/* The durable substrate under DIR; NULL options (and a message) on failure. */
+static int open_data_dir(const char *dir, funcd_store **store, funcd_blob **blob, char *state,
+                         size_t state_len)
+{
+    char path[4200];
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "funcd: cannot create the data directory %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    snprintf(path, sizeof(path), "%s/store.db", dir);
+    if (funcd_store_sqlite_new(store, path, NULL) < 0) {
+        fprintf(stderr, "funcd: %s\n", funcd_error_last()->message);
+        return -1;
+    }
+    snprintf(path, sizeof(path), "%s/blobs", dir);
+    if (funcd_blob_file_new(blob, path) < 0) {
+        fprintf(stderr, "funcd: %s\n", funcd_error_last()->message);
+        (*store)->free(*store);
+        return -1;
+    }
+    snprintf(state, state_len, "%s/state", dir);
+    return 0;
+}
+
+static funcd_option *node_platform_option(const char *os_arch)
+{
+    char os[64];
+    const char *slash = strchr(os_arch, '/');
+    if (!slash || (size_t)(slash - os_arch) >= sizeof(os))
+        return funcd_with_node_platform(NULL, NULL); /* refused with a message */
+    snprintf(os, sizeof(os), "%.*s", (int)(slash - os_arch), os_arch);
+    return funcd_with_node_platform(os, slash + 1);
+}
+
+static int build_platform(const flags *f, const char *shims)
+{
+    funcd_store *store = NULL;
+    funcd_blob *blob = NULL;
+    char state[4200] = "";
+    funcd_bus *bus = NULL; /* one process: the memory bus is the whole bus */
+    if (f->data_dir && open_data_dir(f->data_dir, &store, &blob, state, sizeof(state)) < 0)
+        return -1;
+    if (f->data_dir && funcd_bus_memory_new(&bus) < 0) {
+        fprintf(stderr, "funcd: %s\n", funcd_error_last()->message);
+        store->free(store);
+        blob->free(blob);
+        return -1;
+    }
+    funcd_option *insecure[16] = {0};
+    for (size_t i = 0; i < f->n_insecure; i++)
+        insecure[i] = funcd_with_insecure_registry(f->insecure[i]);
+    const char *state_dir = f->state_dir ? f->state_dir : state[0] ? state : NULL;
+    funcd_option *opts[] = {
+        f->data_dir ? funcd_production() : funcd_in_memory(),
+        store ? funcd_with_store(store) : NULL,
+        blob ? funcd_with_blob(blob) : NULL,
+        bus ? funcd_with_bus(bus) : NULL,
+        funcd_without_auth_tokens(),
+        shims ? funcd_with_shim_dir(shims) : NULL,
+        state_dir ? funcd_with_state_dir(state_dir) : NULL,
+        funcd_with_fn_runner_addr(f->fn_runner ? f->fn_runner : "127.0.0.1:9445"),
+        f->functions_dir ? funcd_with_functions_dir(f->functions_dir) : NULL,
+        f->fn_max ? funcd_with_fn_runner_max_message(f->fn_max) : NULL,
+        funcd_with_listen_addr(f->listen ? f->listen : "127.0.0.1:8080"),
+        funcd_with_data_plane_addr(f->data_plane ? f->data_plane : "127.0.0.1:8081"),
+        f->dev ? funcd_with_dev_auth("funcd-dev-token", "default") : NULL,
+        f->token_file ? funcd_with_token_file(f->token_file) : NULL,
+        f->no_sandbox ? funcd_with_sandbox(0) : NULL,
+        f->auth_file ? funcd_with_registry_auth_file(f->auth_file) : NULL,
+        f->certs_dir ? funcd_with_registry_certs_dir(f->certs_dir) : NULL,
+        f->node_platform ? node_platform_option(f->node_platform) : NULL,
+        f->image_cache ? funcd_with_image_cache_size(f->image_cache) : NULL,
+        f->tag_refresh || f->git_poll ? funcd_with_source_refresh(f->tag_refresh, f->git_poll)
+                                      : NULL,
+        f->seal_age || f->seal_size || f->retention
+            ? funcd_with_log_persistence(f->seal_age, f->seal_size, f->retention)
+            : NULL,
+        f->grace ? funcd_with_shutdown_grace(f->grace) : NULL,
+        funcd_with_logger(NULL, f->level, NULL),
+    };
+    size_t n = sizeof(opts) / sizeof(opts[0]);
+    funcd_option *all[sizeof(opts) / sizeof(opts[0]) + 16];
+    memcpy(all, opts, sizeof(opts));
+    memcpy(all + n, insecure, sizeof(insecure));
+    if (funcd_platform_new_n(&running, all, n + 16) < 0) {
+        fprintf(stderr, "funcd: %s\n", funcd_error_last()->message);
+        return -1;
+    }
+    return 0;
+}
+
+static void announce(const flags *f)
+{
+    if (f->data_dir)
+        fprintf(stderr, "funcd: %s, data directory %s\n", funcd_version(), f->data_dir);
+    else
+        fprintf(stderr, "funcd: %s, memory substrate (nothing survives a restart)\n",
+                funcd_version());
+    if (f->no_sandbox)
+        fprintf(stderr, "funcd: --no-sandbox: workers run as plain processes; never use it in "
+                        "production\n");
+    if (f->dev)
+        fprintf(stderr, "funcd: --dev: token funcd-dev-token is a developer of namespace "
+                        "\"default\"; never use --dev in production\n");
+    else if (!f->token_file)
+        fprintf(stderr, "funcd: no credentials configured: every API call will get 401; "
+                        "pass --token-file FILE or --dev\n");
+    fprintf(stderr, "funcd: control plane listening on %s\n", funcd_platform_addr(running));
+    fprintf(stderr, "funcd: data plane listening on %s\n", funcd_platform_data_plane_addr(running));
+    fprintf(stderr, "funcd: function runner listening on %s\n",
+            funcd_platform_fn_runner_addr(running));
+}
+
 int main(int argc, char **argv)
 {
     flags f = {.level = FUNCD_LOG_INFO};
-    int rc = parse_flags(argc, argv, &f);
-    if (rc >= 0)
-        return rc;
-
-    char shims_buf[4200];
-    const char *shims = f.shims ? f.shims : getenv("FUNCD_SHIM_DIR");
-    if (!shims)
-        shims = build_tree_shims(shims_buf, sizeof(shims_buf));
-    rc = funcd_platform_new(&running, funcd_in_memory(), funcd_without_auth_tokens(),
-                            shims ? funcd_with_shim_dir(shims) : NULL,
-                            f.state_dir ? funcd_with_state_dir(f.state_dir) : NULL,
-                            funcd_with_fn_runner_addr(f.fn_runner ? f.fn_runner : "127.0.0.1:9445"),
-                            f.functions_dir ? funcd_with_functions_dir(f.functions_dir) : NULL,
-                            f.fn_max ? funcd_with_fn_runner_max_message(f.fn_max) : NULL,
-                            funcd_with_listen_addr(f.listen ? f.listen : "127.0.0.1:8080"),
-                            funcd_with_data_plane_addr(f.data_plane ? f.data_plane
-                                                                    : "127.0.0.1:8081"),
-                            f.dev ? funcd_with_dev_auth("funcd-dev-token", "default") : NULL,
-                            f.token_file ? funcd_with_token_file(f.token_file) : NULL,
-                            funcd_with_logger(NULL, f.level, NULL));
+    char **config_args, **merged;
+    int mergedc;
+    if (merge_config(argc, argv, &config_args, &merged, &mergedc) < 0) {
+        funcd_config_file_free(config_args);
+        return 2;
+    }
+    int rc = merged ? parse_flags(mergedc, merged, &f) : parse_flags(argc, argv, &f);
     if (rc < 0) {
-        fprintf(stderr, "funcd: %s\n", funcd_error_last()->message);
-        return 1;
+        char shims_buf[4200];
+        const char *shims = f.shims ? f.shims : getenv("FUNCD_SHIM_DIR");
+        if (!shims)
+            shims = build_tree_shims(shims_buf, sizeof(shims_buf));
+        rc = build_platform(&f, shims) < 0 ? 1 : -1;
+    }
+    if (rc >= 0) {
+        free(merged);
+        funcd_config_file_free(config_args);
+        return rc;
     }
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-
-    fprintf(stderr, "funcd: %s, memory substrate (nothing survives a restart)\n", funcd_version());
-    if (f.dev)
-        fprintf(stderr, "funcd: --dev: token funcd-dev-token is a developer of namespace "
-                        "\"default\"; never use --dev in production\n");
-    else if (!f.token_file)
-        fprintf(stderr, "funcd: no credentials configured: every API call will get 401; "
-                        "pass --token-file FILE or --dev\n");
-    fprintf(stderr, "funcd: control plane listening on %s\n", funcd_platform_addr(running));
-    fprintf(stderr, "funcd: data plane listening on %s\n", funcd_platform_data_plane_addr(running));
-    fprintf(stderr, "funcd: function runner listening on %s\n", funcd_platform_fn_runner_addr(running));
+    announce(&f);
     rc = funcd_platform_run(running);
     if (rc < 0)
         fprintf(stderr, "funcd: %s\n", funcd_error_last()->message);
     funcd_platform_free(running);
+    free(merged);
+    funcd_config_file_free(config_args);
     fprintf(stderr, "funcd: stopped\n");
     return rc < 0 ? 1 : 0;
 }

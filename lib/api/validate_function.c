@@ -402,6 +402,7 @@ static int check_resources(funcd__api_ctx *c, const cJSON *item, const void *unu
 
 static const char *const runtimes[] = {"native", "python3", "node", NULL};
 static const char *const modes[] = {"http", "exec", NULL};
+static const char *const networks[] = {"none", "host", NULL};
 static const funcd__api_range handler_len = {0, MAX_HANDLER};
 static const size_t max_args = MAX_ARGS;
 static const funcd__api_range timeout_ms = {1, 60 * 60 * 1000};
@@ -417,6 +418,7 @@ static const funcd__api_field spec_fields[] = {
     {"scaling", 0, check_scaling, NULL},
     {"timeout", 0, funcd__api_check_duration, &timeout_ms},
     {"resources", 0, check_resources, NULL},
+    {"network", 0, funcd__api_check_enum, networks},
 };
 
 int funcd__api_validate_function_spec(funcd__api_ctx *c, const cJSON *spec, const void *unused)

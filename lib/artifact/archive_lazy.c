@@ -32,7 +32,9 @@ int funcd__archive_load(void)
 {
     pthread_once(&once, load);
     if (load_error[0])
-        return funcd_error_set(FUNCD_EIO, "cannot load libarchive for bundles: %s (install "
-                               "libarchive13)", load_error);
+        return funcd_error_set(FUNCD_EIO,
+                               "cannot load libarchive for bundles and image layers: %s "
+                               "(install libarchive13)",
+                               load_error);
     return 0;
 }

@@ -1,8 +1,8 @@
 /*
  * libarchive, loaded on first use. libarchive pulls in a dozen libraries
  * (libxml2, ICU, libstdc++, the compressors) that an idle funcd never needs:
- * linked directly they were most of its resident memory. bundle.c includes
- * this header after <archive.h>; the names below then resolve through the
+ * linked directly they were most of its resident memory. bundle.c and
+ * lib/oci/unpack.c include this header; the names below then resolve through the
  * table, whose types come from libarchive's own prototypes.
  */
 #ifndef FUNCD_ARTIFACT_ARCHIVE_LAZY_H
@@ -33,7 +33,9 @@
     X(archive_entry_filetype)                                                                      \
     X(archive_entry_pathname_utf8)                                                                 \
     X(archive_entry_hardlink_utf8)                                                                 \
-    X(archive_entry_symlink_utf8)
+    X(archive_entry_symlink_utf8)                                                                  \
+    X(archive_read_support_filter_zstd)                                                            \
+    X(archive_read_open_fd)
 
 typedef struct funcd_archive_api {
 #define FUNCD_ARCHIVE_SLOT(name) __typeof__(name) *name;
@@ -69,6 +71,8 @@ int funcd__archive_load(void);
 #define archive_entry_pathname_utf8 (funcd__archive.archive_entry_pathname_utf8)
 #define archive_entry_hardlink_utf8 (funcd__archive.archive_entry_hardlink_utf8)
 #define archive_entry_symlink_utf8 (funcd__archive.archive_entry_symlink_utf8)
+#define archive_read_support_filter_zstd (funcd__archive.archive_read_support_filter_zstd)
+#define archive_read_open_fd (funcd__archive.archive_read_open_fd)
 #endif
 
 #endif

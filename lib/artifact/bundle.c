@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "artifact/archive_lazy.h"
+#include "artifact/extract_common.h"
 #include "artifact/internal.h"
 #include "funcd/sys/error.h"
 
@@ -44,137 +45,11 @@ int funcd__bundle_fail(char *err, size_t errlen, int code, const char *fmt, ...)
     return funcd_error_set(code, "%s", msg);
 }
 
-/* A name from the archive, quoted and escaped for a message, cut at ~200 bytes. */
-static const char *quote(const char *s, char *out, size_t out_len)
-{
-    size_t o = 0, limit = out_len - 8; /* room for an escape, "...", quote, NUL */
-    out[o++] = '"';
-    for (; *s && o < limit; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            out[o++] = '\\';
-            out[o++] = (char)c;
-        } else if (c < 0x20 || c == 0x7f) {
-            o += (size_t)snprintf(out + o, out_len - o, "\\x%02x", c);
-        } else {
-            out[o++] = (char)c;
-        }
-    }
-    if (*s) {
-        memcpy(out + o, "...", 3);
-        o += 3;
-    }
-    out[o++] = '"';
-    out[o] = '\0';
-    return out;
-}
-
-static const char *human_size(uint64_t n, char *out, size_t out_len)
-{
-    if (n && n % (1u << 20) == 0)
-        snprintf(out, out_len, "%llu MiB", (unsigned long long)(n >> 20));
-    else if (n && n % 1024 == 0)
-        snprintf(out, out_len, "%llu KiB", (unsigned long long)(n >> 10));
-    else
-        snprintf(out, out_len, "%llu bytes", (unsigned long long)n);
-    return out;
-}
-
-/* ---- the table of paths seen ----------------------------------------------------------- */
+/* ---- the table of paths seen (artifact/extract_common.h) -------------------------------- */
 
 enum node_type { NODE_DIR = 1, NODE_FILE, NODE_LINK };
 
-/* One path component; a path is the chain of parents up to the root. */
-typedef struct node {
-    struct node *parent;
-    uint64_t hash;
-    size_t len;
-    int type;
-    char *name; /* allocated with the node */
-} node;
-
-typedef struct node_table {
-    node **slots;
-    size_t cap; /* a power of two, or 0 */
-    size_t count;
-    node root;
-} node_table;
-
-static uint64_t node_hash(const node *parent, const char *name, size_t len)
-{
-    uint64_t h = 0xcbf29ce484222325ull ^ ((uint64_t)(uintptr_t)parent * 0x9e3779b97f4a7c15ull);
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)name[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-static node *table_find(const node_table *t, const node *parent, const char *name)
-{
-    if (!t->cap)
-        return NULL;
-    size_t len = strlen(name);
-    uint64_t h = node_hash(parent, name, len);
-    for (size_t i = h & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
-        node *n = t->slots[i];
-        if (!n)
-            return NULL;
-        if (n->hash == h && n->parent == parent && n->len == len && memcmp(n->name, name, len) == 0)
-            return n;
-    }
-}
-
-static void table_insert_slot(node **slots, size_t cap, node *n)
-{
-    size_t i = n->hash & (cap - 1);
-    while (slots[i])
-        i = (i + 1) & (cap - 1);
-    slots[i] = n;
-}
-
-static int table_grow(node_table *t)
-{
-    size_t cap = t->cap ? t->cap * 2 : 256;
-    node **slots = calloc(cap, sizeof(*slots));
-    if (!slots)
-        return -1;
-    for (size_t i = 0; i < t->cap; i++)
-        if (t->slots[i])
-            table_insert_slot(slots, cap, t->slots[i]);
-    free(t->slots);
-    t->slots = slots;
-    t->cap = cap;
-    return 0;
-}
-
-static node *table_add(node_table *t, node *parent, const char *name, int type)
-{
-    if ((t->count + 1) * 2 > t->cap && table_grow(t) < 0)
-        return NULL;
-    size_t len = strlen(name);
-    node *n = malloc(sizeof(*n) + len + 1);
-    if (!n)
-        return NULL;
-    n->parent = parent;
-    n->len = len;
-    n->type = type;
-    n->name = (char *)(n + 1);
-    memcpy(n->name, name, len + 1);
-    n->hash = node_hash(parent, name, len);
-    table_insert_slot(t->slots, t->cap, n);
-    t->count++;
-    return n;
-}
-
-static void table_free(node_table *t)
-{
-    for (size_t i = 0; i < t->cap; i++)
-        free(t->slots[i]);
-    free(t->slots);
-    t->slots = NULL;
-    t->cap = t->count = 0;
-}
+typedef funcd__path_node node;
 
 /* ---- paths --------------------------------------------------------------------------- */
 
@@ -275,7 +150,7 @@ typedef struct walker {
     struct archive *a;
     uint64_t max_compressed, max_total, max_entries, stream_cap;
     uint64_t total, entries;
-    node_table table;
+    funcd__path_table table;
     int root_fd; /* -1: validate only */
     const char *dest;
     char *err;
@@ -297,15 +172,15 @@ static int entry_fail(walker *w, const char *path, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
-    return FAIL(w, FUNCD_EINVAL, "entry %s: %s", quote(path, q, sizeof(q)), what);
+    return FAIL(w, FUNCD_EINVAL, "entry %s: %s", funcd__quote_name(path, q, sizeof(q)), what);
 }
 
 static int os_fail(walker *w, const char *path, const char *call)
 {
     char q[256];
     int e = errno;
-    return FAIL(w, FUNCD_EIO, "cannot extract entry %s into %s: %s: %s", quote(path, q, sizeof(q)),
-                w->dest, call, strerror(e));
+    return FAIL(w, FUNCD_EIO, "cannot extract entry %s into %s: %s: %s",
+                funcd__quote_name(path, q, sizeof(q)), w->dest, call, strerror(e));
 }
 
 static int oom(walker *w)
@@ -316,11 +191,11 @@ static int oom(walker *w)
 static int too_large(walker *w, const char *path)
 {
     char lim[32], q[256];
-    human_size(w->max_total, lim, sizeof(lim));
+    funcd__human_size(w->max_total, lim, sizeof(lim));
     if (path)
         return FAIL(w, FUNCD_EINVAL,
                     "bundle is larger than the %s uncompressed limit (at entry %s)", lim,
-                    quote(path, q, sizeof(q)));
+                    funcd__quote_name(path, q, sizeof(q)));
     return FAIL(w, FUNCD_EINVAL, "bundle is larger than the %s uncompressed limit", lim);
 }
 
@@ -332,7 +207,7 @@ static int corrupt(walker *w, const char *path)
         why = "unexpected end of data";
     if (path)
         return FAIL(w, FUNCD_EINVAL, "bundle is truncated or corrupt at entry %s: %s",
-                    quote(path, q, sizeof(q)), why);
+                    funcd__quote_name(path, q, sizeof(q)), why);
     return FAIL(w, FUNCD_EINVAL, "bundle is truncated or corrupt: %s", why);
 }
 
@@ -440,14 +315,15 @@ static int place_parents(walker *w, const char *path, node **parent, int *parent
     node *cur = &w->table.root;
     int rc = 0, fd = w->root_fd;
     for (int i = 0; !rc && i < sp->n - 1; i++) {
-        node *next = table_find(&w->table, cur, sp->comp[i]);
+        node *next = funcd__path_table_find(&w->table, cur, sp->comp[i]);
         bool created = !next;
         if (next && next->type != NODE_DIR) {
             char pre[FUNCD_BUNDLE_MAX_PATH + 1], q[256];
             rc = entry_fail(w, path, "%s is %s, not a directory",
-                            quote(prefix_of(sp, i + 1, pre, sizeof(pre)), q, sizeof(q)),
+                            funcd__quote_name(prefix_of(sp, i + 1, pre, sizeof(pre)), q, sizeof(q)),
                             next->type == NODE_LINK ? "a symbolic link" : "a file");
-        } else if (!next && !(next = table_add(&w->table, cur, sp->comp[i], NODE_DIR))) {
+        } else if (!next &&
+                   !(next = funcd__path_table_add(&w->table, cur, sp->comp[i], NODE_DIR))) {
             rc = oom(w);
         } else if (fd >= 0) {
             rc = descend(w, path, &fd, sp->comp[i], created);
@@ -465,7 +341,7 @@ static int place_parents(walker *w, const char *path, node **parent, int *parent
 
 static int add_node(walker *w, node *parent, const char *name, int type, node **out)
 {
-    if (!(*out = table_add(&w->table, parent, name, type)))
+    if (!(*out = funcd__path_table_add(&w->table, parent, name, type)))
         return oom(w);
     return 0;
 }
@@ -499,10 +375,11 @@ static int find_link_target(walker *w, const char *path, const char *target, nod
         if (cur->type != NODE_DIR)
             cur = NULL;
         else
-            cur = table_find(&w->table, cur, w->target.comp[i]);
+            cur = funcd__path_table_find(&w->table, cur, w->target.comp[i]);
     }
     if (verdict != PATH_OK || !cur || cur->type != NODE_FILE)
-        return entry_fail(w, path, "hard link target %s%s%s", quote(target, q, sizeof(q)),
+        return entry_fail(w, path, "hard link target %s%s%s",
+                          funcd__quote_name(target, q, sizeof(q)),
                           verdict == PATH_OK ? " " : ": ", why);
     *out = cur;
     return 0;
@@ -588,7 +465,7 @@ static int place_entry(walker *w, const char *path, struct archive_entry *e, int
                        int pfd)
 {
     const char *name = w->sp.comp[w->sp.n - 1];
-    node *self = table_find(&w->table, parent, name);
+    node *self = funcd__path_table_find(&w->table, parent, name);
     if (self && !(self->type == NODE_DIR && type == NODE_DIR))
         return entry_fail(w, path, "duplicate path");
     if (self) /* a directory again */
@@ -606,7 +483,8 @@ static int place_entry(walker *w, const char *path, struct archive_entry *e, int
         if (!(link = entry_symlink(e)))
             link = ""; /* libarchive has no target for an empty one */
         if ((why = symlink_problem(link, w->sp.n - 1)))
-            return entry_fail(w, path, "symbolic link to %s %s", quote(link, q, sizeof(q)), why);
+            return entry_fail(w, path, "symbolic link to %s %s",
+                              funcd__quote_name(link, q, sizeof(q)), why);
     }
     if ((rc = add_node(w, parent, name, type ? type : NODE_FILE, &self)) || pfd < 0)
         return rc;
@@ -714,7 +592,7 @@ static int walk(const void *data, size_t len, const funcd_bundle_limits *lim, in
     char lim_s[32];
     if ((uint64_t)len > w->max_compressed) {
         rc = FAIL(w, FUNCD_EINVAL, "bundle is %zu bytes, over the %s limit for a bundle", len,
-                  human_size(w->max_compressed, lim_s, sizeof(lim_s)));
+                  funcd__human_size(w->max_compressed, lim_s, sizeof(lim_s)));
     } else if (!data || !len) {
         rc = FAIL(w, FUNCD_EINVAL, NOT_GZIP_TAR " (it is empty)");
     } else if (funcd__archive_load() < 0) {
@@ -732,7 +610,7 @@ static int walk(const void *data, size_t len, const funcd_bundle_limits *lim, in
     }
     if (w->a)
         archive_read_free(w->a);
-    table_free(&w->table);
+    funcd__path_table_free(&w->table);
     free(w);
     return rc;
 }

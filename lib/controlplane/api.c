@@ -563,11 +563,16 @@ static void upload_bundle(funcd_cp *cp, const funcd_cp_request *req, const route
 
 /* ---- logs ------------------------------------------------------------- */
 
-static void append_log_line(const funcd_log_line *rec, void *payload)
+static int append_log_record(const char *rec, size_t len, void *payload)
 {
-    funcd_log_line_json(payload, rec);
+    funcd_buf *body = payload;
+    if (funcd_buf_append(body, rec, len) < 0 || funcd_buf_append(body, "\n", 1) < 0)
+        return 1;
+    return 0;
 }
 
+/* Without follow the answer comes from the logstore (lines from before a
+ * restart included); with follow, server.c replays it and goes on live. */
 static void function_logs(funcd_cp *cp, const funcd_cp_request *req, const route *r,
                           funcd_cp_response *resp)
 {
@@ -578,39 +583,33 @@ static void function_logs(funcd_cp *cp, const funcd_cp_request *req, const route
         status_from_error(resp, rc);
         return;
     }
-    char v[32];
-    size_t tail = 0;
-    if (query_get(req, "tailLines", v, sizeof(v)) && v[0]) {
-        char *end;
-        long long n = strtoll(v, &end, 10);
-        if (*end || n < 0) {
-            funcd_cp_status(resp, 400, "BadRequest", "tailLines",
-                            "tailLines \"%s\" is not a non-negative number", v);
-            return;
-        }
-        tail = n == 0 ? 0 : (size_t)n;
-        if (n == 0) { /* no history, just what comes next */
-            tail = SIZE_MAX;
-        }
+    funcd_log_query q;
+    const char *field = NULL;
+    if (funcd_log_query_parse(&q, req->query, req->query ? req->query_len : 0, 0,
+                              &field) < 0) {
+        funcd_cp_status(resp, 400, "BadRequest", field, "%s", funcd_error_last()->message);
+        return;
     }
-    int follow = query_get(req, "follow", v, sizeof(v)) &&
-                 (strcmp(v, "true") == 0 || strcmp(v, "1") == 0);
-    if (follow) {
+    if (q.follow) {
         resp->status = 200;
         resp->watch = 1;
         resp->w.kind = r->kind;
         resp->w.logs = 1;
-        resp->w.tail = tail;
+        resp->w.tail = q.tail; /* server.c parses the query again for the rest */
         snprintf(resp->w.ns, sizeof(resp->w.ns), "%s", r->ns);
         snprintf(resp->w.name, sizeof(resp->w.name), "%s", r->name);
         return;
     }
+    funcd_log_ring *ring = cp->serving ? funcd_serving_logs(cp->serving, r->ns, r->name) : NULL;
+    rc = ring ? funcd_log_ring_query(ring, &q, append_log_record, &resp->body) : 0;
+    funcd_log_ring_unref(ring);
+    if (rc < 0) {
+        funcd_cp_status(resp, 500, "InternalError", NULL, "reading the logs of %s/%s: %s", r->ns,
+                        r->name, funcd_error_last()->message);
+        return;
+    }
     resp->status = 200;
     resp->content_type = "application/x-ndjson";
-    funcd_log_ring *ring = cp->serving ? funcd_serving_logs(cp->serving, r->ns, r->name) : NULL;
-    if (ring && tail != SIZE_MAX)
-        funcd_log_ring_read(ring, tail, append_log_line, &resp->body);
-    funcd_log_ring_unref(ring);
     if (!resp->body.data)
         funcd_buf_puts(&resp->body, "");
 }

@@ -42,6 +42,7 @@ struct stream {
     funcd_store_watch *sw;
     funcd_log_ring *ring; /* logs: the ring followed */
     funcd_log_follower *follower;
+    char log_invocation[64]; /* logs: only this invocation's lines ("": all) */
     stream *prev, *next; /* in srv->streams */
     stream *next_dirty;
     int is_dirty;
@@ -186,6 +187,9 @@ static void dispose_stream(void *p)
 static void on_log_line(const funcd_log_line *rec, void *payload)
 {
     stream *st = payload;
+    if (st->log_invocation[0] &&
+        (!rec->invocation_id || strcmp(rec->invocation_id, st->log_invocation) != 0))
+        return;
     funcd_buf line = FUNCD_BUF_INIT;
     if (funcd_log_line_json(&line, rec) == 0) {
         pthread_mutex_lock(&st->srv->lock);
@@ -196,11 +200,12 @@ static void on_log_line(const funcd_log_line *rec, void *payload)
     funcd_buf_free(&line);
 }
 
-/* The history is appended by the follow call itself, on this thread. */
-static void on_log_history(const funcd_log_line *rec, void *payload)
+/* The history is appended by the follow call itself, on this thread, under
+ * the ring's lock (so on_log_line cannot run meanwhile). */
+static int on_log_history(const char *rec, size_t len, void *payload)
 {
     stream *st = payload;
-    funcd_log_line_json(&st->pending, rec);
+    return funcd_buf_append(&st->pending, rec, len) < 0 || funcd_buf_append(&st->pending, "\n", 1) < 0;
 }
 
 typedef struct added_ctx {
@@ -283,17 +288,25 @@ static void link_stream(funcd_cp_server *srv, stream *st)
     pthread_mutex_unlock(&srv->lock);
 }
 
-/* Logs of one function, history first: the follow call replays the kept
- * lines on this thread and then delivers new ones from the loop. */
+/* Logs of one function, history first: the follow call replays the stored
+ * lines on this thread and then delivers new ones from the loop. api.c has
+ * validated the query; it is read again here for since and invocation. */
 static void start_log_stream(funcd_cp_server *srv, h2o_req_t *req, stream *st,
                              funcd_cp_response *resp)
 {
     funcd_cp *cp = srv->cp;
+    funcd_log_query q;
+    const char *field;
+    const char *query = req->query_at != SIZE_MAX ? req->path.base + req->query_at + 1 : NULL;
+    size_t query_len = query ? req->path.len - req->query_at - 1 : 0;
+    if (funcd_log_query_parse(&q, query, query_len, 0, &field) < 0)
+        memset(&q, 0, sizeof(q));
+    q.tail = resp->w.tail;
+    snprintf(st->log_invocation, sizeof(st->log_invocation), "%s", q.invocation);
     link_stream(srv, st);
     st->ring = cp->serving ? funcd_serving_logs(cp->serving, resp->w.ns, resp->w.name) : NULL;
     if (st->ring) /* a tail of SIZE_MAX (tailLines=0) replays nothing */
-        st->follower = funcd_log_ring_follow_with_history(st->ring, resp->w.tail, on_log_history,
-                                                          on_log_line, st);
+        st->follower = funcd_log_ring_follow_query(st->ring, &q, on_log_history, on_log_line, st);
     begin_streaming(srv, req, st);
 }
 

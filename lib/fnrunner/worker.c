@@ -642,7 +642,10 @@ static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
     const char *const argv[] = {we->shim, "--", ln->program, NULL};
     const char *const env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", listen,
                                replica, function, ns, NULL};
-    funcd_worker_spec spec = {argv, env, ln->dir, NULL, {0, 0, 0}};
+    /* What a sandboxed worker sees: the function, the shim, its socket's directory. */
+    const funcd_worker_bind binds[] = {{ln->dir, NULL, 0}, {we->shim, NULL, 0}, {wc->dir, NULL, 1}};
+    funcd_worker_spec spec = {argv, env, ln->dir, NULL, {0, 0, 0}, binds, 3,
+                              FUNCD_WORKER_NETWORK_NONE};
     funcd_worker_events ev = {on_worker_output, on_worker_exit, wc};
     wc->probe_timer = evtimer_new(we->loop, on_probe_timer, wc);
     if (!wc->probe_timer)

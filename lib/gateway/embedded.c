@@ -224,6 +224,12 @@ static int gw_remove_route(funcd_gateway *base, const char *ns, const char *name
     return 0;
 }
 
+static int gw_quiesce(funcd_gateway *base)
+{
+    funcd_httpd_quiesce(((embedded *)base)->httpd);
+    return 0;
+}
+
 static int gw_stop(funcd_gateway *base)
 {
     embedded *g = (embedded *)base;
@@ -265,6 +271,7 @@ int funcd_gateway_embedded_new(funcd_gateway **out, unsigned threads)
     g->base.set_route = gw_set_route;
     g->base.remove_route = gw_remove_route;
     g->base.stop = gw_stop;
+    g->base.quiesce = gw_quiesce;
     g->base.free = gw_free;
     g->threads = threads;
     pthread_rwlock_init(&g->lock, NULL);

@@ -35,6 +35,8 @@ typedef struct worker {
     h2o_socket_t *listener;
     h2o_multithread_receiver_t stop_receiver;
     h2o_multithread_message_t stop_msg;
+    h2o_multithread_receiver_t quiesce_receiver;
+    h2o_multithread_message_t quiesce_msg;
 } worker;
 
 typedef struct handler {
@@ -96,6 +98,27 @@ static void on_stop_message(h2o_multithread_receiver_t *receiver, h2o_linklist_t
     w->stop_seen = 1;
 }
 
+static void close_listener(worker *w)
+{
+    if (!w->listener)
+        return;
+    h2o_socket_read_stop(w->listener);
+    h2o_socket_close(w->listener); /* closes w->fd, this thread's dup */
+    w->listener = NULL;
+    w->fd = -1;
+}
+
+/* Stop accepting; connections finish what they carry (HTTP/2 gets GOAWAY,
+ * HTTP/1 responses close their connection) until the full stop. */
+static void on_quiesce_message(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
+{
+    worker *w = H2O_STRUCT_FROM_MEMBER(worker, quiesce_receiver, receiver);
+    while (!h2o_linklist_is_empty(messages))
+        h2o_linklist_unlink(messages->next);
+    close_listener(w);
+    h2o_context_request_shutdown(&w->ctx);
+}
+
 /* Runs the loop until `done(w)` or `ms` have passed. */
 static void run_until(worker *w, h2o_evloop_t *loop, int (*done)(worker *), int64_t ms)
 {
@@ -146,6 +169,7 @@ static void *worker_main(void *arg)
     w->accept.ctx = &w->ctx;
     w->accept.hosts = srv->config.hosts;
     h2o_multithread_register_receiver(w->ctx.queue, &w->stop_receiver, on_stop_message);
+    h2o_multithread_register_receiver(w->ctx.queue, &w->quiesce_receiver, on_quiesce_message);
     if (srv->hooks.on_thread_init)
         srv->hooks.on_thread_init(srv->hooks.payload, &w->ctx);
     atomic_store(&w->ready, 1);
@@ -160,10 +184,7 @@ static void *worker_main(void *arg)
     /* Stop accepting and end streams; give responses in flight a moment to
      * go out, then hang up on every connection still open (idle keep-alive
      * ones included) and wait for h2o to close them. */
-    h2o_socket_read_stop(w->listener);
-    h2o_socket_close(w->listener);
-    w->listener = NULL;
-    w->fd = -1;
+    close_listener(w);
     if (srv->hooks.on_thread_stopping)
         srv->hooks.on_thread_stopping(srv->hooks.payload, &w->ctx);
     h2o_context_request_shutdown(&w->ctx);
@@ -180,6 +201,7 @@ static void *worker_main(void *arg)
     if (srv->hooks.on_thread_exit)
         srv->hooks.on_thread_exit(srv->hooks.payload, &w->ctx);
     h2o_multithread_unregister_receiver(w->ctx.queue, &w->stop_receiver);
+    h2o_multithread_unregister_receiver(w->ctx.queue, &w->quiesce_receiver);
     h2o_context_dispose(&w->ctx);
     h2o_evloop_run(loop, 0); /* frees the sockets whose close was deferred */
     h2o_evloop_destroy(loop);
@@ -263,6 +285,17 @@ int funcd_httpd_start(funcd_httpd *srv)
             usleep(100);
     }
     return 0;
+}
+
+void funcd_httpd_quiesce(funcd_httpd *srv)
+{
+    if (!srv || srv->stopped)
+        return;
+    for (unsigned i = 0; i < srv->nthreads; i++) {
+        worker *w = &srv->workers[i];
+        if (w->started)
+            h2o_multithread_send_message(&w->quiesce_receiver, &w->quiesce_msg);
+    }
 }
 
 void funcd_httpd_stop(funcd_httpd *srv)

@@ -32,6 +32,9 @@ int funcd_httpd_new(funcd_httpd **out, const char *addr, unsigned nthreads, size
 int funcd_httpd_start(funcd_httpd *s);
 /* Stops accepting, lets hooks end streams, drains connections (bounded
  * wait), and joins the threads. Idempotent. */
+/* Stops accepting new connections and asks open ones to close after their
+ * current requests; returns at once. stop() still ends everything. */
+void funcd_httpd_quiesce(funcd_httpd *s);
 void funcd_httpd_stop(funcd_httpd *s);
 void funcd_httpd_free(funcd_httpd *s);
 

@@ -42,6 +42,8 @@ struct funcd_platform {
     funcd_controller *controller;
     funcd_serving *serving;
     funcd_fnrunner *fnrunner;
+    funcd_logstore *logstore; /* persistent function logs, on the blob */
+    struct event *log_tick;
     char fn_runner_addr[128];
     char *state_dir;     /* ours to remove when we made it */
     int own_state_dir;
@@ -99,7 +101,7 @@ static int check_backends(const funcd_config *c)
                 "the runtime backend lacks a required method (attach, start, stop, release, free)");
     }
     if (c->gateway) {
-        if (c->gateway->version != FUNCD_GATEWAY_VERSION)
+        if (c->gateway->version < 1 || c->gateway->version > FUNCD_GATEWAY_VERSION)
             return funcd_error_set(FUNCD_EVERSION, "gateway backend has version %u; this funcd "
                                    "speaks version %d", c->gateway->version, FUNCD_GATEWAY_VERSION);
         REQUIRE(c->gateway->listen && c->gateway->start && c->gateway->set_route &&
@@ -127,9 +129,23 @@ static int complete_config(funcd_config *c)
     }
     if (!c->gateway && (rc = funcd_gateway_embedded_new(&c->gateway, 0)) < 0)
         return rc;
-    if (!c->runtime && (rc = funcd_runtime_process_new_with(
-                             &c->runtime, &(funcd_process_options){c->sandbox ? 1 : -1, NULL})) < 0)
-        return rc;
+    if (!c->runtime) {
+        /* A state directory that outlives the process gets pid files, so a
+         * restart after a crash ends the workers the crashed run left. */
+        char *pid_dir = NULL;
+        if (c->state_dir && asprintf(&pid_dir, "%s/pids", c->state_dir) < 0)
+            return funcd_error_set(FUNCD_ENOMEM, "out of memory");
+        if (pid_dir && mkdir(c->state_dir, 0700) != 0 && errno != EEXIST) {
+            free(pid_dir);
+            return funcd_error_set(FUNCD_EIO, "cannot create the state directory %s: %s",
+                                   c->state_dir, strerror(errno));
+        }
+        funcd_process_options po = {c->sandbox ? 1 : -1, pid_dir};
+        rc = funcd_runtime_process_new_with(&c->runtime, &po);
+        free(pid_dir);
+        if (rc < 0)
+            return rc;
+    }
     const char *missing = !c->store ? "store" : !c->blob ? "blob" : !c->bus ? "bus" : NULL;
     if (missing)
         return funcd_error_set(FUNCD_EMISSING, "no %s backend: funcd_production() needs "
@@ -174,6 +190,14 @@ static int make_state_dir(funcd_platform *p)
             return funcd_error_set(FUNCD_EIO, "cannot create the state directory %s: %s",
                                    p->cfg.state_dir, strerror(errno));
         p->state_dir = strdup(p->cfg.state_dir);
+        /* Sockets of a previous run (its workers were ended when the runtime
+         * was created); extracted artifacts stay and are reused. */
+        static const char *const stale[] = {"run", "fnrun"};
+        for (size_t i = 0; p->state_dir && i < 2; i++) {
+            char path[4200];
+            snprintf(path, sizeof(path), "%s/%s", p->state_dir, stale[i]);
+            funcd_remove_tree(path);
+        }
     } else {
         const char *tmp = getenv("TMPDIR");
         if (asprintf(&p->state_dir, "%s/funcd-XXXXXX", tmp && *tmp ? tmp : "/tmp") < 0)
@@ -204,6 +228,12 @@ static int make_absolute(char **path)
     free(*path);
     *path = abs;
     return 0;
+}
+
+static void on_log_tick(evutil_socket_t fd, short what, void *arg)
+{
+    funcd_platform *p = arg;
+    funcd_logstore_tick(p->logstore, funcd_now_ms());
 }
 
 static int build(funcd_platform *p)
@@ -262,6 +292,13 @@ static int build(funcd_platform *p)
     rc = funcd_cp_server_new(&p->cp_server, &p->cp, p->cfg.listen_addr, p->addr, sizeof(p->addr));
     if (rc < 0)
         return rc;
+    funcd_logstore_options lo = {p->cfg.log_seal_ms, p->cfg.log_seal_bytes,
+                                 p->cfg.log_retention_ms};
+    struct timeval every_second = {1, 0};
+    if (!(p->logstore = funcd_logstore_new(p->cfg.blob, &lo)) ||
+        !(p->log_tick = event_new(p->base, -1, EV_PERSIST, on_log_tick, p)) ||
+        event_add(p->log_tick, &every_second) < 0)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory starting the log store");
     funcd_serving_config sc = {
         .loop = p->base,
         .runtime = p->cfg.runtime,
@@ -274,6 +311,7 @@ static int build(funcd_platform *p)
         .observer_payload = p->cfg.observer_payload,
         .changed = on_serving_changed,
         .changed_payload = p,
+        .logstore = p->logstore,
     };
     if ((rc = funcd_serving_new(&p->serving, &sc)) < 0)
         return rc;
@@ -295,12 +333,47 @@ static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
         event_base_loopbreak(p->base);
 }
 
+static void on_busy_tick(evutil_socket_t fd, short what, void *arg)
+{
+    funcd_platform *p = arg;
+    if (funcd_serving_busy(p->serving) == 0)
+        event_base_loopbreak(p->base);
+}
+
+/* Graceful part of a shutdown: the data plane stops accepting, and the
+ * requests it holds (in flight or waiting for a cold start) may finish
+ * until the grace period ends. The loop runs meanwhile: cold starts and
+ * worker events still need it. */
+static void drain_requests(funcd_platform *p)
+{
+    funcd_gateway *gw = p->cfg.gateway;
+    if (gw && gw->version >= 2 && gw->quiesce)
+        gw->quiesce(gw);
+    if (funcd_serving_busy(p->serving) == 0)
+        return;
+    uint64_t grace = p->cfg.shutdown_grace_ms ? p->cfg.shutdown_grace_ms : 10000;
+    struct event *tick = event_new(p->base, -1, EV_PERSIST, on_busy_tick, p);
+    struct timeval every = {0, 2000};
+    struct timeval limit = {(time_t)(grace / 1000), (suseconds_t)(grace % 1000) * 1000};
+    if (!tick)
+        return;
+    funcd_log(&p->cfg.logger, FUNCD_LOG_INFO, "shutdown: waiting up to %llu ms for %u requests",
+              (unsigned long long)grace, funcd_serving_busy(p->serving));
+    event_add(tick, &every);
+    event_base_loopexit(p->base, &limit);
+    if (p->stop_ev) /* shutdown wrote to it too: it would end this loop at once */
+        event_del(p->stop_ev);
+    event_base_dispatch(p->base);
+    event_free(tick);
+}
+
 /* Stops the workers and runs the loop until they have exited (bounded:
  * the runtime kills what is left when it is freed). */
 static void drain_workers(funcd_platform *p)
 {
     if (!p->serving || !p->base)
         return;
+    drain_requests(p);
     funcd_serving_close(p->serving);
     if (p->fnrunner)
         funcd_fnrunner_close(p->fnrunner);
@@ -328,6 +401,11 @@ static void teardown(funcd_platform *p)
     funcd_controller_free(p->controller);
     p->controller = NULL;
     funcd_serving_free(p->serving);
+    if (p->log_tick)
+        event_free(p->log_tick);
+    p->log_tick = NULL;
+    funcd_logstore_free(p->logstore); /* seals what is open, while the blob is there */
+    p->logstore = NULL;
     p->serving = NULL;
     funcd_fnrunner_free(p->fnrunner);
     p->fnrunner = NULL;

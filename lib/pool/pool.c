@@ -41,6 +41,7 @@ struct funcd_pool {
     unsigned next_replica, rr;
     funcd_pool_waiter waiters; /* anchor */
     unsigned n_waiting;
+    unsigned n_in_flight; /* requests holding a slot, over all workers */
     int closed;
     unsigned failures; /* consecutive start failures */
     int64_t backoff_until_ms;
@@ -124,6 +125,7 @@ static funcd_pool_worker *pick(funcd_pool *p)
 static void take_slot(funcd_pool_worker *w)
 {
     w->in_flight++;
+    w->pool->n_in_flight++;
     w->last_used_ms = funcd_mono_ms();
     atomic_fetch_add(&w->refs, 1);
 }
@@ -218,6 +220,7 @@ void funcd_pool_release(funcd_pool *p, funcd_pool_worker *w, int failed)
 {
     pthread_mutex_lock(&p->lock);
     w->in_flight--;
+    p->n_in_flight--;
     w->last_used_ms = funcd_mono_ms();
     if (failed && w->state == W_READY) {
         w->state = W_STOPPING; /* evicted: the loop stops it and replaces it */
@@ -237,6 +240,7 @@ void funcd_pool_stats_get(funcd_pool *p, funcd_pool_stats *out)
     out->ready = p->n_ready;
     out->total = p->n_ready + p->n_starting + p->n_stopping;
     out->waiting = p->n_waiting;
+    out->in_flight = p->n_in_flight;
     out->last_cold_start_ms = p->last_cold_start_ms;
     out->last_cold_start_millis = p->last_cold_start_millis;
     out->failures = p->failures;

@@ -64,6 +64,7 @@ typedef struct funcd_pool_stats {
     unsigned ready;
     unsigned total; /* ready + starting + stopping */
     unsigned waiting;
+    unsigned in_flight; /* requests being served now */
     int64_t last_cold_start_ms;    /* wall clock; 0: none yet */
     double last_cold_start_millis; /* duration */
     unsigned failures;             /* consecutive start failures (0 after a success) */

@@ -5,8 +5,12 @@
  *
  * Stop: SIGTERM to the group, SIGKILL to the group after the grace period.
  * When the main process exits, whatever is left of its group is killed, so
- * a crashed worker leaves nothing behind. Workers are started by
+ * a crashed worker leaves nothing behind. Plain workers are started by
  * funcd_spawn (lib/util/spawn.h): vfork, their own group, PR_SET_PDEATHSIG.
+ * Sandboxed ones (the default) by funcd_sandbox_spawn (sandbox.h): the pid
+ * we supervise is then the sandbox's init, and SIGKILL to it ends the
+ * whole pid namespace. Each sandboxed worker has its own cgroups
+ * (cgroup.h), removed when it is reaped.
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -23,7 +27,14 @@
 
 #include "funcd/sys/error.h"
 #include "funcd/sys/runtime.h"
+#include "runtime/cgroup.h"
+#include "runtime/pidfile.h"
+#include "runtime/sandbox.h"
 #include "util/spawn.h"
+
+/* A sandboxed worker without spec.resources.pids still cannot fork-bomb
+ * the host. */
+#define DEFAULT_SANDBOX_PIDS 1024
 
 #define MAX_LINE 16384
 
@@ -43,6 +54,9 @@ struct funcd_worker {
     out_stream out[2]; /* stdout, stderr */
     funcd_worker_events events;
     int exited;
+    int status_fd; /* sandboxed: init reports the worker's wait status here */
+    unsigned cg_id;  /* sandboxed: its cgroups' id, 0: none */
+    const char *exit_reason;
     struct funcd_worker *prev, *next; /* live workers */
 };
 
@@ -50,6 +64,11 @@ typedef struct proc_runtime {
     funcd_runtime base;
     struct event_base *loop;
     funcd_worker live; /* list anchor */
+    funcd_sandbox *sandbox; /* NULL: plain processes */
+    funcd_cgroups cgroups;
+    int allow_host_network;
+    char *pid_dir;
+    unsigned next_id;
 } proc_runtime;
 
 static void link_worker(proc_runtime *rt, funcd_worker *w)
@@ -128,6 +147,28 @@ static void on_output(evutil_socket_t fd, short what, void *arg)
         close_stream(&w->out[which]);
 }
 
+/* After the main process was reaped: the worker's own status (init
+ * passes it on), why it ended, and nothing left behind. */
+static void finish_worker(funcd_worker *w, int *status)
+{
+    proc_runtime *rt = w->rt;
+    if (w->status_fd >= 0) {
+        int st;
+        if (read(w->status_fd, &st, sizeof(st)) == (ssize_t)sizeof(st))
+            *status = st;
+        close(w->status_fd);
+        w->status_fd = -1;
+    }
+    if (w->cg_id) {
+        if (funcd_cgroup_oom_killed(&rt->cgroups, w->cg_id))
+            w->exit_reason = "OOMKilled";
+        funcd_cgroup_remove(&rt->cgroups, w->cg_id);
+        w->cg_id = 0;
+    }
+    if (rt->pid_dir && w->pid > 0)
+        funcd_pidfile_remove(rt->pid_dir, w->pid);
+}
+
 static void on_exit_ready(evutil_socket_t fd, short what, void *arg)
 {
     funcd_worker *w = arg;
@@ -139,6 +180,7 @@ static void on_exit_ready(evutil_socket_t fd, short what, void *arg)
     if (r == 0)
         return; /* not yet: pidfd readiness can precede waitability briefly */
     kill(-w->pid, SIGKILL); /* whatever the worker left in its group */
+    finish_worker(w, &status);
     for (int i = 0; i < 2; i++) {
         if (w->out[i].fd >= 0)
             drain_stream(w, i);
@@ -189,6 +231,87 @@ static int pidfd_open_compat(pid_t pid)
     return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
+/* The program as the worker will see it, checked on the host. */
+static char *find_program(const funcd_worker_spec *spec)
+{
+    if (!spec->rootfs)
+        return resolve_program(spec->argv[0]);
+    if (spec->argv[0][0] != '/')
+        return NULL; /* an image's PATH is the image's business: name it fully */
+    char host[4096];
+    snprintf(host, sizeof(host), "%s%s", spec->rootfs, spec->argv[0]);
+    return access(host, X_OK) == 0 ? strdup(spec->argv[0]) : NULL;
+}
+
+static pid_t start_plain(const funcd_worker_spec *spec, const char *prog, int out_w, int err_w)
+{
+    static char *const empty_env[] = {NULL};
+    funcd_spawn_spec sp = {prog, (char *const *)spec->argv,
+                           spec->env ? (char *const *)spec->env : empty_env, spec->cwd,
+                           {-1, out_w, err_w}};
+    pid_t pid = funcd_spawn(&sp);
+    if (pid < 0)
+        funcd_error_set(FUNCD_EIO, "cannot start a worker: %s", strerror(errno));
+    return pid;
+}
+
+static pid_t start_sandboxed(proc_runtime *rt, const funcd_worker_spec *spec, const char *prog,
+                             int out_w, int err_w, funcd_worker *w)
+{
+    if (spec->network == FUNCD_WORKER_NETWORK_HOST && !rt->allow_host_network) {
+        funcd_error_set(FUNCD_EINVAL, "spec.network: host needs the operator's permission "
+                        "(funcd_process_options.allow_host_network); use network: none");
+        return -1;
+    }
+    w->cg_id = ++rt->next_id;
+    if (funcd_cgroup_make(&rt->cgroups, w->cg_id, &spec->limits, DEFAULT_SANDBOX_PIDS) < 0) {
+        w->cg_id = 0;
+        return -1;
+    }
+    static char *const empty_env[] = {NULL};
+    funcd_sandbox_job job = {prog, (char *const *)spec->argv,
+                             spec->env ? (char *const *)spec->env : empty_env, spec->cwd,
+                             spec->rootfs, spec->binds, spec->n_binds,
+                             spec->network == FUNCD_WORKER_NETWORK_HOST, {-1, out_w, err_w},
+                             &rt->cgroups, w->cg_id};
+    pid_t pid = funcd_sandbox_spawn(rt->sandbox, &job, &w->status_fd);
+    if (pid < 0) {
+        funcd_cgroup_remove(&rt->cgroups, w->cg_id);
+        w->cg_id = 0;
+    }
+    return pid;
+}
+
+static void write_pidfile(proc_runtime *rt, funcd_worker *w)
+{
+    char cg[FUNCD_CG_COUNT][512];
+    const char *list[FUNCD_CG_COUNT];
+    for (int c = 0; c < FUNCD_CG_COUNT; c++) {
+        cg[c][0] = '\0';
+        if (w->cg_id)
+            funcd_cgroup_path(&rt->cgroups, c, w->cg_id, cg[c], sizeof(cg[c]));
+        list[c] = cg[c];
+    }
+    funcd_pidfile_write(rt->pid_dir, w->pid, list, FUNCD_CG_COUNT);
+}
+
+static void watch_worker(proc_runtime *rt, funcd_worker *w, int out_r, int err_r)
+{
+    w->out[0].fd = out_r;
+    w->out[1].fd = err_r;
+    for (int i = 0; i < 2; i++) {
+        fcntl(w->out[i].fd, F_SETFL, O_NONBLOCK);
+        w->out[i].ev = event_new(rt->loop, w->out[i].fd, EV_READ | EV_PERSIST, on_output, w);
+        event_add(w->out[i].ev, NULL);
+    }
+    w->exit_ev = event_new(rt->loop, w->pidfd, EV_READ | EV_PERSIST, on_exit_ready, w);
+    w->kill_timer = evtimer_new(rt->loop, on_kill_timer, w);
+    event_add(w->exit_ev, NULL);
+    link_worker(rt, w);
+    if (rt->pid_dir)
+        write_pidfile(rt, w);
+}
+
 static int rt_start(funcd_runtime *base, const funcd_worker_spec *spec,
                     const funcd_worker_events *events, funcd_worker **out)
 {
@@ -198,18 +321,20 @@ static int rt_start(funcd_runtime *base, const funcd_worker_spec *spec,
         return funcd_error_set(FUNCD_ESTATE, "the process runtime is not attached to a loop");
     if (!spec->argv || !spec->argv[0])
         return funcd_error_set(FUNCD_EINVAL, "a worker needs a program (argv[0])");
-    char *prog = resolve_program(spec->argv[0]);
+    char *prog = rt->sandbox ? find_program(spec) : resolve_program(spec->argv[0]);
     if (!prog)
-        return funcd_error_set(FUNCD_ENOTFOUND, "program \"%s\" not found on PATH", spec->argv[0]);
-    if (access(prog, X_OK) != 0) {
+        return funcd_error_set(FUNCD_ENOTFOUND, "program \"%s\" not found%s", spec->argv[0],
+                               spec->rootfs ? " in the root filesystem" : " on PATH");
+    if (!spec->rootfs && access(prog, X_OK) != 0) {
         int err = errno;
         free(prog);
         return funcd_error_set(FUNCD_ENOTFOUND, "cannot execute %s: %s", spec->argv[0],
                                strerror(err));
     }
+    funcd_worker *w = calloc(1, sizeof(*w));
     int outp[2] = {-1, -1}, errp[2] = {-1, -1};
-    if (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0) {
-        int err = errno;
+    if (!w || pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0) {
+        int err = w ? errno : ENOMEM;
         for (int i = 0; i < 2; i++) {
             if (outp[i] >= 0)
                 close(outp[i]);
@@ -217,52 +342,38 @@ static int rt_start(funcd_runtime *base, const funcd_worker_spec *spec,
                 close(errp[i]);
         }
         free(prog);
+        free(w);
         return funcd_error_set(FUNCD_EIO, "cannot create pipes for a worker: %s", strerror(err));
     }
-    static char *const empty_env[] = {NULL};
-    funcd_spawn_spec sp = {prog, (char *const *)spec->argv,
-                           spec->env ? (char *const *)spec->env : empty_env, spec->cwd,
-                           {-1, outp[1], errp[1]}};
-    pid_t pid = funcd_spawn(&sp);
-    int fork_err = errno;
+    w->rt = rt;
+    w->status_fd = -1;
+    w->pidfd = -1;
+    w->events = *events;
+    pid_t pid = rt->sandbox ? start_sandboxed(rt, spec, prog, outp[1], errp[1], w)
+                            : start_plain(spec, prog, outp[1], errp[1]);
     free(prog);
     close(outp[1]);
     close(errp[1]);
-    if (pid < 0) {
+    int pidfd = pid < 0 ? -1 : pidfd_open_compat(pid);
+    if (pid < 0 || pidfd < 0) {
+        int rc = pid < 0 ? -1 : funcd_error_set(FUNCD_EIO, "cannot supervise a worker "
+                                                "(pidfd_open: %s)", strerror(errno));
+        if (pid > 0) {
+            kill(-pid, SIGKILL);
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+        }
+        int st = 0;
+        w->pid = pid;
+        finish_worker(w, &st);
         close(outp[0]);
         close(errp[0]);
-        return funcd_error_set(FUNCD_EIO, "cannot start a worker: %s", strerror(fork_err));
-    }
-
-    funcd_worker *w = calloc(1, sizeof(*w));
-    int pidfd = pidfd_open_compat(pid);
-    if (!w || pidfd < 0) {
-        kill(-pid, SIGKILL);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        close(outp[0]);
-        close(errp[0]);
-        if (pidfd >= 0)
-            close(pidfd);
         free(w);
-        return funcd_error_set(FUNCD_EIO, "cannot supervise a worker (pidfd_open: %s)",
-                               strerror(errno));
+        return rc < 0 && funcd_error_last()->code ? funcd_error_last()->code : FUNCD_EIO;
     }
-    w->rt = rt;
     w->pid = pid;
     w->pidfd = pidfd;
-    w->events = *events;
-    w->out[0].fd = outp[0];
-    w->out[1].fd = errp[0];
-    for (int i = 0; i < 2; i++) {
-        fcntl(w->out[i].fd, F_SETFL, O_NONBLOCK);
-        w->out[i].ev = event_new(rt->loop, w->out[i].fd, EV_READ | EV_PERSIST, on_output, w);
-        event_add(w->out[i].ev, NULL);
-    }
-    w->exit_ev = event_new(rt->loop, pidfd, EV_READ | EV_PERSIST, on_exit_ready, w);
-    w->kill_timer = evtimer_new(rt->loop, on_kill_timer, w);
-    event_add(w->exit_ev, NULL);
-    link_worker(rt, w);
+    watch_worker(rt, w, outp[0], errp[0]);
     *out = w;
     return 0;
 }
@@ -296,19 +407,53 @@ static void free_worker(funcd_worker *w)
         event_free(w->kill_timer);
     if (w->pidfd >= 0)
         close(w->pidfd);
+    if (w->status_fd >= 0)
+        close(w->status_fd);
     free(w);
+}
+
+/* Kills a worker that still runs, reaps it and cleans up after it. */
+static void kill_and_reap(funcd_worker *w)
+{
+    kill(-w->pid, SIGKILL);
+    kill(w->pid, SIGKILL);
+    int status = 0;
+    while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    finish_worker(w, &status);
+    unlink_worker(w);
 }
 
 static void rt_release(funcd_runtime *base, funcd_worker *w)
 {
     if (!w)
         return;
-    if (!w->exited) { /* released while running: kill it, reap it, forget it */
-        kill(-w->pid, SIGKILL);
-        waitpid(w->pid, NULL, 0);
-        unlink_worker(w);
-    }
+    if (!w->exited) /* released while running: kill it, reap it, forget it */
+        kill_and_reap(w);
     free_worker(w);
+}
+
+static const char *rt_exit_reason(funcd_runtime *base, funcd_worker *w)
+{
+    return w->exit_reason;
+}
+
+static int rt_specialize(funcd_runtime *base, funcd_worker *w, const funcd_worker_bind *binds,
+                         size_t n_binds, const funcd_worker_limits *limits)
+{
+    proc_runtime *rt = (proc_runtime *)base;
+    if (w->exited)
+        return funcd_error_set(FUNCD_ESTATE, "the worker has exited");
+    if (!rt->sandbox) { /* it sees the host already; limits need the sandbox's cgroups */
+        for (size_t i = 0; i < n_binds; i++)
+            if (binds[i].target && strcmp(binds[i].target, binds[i].source) != 0)
+                return funcd_error_set(FUNCD_ENOTSUP, "a plain process sees host paths as they "
+                                       "are");
+        return 0;
+    }
+    if (w->cg_id && funcd_cgroup_set_limits(&rt->cgroups, w->cg_id, limits) < 0)
+        return -1;
+    return funcd_sandbox_expose(rt->sandbox, w->pid, binds, n_binds) < 0 ? -1 : 0;
 }
 
 static int rt_attach(funcd_runtime *base, struct event_base *loop)
@@ -326,10 +471,12 @@ static void rt_free(funcd_runtime *base)
         kill(-w->pid, SIGKILL);
     while (rt->live.next != &rt->live) {
         funcd_worker *w = rt->live.next;
-        waitpid(w->pid, NULL, 0);
-        unlink_worker(w);
+        kill_and_reap(w);
         free_worker(w);
     }
+    funcd_cgroups_fini(&rt->cgroups);
+    funcd_sandbox_free(rt->sandbox);
+    free(rt->pid_dir);
     free(rt);
 }
 
@@ -340,7 +487,6 @@ int funcd_runtime_process_new(funcd_runtime **out)
 
 int funcd_runtime_process_new_with(funcd_runtime **out, const funcd_process_options *opts)
 {
-    (void)opts;
     *out = NULL;
     proc_runtime *rt = calloc(1, sizeof(*rt));
     if (!rt)
@@ -353,7 +499,28 @@ int funcd_runtime_process_new_with(funcd_runtime **out, const funcd_process_opti
     rt->base.pid = rt_pid;
     rt->base.release = rt_release;
     rt->base.free = rt_free;
+    rt->base.exit_reason = rt_exit_reason;
+    rt->base.specialize = rt_specialize;
     rt->live.next = rt->live.prev = &rt->live;
+    if (opts && opts->pid_dir) {
+        /* What a crashed run left behind goes before anything new starts. */
+        funcd_pidfile_end_stale(opts->pid_dir);
+        if (!(rt->pid_dir = strdup(opts->pid_dir))) {
+            free(rt);
+            return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the process runtime");
+        }
+    }
+    int sandboxed = !opts || opts->sandbox >= 0;
+    if (sandboxed) {
+        int rc = funcd_sandbox_new(&rt->sandbox, opts);
+        if (rc < 0) {
+            free(rt->pid_dir);
+            free(rt);
+            return rc;
+        }
+        rt->allow_host_network = opts && opts->allow_host_network;
+        funcd_cgroups_init(&rt->cgroups);
+    }
     *out = &rt->base;
     return 0;
 }

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,9 @@ typedef struct launch {
     char **argv; /* NULL-terminated */
     char **env;  /* NULL-terminated; FUNCD_LISTEN and FUNCD_REPLICA are added per worker */
     char *cwd;
-    char *fingerprint; /* argv, env and cwd: a change means new workers */
+    char *fingerprint; /* argv, env, cwd, limits, network: a change means new workers */
+    funcd_worker_limits limits;  /* spec.resources */
+    funcd_worker_network network; /* spec.network */
     funcd_log_ring *logs;
     int generic;       /* a GENERIC_* runtime whose warm generic worker may become ours, or -1 */
 } launch;
@@ -48,6 +51,7 @@ typedef struct fn_entry {
     funcd_pool *pool;
     uint64_t timeout_ms;
     funcd_log_ring *logs;
+    char last_oom[160]; /* the last replica the kernel killed at its memory limit, or "" */
     struct fn_entry *next;
 } fn_entry;
 
@@ -160,7 +164,28 @@ static int remove_tree_dir(const char *dir)
     char path[256];
     snprintf(path, sizeof(path), "%s/worker.sock", dir);
     unlink(path);
+    snprintf(path, sizeof(path), "%s/ctl.sock", dir); /* a generic worker's, if it left it */
+    unlink(path);
     return rmdir(dir);
+}
+
+/* A sandboxed worker sees only these host paths (docs/security.md): its
+ * code and the shims read-only, its runtime directory (the socket) writable. */
+static size_t worker_binds(const funcd_serving *s, const char *code, const char *run_dir,
+                           funcd_worker_bind out[3])
+{
+    size_t n = 0;
+    if (code)
+        out[n++] = (funcd_worker_bind){code, NULL, 0};
+    if (s->shim_dir[0])
+        out[n++] = (funcd_worker_bind){s->shim_dir, NULL, 0};
+    out[n++] = (funcd_worker_bind){run_dir, NULL, 1};
+    return n;
+}
+
+static int runtime_has(const funcd_runtime *rt, size_t slot_end)
+{
+    return rt->version >= 2 && slot_end <= sizeof(funcd_runtime);
 }
 
 /* ---- spec -> launch --------------------------------------------------- */
@@ -343,15 +368,37 @@ static void build_env(const cJSON *spec, const char *ns, const char *name, const
     strv_add(env, "FUNCD_CODE_DIR=%s", code);
 }
 
-static char *fingerprint(char **argv, char **env, const char *cwd)
+static char *fingerprint(const launch *ln)
 {
     funcd_buf b = FUNCD_BUF_INIT;
-    for (char **p = argv; *p; p++)
+    for (char **p = ln->argv; *p; p++)
         funcd_buf_printf(&b, "a:%s\n", *p);
-    for (char **p = env; *p; p++)
+    for (char **p = ln->env; *p; p++)
         funcd_buf_printf(&b, "e:%s\n", *p);
-    funcd_buf_printf(&b, "c:%s\n", cwd);
+    funcd_buf_printf(&b, "c:%s\nm:%llu p:%u c:%u n:%d\n", ln->cwd,
+                     (unsigned long long)ln->limits.memory_bytes, ln->limits.pids,
+                     ln->limits.cpu_millis, (int)ln->network);
     return funcd_buf_detach(&b, NULL);
+}
+
+/* spec.resources (validated by the API) as the runtime's limits. */
+static funcd_worker_limits limits_of(const cJSON *spec)
+{
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(spec, "resources");
+    funcd_worker_limits lim = {0, 0, 0};
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(res, "memory");
+    const cJSON *cpu = cJSON_GetObjectItemCaseSensitive(res, "cpu");
+    uint64_t v;
+    if (cJSON_IsString(mem) && funcd_parse_quantity(mem->valuestring, &v) == 0)
+        lim.memory_bytes = v;
+    else if (cJSON_IsNumber(mem) && mem->valuedouble >= 1)
+        lim.memory_bytes = (uint64_t)mem->valuedouble;
+    lim.pids = uint_at(res, "pids", 0);
+    if (cJSON_IsString(cpu) && funcd_parse_cpu_millis(cpu->valuestring, &v) == 0)
+        lim.cpu_millis = (uint32_t)v;
+    else if (cJSON_IsNumber(cpu) && cpu->valuedouble > 0)
+        lim.cpu_millis = (uint32_t)(cpu->valuedouble * 1000 + 0.5);
+    return lim;
 }
 
 static launch *build_launch(funcd_serving *s, const char *ns, const char *name, const cJSON *spec,
@@ -374,7 +421,11 @@ static launch *build_launch(funcd_serving *s, const char *ns, const char *name, 
         ln->argv = argv.v;
         ln->env = env.v;
         ln->cwd = code;
-        ln->fingerprint = fingerprint(argv.v, env.v, code);
+        ln->limits = limits_of(spec);
+        const char *network = str_at(spec, "network");
+        ln->network = network && strcmp(network, "host") == 0 ? FUNCD_WORKER_NETWORK_HOST
+                                                               : FUNCD_WORKER_NETWORK_NONE;
+        ln->fingerprint = fingerprint(ln);
         funcd_log_ring_ref(logs);
         ln->logs = logs;
         const char *mode = str_at(spec, "mode");
@@ -540,12 +591,42 @@ static void on_worker_output(funcd_worker *proc, funcd_worker_stream stream, con
     }
 }
 
+static fn_entry **find_entry(funcd_serving *s, const char *ns, const char *name);
+
+/* "OOMKilled" when the runtime knows the worker hit its memory limit. */
+static const char *exit_reason(funcd_runtime *rt, funcd_worker *proc)
+{
+    if (!runtime_has(rt, offsetof(funcd_runtime, exit_reason) + sizeof(rt->exit_reason)) ||
+        !rt->exit_reason)
+        return NULL;
+    return rt->exit_reason(rt, proc);
+}
+
+/* Remembers an out-of-memory kill for the function's status. */
+static void note_oom(worker_ctx *wc)
+{
+    funcd_serving *s = wc->ln->s;
+    fn_entry **pp = find_entry(s, wc->ln->ns, wc->ln->name);
+    if (!pp || (*pp)->ln != wc->ln)
+        return;
+    char ts[32];
+    funcd_rfc3339(funcd_now_ms(), ts, sizeof(ts));
+    snprintf((*pp)->last_oom, sizeof((*pp)->last_oom), "replica %s at %s (memory limit %llu bytes)",
+             wc->pub.replica, ts, (unsigned long long)wc->ln->limits.memory_bytes);
+    if (s->cfg.changed)
+        s->cfg.changed(wc->ln->ns, wc->ln->name, s->cfg.changed_payload);
+}
+
 static void on_worker_exit(funcd_worker *proc, int status, void *payload)
 {
     worker_ctx *wc = payload;
     probe_stop(wc);
     char why[600];
-    if (WIFEXITED(status))
+    const char *reason = exit_reason(wc->ln->s->cfg.runtime, proc);
+    if (reason && strcmp(reason, "OOMKilled") == 0)
+        snprintf(why, sizeof(why), "replica %s was OOMKilled: it reached its memory limit "
+                 "(spec.resources.memory)", wc->pub.replica);
+    else if (WIFEXITED(status))
         snprintf(why, sizeof(why), "replica %s exited with status %d%s%s", wc->pub.replica,
                  WEXITSTATUS(status), wc->last_stderr[0] ? ": " : "", wc->last_stderr);
     else
@@ -555,6 +636,8 @@ static void on_worker_exit(funcd_worker *proc, int status, void *payload)
     wc->proc = NULL;
     wc->ln->s->live_workers--;
     remove_tree_dir(wc->dir);
+    if (reason && strcmp(reason, "OOMKilled") == 0)
+        note_oom(wc);
     funcd_pool_worker_exited(wc->pw, why);
 }
 
@@ -616,7 +699,10 @@ static void ensure_spare(funcd_serving *s, int kind)
     const char *const env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
                                "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1",
                                "FUNCD_GENERIC=1", listen_env, NULL};
-    funcd_worker_spec spec = {argv, env, s->run_dir, NULL, {0, 0, 0}};
+    funcd_worker_bind binds[3];
+    size_t n_binds = worker_binds(s, NULL, sp->dir, binds);
+    funcd_worker_spec spec = {argv, env, sp->dir, NULL, {0, 0, 0}, binds, n_binds,
+                              FUNCD_WORKER_NETWORK_NONE};
     funcd_worker_events ev = {on_spare_output, on_spare_exit, sp};
     if (mkdir(sp->dir, 0700) != 0 || access(shim, R_OK) != 0 ||
         s->cfg.runtime->start(s->cfg.runtime, &spec, &ev, &sp->proc) < 0) {
@@ -632,7 +718,7 @@ static void ensure_spare(funcd_serving *s, int kind)
 static int claim_spare(funcd_serving *s, int kind, worker_ctx *wc, char **env)
 {
     spare *sp = s->spares[kind];
-    if (!sp)
+    if (!sp || wc->ln->network != FUNCD_WORKER_NETWORK_NONE)
         return -1;
     struct sockaddr_un sun = {.sun_family = AF_UNIX};
     snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", sp->ctl);
@@ -640,6 +726,18 @@ static int claim_spare(funcd_serving *s, int kind, worker_ctx *wc, char **env)
     if (fd < 0 || connect(fd, (struct sockaddr *)&sun, sizeof(sun)) != 0) {
         if (fd >= 0)
             close(fd); /* still starting: not ready to be claimed */
+        return -1;
+    }
+    /* A sandboxed generic worker sees neither the code nor this worker's
+     * directory yet. */
+    funcd_runtime *rt = s->cfg.runtime;
+    funcd_worker_bind binds[3];
+    size_t n_binds = worker_binds(s, wc->ln->cwd, wc->dir, binds);
+    if (runtime_has(rt, offsetof(funcd_runtime, specialize) + sizeof(rt->specialize)) &&
+        rt->specialize && rt->specialize(rt, sp->proc, binds, n_binds, &wc->ln->limits) < 0) {
+        funcd_log(s->cfg.logger, FUNCD_LOG_DEBUG, "generic %s worker not used: %s",
+                  generic_runtime[kind], funcd_error_last()->message);
+        close(fd);
         return -1;
     }
     cJSON *msg = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(msg, "env");
@@ -658,8 +756,10 @@ static int claim_spare(funcd_serving *s, int kind, worker_ctx *wc, char **env)
     int ok = text && write(fd, text, n) == (ssize_t)n && write(fd, "\n", 1) == 1;
     free(text);
     close(fd);
-    if (!ok)
+    if (!ok) { /* it may have been shown this function's code: use it for nothing else */
+        rt->stop(rt, sp->proc, 0);
         return -1;
+    }
     s->spares[kind] = NULL;
     sp->wc = wc;
     wc->proc = sp->proc;
@@ -708,8 +808,10 @@ static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
     if (ln->generic >= 0 && claim_spare(s, ln->generic, wc, env.v) == 0) {
         ensure_spare(s, ln->generic); /* the next one starts warming now */
     } else {
+        funcd_worker_bind binds[3];
+        size_t n_binds = worker_binds(s, ln->cwd, wc->dir, binds);
         funcd_worker_spec spec = {(const char *const *)ln->argv, (const char *const *)env.v,
-                                  ln->cwd, NULL, {0, 0, 0}};
+                                  ln->cwd, NULL, ln->limits, binds, n_binds, ln->network};
         funcd_worker_events ev = {on_worker_output, on_worker_exit, wc};
         rc = s->cfg.runtime->start(s->cfg.runtime, &spec, &ev, &wc->proc);
         if (rc == 0)
@@ -791,7 +893,7 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
     if (!e) {
         e = calloc(1, sizeof(*e));
         if (!e || !(e->ns = strdup(ns)) || !(e->name = strdup(name)) ||
-            !(e->logs = funcd_log_ring_new())) {
+            !(e->logs = funcd_log_ring_new_stored(s->cfg.logstore, ns, name))) {
             if (e) {
                 free(e->ns);
                 free(e->name);
@@ -948,6 +1050,23 @@ void funcd_serving_close(funcd_serving *s)
 unsigned funcd_serving_live_workers(const funcd_serving *s)
 {
     return s ? s->live_workers : 0;
+}
+
+unsigned funcd_serving_busy(funcd_serving *s)
+{
+    unsigned busy = 0;
+    if (!s)
+        return 0;
+    pthread_mutex_lock(&s->lock);
+    for (fn_entry *e = s->entries; e; e = e->next) {
+        funcd_pool_stats st;
+        if (!e->pool)
+            continue;
+        funcd_pool_stats_get(e->pool, &st);
+        busy += st.in_flight + st.waiting;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return busy;
 }
 
 void funcd_serving_free(funcd_serving *s)

@@ -35,6 +35,7 @@ typedef struct funcd_serving_config {
     /* A function's replicas or last cold start changed (status is stale). */
     void (*changed)(const char *ns, const char *name, void *payload);
     void *changed_payload;
+    struct funcd_logstore *logstore; /* borrowed; NULL: logs live in memory only */
 } funcd_serving_config;
 
 typedef struct funcd_serving_status {
@@ -62,6 +63,8 @@ int funcd_serving_new(funcd_serving **out, const funcd_serving_config *cfg);
 void funcd_serving_close(funcd_serving *s);
 /* Worker processes started and not yet exited. */
 unsigned funcd_serving_live_workers(const funcd_serving *s);
+/* Requests in flight or waiting for a worker, over every function. */
+unsigned funcd_serving_busy(funcd_serving *s);
 /* Closes (if not done) and releases; workers still running are left to
  * the runtime, which kills them when it is freed. */
 void funcd_serving_free(funcd_serving *s);

@@ -72,6 +72,17 @@ struct funcd_blob {
 /** A new, empty, in-process blob store. */
 FUNCD_EXTERN int funcd_blob_memory_new(funcd_blob **out);
 
+/**
+ * A blob store in the directory `dir` (created, with parents, if absent):
+ * one file per object, written to a temp file, fsync()ed and renamed into
+ * place, so a crash or a full disk leaves the previous object intact. A key
+ * becomes a file name with bytes outside [A-Za-z0-9._-] (and '/') as %XX;
+ * that name may be at most 255 bytes, else put/get fail with FUNCD_EINVAL.
+ * A full disk or quota gives FUNCD_ENOSPC. Temp files left by a crash are
+ * removed here. The name is "file". See docs/backends.md.
+ */
+FUNCD_EXTERN int funcd_blob_file_new(funcd_blob **out, const char *dir);
+
 #ifdef __cplusplus
 }
 #endif

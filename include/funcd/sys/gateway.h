@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define FUNCD_GATEWAY_VERSION 1
+#define FUNCD_GATEWAY_VERSION 2
 
 typedef struct funcd_gateway funcd_gateway;
 
@@ -65,6 +65,12 @@ struct funcd_gateway {
     int (*stop)(funcd_gateway *gw);
 
     void (*free)(funcd_gateway *gw);
+
+    /* ---- version 2 ---- */
+
+    /** Stops accepting connections; requests in flight go on until stop.
+     *  Returns at once. Optional (NULL: stop does it all). */
+    int (*quiesce)(funcd_gateway *gw);
 };
 
 #define FUNCD_GATEWAY_INIT {FUNCD_GATEWAY_VERSION}

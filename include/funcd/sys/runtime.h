@@ -30,7 +30,7 @@
 extern "C" {
 #endif
 
-#define FUNCD_RUNTIME_VERSION 1
+#define FUNCD_RUNTIME_VERSION 2
 
 struct event_base; /* libevent: the platform loop */
 
@@ -43,12 +43,31 @@ typedef struct funcd_worker_limits {
     uint32_t cpu_millis;   /**< 1000 = one core; 0: unlimited */
 } funcd_worker_limits;
 
+/** A host path a sandboxed worker sees (docs/security.md). */
+typedef struct funcd_worker_bind {
+    const char *source; /**< absolute host path (a directory or a file) */
+    const char *target; /**< absolute path inside the worker's view; NULL: same as source */
+    int writable;       /**< 0: read-only */
+} funcd_worker_bind;
+
+typedef enum funcd_worker_network {
+    FUNCD_WORKER_NETWORK_NONE = 0, /**< its own network namespace: loopback only */
+    FUNCD_WORKER_NETWORK_HOST = 1, /**< the daemon's network (an operator must allow it) */
+} funcd_worker_network;
+
 typedef struct funcd_worker_spec {
     const char *const *argv; /**< NULL-terminated; argv[0] is the program */
     const char *const *env;  /**< NULL-terminated "KEY=value" list */
     const char *cwd;         /**< working directory, or NULL */
     const char *rootfs;      /**< root filesystem for sandboxing runtimes, or NULL */
     funcd_worker_limits limits;
+    /* Appended in version 2. A sandboxing runtime shows the worker only
+     * these paths (plus what its program needs to run: the host's /usr and
+     * libraries unless it is a static binary, or `rootfs`); argv, cwd and
+     * env name paths as the worker sees them. */
+    const funcd_worker_bind *binds;
+    size_t n_binds;
+    funcd_worker_network network;
 } funcd_worker_spec;
 
 typedef enum funcd_worker_stream {
@@ -87,6 +106,20 @@ struct funcd_runtime {
 
     /** Kills whatever still runs, then releases the runtime. */
     void (*free)(funcd_runtime *rt);
+
+    /* Version 2. */
+
+    /** Why an exited worker ended, when the runtime knows more than its
+     *  wait status: "OOMKilled" (its memory limit), or NULL. Valid until
+     *  `release`. */
+    const char *(*exit_reason)(funcd_runtime *rt, funcd_worker *w);
+
+    /** Turns a running worker (a warm generic interpreter) into one of a
+     *  particular function: `binds` appear in its view and `limits` become
+     *  its own. FUNCD_ENOTSUP when the runtime cannot; the caller then
+     *  starts a fresh worker instead. */
+    int (*specialize)(funcd_runtime *rt, funcd_worker *w, const funcd_worker_bind *binds,
+                      size_t n_binds, const funcd_worker_limits *limits);
 };
 
 #define FUNCD_RUNTIME_INIT {FUNCD_RUNTIME_VERSION}
@@ -104,6 +137,16 @@ typedef struct funcd_process_options {
     /** A pid file per live worker is kept here; at creation the runtime ends
      *  the workers a previous (crashed) run left behind. NULL: none. */
     const char *pid_dir;
+    /* Appended. */
+    /** 1: a worker may ask for the host network (spec.network: host). */
+    int allow_host_network;
+    /** NULL-terminated syscall names taken off the sandbox's deny list. */
+    const char *const *seccomp_allow;
+    /** Size of a sandboxed worker's /tmp in bytes; 0: 64 MiB. */
+    uint64_t tmp_bytes;
+    /** Host uid and gid a sandboxed worker runs as; 0: 65534 (nobody).
+     *  Never 0 (root). */
+    unsigned host_uid;
 } funcd_process_options;
 
 /** The process runtime with operator settings (`opts` may be NULL). */

@@ -137,6 +137,26 @@ struct funcd_store {
  *  for watches (0 picks the default, 65536). */
 FUNCD_EXTERN int funcd_store_memory_new(funcd_store **out, size_t history);
 
+/** Options of the sqlite store; zero fields pick the defaults. */
+typedef struct funcd_store_sqlite_options {
+    uint64_t history;         /**< change-log entries kept at least, for watches; 0: 65536 */
+    unsigned busy_timeout_ms; /**< how long a write waits for another process; 0: 5000 */
+} funcd_store_sqlite_options;
+
+/**
+ * A durable store in one SQLite database file at `path` (created if absent;
+ * its directory must exist), in WAL mode with synchronous=FULL: a write that
+ * returned 0 survives kill -9 and power loss. `opts` may be NULL.
+ *
+ * Fails with FUNCD_EIO (cannot open, not a database, corrupt), FUNCD_EVERSION
+ * (written by a newer funcd), FUNCD_ETIMEOUT (locked by another process past
+ * the busy timeout). Writes may also fail with FUNCD_ENOSPC (disk full; the
+ * write was not applied). Watches see the changes made through this handle
+ * (and replay those of any process from the change log).
+ */
+FUNCD_EXTERN int funcd_store_sqlite_new(funcd_store **out, const char *path,
+                                        const funcd_store_sqlite_options *opts);
+
 #ifdef __cplusplus
 }
 #endif

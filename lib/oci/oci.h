@@ -1,0 +1,174 @@
+/*
+ * The OCI distribution client: image references, manifests and configs,
+ * registry auth, and asynchronous pulls on the platform's libevent loop
+ * (libcurl multi; docs/adr/0014-oci-client.md).
+ *
+ * Threading: a client and its pulls belong to the loop they were created
+ * on; call them only from that loop's thread. The parse functions are pure
+ * and thread-safe.
+ */
+#ifndef FUNCD_OCI_OCI_H
+#define FUNCD_OCI_OCI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+
+/* ---- references ----------------------------------------------------------- */
+
+typedef struct funcd_oci_ref {
+    char *registry;   /* "registry-1.docker.io" for docker.io; may carry ":port" */
+    char *repository; /* "library/alpine" */
+    char *tag;        /* NULL when only a digest was given */
+    char *digest;     /* "sha256:<64 hex>" or NULL */
+} funcd_oci_ref;
+
+/*
+ * Parses "[registry/]repo[:tag][@sha256:hex]" with Docker's defaults
+ * (docker.io, library/, latest). Returns 0 or FUNCD_EINVAL naming the part
+ * that is wrong; *out is filled only on success.
+ */
+int funcd_oci_ref_parse(funcd_oci_ref *out, const char *ref);
+void funcd_oci_ref_free(funcd_oci_ref *r);
+/* "registry/repo:tag@digest" (what is set), malloc()ed; NULL on OOM. */
+char *funcd_oci_ref_format(const funcd_oci_ref *r);
+/* 1 for "127.0.0.0/8", "[::1]" and "localhost" hosts (with or without a port). */
+int funcd_oci_host_is_loopback(const char *host_port);
+
+/* ---- manifests and configs --------------------------------------------------- */
+
+#define FUNCD_OCI_MT_OCI_MANIFEST "application/vnd.oci.image.manifest.v1+json"
+#define FUNCD_OCI_MT_OCI_INDEX "application/vnd.oci.image.index.v1+json"
+#define FUNCD_OCI_MT_DOCKER_MANIFEST "application/vnd.docker.distribution.manifest.v2+json"
+#define FUNCD_OCI_MT_DOCKER_LIST "application/vnd.docker.distribution.manifest.list.v2+json"
+
+typedef struct funcd_oci_descriptor {
+    char *media_type;
+    char *digest;
+    uint64_t size;
+} funcd_oci_descriptor;
+
+typedef struct funcd_oci_manifest {
+    int is_index;
+    /* an image manifest: */
+    funcd_oci_descriptor config;
+    size_t n_layers;
+    funcd_oci_descriptor *layers;
+    /* an index: the entry picked for the platform (NULL digest: none fits) */
+    funcd_oci_descriptor selected;
+} funcd_oci_manifest;
+
+/*
+ * Parses a manifest or an index (content type `media_type`, or the body's
+ * mediaType when NULL/unknown). From an index it selects the entry for
+ * os/arch (variant-less "arm64" also matches "arm64/v8"). FUNCD_EINVAL on
+ * malformed input, FUNCD_ENOTFOUND when an index has no entry for the platform.
+ */
+int funcd_oci_manifest_parse(funcd_oci_manifest *out, const char *json, size_t len,
+                             const char *media_type, const char *os, const char *arch);
+void funcd_oci_manifest_free(funcd_oci_manifest *m);
+
+typedef struct funcd_oci_config {
+    char *os, *arch;
+    char **entrypoint, **cmd, **env; /* NULL-terminated, or NULL when absent */
+    char *working_dir, *user;
+} funcd_oci_config;
+
+int funcd_oci_config_parse(funcd_oci_config *out, const char *json, size_t len);
+void funcd_oci_config_free(funcd_oci_config *c);
+
+/* ---- auth --------------------------------------------------------------------- */
+
+typedef struct funcd_www_authenticate {
+    char *scheme; /* "Bearer", "Basic" (as sent) */
+    char *realm, *service, *scope, *error;
+} funcd_www_authenticate;
+
+/* Parses one challenge (RFC 7235 auth-params, quoted or token values). */
+int funcd_www_authenticate_parse(funcd_www_authenticate *out, const char *header);
+void funcd_www_authenticate_free(funcd_www_authenticate *w);
+
+/*
+ * Looks up `registry_host` in a Docker config JSON ("auths": {host: {auth |
+ * username+password | identitytoken}}). docker.io hosts also match the
+ * "https://index.docker.io/v1/" key; "https://host/" keys match "host".
+ * Fills whatever is present (malloc()ed, caller frees; NULL otherwise).
+ * Returns 0, FUNCD_ENOTFOUND when no entry matches, FUNCD_EINVAL on bad JSON.
+ */
+int funcd_docker_config_lookup(const char *json, const char *registry_host, char **user,
+                               char **pass, char **identitytoken);
+
+/* ---- images and the client ------------------------------------------------------ */
+
+typedef struct funcd_oci_image {
+    char *ref;           /* as given */
+    char *digest;        /* the image manifest's digest */
+    char *config_digest;
+    char *os, *arch;
+    char **entrypoint, **cmd, **env; /* NULL-terminated, or NULL */
+    char *working_dir, *user;
+    size_t n_layers;
+    char **layer_digests, **layer_media_types;
+    char **layer_paths; /* verified files in the cache, in layer order */
+    uint64_t *layer_sizes;
+} funcd_oci_image;
+
+void funcd_oci_image_free(funcd_oci_image *img);
+
+typedef struct funcd_oci_client funcd_oci_client;
+/* The function funcd_oci_pull takes the plain name; its handle is this. */
+typedef struct funcd_oci_pull_handle funcd_oci_pull_handle;
+
+typedef struct funcd_oci_client_options {
+    const char *cache_dir;            /* required: blobs in cache_dir/blobs/sha256/<hex> */
+    const char *auth_file;            /* Docker config JSON for every pull, or NULL */
+    const char *certs_dir;            /* DIR/<host[:port]>/ca.crt, or NULL */
+    const char *const *insecure;      /* NULL-terminated "host:port" list (loopback only) */
+    const char *os, *arch;            /* NULL: this host's ("linux", "amd64") */
+    unsigned max_connections_per_host; /* 0: 6 */
+    long connect_timeout_ms;          /* 0: 10 s */
+    long low_speed_timeout_s;         /* a transfer under 1 KiB/s this long fails; 0: 60 */
+} funcd_oci_client_options;
+
+typedef struct funcd_oci_stats {
+    uint64_t manifest_requests; /* manifest GETs sent (retries included) */
+    uint64_t blob_transfers;    /* blob downloads started (single-flight shares one) */
+    uint64_t blob_cache_hits;   /* blobs found verified in the cache */
+    uint64_t token_requests;    /* bearer-token requests */
+    uint64_t bytes_downloaded;  /* blob bytes received */
+} funcd_oci_stats;
+
+/* Bytes of one pull so far, across its blobs; total is 0 until the manifest is known. */
+typedef void (*funcd_oci_progress_cb)(uint64_t done, uint64_t total, void *payload);
+
+/*
+ * Called once per accepted pull (never after funcd_oci_pull_cancel and never
+ * from inside funcd_oci_pull). rc 0: `image` is the caller's (free it with
+ * funcd_oci_image_free). rc < 0: image is NULL and `message` says what failed.
+ */
+typedef void (*funcd_oci_done_cb)(int rc, const char *message, funcd_oci_image *image,
+                                  void *payload);
+
+/* Returns NULL with funcd_error_last() set on a bad option (e.g. a
+ * non-loopback insecure registry, a missing cache_dir). */
+funcd_oci_client *funcd_oci_client_new(struct event_base *loop, const funcd_oci_client_options *o);
+/* Cancels every pull still running (their done callbacks are not called). NULL-safe. */
+void funcd_oci_client_free(funcd_oci_client *c);
+const funcd_oci_stats *funcd_oci_client_stats(const funcd_oci_client *c);
+
+/*
+ * Starts pulling `ref`. `dockerconfigjson`: a Secret's .dockerconfigjson
+ * content used before the client's auth file (NULL: daemon credentials only).
+ * Returns 0 (done will be called) or a negative code for a request that
+ * cannot start (bad reference, insecure non-loopback ...); then done is not
+ * called. `*handle` (may be NULL) is valid until done returns.
+ */
+int funcd_oci_pull(funcd_oci_client *c, const char *ref, const char *dockerconfigjson,
+                   funcd_oci_progress_cb progress, funcd_oci_done_cb done, void *payload,
+                   funcd_oci_pull_handle **handle);
+/* Stops a pull; its done callback will not be called. Shared blob transfers
+ * other pulls still wait for go on. Call only before done has run. */
+void funcd_oci_pull_cancel(funcd_oci_pull_handle *h);
+
+#endif

@@ -1,0 +1,236 @@
+/* Image references: Docker's grammar and defaults, without regexes. */
+#include "oci/oci.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "funcd/sys/error.h"
+#include "util/buf.h"
+#include "util/misc.h"
+
+#define DOCKER_HUB "registry-1.docker.io"
+
+static int is_lower_alnum(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+/* path-component: [a-z0-9]+ ( ( '.' | '_' | '__' | '-'+ ) [a-z0-9]+ )* */
+static int valid_component(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t run = 0;
+        while (i < n && is_lower_alnum(s[i]))
+            i++, run++;
+        if (run == 0)
+            return 0;
+        if (i == n)
+            return 1;
+        size_t sep = i;
+        while (i < n && !is_lower_alnum(s[i]))
+            i++;
+        size_t sep_len = i - sep;
+        int ok = (sep_len == 1 && (s[sep] == '.' || s[sep] == '_')) ||
+                 (sep_len == 2 && s[sep] == '_' && s[sep + 1] == '_');
+        if (!ok) {
+            ok = 1;
+            for (size_t k = sep; k < i; k++)
+                ok &= s[k] == '-';
+        }
+        if (!ok || i == n)
+            return 0;
+    }
+    return 0;
+}
+
+static int valid_repository(const char *s)
+{
+    size_t len = strlen(s);
+    if (len == 0 || len > 255)
+        return 0;
+    const char *p = s;
+    for (;;) {
+        const char *slash = strchr(p, '/');
+        size_t n = slash ? (size_t)(slash - p) : strlen(p);
+        if (!valid_component(p, n))
+            return 0;
+        if (!slash)
+            return 1;
+        p = slash + 1;
+    }
+}
+
+static int valid_tag(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 128 || !(isalnum((unsigned char)s[0]) || s[0] == '_'))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '.' && s[i] != '-')
+            return 0;
+    return 1;
+}
+
+static int valid_digest(const char *s)
+{
+    if (strncmp(s, "sha256:", 7) != 0 || strlen(s) != 7 + 64)
+        return 0;
+    for (const char *p = s + 7; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+            return 0;
+    return 1;
+}
+
+static int valid_host(const char *s, size_t n)
+{
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!isalnum(c) && c != '.' && c != '-' && c != ':' && c != '[' && c != ']')
+            return 0;
+    }
+    return 1;
+}
+
+/* Docker's rule: the first component is a registry when it looks like a host. */
+static int looks_like_host(const char *s, size_t n)
+{
+    if (n == 9 && memcmp(s, "localhost", 9) == 0)
+        return 1;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == '.' || s[i] == ':' || (s[i] >= 'A' && s[i] <= 'Z'))
+            return 1;
+    return 0;
+}
+
+static int bad_ref(const char *ref, const char *what)
+{
+    return funcd_error_set(FUNCD_EINVAL, "image reference \"%s\": %s", ref, what);
+}
+
+static int split_name(funcd_oci_ref *r, const char *ref, const char *name, size_t name_len)
+{
+    const char *slash = memchr(name, '/', name_len);
+    const char *repo = name;
+    size_t repo_len = name_len;
+    if (slash && looks_like_host(name, (size_t)(slash - name))) {
+        size_t host_len = (size_t)(slash - name);
+        if (!valid_host(name, host_len))
+            return bad_ref(ref, "the registry host is not a valid host[:port]");
+        r->registry = funcd_strndup(name, host_len);
+        repo = slash + 1;
+        repo_len = name_len - host_len - 1;
+    }
+    if (!r->registry || strcmp(r->registry, "docker.io") == 0 ||
+        strcmp(r->registry, "index.docker.io") == 0) {
+        free(r->registry);
+        r->registry = funcd_strdup(DOCKER_HUB);
+    }
+    int hub = strcmp(r->registry, DOCKER_HUB) == 0;
+    funcd_buf b = FUNCD_BUF_INIT;
+    if (hub && !memchr(repo, '/', repo_len))
+        funcd_buf_puts(&b, "library/");
+    funcd_buf_append(&b, repo, repo_len);
+    r->repository = funcd_buf_detach(&b, NULL);
+    if (!valid_repository(r->repository))
+        return bad_ref(ref, "the repository must be lowercase letters, digits and . _ - separated by /");
+    return 0;
+}
+
+int funcd_oci_ref_parse(funcd_oci_ref *out, const char *ref)
+{
+    if (!ref || !*ref)
+        return funcd_error_set(FUNCD_EINVAL, "image reference is empty");
+    if (strlen(ref) > 4096)
+        return funcd_error_set(FUNCD_EINVAL, "image reference is too long");
+    funcd_oci_ref r = {0};
+    int rc = 0;
+    const char *at = strrchr(ref, '@');
+    size_t name_len = at ? (size_t)(at - ref) : strlen(ref);
+    if (at) {
+        if (!valid_digest(at + 1)) {
+            rc = bad_ref(ref, "the digest must be sha256: and 64 lowercase hex digits");
+            goto out;
+        }
+        r.digest = funcd_strdup(at + 1);
+    }
+    const char *last_slash = memrchr(ref, '/', name_len);
+    const char *colon = memrchr(ref, ':', name_len);
+    if (colon && (!last_slash || colon > last_slash)) {
+        r.tag = funcd_strndup(colon + 1, name_len - (size_t)(colon + 1 - ref));
+        if (!valid_tag(r.tag)) {
+            rc = bad_ref(ref, "the tag must be up to 128 of [A-Za-z0-9_.-], not starting with . or -");
+            goto out;
+        }
+        name_len = (size_t)(colon - ref);
+    }
+    if ((rc = split_name(&r, ref, ref, name_len)) < 0)
+        goto out;
+    if (!r.tag && !r.digest)
+        r.tag = funcd_strdup("latest");
+out:
+    if (rc < 0)
+        funcd_oci_ref_free(&r);
+    else
+        *out = r;
+    return rc;
+}
+
+void funcd_oci_ref_free(funcd_oci_ref *r)
+{
+    if (!r)
+        return;
+    free(r->registry);
+    free(r->repository);
+    free(r->tag);
+    free(r->digest);
+    memset(r, 0, sizeof(*r));
+}
+
+char *funcd_oci_ref_format(const funcd_oci_ref *r)
+{
+    funcd_buf b = FUNCD_BUF_INIT;
+    funcd_buf_printf(&b, "%s/%s", r->registry ? r->registry : DOCKER_HUB,
+                     r->repository ? r->repository : "");
+    if (r->tag)
+        funcd_buf_printf(&b, ":%s", r->tag);
+    if (r->digest)
+        funcd_buf_printf(&b, "@%s", r->digest);
+    return funcd_buf_detach(&b, NULL);
+}
+
+int funcd_oci_host_is_loopback(const char *host_port)
+{
+    if (!host_port)
+        return 0;
+    char host[256];
+    const char *end;
+    if (host_port[0] == '[') {
+        end = strchr(host_port, ']');
+        if (!end)
+            return 0;
+        size_t n = (size_t)(end - host_port - 1);
+        if (n >= sizeof(host))
+            return 0;
+        memcpy(host, host_port + 1, n);
+        host[n] = 0;
+        return strcmp(host, "::1") == 0;
+    }
+    end = strchr(host_port, ':');
+    size_t n = end ? (size_t)(end - host_port) : strlen(host_port);
+    if (n >= sizeof(host))
+        return 0;
+    memcpy(host, host_port, n);
+    host[n] = 0;
+    if (strcmp(host, "localhost") == 0)
+        return 1;
+    unsigned a, b, c, d;
+    char tail;
+    if (sscanf(host, "%u.%u.%u.%u%c", &a, &b, &c, &d, &tail) != 4)
+        return 0;
+    return a == 127 && b < 256 && c < 256 && d < 256;
+}

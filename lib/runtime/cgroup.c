@@ -1,0 +1,289 @@
+#include "runtime/cgroup.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "funcd/sys/error.h"
+
+#define CG_ROOT "/sys/fs/cgroup"
+
+static const char *const ctl_name[FUNCD_CG_COUNT] = {"memory", "pids", "cpu"};
+
+static int write_file(const char *dir, const char *file, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    size_t n = strlen(text);
+    int rc = write(fd, text, n) == (ssize_t)n ? 0 : -1;
+    int err = errno;
+    close(fd);
+    errno = err;
+    return rc;
+}
+
+/* The mount directory of controller `name` for a /proc/self/cgroup line's
+ * controller list, e.g. "cpu,cpuacct" -> /sys/fs/cgroup/cpu,cpuacct. */
+static int own_path(const char *name, char *out, size_t len)
+{
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    if (!f)
+        return -1;
+    char line[1024];
+    int found = -1;
+    while (found < 0 && fgets(line, sizeof(line), f)) {
+        char *ctls = strchr(line, ':'), *path = ctls ? strchr(ctls + 1, ':') : NULL;
+        if (!path)
+            continue;
+        *path++ = '\0';
+        path[strcspn(path, "\n")] = '\0';
+        ctls++;
+        for (char *save = NULL, *c = strtok_r(ctls, ",", &save); c; c = strtok_r(NULL, ",", &save))
+            if (strcmp(c, name) == 0) {
+                char mnt[256];
+                snprintf(mnt, sizeof(mnt), CG_ROOT "/%s", name);
+                snprintf(out, len, "%s%s", mnt, strcmp(path, "/") == 0 ? "" : path);
+                found = 0;
+                break;
+            }
+    }
+    fclose(f);
+    return found;
+}
+
+static int pid_alive(pid_t pid)
+{
+    return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+void funcd_cgroup_kill_dir(const char *dir)
+{
+    for (int attempt = 0; attempt < 200; attempt++) {
+        char path[512];
+        snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+        FILE *f = fopen(path, "re");
+        long pid;
+        while (f && fscanf(f, "%ld", &pid) == 1)
+            kill((pid_t)pid, SIGKILL);
+        if (f)
+            fclose(f);
+        if (rmdir(dir) == 0 || errno == ENOENT)
+            return;
+        sleep_ms(5); /* killed tasks take a moment to leave */
+    }
+}
+
+/* Removes the worker directories below `dir`, then `dir`. */
+static void remove_runtime_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *de;
+        while ((de = readdir(d)))
+            if (de->d_name[0] == 'w' && de->d_type == DT_DIR) {
+                char sub[512];
+                snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name);
+                funcd_cgroup_kill_dir(sub);
+            }
+        closedir(d);
+    }
+    funcd_cgroup_kill_dir(dir);
+}
+
+/* Directories "funcd-<pid>-<n>" of processes that no longer exist. */
+static void remove_stale(const char *own)
+{
+    DIR *d = opendir(own);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        long pid;
+        unsigned n;
+        if (de->d_type != DT_DIR || sscanf(de->d_name, "funcd-%ld-%u", &pid, &n) != 2 ||
+            pid_alive((pid_t)pid))
+            continue;
+        char dir[512];
+        if (snprintf(dir, sizeof(dir), "%s/%s", own, de->d_name) < (int)sizeof(dir))
+            remove_runtime_dir(dir);
+    }
+    closedir(d);
+}
+
+void funcd_cgroups_init(funcd_cgroups *cg)
+{
+    static atomic_uint next_runtime;
+    unsigned n = atomic_fetch_add(&next_runtime, 1);
+    memset(cg, 0, sizeof(*cg));
+    for (int c = 0; c < FUNCD_CG_COUNT; c++) {
+        char own[300];
+        if (own_path(ctl_name[c], own, sizeof(own)) != 0 || access(own, W_OK) != 0)
+            continue;
+        remove_stale(own);
+        snprintf(cg->base[c], sizeof(cg->base[c]), "%s/funcd-%ld-%u", own, (long)getpid(), n);
+        if (mkdir(cg->base[c], 0755) != 0 && errno != EEXIST)
+            cg->base[c][0] = '\0';
+    }
+}
+
+void funcd_cgroups_fini(funcd_cgroups *cg)
+{
+    for (int c = 0; c < FUNCD_CG_COUNT; c++)
+        if (cg->base[c][0])
+            remove_runtime_dir(cg->base[c]);
+    memset(cg, 0, sizeof(*cg));
+}
+
+void funcd_cgroup_path(const funcd_cgroups *cg, int ctl, unsigned id, char *out, size_t len)
+{
+    if (cg->base[ctl][0])
+        snprintf(out, len, "%s/w%u", cg->base[ctl], id);
+    else if (len)
+        out[0] = '\0';
+}
+
+static int set_limit(const funcd_cgroups *cg, int ctl, unsigned id, const char *file,
+                     unsigned long long value)
+{
+    char dir[512], text[32];
+    funcd_cgroup_path(cg, ctl, id, dir, sizeof(dir));
+    snprintf(text, sizeof(text), "%llu", value);
+    if (write_file(dir, file, text) == 0)
+        return 0;
+    return funcd_error_set(FUNCD_EIO, "cgroup: cannot write %llu to %s/%s: %s", value, dir, file,
+                           strerror(errno));
+}
+
+static int make_dirs(const funcd_cgroups *cg, unsigned id)
+{
+    for (int c = 0; c < FUNCD_CG_COUNT; c++) {
+        char dir[512];
+        funcd_cgroup_path(cg, c, id, dir, sizeof(dir));
+        if (dir[0] && mkdir(dir, 0755) != 0 && errno != EEXIST)
+            return funcd_error_set(FUNCD_EIO, "cgroup: cannot create %s: %s", dir,
+                                   strerror(errno));
+    }
+    return 0;
+}
+
+static int apply_limits(const funcd_cgroups *cg, unsigned id, const funcd_worker_limits *lim,
+                        uint32_t default_pids);
+
+static int need(const funcd_cgroups *cg, int ctl, const char *what)
+{
+    if (cg->base[ctl][0])
+        return 0;
+    return funcd_error_set(FUNCD_ENOTSUP, "spec.resources.%s needs the cgroup v1 %s controller, "
+                           "which is not writable for funcd on this host", what, ctl_name[ctl]);
+}
+
+int funcd_cgroup_make(const funcd_cgroups *cg, unsigned id, const funcd_worker_limits *lim,
+                      uint32_t default_pids)
+{
+    int rc;
+    if ((lim->memory_bytes && (rc = need(cg, FUNCD_CG_MEMORY, "memory")) < 0) ||
+        (lim->pids && (rc = need(cg, FUNCD_CG_PIDS, "pids")) < 0) ||
+        (lim->cpu_millis && (rc = need(cg, FUNCD_CG_CPU, "cpu")) < 0))
+        return rc;
+    if ((rc = make_dirs(cg, id)) < 0 || (rc = apply_limits(cg, id, lim, default_pids)) < 0)
+        funcd_cgroup_remove(cg, id);
+    return rc;
+}
+
+int funcd_cgroup_set_limits(const funcd_cgroups *cg, unsigned id, const funcd_worker_limits *lim)
+{
+    int rc;
+    if ((lim->memory_bytes && (rc = need(cg, FUNCD_CG_MEMORY, "memory")) < 0) ||
+        (lim->pids && (rc = need(cg, FUNCD_CG_PIDS, "pids")) < 0) ||
+        (lim->cpu_millis && (rc = need(cg, FUNCD_CG_CPU, "cpu")) < 0))
+        return rc;
+    return apply_limits(cg, id, lim, 0);
+}
+
+static int apply_limits(const funcd_cgroups *cg, unsigned id, const funcd_worker_limits *lim,
+                        uint32_t default_pids)
+{
+    int rc;
+    if (lim->memory_bytes) {
+        if ((rc = set_limit(cg, FUNCD_CG_MEMORY, id, "memory.limit_in_bytes",
+                            lim->memory_bytes)) < 0)
+            return rc;
+        /* Swap counts too, or a worker could page its way past the limit;
+         * a kernel without swap accounting has no such file. */
+        char dir[512], path[560];
+        funcd_cgroup_path(cg, FUNCD_CG_MEMORY, id, dir, sizeof(dir));
+        snprintf(path, sizeof(path), "%s/memory.memsw.limit_in_bytes", dir);
+        if (access(path, F_OK) == 0 &&
+            (rc = set_limit(cg, FUNCD_CG_MEMORY, id, "memory.memsw.limit_in_bytes",
+                            lim->memory_bytes)) < 0)
+            return rc;
+    }
+    uint32_t pids = lim->pids ? lim->pids : default_pids;
+    if (pids && cg->base[FUNCD_CG_PIDS][0] &&
+        (rc = set_limit(cg, FUNCD_CG_PIDS, id, "pids.max", pids)) < 0)
+        return rc;
+    if (lim->cpu_millis &&
+        ((rc = set_limit(cg, FUNCD_CG_CPU, id, "cpu.cfs_period_us", 100000)) < 0 ||
+         (rc = set_limit(cg, FUNCD_CG_CPU, id, "cpu.cfs_quota_us",
+                         (unsigned long long)lim->cpu_millis * 100)) < 0))
+        return rc;
+    return 0;
+}
+
+int funcd_cgroup_attach(const funcd_cgroups *cg, unsigned id, pid_t pid)
+{
+    char text[24];
+    snprintf(text, sizeof(text), "%ld", (long)pid);
+    for (int c = 0; c < FUNCD_CG_COUNT; c++) {
+        char dir[512];
+        funcd_cgroup_path(cg, c, id, dir, sizeof(dir));
+        if (dir[0] && write_file(dir, "cgroup.procs", text) != 0)
+            return funcd_error_set(FUNCD_EIO, "cgroup: cannot move process %ld into %s: %s",
+                                   (long)pid, dir, strerror(errno));
+    }
+    return 0;
+}
+
+int funcd_cgroup_oom_killed(const funcd_cgroups *cg, unsigned id)
+{
+    char dir[512], path[560], line[128];
+    funcd_cgroup_path(cg, FUNCD_CG_MEMORY, id, dir, sizeof(dir));
+    if (!dir[0])
+        return 0;
+    snprintf(path, sizeof(path), "%s/memory.oom_control", dir);
+    FILE *f = fopen(path, "re");
+    unsigned long long kills = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "oom_kill %llu", &kills) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kills > 0;
+}
+
+void funcd_cgroup_remove(const funcd_cgroups *cg, unsigned id)
+{
+    for (int c = 0; c < FUNCD_CG_COUNT; c++) {
+        char dir[512];
+        funcd_cgroup_path(cg, c, id, dir, sizeof(dir));
+        if (dir[0])
+            funcd_cgroup_kill_dir(dir);
+    }
+}

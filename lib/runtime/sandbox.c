@@ -1,0 +1,820 @@
+#include "runtime/sandbox.h"
+
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/mount.h>
+#include <linux/seccomp.h>
+#include <linux/securebits.h>
+#include <net/if.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "funcd/sys/error.h"
+#include "runtime/seccomp.h"
+
+#define DEFAULT_UID 65534
+#define DEFAULT_TMP_BYTES (64ull << 20)
+#define MAX_BINDS 32
+#define MAX_SYSTEM 16
+#define PATH_BUF 512
+/* Where the new root is put together: any directory of the host works,
+ * since the mount over it lives only in the child's private namespace, and
+ * nothing bound by path comes from below it. */
+#define STAGING "/tmp"
+
+/* A host path every dynamically linked program or interpreter needs. */
+typedef struct system_entry {
+    char path[64];
+    char link[PATH_BUF]; /* a symlink's target, or "" */
+    int is_dir;
+} system_entry;
+
+struct funcd_sandbox {
+    funcd_seccomp_filter filter;
+    unsigned uid;
+    uint64_t tmp_bytes;
+    int idmap_ns; /* a user namespace mapping 0 to `uid`, for idmapped binds; -1: none */
+    int cap_last;
+    system_entry system[MAX_SYSTEM];
+    size_t n_system;
+};
+
+/* One mount the child attaches: a detached tree the parent made. */
+typedef struct plan_mount {
+    int fd;
+    int is_file;
+    char target[PATH_BUF];
+} plan_mount;
+
+/* Everything the child needs, computed before clone (the child makes
+ * system calls only: it is a copy of a multi-threaded process). */
+typedef struct plan {
+    const funcd_sandbox *sb;
+    const funcd_sandbox_job *job;
+    int root_fd; /* the image rootfs tree, or -1: a fresh tmpfs */
+    int system;
+    plan_mount m[MAX_BINDS];
+    size_t n;
+    int sync_r, err_w, status_w;
+    char tmp_opts[64];
+} plan;
+
+/* What the child says when a step fails. */
+typedef struct child_error {
+    int err;
+    char step[60];
+} child_error;
+
+/* ---- helpers usable in the child (system calls only) -------------------- */
+
+static void put_step(char *out, size_t len, const char *a, const char *b)
+{
+    size_t n = 0;
+    for (; *a && n + 1 < len; a++)
+        out[n++] = *a;
+    for (; b && *b && n + 1 < len; b++)
+        out[n++] = *b;
+    out[n] = '\0';
+}
+
+static _Noreturn void child_fail(int fd, const char *step, const char *detail, int err)
+{
+    child_error ce = {err, ""};
+    put_step(ce.step, sizeof(ce.step), step, detail);
+    ssize_t ignored = write(fd, &ce, sizeof(ce));
+    (void)ignored;
+    _exit(126);
+}
+
+static void join(char *out, const char *a, const char *b)
+{
+    put_step(out, PATH_BUF, a, b);
+}
+
+static int mkdir_p(char *path)
+{
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        int rc = mkdir(path, 0755);
+        *p = '/';
+        if (rc != 0 && errno != EEXIST)
+            return -1;
+    }
+    return mkdir(path, 0755) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+static int make_file(char *path)
+{
+    char *slash = strrchr(path, '/');
+    if (slash && slash != path) {
+        *slash = '\0';
+        int rc = mkdir_p(path);
+        *slash = '/';
+        if (rc != 0)
+            return -1;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return errno == EEXIST ? 0 : -1;
+    close(fd);
+    return 0;
+}
+
+static int set_attr(int dfd, const char *path, unsigned flags, uint64_t set, int userns)
+{
+    struct mount_attr attr = {.attr_set = set, .userns_fd = (uint64_t)userns};
+    return (int)syscall(SYS_mount_setattr, dfd, path, flags, &attr, sizeof(attr));
+}
+
+static int move_tree(int fd, const char *target)
+{
+    return (int)syscall(SYS_move_mount, fd, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH);
+}
+
+#define RO_ATTRS (MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+
+/* ---- the child: init, then the worker ------------------------------------ */
+
+static void mount_system(const plan *p)
+{
+    char dst[PATH_BUF];
+    for (size_t i = 0; i < p->sb->n_system; i++) {
+        const system_entry *e = &p->sb->system[i];
+        join(dst, STAGING, e->path);
+        if (e->link[0]) {
+            if (symlink(e->link, dst) != 0 && errno != EEXIST)
+                child_fail(p->err_w, "symlink ", e->path, errno);
+            continue;
+        }
+        if ((e->is_dir ? mkdir_p(dst) : make_file(dst)) != 0)
+            child_fail(p->err_w, "mkdir ", dst, errno);
+        if (mount(e->path, dst, NULL, MS_BIND | MS_REC, NULL) != 0)
+            child_fail(p->err_w, "bind ", e->path, errno);
+        if (set_attr(AT_FDCWD, dst, AT_RECURSIVE, RO_ATTRS, 0) != 0)
+            child_fail(p->err_w, "read-only ", e->path, errno);
+    }
+}
+
+static void mount_binds(const plan *p)
+{
+    char dst[PATH_BUF];
+    for (size_t i = 0; i < p->n; i++) {
+        join(dst, STAGING, p->m[i].target);
+        if ((p->m[i].is_file ? make_file(dst) : mkdir_p(dst)) != 0)
+            child_fail(p->err_w, "mkdir ", p->m[i].target, errno);
+        if (move_tree(p->m[i].fd, dst) != 0)
+            child_fail(p->err_w, "bind ", p->m[i].target, errno);
+        close(p->m[i].fd);
+    }
+}
+
+static void mount_dev(const plan *p)
+{
+    static const char *const devices[] = {"null", "zero", "random", "urandom"};
+    static const char *const links[][2] = {{"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"},
+                                           {"stdout", "/proc/self/fd/1"},
+                                           {"stderr", "/proc/self/fd/2"}};
+    char dst[PATH_BUF], src[64];
+    if (mkdir(STAGING "/dev", 0755) != 0 && errno != EEXIST)
+        child_fail(p->err_w, "mkdir /dev", NULL, errno);
+    if (mount("tmpfs", STAGING "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755") != 0)
+        child_fail(p->err_w, "mount /dev", NULL, errno);
+    for (size_t i = 0; i < sizeof(devices) / sizeof(devices[0]); i++) {
+        join(src, "/dev/", devices[i]);
+        join(dst, STAGING "/dev/", devices[i]);
+        if (make_file(dst) != 0 || mount(src, dst, NULL, MS_BIND, NULL) != 0)
+            child_fail(p->err_w, "bind ", src, errno);
+    }
+    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
+        join(dst, STAGING "/dev/", links[i][0]);
+        if (symlink(links[i][1], dst) != 0)
+            child_fail(p->err_w, "symlink ", dst, errno);
+    }
+    if (set_attr(AT_FDCWD, STAGING "/dev", 0, MOUNT_ATTR_RDONLY, 0) != 0)
+        child_fail(p->err_w, "read-only /dev", NULL, errno);
+}
+
+static void loopback_up(const plan *p)
+{
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    memcpy(ifr.ifr_name, "lo", 3);
+    if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) != 0)
+        child_fail(p->err_w, "loopback", NULL, errno);
+    ifr.ifr_flags |= IFF_UP;
+    if (ioctl(s, SIOCSIFFLAGS, &ifr) != 0)
+        child_fail(p->err_w, "loopback up", NULL, errno);
+    close(s);
+}
+
+static void build_root(const plan *p)
+{
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+        child_fail(p->err_w, "make mounts private", NULL, errno);
+    if (p->root_fd >= 0) {
+        if (move_tree(p->root_fd, STAGING) != 0)
+            child_fail(p->err_w, "mount the rootfs", NULL, errno);
+        close(p->root_fd);
+    } else if (mount("tmpfs", STAGING, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755") != 0) {
+        child_fail(p->err_w, "mount the root tmpfs", NULL, errno);
+    }
+    if (p->system)
+        mount_system(p);
+    mount_binds(p);
+    if ((mkdir(STAGING "/proc", 0555) != 0 && errno != EEXIST) ||
+        mount("proc", STAGING "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+        child_fail(p->err_w, "mount /proc", NULL, errno);
+    mount_dev(p);
+    if ((mkdir(STAGING "/tmp", 01777) != 0 && errno != EEXIST) ||
+        mount("tmpfs", STAGING "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, p->tmp_opts) != 0)
+        child_fail(p->err_w, "mount /tmp", NULL, errno);
+    if (chdir(STAGING) != 0 || syscall(SYS_pivot_root, ".", ".") != 0)
+        child_fail(p->err_w, "pivot_root", NULL, errno);
+    if (umount2(".", MNT_DETACH) != 0 || chdir("/") != 0)
+        child_fail(p->err_w, "detach the old root", NULL, errno);
+    if (p->root_fd < 0 && set_attr(AT_FDCWD, "/", 0, MOUNT_ATTR_RDONLY, 0) != 0)
+        child_fail(p->err_w, "read-only /", NULL, errno);
+}
+
+static void drop_privileges(const plan *p)
+{
+    if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                                     SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+                                     SECBIT_NO_CAP_AMBIENT_RAISE |
+                                     SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) != 0)
+        child_fail(p->err_w, "securebits", NULL, errno);
+    for (int cap = 0; cap <= p->sb->cap_last; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+            child_fail(p->err_w, "drop the bounding set", NULL, errno);
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    memset(data, 0, sizeof(data));
+    if (syscall(SYS_capset, &hdr, data) != 0)
+        child_fail(p->err_w, "capset", NULL, errno);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        child_fail(p->err_w, "no_new_privs", NULL, errno);
+    struct sock_fprog prog = {p->sb->filter.len, p->sb->filter.insns};
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+        child_fail(p->err_w, "seccomp", NULL, errno);
+}
+
+static _Noreturn void worker_main(const plan *p)
+{
+    const funcd_sandbox_job *job = p->job;
+    setpgid(0, 0); /* init passes signals on; the worker's own group gets them */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    for (int sig = 1; sig < NSIG; sig++)
+        sigaction(sig, &dfl, NULL);
+    if (job->cwd && chdir(job->cwd) != 0)
+        child_fail(p->err_w, "chdir ", job->cwd, errno);
+    drop_privileges(p);
+    syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execve(job->prog, job->argv, job->env);
+    child_fail(p->err_w, "execve ", job->prog, errno);
+}
+
+static void on_forwarded(int sig)
+{
+    (void)sig; /* only to make init's signals deliverable (see init_loop) */
+}
+
+/* pid 1 of the sandbox: reaps everything, passes termination signals on,
+ * and ends with the worker, telling the runtime how it ended. */
+static _Noreturn void init_loop(const plan *p, pid_t worker)
+{
+    static const int forwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+    sigset_t wait_set;
+    sigemptyset(&wait_set);
+    sigaddset(&wait_set, SIGCHLD);
+    /* A pid namespace's init gets a signal from outside only if it has a
+     * handler for it; the handler never runs, the signals stay blocked. */
+    struct sigaction sa = {.sa_handler = on_forwarded};
+    for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++) {
+        sigaction(forwarded[i], &sa, NULL);
+        sigaddset(&wait_set, forwarded[i]);
+    }
+    sigaction(SIGCHLD, &sa, NULL);
+    for (;;) {
+        siginfo_t si;
+        int sig = sigwaitinfo(&wait_set, &si);
+        if (sig < 0)
+            continue;
+        if (sig != SIGCHLD) {
+            kill(-1, sig);
+            continue;
+        }
+        int status;
+        pid_t r;
+        while ((r = waitpid(-1, &status, WNOHANG)) > 0)
+            if (r == worker) {
+                ssize_t ignored = write(p->status_w, &status, sizeof(status));
+                (void)ignored;
+                _exit(0); /* the kernel ends what is left in the namespace */
+            }
+    }
+}
+
+/* Keeps exactly the descriptors init needs: 0-2 and the plan's. */
+static void close_others(plan *p)
+{
+    const funcd_sandbox_job *job = p->job;
+    int null = -1;
+    for (int i = 0; i < 3; i++) {
+        int fd = job->fds[i];
+        if (fd < 0) {
+            if (null < 0)
+                null = open("/dev/null", O_RDWR | O_CLOEXEC);
+            fd = null;
+        }
+        if (fd >= 0 && fd != i)
+            dup2(fd, i);
+        else if (fd == i)
+            fcntl(fd, F_SETFD, 0);
+    }
+    int keep[MAX_BINDS + 8], n = 0;
+    keep[n++] = p->sync_r;
+    keep[n++] = p->err_w;
+    keep[n++] = p->status_w;
+    if (p->root_fd >= 0)
+        keep[n++] = p->root_fd;
+    for (size_t i = 0; i < p->n; i++)
+        keep[n++] = p->m[i].fd;
+    for (int i = 1; i < n; i++) /* insertion sort: a handful of numbers */
+        for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+            int t = keep[j];
+            keep[j] = keep[j - 1];
+            keep[j - 1] = t;
+        }
+    unsigned from = 3;
+    for (int i = 0; i < n; i++) {
+        if ((unsigned)keep[i] > from)
+            syscall(SYS_close_range, from, (unsigned)keep[i] - 1, 0);
+        from = (unsigned)keep[i] + 1;
+    }
+    syscall(SYS_close_range, from, ~0U, 0);
+}
+
+static _Noreturn void init_main(plan *p)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close_others(p);
+    char go;
+    if (read(p->sync_r, &go, 1) != 1)
+        _exit(0); /* the runtime gave up on this start */
+    close(p->sync_r);
+    if (setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0)
+        child_fail(p->err_w, "become the mapped user", NULL, errno);
+    build_root(p);
+    if (!p->job->host_network)
+        loopback_up(p);
+    pid_t worker = (pid_t)syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
+    if (worker < 0)
+        child_fail(p->err_w, "fork the worker", NULL, errno);
+    if (worker == 0)
+        worker_main(p);
+    close(p->err_w);
+    init_loop(p, worker);
+}
+
+/* ---- the parent ----------------------------------------------------------- */
+
+static int write_proc(pid_t pid, const char *file, const char *text)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%ld/%s", (long)pid, file);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    size_t n = strlen(text);
+    int rc = write(fd, text, n) == (ssize_t)n ? 0 : -1;
+    int err = errno;
+    close(fd);
+    errno = err;
+    return rc;
+}
+
+static int map_ids(pid_t pid, unsigned uid)
+{
+    char map[64];
+    snprintf(map, sizeof(map), "0 %u 1\n", uid);
+    return write_proc(pid, "setgroups", "deny") == 0 && write_proc(pid, "uid_map", map) == 0 &&
+                   write_proc(pid, "gid_map", map) == 0
+               ? 0
+               : -1;
+}
+
+/* A user namespace mapping 0 to `uid`, kept as a descriptor: binds are
+ * idmapped through it, so that what host root owns (a 0700 artifact
+ * directory, a worker's run directory) is the worker's own inside. */
+static int make_idmap_ns(unsigned uid)
+{
+    int sync[2];
+    if (pipe2(sync, O_CLOEXEC) != 0)
+        return -1;
+    pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, NULL, NULL, 0);
+    if (pid == 0) {
+        char c;
+        close(sync[1]);
+        ssize_t ignored = read(sync[0], &c, 1);
+        (void)ignored;
+        _exit(0);
+    }
+    close(sync[0]);
+    int fd = -1;
+    if (pid > 0 && map_ids(pid, uid) == 0) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%ld/ns/user", (long)pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    }
+    close(sync[1]);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    return fd;
+}
+
+static void plan_system(funcd_sandbox *sb)
+{
+    static const char *const paths[] = {"/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin",
+                                        "/sbin", "/etc/ld.so.cache", "/etc/alternatives",
+                                        "/etc/localtime"};
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]) && sb->n_system < MAX_SYSTEM; i++) {
+        struct stat st;
+        if (lstat(paths[i], &st) != 0)
+            continue;
+        system_entry *e = &sb->system[sb->n_system];
+        memset(e, 0, sizeof(*e));
+        snprintf(e->path, sizeof(e->path), "%s", paths[i]);
+        if (S_ISLNK(st.st_mode)) {
+            ssize_t n = readlink(paths[i], e->link, sizeof(e->link) - 1);
+            if (n <= 0)
+                continue;
+            e->link[n] = '\0';
+        } else if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
+            continue;
+        }
+        e->is_dir = S_ISDIR(st.st_mode);
+        sb->n_system++;
+    }
+}
+
+static int read_cap_last(void)
+{
+    FILE *f = fopen("/proc/sys/kernel/cap_last_cap", "re");
+    int last = 63;
+    if (f) {
+        if (fscanf(f, "%d", &last) != 1)
+            last = 63;
+        fclose(f);
+    }
+    return last;
+}
+
+int funcd_sandbox_new(funcd_sandbox **out, const funcd_process_options *opts)
+{
+    *out = NULL;
+    funcd_sandbox *sb = calloc(1, sizeof(*sb));
+    if (!sb)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the sandbox");
+    sb->uid = opts && opts->host_uid ? opts->host_uid : DEFAULT_UID;
+    sb->tmp_bytes = opts && opts->tmp_bytes ? opts->tmp_bytes : DEFAULT_TMP_BYTES;
+    sb->cap_last = read_cap_last();
+    int rc = funcd_seccomp_build(&sb->filter, opts ? opts->seccomp_allow : NULL);
+    if (rc < 0) {
+        free(sb);
+        return rc;
+    }
+    sb->idmap_ns = make_idmap_ns(sb->uid);
+    plan_system(sb);
+    *out = sb;
+    return 0;
+}
+
+void funcd_sandbox_free(funcd_sandbox *sb)
+{
+    if (!sb)
+        return;
+    if (sb->idmap_ns >= 0)
+        close(sb->idmap_ns);
+    funcd_seccomp_free(&sb->filter);
+    free(sb);
+}
+
+/* A detached copy of `source`: read-only unless writable, idmapped where
+ * the filesystem allows it. -1 with the error set. */
+static int make_tree(const funcd_sandbox *sb, const char *source, int writable)
+{
+    int fd = (int)syscall(SYS_open_tree, AT_FDCWD, source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (fd < 0)
+        return funcd_error_set(FUNCD_EIO, "sandbox: cannot bind %s: %s", source, strerror(errno));
+    uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (writable ? 0 : MOUNT_ATTR_RDONLY);
+    if (sb->idmap_ns >= 0 && set_attr(fd, "", AT_EMPTY_PATH, attrs | MOUNT_ATTR_IDMAP,
+                                      sb->idmap_ns) == 0)
+        return fd;
+    if (set_attr(fd, "", AT_EMPTY_PATH, attrs, 0) == 0)
+        return fd;
+    int err = errno;
+    close(fd);
+    return funcd_error_set(FUNCD_EIO, "sandbox: cannot restrict the bind of %s: %s", source,
+                           strerror(err));
+}
+
+static int by_target_length(const void *a, const void *b)
+{
+    size_t la = strlen(((const plan_mount *)a)->target);
+    size_t lb = strlen(((const plan_mount *)b)->target);
+    return la < lb ? -1 : la > lb;
+}
+
+static void plan_close(plan *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->m[i].fd >= 0)
+            close(p->m[i].fd);
+    if (p->root_fd >= 0)
+        close(p->root_fd);
+    p->n = 0;
+    p->root_fd = -1;
+}
+
+static int plan_make(plan *p, funcd_sandbox *sb, const funcd_sandbox_job *job)
+{
+    memset(p, 0, sizeof(*p));
+    p->sb = sb;
+    p->job = job;
+    p->root_fd = -1;
+    p->system = !job->rootfs && funcd_sandbox_needs_system(job->prog);
+    snprintf(p->tmp_opts, sizeof(p->tmp_opts), "size=%llu,mode=1777",
+             (unsigned long long)sb->tmp_bytes);
+    if (job->n_binds > MAX_BINDS)
+        return funcd_error_set(FUNCD_EINVAL, "sandbox: at most %d binds", MAX_BINDS);
+    if (job->rootfs && (p->root_fd = make_tree(sb, job->rootfs, 0)) < 0)
+        return -1;
+    for (size_t i = 0; i < job->n_binds; i++) {
+        const funcd_worker_bind *b = &job->binds[i];
+        const char *target = b->target ? b->target : b->source;
+        struct stat st;
+        if (!b->source || b->source[0] != '/' || target[0] != '/' ||
+            strlen(target) >= PATH_BUF - sizeof(STAGING))
+            return funcd_error_set(FUNCD_EINVAL, "sandbox: a bind needs absolute paths shorter "
+                                   "than %d bytes", PATH_BUF - (int)sizeof(STAGING));
+        if (stat(b->source, &st) != 0)
+            return funcd_error_set(FUNCD_ENOTFOUND, "sandbox: cannot bind %s: %s", b->source,
+                                   strerror(errno));
+        plan_mount *m = &p->m[p->n];
+        snprintf(m->target, sizeof(m->target), "%s", target);
+        m->is_file = !S_ISDIR(st.st_mode);
+        if ((m->fd = make_tree(sb, b->source, b->writable)) < 0)
+            return -1;
+        p->n++;
+    }
+    /* A bind inside another is attached after it, or it would be hidden. */
+    qsort(p->m, p->n, sizeof(p->m[0]), by_target_length);
+    return 0;
+}
+
+/* Waits for the worker's exec (the error pipe closes) or a failure. */
+static int await_exec(int err_r)
+{
+    child_error ce;
+    ssize_t n;
+    do
+        n = read(err_r, &ce, sizeof(ce));
+    while (n < 0 && errno == EINTR);
+    if (n == 0)
+        return 0;
+    if (n != (ssize_t)sizeof(ce))
+        return funcd_error_set(FUNCD_EIO, "sandbox: the worker's setup ended without a word");
+    ce.step[sizeof(ce.step) - 1] = '\0';
+    return funcd_error_set(FUNCD_EIO, "sandbox: %s: %s", ce.step, strerror(ce.err));
+}
+
+static void close_pair(int p[2])
+{
+    for (int i = 0; i < 2; i++)
+        if (p[i] >= 0)
+            close(p[i]);
+    p[0] = p[1] = -1;
+}
+
+/* Clone with every signal blocked, so no handler of funcd's runs in the
+ * copy; the child never returns from here. */
+static pid_t clone_init(plan *p)
+{
+    unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
+                          CLONE_NEWUTS | (p->job->host_network ? 0 : CLONE_NEWNET);
+    sigset_t all, saved;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &saved);
+    pid_t pid = (pid_t)syscall(SYS_clone, flags | SIGCHLD, 0, NULL, NULL, 0);
+    if (pid == 0) {
+        setpgid(0, 0);
+        init_main(p);
+    }
+    int err = errno;
+    pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    if (pid > 0)
+        setpgid(pid, pid);
+    errno = err;
+    return pid;
+}
+
+static pid_t spawn_planned(plan *p, int *status_fd)
+{
+    int sync[2] = {-1, -1}, errp[2] = {-1, -1}, status[2] = {-1, -1};
+    if (pipe2(sync, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0 ||
+        pipe2(status, O_CLOEXEC) != 0) {
+        int err = errno;
+        close_pair(sync);
+        close_pair(errp);
+        close_pair(status);
+        return funcd_error_set(FUNCD_EIO, "sandbox: cannot create pipes: %s", strerror(err));
+    }
+    p->sync_r = sync[0];
+    p->err_w = errp[1];
+    p->status_w = status[1];
+    pid_t pid = clone_init(p);
+    int err = errno;
+    close(sync[0]);
+    close(errp[1]);
+    close(status[1]);
+    plan_close(p);
+    int rc = 0;
+    if (pid < 0)
+        rc = funcd_error_set(FUNCD_EIO, "sandbox: clone: %s", strerror(err));
+    else if (map_ids(pid, p->sb->uid) != 0)
+        rc = funcd_error_set(FUNCD_EIO, "sandbox: cannot map the worker's user: %s",
+                             strerror(errno));
+    else if (p->job->cg && funcd_cgroup_attach(p->job->cg, p->job->cg_id, pid) < 0)
+        rc = -1;
+    else if (write(sync[1], "g", 1) != 1)
+        rc = funcd_error_set(FUNCD_EIO, "sandbox: the worker's init is gone");
+    close(sync[1]);
+    if (rc == 0)
+        rc = await_exec(errp[0]);
+    close(errp[0]);
+    if (rc < 0) {
+        close(status[0]);
+        if (pid > 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+        }
+        return -1;
+    }
+    *status_fd = status[0];
+    return pid;
+}
+
+pid_t funcd_sandbox_spawn(funcd_sandbox *sb, const funcd_sandbox_job *job, int *status_fd)
+{
+    *status_fd = -1;
+    plan *p = malloc(sizeof(*p));
+    if (!p)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory starting a sandboxed worker");
+    pid_t pid = -1;
+    if (plan_make(p, sb, job) == 0)
+        pid = spawn_planned(p, status_fd);
+    plan_close(p);
+    free(p);
+    return pid;
+}
+
+/* ---- more binds for a running sandbox ------------------------------------- */
+
+static int set_root_writable(int writable)
+{
+    struct mount_attr attr = {.attr_set = writable ? 0 : MOUNT_ATTR_RDONLY,
+                              .attr_clr = writable ? MOUNT_ATTR_RDONLY : 0};
+    return (int)syscall(SYS_mount_setattr, AT_FDCWD, "/", 0, &attr, sizeof(attr));
+}
+
+/* The helper joins the sandbox's user namespace (so what it creates is
+ * owned by the worker's uid there) and then its mount namespace. */
+static _Noreturn void expose_main(const plan *p, int user_fd, int mnt_fd)
+{
+    if (setns(user_fd, CLONE_NEWUSER) != 0)
+        child_fail(p->err_w, "join the user namespace", NULL, errno);
+    if (setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0)
+        child_fail(p->err_w, "become the mapped user", NULL, errno);
+    if (setns(mnt_fd, CLONE_NEWNS) != 0)
+        child_fail(p->err_w, "join the mount namespace", NULL, errno);
+    if (set_root_writable(1) != 0)
+        child_fail(p->err_w, "make / writable", NULL, errno);
+    char dst[PATH_BUF];
+    for (size_t i = 0; i < p->n; i++) {
+        join(dst, p->m[i].target, NULL);
+        if ((p->m[i].is_file ? make_file(dst) : mkdir_p(dst)) != 0)
+            child_fail(p->err_w, "mkdir ", dst, errno);
+        if (move_tree(p->m[i].fd, dst) != 0)
+            child_fail(p->err_w, "bind ", dst, errno);
+    }
+    if (set_root_writable(0) != 0)
+        child_fail(p->err_w, "read-only /", NULL, errno);
+    _exit(0);
+}
+
+static int open_ns(pid_t pid, const char *which)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%ld/ns/%s", (long)pid, which);
+    return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+static int expose_planned(plan *p, pid_t init_pid)
+{
+    int user_fd = open_ns(init_pid, "user"), mnt_fd = open_ns(init_pid, "mnt");
+    int errp[2] = {-1, -1};
+    int rc = 0;
+    if (user_fd < 0 || mnt_fd < 0 || pipe2(errp, O_CLOEXEC) != 0) {
+        rc = funcd_error_set(FUNCD_EIO, "sandbox: cannot reach worker %ld: %s", (long)init_pid,
+                             strerror(errno));
+    } else {
+        p->err_w = errp[1];
+        sigset_t all, saved;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &saved);
+        pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
+        if (pid == 0)
+            expose_main(p, user_fd, mnt_fd);
+        int err = errno;
+        pthread_sigmask(SIG_SETMASK, &saved, NULL);
+        close(errp[1]);
+        if (pid < 0) {
+            rc = funcd_error_set(FUNCD_EIO, "sandbox: clone: %s", strerror(err));
+        } else {
+            rc = await_exec(errp[0]);
+            while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        }
+        close(errp[0]);
+    }
+    if (user_fd >= 0)
+        close(user_fd);
+    if (mnt_fd >= 0)
+        close(mnt_fd);
+    return rc;
+}
+
+int funcd_sandbox_expose(funcd_sandbox *sb, pid_t init_pid, const funcd_worker_bind *binds,
+                         size_t n_binds)
+{
+    plan *p = malloc(sizeof(*p));
+    if (!p)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory");
+    funcd_sandbox_job job = {.prog = "/", .binds = binds, .n_binds = n_binds};
+    int rc = plan_make(p, sb, &job);
+    if (rc == 0)
+        rc = expose_planned(p, init_pid);
+    plan_close(p);
+    free(p);
+    return rc < 0 ? -1 : 0;
+}
+
+/* ---- what a program needs ------------------------------------------------ */
+
+int funcd_sandbox_needs_system(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 1;
+    Elf64_Ehdr eh;
+    ssize_t n = pread(fd, &eh, sizeof(eh), 0);
+    int needs = 1;
+    if (n >= 2 && memcmp(&eh, "#!", 2) == 0) {
+        needs = 1;
+    } else if (n == (ssize_t)sizeof(eh) && memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
+               eh.e_ident[EI_CLASS] == ELFCLASS64 && eh.e_phentsize == sizeof(Elf64_Phdr)) {
+        needs = 0;
+        for (unsigned i = 0; i < eh.e_phnum && !needs; i++) {
+            Elf64_Phdr ph;
+            if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + i * sizeof(ph))) !=
+                (ssize_t)sizeof(ph))
+                needs = 1;
+            else if (ph.p_type == PT_INTERP)
+                needs = 1;
+        }
+    }
+    close(fd);
+    return needs;
+}

@@ -1,0 +1,71 @@
+/*
+ * Git sources: a Function's code fetched from a git repository with libgit2.
+ *
+ * Cache layout under `cache_dir` (docs/sources.md says the same for users):
+ *   repos/<sha256(url) hex>.git   a bare mirror of the URL's branches and tags
+ *   repos/<sha256(url) hex>.lock  flock(2)ed while a fetch uses that mirror
+ *   trees/<commit>/               the commit's tree, written once, never changed
+ *   trees/.tmp-XXXXXX/            a tree being written (or left by a crash:
+ *                                 any cleaner may remove those older than a run)
+ * A tree only appears under its final name by rename(2) after it is complete
+ * and synced, so readers never see half a tree.
+ *
+ * Refs resolve in this order: "" or NULL = the remote's HEAD; a full name
+ * "refs/heads/x" or "refs/tags/x"; the branch refs/heads/<ref>; the tag
+ * refs/tags/<ref>; a full or abbreviated (at least 4 hex digits) commit id
+ * reachable from a branch or tag. Tags are peeled to their commit.
+ *
+ * Trees are written from the object database, not through git's checkout:
+ * files are 0755 when git records them executable, else 0644; directories
+ * 0755; symbolic links are written as links, whatever their target (the
+ * sandbox bind-mounts only the tree, so an absolute or escaping link
+ * resolves inside the sandbox's own root); submodules become empty
+ * directories. No filters (.gitattributes, LFS) are applied.
+ *
+ * Errors: FUNCD_EIO when the URL cannot be reached or read ("git: cannot
+ * reach URL: <libgit2's message>"), FUNCD_ENOTFOUND for an unknown ref or a
+ * missing `path`, FUNCD_EINVAL for a bad argument or a `path` that escapes
+ * the tree or is not a directory, FUNCD_ENOSPC when the disk is full.
+ * `err` (if not NULL) and funcd_error_last() get the same message.
+ *
+ * Threads: every function is blocking (run it off the event loop) and may
+ * run concurrently from any number of threads and processes, for the same
+ * URL or different ones. Each call brackets itself with git_libgit2_init()
+ * and git_libgit2_shutdown(); a component whose threads call these
+ * repeatedly should hold funcd_git_init() for as long as those threads live,
+ * so libgit2's per-thread state is freed when each thread exits instead of
+ * being orphaned by a shutdown that ran while the thread was still alive.
+ */
+#ifndef FUNCD_SOURCE_GIT_H
+#define FUNCD_SOURCE_GIT_H
+
+#include <stddef.h>
+
+typedef struct funcd_git_result {
+    char dir[1024];  /* absolute: cache_dir/trees/<commit>[/<path>] */
+    char commit[41]; /* 40 lowercase hex digits */
+} funcd_git_result;
+
+/* Holds libgit2 initialised (refcounted; pair every init with a shutdown). */
+int funcd_git_init(void);
+void funcd_git_shutdown(void);
+
+/*
+ * Fetches `url` into its mirror, resolves `ref` to a commit and returns the
+ * commit's tree (written once) joined with `path` (a relative subdirectory,
+ * NULL or "" for the root). When `ref` is a full commit id whose tree is
+ * already cached, nothing is fetched and `url` is not contacted.
+ */
+int funcd_git_fetch(const char *cache_dir, const char *url, const char *ref, const char *path,
+                    funcd_git_result *out, char *err, size_t errlen);
+
+/*
+ * Resolves `ref` (same rules as funcd_git_fetch) to a commit by asking the
+ * remote for its refs, without fetching objects: cheap enough to poll. A
+ * full commit id is returned as is; an abbreviated one cannot be resolved
+ * this way unless it prefixes an advertised commit (FUNCD_ENOTFOUND).
+ */
+int funcd_git_ls_remote(const char *url, const char *ref, char commit[41], char *err,
+                        size_t errlen);
+
+#endif

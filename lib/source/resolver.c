@@ -1,0 +1,1088 @@
+/*
+ * The source resolver (resolver.h): one entry per distinct source, shared
+ * by the functions that use it; pulls on the loop, extraction and git on
+ * short-lived threads whose results come back through a queue and a wakeup.
+ */
+#include "source/resolver.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api/api.h"
+#include "api/internal.h"
+#include "funcd/sys/error.h"
+#include "oci/oci.h"
+#include "oci/unpack.h"
+#include "registry/registry.h"
+#include "source/git.h"
+#include "util/misc.h"
+
+#define IMAGE_META_PREFIX "/images/"
+#define IMAGE_TAG_PREFIX "/imagetags/"
+#define RETRY_MIN_MS 2000
+#define RETRY_MAX_MS (5 * 60 * 1000)
+#define FINISHED_PULLS_KEPT 64
+
+typedef struct waiter {
+    char *ns, *name;
+    struct waiter *next;
+} waiter;
+
+enum { E_PENDING = 0, E_READY = 1, E_FAILED = -1 };
+
+typedef struct entry {
+    funcd_sources *s;
+    char *key;
+    int is_image;
+    char *ns, *ref, *secrets; /* image: the namespace and pull secrets (comma-separated) */
+    char *url, *gref, *path;  /* git */
+    int state;
+    int busy;
+    char reason[64], message[512];
+    funcd_source_result res; /* E_READY */
+    char *held_digest;       /* the rootfs we hold in the cache */
+    int64_t resolved_ms;     /* monotonic: the last resolution that worked */
+    int64_t retry_ms;        /* E_FAILED: when to try again */
+    unsigned failures;
+    uint64_t bytes_done, bytes_total;
+    waiter *waiters;
+    funcd_oci_pull_handle *pull;
+    struct entry *next;
+} entry;
+
+/* Work for a thread, and its answer. */
+typedef struct job {
+    entry *e;
+    funcd_oci_image *img; /* unpack */
+    int rc;
+    char err[512];
+    funcd_git_result git;
+    char rootfs[1024];
+    struct job *next;
+} job;
+
+/* A pull asked for through the API; updated by the loop, read by any thread. */
+typedef struct api_pull {
+    char id[40];
+    char *key;
+    char *ns, *ref, *secrets;
+    int started;
+    funcd_pull_state st;
+    int64_t finished_ms;
+    struct api_pull *next;
+} api_pull;
+
+struct funcd_sources {
+    funcd_sources_config cfg;
+    char *images_dir, *git_dir;
+    funcd_oci_client *oci;
+    funcd_rootfs_cache *rootfs;
+    entry *entries;
+    struct event *wake, *tick;
+    pthread_mutex_t lock; /* done, pulls, threads */
+    pthread_cond_t idle;
+    job *done;
+    api_pull *pulls;
+    unsigned threads;
+    int git_held;
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static char **strv_copy(char *const *v)
+{
+    if (!v)
+        return NULL;
+    size_t n = 0;
+    while (v[n])
+        n++;
+    char **out = calloc(n + 1, sizeof(*out));
+    for (size_t i = 0; out && i < n; i++)
+        if (!(out[i] = strdup(v[i]))) {
+            for (size_t j = 0; j < i; j++)
+                free(out[j]);
+            free(out);
+            return NULL;
+        }
+    return out;
+}
+
+static void strv_release(char **v)
+{
+    for (char **p = v; p && *p; p++)
+        free(*p);
+    free(v);
+}
+
+void funcd_source_result_clear(funcd_source_result *r)
+{
+    strv_release(r->entrypoint);
+    strv_release(r->cmd);
+    strv_release(r->env);
+    free(r->working_dir);
+    free(r->user);
+    memset(r, 0, sizeof(*r));
+}
+
+static int result_copy(funcd_source_result *to, const funcd_source_result *from)
+{
+    memset(to, 0, sizeof(*to));
+    to->is_image = from->is_image;
+    memcpy(to->dir, from->dir, sizeof(to->dir));
+    memcpy(to->resolved, from->resolved, sizeof(to->resolved));
+    to->entrypoint = strv_copy(from->entrypoint);
+    to->cmd = strv_copy(from->cmd);
+    to->env = strv_copy(from->env);
+    to->working_dir = funcd_strdup(from->working_dir);
+    to->user = funcd_strdup(from->user);
+    if ((from->entrypoint && !to->entrypoint) || (from->cmd && !to->cmd) ||
+        (from->env && !to->env) || (from->working_dir && !to->working_dir) ||
+        (from->user && !to->user)) {
+        funcd_source_result_clear(to);
+        return FUNCD_ENOMEM;
+    }
+    return 0;
+}
+
+static void set_failure(entry *e, const char *reason, const char *message)
+{
+    e->state = E_FAILED;
+    snprintf(e->reason, sizeof(e->reason), "%s", reason);
+    snprintf(e->message, sizeof(e->message), "%s", message);
+    e->failures++;
+    int64_t backoff = RETRY_MIN_MS << (e->failures < 8 ? e->failures - 1 : 7);
+    e->retry_ms = funcd_mono_ms() + (backoff > RETRY_MAX_MS ? RETRY_MAX_MS : backoff);
+}
+
+static void notify(entry *e)
+{
+    funcd_sources *s = e->s;
+    for (waiter *w = e->waiters; w; w = w->next)
+        if (s->cfg.changed)
+            s->cfg.changed(w->ns, w->name, s->cfg.changed_payload);
+}
+
+/* Copies the entry's outcome to the API pulls that follow it. */
+static void publish(entry *e, int finished)
+{
+    funcd_sources *s = e->s;
+    pthread_mutex_lock(&s->lock);
+    for (api_pull *p = s->pulls; p; p = p->next) {
+        if (!p->started || p->st.done || strcmp(p->key, e->key) != 0)
+            continue;
+        p->st.bytes_done = e->bytes_done;
+        p->st.bytes_total = e->bytes_total;
+        if (!finished)
+            continue;
+        p->st.done = 1;
+        p->finished_ms = funcd_mono_ms();
+        p->st.failed = e->state != E_READY;
+        if (e->state == E_READY)
+            snprintf(p->st.digest, sizeof(p->st.digest), "%s", e->res.resolved);
+        snprintf(p->st.message, sizeof(p->st.message), "%s",
+                 e->state == E_READY ? "pulled" : e->message);
+        p->st.layers_done = p->st.layers_total;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- threads -------------------------------------------------------------- */
+
+static void job_free(job *j)
+{
+    if (j->img)
+        funcd_oci_image_free(j->img);
+    free(j);
+}
+
+static void *thread_main(void *arg)
+{
+    job *j = arg;
+    entry *e = j->e;
+    funcd_sources *s = e->s;
+    if (j->img) {
+        funcd_oci_image *img = j->img;
+        j->rc = funcd_rootfs_cache_get(s->rootfs, img->digest, (const char *const *)img->layer_paths,
+                                       (const char *const *)img->layer_media_types, img->n_layers,
+                                       j->rootfs, sizeof(j->rootfs), j->err, sizeof(j->err));
+    } else {
+        j->rc = funcd_git_fetch(s->git_dir, e->url, e->gref, e->path, &j->git, j->err,
+                                sizeof(j->err));
+    }
+    pthread_mutex_lock(&s->lock);
+    j->next = s->done;
+    s->done = j;
+    pthread_mutex_unlock(&s->lock);
+    event_active(s->wake, EV_READ, 0);
+    pthread_mutex_lock(&s->lock);
+    if (--s->threads == 0)
+        pthread_cond_broadcast(&s->idle);
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+static int run_thread(funcd_sources *s, job *j)
+{
+    pthread_attr_t attr;
+    pthread_t tid;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_mutex_lock(&s->lock);
+    s->threads++;
+    pthread_mutex_unlock(&s->lock);
+    int err = pthread_create(&tid, &attr, thread_main, j);
+    pthread_attr_destroy(&attr);
+    if (err) {
+        pthread_mutex_lock(&s->lock);
+        s->threads--;
+        pthread_mutex_unlock(&s->lock);
+        return funcd_error_set(FUNCD_EIO, "cannot start a thread: %s", strerror(err));
+    }
+    return 0;
+}
+
+/* ---- image metadata in the store ------------------------------------------- */
+
+static void add_strv(cJSON *obj, const char *name, char *const *v)
+{
+    if (!v)
+        return;
+    cJSON *a = cJSON_AddArrayToObject(obj, name);
+    for (char *const *p = v; a && *p; p++)
+        cJSON_AddItemToArray(a, cJSON_CreateString(*p));
+}
+
+static char **get_strv(const cJSON *obj, const char *name)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(obj, name);
+    if (!cJSON_IsArray(a))
+        return NULL;
+    size_t n = (size_t)cJSON_GetArraySize(a), i = 0;
+    char **v = calloc(n + 1, sizeof(*v));
+    const cJSON *it;
+    cJSON_ArrayForEach(it, a) if (v && cJSON_IsString(it)) v[i++] = strdup(it->valuestring);
+    return v;
+}
+
+static void store_json(funcd_sources *s, const char *prefix, const char *id, cJSON *obj)
+{
+    char *text = cJSON_PrintUnformatted(obj);
+    funcd_buf key = FUNCD_BUF_INIT;
+    if (text && funcd_buf_printf(&key, "%s%s", prefix, id) == 0 &&
+        s->cfg.store->put(s->cfg.store, key.data, text, strlen(text), FUNCD_STORE_ANY, NULL) < 0)
+        funcd_log(s->cfg.logger, FUNCD_LOG_WARN, "keeping image metadata of %s: %s", id,
+                  funcd_error_last()->message);
+    funcd_buf_free(&key);
+    free(text);
+}
+
+static cJSON *load_json(funcd_sources *s, const char *prefix, const char *id)
+{
+    funcd_buf key = FUNCD_BUF_INIT;
+    funcd_store_value v = {0};
+    cJSON *obj = NULL;
+    if (funcd_buf_printf(&key, "%s%s", prefix, id) == 0 &&
+        s->cfg.store->get(s->cfg.store, key.data, &v) == 0) {
+        obj = cJSON_ParseWithLength(v.value, v.len);
+        free(v.value);
+    }
+    funcd_buf_free(&key);
+    return obj;
+}
+
+static void remember_image(funcd_sources *s, const char *ref, const funcd_oci_image *img)
+{
+    cJSON *m = cJSON_CreateObject();
+    if (!m)
+        return;
+    char ts[40];
+    funcd_rfc3339(funcd_now_ms(), ts, sizeof(ts));
+    cJSON_AddStringToObject(m, "digest", img->digest);
+    cJSON_AddStringToObject(m, "ref", ref);
+    cJSON_AddStringToObject(m, "os", img->os ? img->os : "");
+    cJSON_AddStringToObject(m, "architecture", img->arch ? img->arch : "");
+    add_strv(m, "entrypoint", img->entrypoint);
+    add_strv(m, "cmd", img->cmd);
+    add_strv(m, "env", img->env);
+    if (img->working_dir)
+        cJSON_AddStringToObject(m, "workingDir", img->working_dir);
+    if (img->user)
+        cJSON_AddStringToObject(m, "user", img->user);
+    uint64_t size = 0;
+    cJSON *layers = cJSON_AddArrayToObject(m, "layers");
+    for (size_t i = 0; layers && i < img->n_layers; i++) {
+        cJSON *l = cJSON_CreateObject();
+        cJSON_AddStringToObject(l, "digest", img->layer_digests[i]);
+        cJSON_AddStringToObject(l, "mediaType", img->layer_media_types[i]);
+        cJSON_AddNumberToObject(l, "size", (double)img->layer_sizes[i]);
+        cJSON_AddItemToArray(layers, l);
+        size += img->layer_sizes[i];
+    }
+    cJSON_AddNumberToObject(m, "size", (double)size);
+    cJSON_AddStringToObject(m, "pulledAt", ts);
+    store_json(s, IMAGE_META_PREFIX, img->digest, m);
+    cJSON_Delete(m);
+    cJSON *t = cJSON_CreateObject();
+    if (!t)
+        return;
+    cJSON_AddStringToObject(t, "digest", img->digest);
+    cJSON_AddNumberToObject(t, "resolvedAtMs", (double)funcd_now_ms());
+    store_json(s, IMAGE_TAG_PREFIX, ref, t);
+    cJSON_Delete(t);
+}
+
+static char *blob_path(funcd_sources *s, const char *digest)
+{
+    char *p = NULL;
+    if (strncmp(digest, "sha256:", 7) != 0 ||
+        asprintf(&p, "%s/blobs/sha256/%s", s->images_dir, digest + 7) < 0)
+        return NULL;
+    return p;
+}
+
+/* The image as remembered, if the tag is fresh (or pinned by digest) and
+ * every layer is still in the cache: a restart needs no registry. */
+static funcd_oci_image *remembered_image(funcd_sources *s, const char *ref)
+{
+    funcd_oci_ref r;
+    if (funcd_oci_ref_parse(&r, ref) < 0)
+        return NULL;
+    char *digest = r.digest ? strdup(r.digest) : NULL;
+    funcd_oci_ref_free(&r);
+    if (!digest) {
+        cJSON *t = load_json(s, IMAGE_TAG_PREFIX, ref);
+        double at = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "resolvedAtMs"));
+        const char *d = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "digest"));
+        uint64_t every = s->cfg.tag_refresh_ms ? s->cfg.tag_refresh_ms : 5 * 60 * 1000;
+        if (d && at == at && funcd_now_ms() - (int64_t)at < (int64_t)every)
+            digest = strdup(d);
+        cJSON_Delete(t);
+    }
+    cJSON *m = digest ? load_json(s, IMAGE_META_PREFIX, digest) : NULL;
+    funcd_oci_image *img = m ? calloc(1, sizeof(*img)) : NULL;
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(m, "layers");
+    size_t n = (size_t)cJSON_GetArraySize(layers);
+    if (img) {
+        img->ref = strdup(ref);
+        img->digest = digest;
+        digest = NULL;
+        img->entrypoint = get_strv(m, "entrypoint");
+        img->cmd = get_strv(m, "cmd");
+        img->env = get_strv(m, "env");
+        img->working_dir = funcd_strdup(
+            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "workingDir")));
+        img->user = funcd_strdup(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "user")));
+        img->layer_digests = calloc(n + 1, sizeof(char *));
+        img->layer_media_types = calloc(n + 1, sizeof(char *));
+        img->layer_paths = calloc(n + 1, sizeof(char *));
+        img->layer_sizes = calloc(n + 1, sizeof(uint64_t));
+    }
+    int ok = img && img->ref && img->layer_digests && img->layer_media_types && img->layer_paths &&
+             img->layer_sizes && n > 0;
+    const cJSON *l;
+    cJSON_ArrayForEach(l, layers)
+    {
+        const char *d = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(l, "digest"));
+        const char *mt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(l, "mediaType"));
+        if (!ok || !d || !mt)
+            break;
+        size_t i = img->n_layers++;
+        img->layer_digests[i] = strdup(d);
+        img->layer_media_types[i] = strdup(mt);
+        img->layer_paths[i] = blob_path(s, d);
+        ok = img->layer_digests[i] && img->layer_media_types[i] && img->layer_paths[i] &&
+             access(img->layer_paths[i], R_OK) == 0;
+    }
+    free(digest);
+    cJSON_Delete(m);
+    if (img && (!ok || img->n_layers != n)) {
+        funcd_oci_image_free(img);
+        return NULL;
+    }
+    return img;
+}
+
+/* ---- pull secrets --------------------------------------------------------------- */
+
+/* The .dockerconfigjson of a Secret, malloc()ed, or NULL. */
+static char *secret_config(funcd_sources *s, const char *ns, const char *name)
+{
+    const funcd_kind *kind = funcd_kind_by_plural("secrets");
+    cJSON *obj = NULL;
+    uint64_t rev;
+    if (!kind || funcd_registry_get(s->cfg.store, kind, ns, name, &obj, &rev) < 0)
+        return NULL;
+    const char *b64 = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(obj, "data"), ".dockerconfigjson"));
+    size_t len = 0;
+    char *out = NULL;
+    if (b64 && funcd__api_base64_decoded_len(b64, strlen(b64), &len) == 0 &&
+        (out = malloc(len + 1))) {
+        funcd__api_base64_decode(b64, strlen(b64), (unsigned char *)out);
+        out[len] = 0;
+    }
+    cJSON_Delete(obj);
+    return out;
+}
+
+/* One Docker config JSON holding the "auths" of every named Secret. */
+static char *merged_secrets(funcd_sources *s, const char *ns, const char *names,
+                            char *missing, size_t missing_len)
+{
+    missing[0] = 0;
+    if (!names || !*names)
+        return NULL;
+    cJSON *all = cJSON_CreateObject();
+    cJSON *auths = all ? cJSON_AddObjectToObject(all, "auths") : NULL;
+    char *copy = strdup(names), *save = NULL;
+    for (char *n = copy ? strtok_r(copy, ",", &save) : NULL; n && auths;
+         n = strtok_r(NULL, ",", &save)) {
+        char *text = secret_config(s, ns, n);
+        cJSON *cfg = text ? cJSON_Parse(text) : NULL;
+        free(text);
+        if (!cfg) {
+            snprintf(missing, missing_len, "%s", n);
+            continue;
+        }
+        cJSON *a;
+        cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(cfg, "auths")) if (
+            a->string && !cJSON_GetObjectItemCaseSensitive(auths, a->string))
+            cJSON_AddItemToObject(auths, a->string, cJSON_Duplicate(a, 1));
+        cJSON_Delete(cfg);
+    }
+    free(copy);
+    char *out = all ? cJSON_PrintUnformatted(all) : NULL;
+    cJSON_Delete(all);
+    return out;
+}
+
+/* ---- starting work ---------------------------------------------------------- */
+
+static void start(entry *e);
+
+static void start_unpack(entry *e, funcd_oci_image *img)
+{
+    job *j = calloc(1, sizeof(*j));
+    if (!j) {
+        funcd_oci_image_free(img);
+        set_failure(e, "InternalError", "out of memory");
+        e->busy = 0;
+        return;
+    }
+    j->e = e;
+    j->img = img;
+    snprintf(e->reason, sizeof(e->reason), "Extracting");
+    if (run_thread(e->s, j) < 0) {
+        job_free(j);
+        set_failure(e, "InternalError", funcd_error_last()->message);
+        e->busy = 0;
+        publish(e, 1);
+        notify(e);
+    }
+}
+
+static void on_progress(uint64_t done, uint64_t total, void *payload)
+{
+    entry *e = payload;
+    e->bytes_done = done;
+    e->bytes_total = total;
+    publish(e, 0);
+}
+
+static void on_pulled(int rc, const char *message, funcd_oci_image *img, void *payload)
+{
+    entry *e = payload;
+    e->pull = NULL;
+    if (rc < 0) {
+        char msg[600];
+        snprintf(msg, sizeof(msg), "pulling %s: %s", e->ref, message ? message : "failed");
+        e->busy = 0;
+        if (e->state == E_READY) { /* a refresh failed: keep what runs */
+            funcd_log(e->s->cfg.logger, FUNCD_LOG_WARN, "%s", msg);
+            e->resolved_ms = funcd_mono_ms();
+        } else {
+            set_failure(e, "ImagePullFailed", msg);
+            notify(e);
+        }
+        publish(e, 1);
+        return;
+    }
+    if (e->state == E_READY && strcmp(img->digest, e->res.resolved) == 0) {
+        e->resolved_ms = funcd_mono_ms(); /* the tag still names the same image */
+        e->busy = 0;
+        remember_image(e->s, e->ref, img);
+        funcd_oci_image_free(img);
+        publish(e, 1);
+        return;
+    }
+    remember_image(e->s, e->ref, img);
+    start_unpack(e, img);
+}
+
+static void start_pull(entry *e)
+{
+    funcd_sources *s = e->s;
+    char missing[128];
+    char *cfg = merged_secrets(s, e->ns, e->secrets, missing, sizeof(missing));
+    if (missing[0]) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "imagePullSecrets: Secret \"%s\" is missing or has no "
+                 ".dockerconfigjson", missing);
+        funcd_log(s->cfg.logger, FUNCD_LOG_WARN, "image %s: %s", e->ref, msg);
+    }
+    snprintf(e->reason, sizeof(e->reason), "Pulling");
+    int rc = funcd_oci_pull(s->oci, e->ref, cfg, on_progress, on_pulled, e, &e->pull);
+    free(cfg);
+    if (rc < 0) {
+        e->busy = 0;
+        set_failure(e, "ImagePullFailed", funcd_error_last()->message);
+        publish(e, 1);
+        notify(e);
+    }
+}
+
+static void start(entry *e)
+{
+    e->busy = 1;
+    e->bytes_done = e->bytes_total = 0;
+    if (!e->is_image) {
+        job *j = calloc(1, sizeof(*j));
+        snprintf(e->reason, sizeof(e->reason), "Fetching");
+        if (j)
+            j->e = e;
+        if (!j || run_thread(e->s, j) < 0) {
+            free(j);
+            e->busy = 0;
+            set_failure(e, "GitFetchFailed", "cannot start a thread for the fetch");
+            notify(e);
+        }
+        return;
+    }
+    if (e->state != E_READY) { /* first resolution: what a previous run pulled will do */
+        funcd_oci_image *img = remembered_image(e->s, e->ref);
+        if (img) {
+            start_unpack(e, img);
+            return;
+        }
+    }
+    start_pull(e);
+}
+
+/* ---- results ------------------------------------------------------------------- */
+
+static void image_ready(entry *e, job *j)
+{
+    funcd_sources *s = e->s;
+    funcd_oci_image *img = j->img;
+    char *old = e->held_digest;
+    e->held_digest = strdup(img->digest);
+    funcd_source_result_clear(&e->res);
+    e->res.is_image = 1;
+    snprintf(e->res.dir, sizeof(e->res.dir), "%s", j->rootfs);
+    snprintf(e->res.resolved, sizeof(e->res.resolved), "%s", img->digest);
+    e->res.entrypoint = strv_copy(img->entrypoint);
+    e->res.cmd = strv_copy(img->cmd);
+    e->res.env = strv_copy(img->env);
+    e->res.working_dir = funcd_strdup(img->working_dir);
+    e->res.user = funcd_strdup(img->user);
+    if (old) {
+        funcd_rootfs_cache_put(s->rootfs, old);
+        free(old);
+    }
+}
+
+static void finish(funcd_sources *s, job *j)
+{
+    entry *e = j->e;
+    e->busy = 0;
+    if (j->rc < 0) {
+        char msg[700];
+        snprintf(msg, sizeof(msg), "%s", j->err);
+        if (e->state == E_READY) {
+            funcd_log(s->cfg.logger, FUNCD_LOG_WARN, "refreshing %s: %s",
+                      e->is_image ? e->ref : e->url, msg);
+            e->resolved_ms = funcd_mono_ms();
+        } else {
+            set_failure(e, e->is_image ? "ImageExtractFailed" : "GitFetchFailed", msg);
+            notify(e);
+        }
+        publish(e, 1);
+        return;
+    }
+    int changed = e->state != E_READY;
+    if (e->is_image) {
+        changed = 1;
+        image_ready(e, j);
+    } else if (changed || strcmp(e->res.resolved, j->git.commit) != 0) {
+        changed = 1;
+        funcd_source_result_clear(&e->res);
+        snprintf(e->res.dir, sizeof(e->res.dir), "%s", j->git.dir);
+        snprintf(e->res.resolved, sizeof(e->res.resolved), "%s", j->git.commit);
+    }
+    e->state = E_READY;
+    e->failures = 0;
+    e->resolved_ms = funcd_mono_ms();
+    publish(e, 1);
+    if (changed)
+        notify(e);
+}
+
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    funcd_sources *s = arg;
+    pthread_mutex_lock(&s->lock);
+    job *list = s->done;
+    s->done = NULL;
+    pthread_mutex_unlock(&s->lock);
+    while (list) {
+        job *j = list;
+        list = j->next;
+        finish(s, j);
+        job_free(j);
+    }
+}
+
+/* ---- entries ----------------------------------------------------------------- */
+
+static int refreshable(const entry *e)
+{
+    if (!e->is_image)
+        return 1;
+    return strchr(e->ref, '@') == NULL; /* a digest never changes */
+}
+
+static void start_api_pulls(funcd_sources *s);
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    funcd_sources *s = arg;
+    int64_t now = funcd_mono_ms();
+    uint64_t tag_every = s->cfg.tag_refresh_ms ? s->cfg.tag_refresh_ms : 5 * 60 * 1000;
+    uint64_t git_every = s->cfg.git_poll_ms ? s->cfg.git_poll_ms : 60 * 1000;
+    for (entry *e = s->entries; e; e = e->next) {
+        if (e->busy || !e->waiters)
+            continue;
+        uint64_t every = e->is_image ? tag_every : git_every;
+        if ((e->state == E_FAILED && now >= e->retry_ms) ||
+            (e->state == E_READY && refreshable(e) && now - e->resolved_ms >= (int64_t)every))
+            start(e);
+    }
+    start_api_pulls(s);
+}
+
+static entry *find_entry(funcd_sources *s, const char *key)
+{
+    for (entry *e = s->entries; e; e = e->next)
+        if (strcmp(e->key, key) == 0)
+            return e;
+    return NULL;
+}
+
+static void entry_free(entry *e)
+{
+    if (e->pull)
+        funcd_oci_pull_cancel(e->pull);
+    while (e->waiters) {
+        waiter *w = e->waiters;
+        e->waiters = w->next;
+        free(w->ns);
+        free(w->name);
+        free(w);
+    }
+    if (e->held_digest)
+        funcd_rootfs_cache_put(e->s->rootfs, e->held_digest);
+    free(e->held_digest);
+    funcd_source_result_clear(&e->res);
+    free(e->key);
+    free(e->ns);
+    free(e->ref);
+    free(e->secrets);
+    free(e->url);
+    free(e->gref);
+    free(e->path);
+    free(e);
+}
+
+static entry *new_entry(funcd_sources *s, const char *key, int is_image)
+{
+    entry *e = calloc(1, sizeof(*e));
+    if (!e || !(e->key = strdup(key))) {
+        free(e);
+        return NULL;
+    }
+    e->s = s;
+    e->is_image = is_image;
+    e->next = s->entries;
+    s->entries = e;
+    return e;
+}
+
+static entry *image_entry(funcd_sources *s, const char *ns, const char *ref, const char *secrets)
+{
+    funcd_buf key = FUNCD_BUF_INIT;
+    entry *e = NULL;
+    if (funcd_buf_printf(&key, "i|%s|%s|%s", ns, ref, secrets) == 0 &&
+        !(e = find_entry(s, key.data)) && (e = new_entry(s, key.data, 1))) {
+        e->ns = strdup(ns);
+        e->ref = strdup(ref);
+        e->secrets = strdup(secrets);
+    }
+    funcd_buf_free(&key);
+    return e;
+}
+
+static const char *str_at(const cJSON *obj, const char *key)
+{
+    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(obj, key));
+}
+
+/* The entry for `spec`'s source, created if new; NULL on OOM. */
+static entry *entry_for(funcd_sources *s, const char *ns, const cJSON *spec)
+{
+    const cJSON *source = cJSON_GetObjectItemCaseSensitive(spec, "source");
+    const char *image = str_at(source, "image");
+    if (image) {
+        funcd_buf secrets = FUNCD_BUF_INIT;
+        const cJSON *n;
+        cJSON_ArrayForEach(n, cJSON_GetObjectItemCaseSensitive(spec, "imagePullSecrets"))
+            if (cJSON_IsString(n))
+                funcd_buf_printf(&secrets, "%s%s", secrets.len ? "," : "", n->valuestring);
+        entry *e = image_entry(s, ns, image, secrets.data ? secrets.data : "");
+        funcd_buf_free(&secrets);
+        return e;
+    }
+    const cJSON *git = cJSON_GetObjectItemCaseSensitive(source, "git");
+    const char *url = str_at(git, "url"), *ref = str_at(git, "ref"), *path = str_at(git, "path");
+    funcd_buf key = FUNCD_BUF_INIT;
+    entry *e = NULL;
+    if (url && funcd_buf_printf(&key, "g|%s|%s|%s", url, ref ? ref : "", path ? path : "") == 0 &&
+        !(e = find_entry(s, key.data)) && (e = new_entry(s, key.data, 0))) {
+        e->url = strdup(url);
+        e->gref = funcd_strdup(ref);
+        e->path = funcd_strdup(path);
+    }
+    funcd_buf_free(&key);
+    return e;
+}
+
+/* Removes ns/name from every entry but `keep`; 1 if it was waiting on `keep`. */
+static int move_waiter(funcd_sources *s, const char *ns, const char *name, entry *keep)
+{
+    int found = 0;
+    for (entry *e = s->entries; e; e = e->next)
+        for (waiter **pp = &e->waiters; *pp;) {
+            waiter *w = *pp;
+            if (strcmp(w->ns, ns) != 0 || strcmp(w->name, name) != 0) {
+                pp = &w->next;
+                continue;
+            }
+            if (e == keep) {
+                found = 1;
+                pp = &w->next;
+                continue;
+            }
+            *pp = w->next;
+            free(w->ns);
+            free(w->name);
+            free(w);
+        }
+    return found;
+}
+
+void funcd_sources_forget(funcd_sources *s, const char *ns, const char *name)
+{
+    if (s)
+        move_waiter(s, ns, name, NULL);
+}
+
+int funcd_sources_resolve(funcd_sources *s, const char *ns, const char *name, const cJSON *spec,
+                          int user_write, funcd_source_result *out, char *reason,
+                          size_t reason_len, char *message, size_t message_len)
+{
+    memset(out, 0, sizeof(*out));
+    entry *e = entry_for(s, ns, spec);
+    if (!e) {
+        snprintf(reason, reason_len, "InternalError");
+        snprintf(message, message_len, "out of memory");
+        return FUNCD_ENOMEM;
+    }
+    if (!move_waiter(s, ns, name, e)) {
+        waiter *w = calloc(1, sizeof(*w));
+        if (w && (w->ns = strdup(ns)) && (w->name = strdup(name))) {
+            w->next = e->waiters;
+            e->waiters = w;
+        } else if (w) {
+            free(w->ns);
+            free(w);
+        }
+    }
+    if (!e->busy && (e->state == E_PENDING || (user_write && (e->state == E_FAILED ||
+                                                              refreshable(e)))))
+        start(e);
+    if (e->state == E_READY) {
+        if (result_copy(out, &e->res) < 0) {
+            snprintf(reason, reason_len, "InternalError");
+            snprintf(message, message_len, "out of memory");
+            return FUNCD_ENOMEM;
+        }
+        return FUNCD_SOURCE_READY;
+    }
+    if (e->state == E_FAILED) {
+        snprintf(reason, reason_len, "%s", e->reason);
+        snprintf(message, message_len, "%s", e->message);
+        return FUNCD_EIO;
+    }
+    snprintf(reason, reason_len, "%s", e->reason[0] ? e->reason : "Pending");
+    if (e->is_image && e->bytes_total)
+        snprintf(message, message_len, "pulling %s: %" PRIu64 " of %" PRIu64 " bytes", e->ref,
+                 e->bytes_done, e->bytes_total);
+    else if (e->is_image)
+        snprintf(message, message_len, "%s %s", strcmp(e->reason, "Extracting") == 0
+                                                    ? "extracting the layers of"
+                                                    : "pulling", e->ref);
+    else
+        snprintf(message, message_len, "fetching %s%s%s", e->url, e->gref ? " at " : "",
+                 e->gref ? e->gref : "");
+    return FUNCD_SOURCE_PENDING;
+}
+
+/* ---- the images API ------------------------------------------------------------- */
+
+typedef struct list_ctx {
+    funcd_buf *out;
+    int n;
+} list_ctx;
+
+static int list_one(const funcd_store_kv *kv, void *payload)
+{
+    list_ctx *c = payload;
+    funcd_buf_printf(c->out, "%s%.*s", c->n++ ? "," : "", (int)kv->len, (const char *)kv->value);
+    return 0;
+}
+
+int funcd_sources_list_images(funcd_sources *s, funcd_buf *out)
+{
+    list_ctx c = {out, 0};
+    funcd_buf_puts(out, "{\"items\":[");
+    int rc = s->cfg.store->list(s->cfg.store, IMAGE_META_PREFIX, list_one, &c, NULL);
+    funcd_buf_puts(out, "]}");
+    return rc;
+}
+
+/* Runs on the loop: entries for the pulls the API asked for. */
+static void start_api_pulls(funcd_sources *s)
+{
+    pthread_mutex_lock(&s->lock);
+    int64_t now = funcd_mono_ms();
+    for (api_pull **pp = &s->pulls; *pp;) { /* forget answers nobody came back for */
+        api_pull *p = *pp;
+        if (p->st.done && now - p->finished_ms > 10 * 60 * 1000) {
+            *pp = p->next;
+            free(p->key);
+            free(p->ns);
+            free(p->ref);
+            free(p->secrets);
+            free(p);
+            continue;
+        }
+        pp = &p->next;
+    }
+    api_pull *todo = NULL;
+    for (api_pull *p = s->pulls; p; p = p->next)
+        if (!p->started && !todo)
+            todo = p;
+    pthread_mutex_unlock(&s->lock);
+    while (todo) {
+        entry *e = image_entry(s, todo->ns, todo->ref, todo->secrets);
+        pthread_mutex_lock(&s->lock);
+        todo->started = 1;
+        if (e)
+            todo->key = strdup(e->key);
+        if (!e || !todo->key) {
+            todo->st.done = todo->st.failed = 1;
+            snprintf(todo->st.message, sizeof(todo->st.message), "out of memory");
+        }
+        pthread_mutex_unlock(&s->lock);
+        if (e && todo->key) {
+            if (!e->busy && e->state == E_READY && !refreshable(e)) {
+                publish(e, 1); /* pinned by digest and here already */
+            } else if (!e->busy) {
+                e->state = e->state == E_READY ? E_READY : E_PENDING;
+                start(e);
+            }
+        }
+        pthread_mutex_lock(&s->lock);
+        api_pull *next = NULL;
+        for (api_pull *p = s->pulls; p; p = p->next)
+            if (!p->started && !next)
+                next = p;
+        todo = next;
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
+int funcd_sources_pull_start(funcd_sources *s, const char *ns, const char *ref,
+                             const char *const *secrets, char id[40])
+{
+    funcd_oci_ref r;
+    int rc = funcd_oci_ref_parse(&r, ref);
+    if (rc < 0)
+        return rc;
+    funcd_oci_ref_free(&r);
+    api_pull *p = calloc(1, sizeof(*p));
+    funcd_buf names = FUNCD_BUF_INIT;
+    for (const char *const *n = secrets; n && *n; n++)
+        funcd_buf_printf(&names, "%s%s", names.len ? "," : "", *n);
+    if (!p || !(p->ns = strdup(ns)) || !(p->ref = strdup(ref)) ||
+        !(p->secrets = strdup(names.data ? names.data : ""))) {
+        if (p) {
+            free(p->ns);
+            free(p->ref);
+        }
+        free(p);
+        funcd_buf_free(&names);
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory");
+    }
+    funcd_buf_free(&names);
+    funcd_uuid4(p->id);
+    snprintf(id, 40, "%s", p->id);
+    pthread_mutex_lock(&s->lock);
+    p->next = s->pulls;
+    s->pulls = p;
+    pthread_mutex_unlock(&s->lock);
+    event_active(s->tick, EV_TIMEOUT, 0);
+    return 0;
+}
+
+int funcd_sources_pull_get(funcd_sources *s, const char *id, funcd_pull_state *out)
+{
+    int rc = FUNCD_ENOTFOUND;
+    pthread_mutex_lock(&s->lock);
+    for (api_pull *p = s->pulls; p; p = p->next)
+        if (strcmp(p->id, id) == 0) {
+            *out = p->st;
+            rc = 0;
+            break;
+        }
+    pthread_mutex_unlock(&s->lock);
+    if (rc < 0)
+        funcd_error_set(rc, "no pull %s (finished pulls are kept for 10 minutes)", id);
+    return rc;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------ */
+
+static int make_dir(const char *path)
+{
+    if (mkdir(path, 0700) != 0 && errno != EEXIST)
+        return funcd_error_set(FUNCD_EIO, "cannot create %s: %s", path, strerror(errno));
+    return 0;
+}
+
+int funcd_sources_new(funcd_sources **out, const funcd_sources_config *cfg)
+{
+    *out = NULL;
+    funcd_sources *s = calloc(1, sizeof(*s));
+    if (!s)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory");
+    s->cfg = *cfg;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->idle, NULL);
+    int rc = 0;
+    if (asprintf(&s->images_dir, "%s/images", cfg->cache_dir) < 0 ||
+        asprintf(&s->git_dir, "%s/git", cfg->cache_dir) < 0) {
+        funcd_sources_free(s);
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory");
+    }
+    char rootfs_dir[1200];
+    snprintf(rootfs_dir, sizeof(rootfs_dir), "%s/rootfs", s->images_dir);
+    if ((rc = make_dir(s->images_dir)) < 0 || (rc = make_dir(s->git_dir)) < 0) {
+        funcd_sources_free(s);
+        return rc;
+    }
+    funcd_oci_client_options oo = {
+        .cache_dir = s->images_dir,
+        .auth_file = cfg->auth_file,
+        .certs_dir = cfg->certs_dir,
+        .insecure = cfg->insecure,
+        .os = cfg->os,
+        .arch = cfg->arch,
+    };
+    s->oci = funcd_oci_client_new(cfg->loop, &oo);
+    s->rootfs = s->oci ? funcd_rootfs_cache_new(rootfs_dir, cfg->image_cache_bytes
+                                                               ? cfg->image_cache_bytes
+                                                               : (uint64_t)4 << 30)
+                       : NULL;
+    s->wake = event_new(cfg->loop, -1, EV_PERSIST, on_wake, s);
+    s->tick = event_new(cfg->loop, -1, EV_PERSIST, on_tick, s);
+    struct timeval every = {1, 0};
+    if (!s->oci) {
+        rc = funcd_error_last()->code ? funcd_error_last()->code : FUNCD_ENOMEM;
+        funcd_sources_free(s);
+        return rc;
+    }
+    if (!s->rootfs) {
+        funcd_sources_free(s);
+        return funcd_error_set(FUNCD_EIO, "cannot open the image cache %s", rootfs_dir);
+    }
+    if (!s->wake || !s->tick || event_add(s->tick, &every) < 0) {
+        funcd_sources_free(s);
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory");
+    }
+    funcd_git_init();
+    s->git_held = 1;
+    *out = s;
+    return 0;
+}
+
+void funcd_sources_free(funcd_sources *s)
+{
+    if (!s)
+        return;
+    /* Threads run to their end (a git fetch or an extraction in flight). */
+    pthread_mutex_lock(&s->lock);
+    while (s->threads)
+        pthread_cond_wait(&s->idle, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+    while (s->done) {
+        job *j = s->done;
+        s->done = j->next;
+        if (j->img && j->rc == 0)
+            funcd_rootfs_cache_put(s->rootfs, j->img->digest);
+        job_free(j);
+    }
+    while (s->entries) {
+        entry *e = s->entries;
+        s->entries = e->next;
+        entry_free(e);
+    }
+    while (s->pulls) {
+        api_pull *p = s->pulls;
+        s->pulls = p->next;
+        free(p->key);
+        free(p->ns);
+        free(p->ref);
+        free(p->secrets);
+        free(p);
+    }
+    if (s->wake)
+        event_free(s->wake);
+    if (s->tick)
+        event_free(s->tick);
+    funcd_oci_client_free(s->oci);
+    funcd_rootfs_cache_free(s->rootfs);
+    if (s->git_held)
+        funcd_git_shutdown();
+    free(s->images_dir);
+    free(s->git_dir);
+    pthread_cond_destroy(&s->idle);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}

@@ -1,0 +1,105 @@
+/*
+ * Source resolver: turns spec.source.image and spec.source.git into a
+ * directory a worker can run from, without ever blocking the platform loop.
+ *
+ * An image is pulled (lib/oci, on the loop), its layers extracted into a
+ * rootfs per manifest digest (lib/oci/unpack.h, on a thread); a git source is
+ * fetched and its commit's tree written once (lib/source/git.h, on a
+ * thread). Until a result exists, resolve answers "pending"; when it
+ * arrives, every function waiting on it is named to `changed` so the
+ * controller reconciles it again. Tags and branches are resolved again on
+ * an interval, and when a function is re-applied; a new digest or commit
+ * is announced the same way, and the function redeploys.
+ *
+ * Image metadata (digest, entrypoint, cmd, env, layers) and tag → digest
+ * resolutions are kept in the store under /images/ and /imagetags/, so a
+ * restart within the refresh interval reaches no registry.
+ *
+ * Threads: everything runs on the platform loop, except
+ * funcd_sources_list_images, funcd_sources_pull_start and
+ * funcd_sources_pull_get (any thread).
+ */
+#ifndef FUNCD_SOURCE_RESOLVER_H
+#define FUNCD_SOURCE_RESOLVER_H
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "funcd/funcd.h"
+#include "util/buf.h"
+#include "util/log.h"
+
+struct event_base;
+typedef struct funcd_sources funcd_sources;
+
+typedef struct funcd_sources_config {
+    struct event_base *loop;
+    funcd_store *store;    /* image metadata; pull secrets are read from it */
+    const char *cache_dir; /* images/ (blobs, rootfs) and git/ go below it */
+    const char *auth_file, *certs_dir;
+    const char *const *insecure;
+    const char *os, *arch;
+    uint64_t image_cache_bytes; /* 0: 4 GiB */
+    uint64_t tag_refresh_ms;    /* 0: 5 min */
+    uint64_t git_poll_ms;       /* 0: 1 min */
+    const funcd_logger *logger;
+    void (*changed)(const char *ns, const char *name, void *payload);
+    void *changed_payload;
+} funcd_sources_config;
+
+/* Where and how a resolved source runs. */
+typedef struct funcd_source_result {
+    int is_image;
+    char dir[1024];      /* git: the code directory; image: the rootfs */
+    char resolved[80];   /* "sha256:<hex>" of the image manifest, or the git commit */
+    char **entrypoint;   /* image config (NULL-terminated, or NULL) */
+    char **cmd;
+    char **env;
+    char *working_dir;
+    char *user;
+} funcd_source_result;
+
+void funcd_source_result_clear(funcd_source_result *r);
+
+int funcd_sources_new(funcd_sources **out, const funcd_sources_config *cfg);
+void funcd_sources_free(funcd_sources *s);
+
+enum { FUNCD_SOURCE_READY = 0, FUNCD_SOURCE_PENDING = 1 };
+
+/*
+ * Resolves the Function `ns/name`'s spec.source (image or git). Returns
+ * FUNCD_SOURCE_READY with `out` filled, FUNCD_SOURCE_PENDING (reason and
+ * message say what it waits for; `changed` will name the function), or a
+ * negative code with reason and message saying what failed. `user_write`:
+ * the object was written by a user since the last call (a re-apply), so a
+ * tag or branch is resolved again.
+ */
+int funcd_sources_resolve(funcd_sources *s, const char *ns, const char *name, const cJSON *spec,
+                          int user_write, funcd_source_result *out, char *reason,
+                          size_t reason_len, char *message, size_t message_len);
+
+/* The function no longer uses its source (deleted, or moved to another). */
+void funcd_sources_forget(funcd_sources *s, const char *ns, const char *name);
+
+/* ---- the images API (any thread) ------------------------------------------ */
+
+/* Appends {"items":[...]} of the image metadata cache to `out`. */
+int funcd_sources_list_images(funcd_sources *s, funcd_buf *out);
+
+typedef struct funcd_pull_state {
+    int done;            /* 1: finished (ok or failed) */
+    int failed;
+    uint64_t bytes_done, bytes_total;
+    unsigned layers_done, layers_total;
+    char digest[80];
+    char message[512];
+} funcd_pull_state;
+
+/* Starts pulling `ref` (with the pull secrets `secrets` of namespace `ns`,
+ * NULL-terminated, may be NULL); writes an id to poll with. */
+int funcd_sources_pull_start(funcd_sources *s, const char *ns, const char *ref,
+                             const char *const *secrets, char id[40]);
+/* FUNCD_ENOTFOUND for an unknown (or long finished) id. */
+int funcd_sources_pull_get(funcd_sources *s, const char *id, funcd_pull_state *out);
+
+#endif

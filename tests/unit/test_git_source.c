@@ -1,0 +1,336 @@
+/*
+ * Git sources: a bare repository made with the git CLI in a temporary
+ * directory is the remote; funcd_git_fetch/ls_remote must agree with
+ * `git rev-parse` and write trees that keep modes and links.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "funcd/funcd.h"
+#include "harness.h"
+#include "source/git.h"
+#include "util/misc.h"
+
+static char root[256], bare[300], work[300], cache[300];
+static char first[41]; /* the commit tagged v1 */
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int sh(const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int rc = system(cmd);
+    return rc == 0 ? 0 : -1;
+}
+
+static int rev_parse(const char *rev, char out[41])
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "git -C %s rev-parse %s", bare, rev);
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return -1;
+    int ok = fgets(out, 41, f) != NULL && strlen(out) == 40;
+    return pclose(f) == 0 && ok ? 0 : -1;
+}
+
+static int commit_and_push(const char *msg)
+{
+    return sh("cd %s && git add -A && git commit -q -m '%s' && git push -q origin HEAD:main", work,
+              msg);
+}
+
+static int make_remote(void)
+{
+    if (sh("git init -q --bare --initial-branch=main %s && git clone -q %s %s 2>/dev/null", bare,
+           bare, work) < 0)
+        return -1;
+    if (sh("cd %s && printf '#!/bin/sh\\necho one\\n' > handler && chmod 755 handler && "
+           "mkdir sub && echo config > sub/config.txt && echo plain > plain.txt && "
+           "ln -s /etc link-out && ln -s handler link-in",
+           work) < 0)
+        return -1;
+    if (commit_and_push("first") < 0 || rev_parse("main", first) < 0)
+        return -1;
+    return sh("cd %s && git tag -a v1 -m v1 && git tag light && git push -q origin v1 light", work);
+}
+
+static int fetch(const char *ref, const char *path, funcd_git_result *out, char *err)
+{
+    char url[320];
+    snprintf(url, sizeof url, "file://%s", bare);
+    return funcd_git_fetch(cache, url, ref, path, out, err, 512);
+}
+
+static int file_mode(const char *dir, const char *name, struct stat *st)
+{
+    char p[1400];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return lstat(p, st);
+}
+
+static int tmp_dirs_left(void)
+{
+    char p[400];
+    snprintf(p, sizeof p, "%s/trees", cache);
+    DIR *d = opendir(p);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += strncmp(e->d_name, ".tmp-", 5) == 0;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+TEST(default_ref_is_remote_head)
+{
+    funcd_git_result r;
+    char err[512] = "", want[400];
+    CHECK_INT(fetch(NULL, NULL, &r, err), 0);
+    CHECK_STR(r.commit, first);
+    snprintf(want, sizeof want, "%s/trees/%s", cache, first);
+    CHECK_STR(r.dir, want);
+    struct stat st;
+    CHECK_INT(file_mode(r.dir, "handler", &st), 0);
+    CHECK_INT(st.st_mode & 0777, 0755);
+    CHECK_INT(file_mode(r.dir, "plain.txt", &st), 0);
+    CHECK_INT(st.st_mode & 0777, 0644);
+    CHECK_INT(file_mode(r.dir, "link-out", &st), 0);
+    CHECK(S_ISLNK(st.st_mode));
+    char p[1400], target[64] = "";
+    snprintf(p, sizeof p, "%s/link-out", r.dir);
+    CHECK(readlink(p, target, sizeof target - 1) > 0);
+    CHECK_STR(target, "/etc");
+    CHECK_INT(file_mode(r.dir, "sub/config.txt", &st), 0);
+    CHECK(S_ISREG(st.st_mode));
+    CHECK_INT(file_mode(r.dir, ".git", &st), -1);
+}
+
+TEST(branch_and_subdirectory)
+{
+    funcd_git_result r;
+    char err[512] = "", want[400];
+    CHECK_INT(fetch("main", "./sub//", &r, err), 0);
+    CHECK_STR(r.commit, first);
+    snprintf(want, sizeof want, "%s/trees/%s/sub", cache, first);
+    CHECK_STR(r.dir, want);
+    struct stat st;
+    CHECK_INT(file_mode(r.dir, "config.txt", &st), 0);
+}
+
+TEST(new_commit_gives_new_tree)
+{
+    char second[41];
+    CHECK_INT(sh("cd %s && printf '#!/bin/sh\\necho two\\n' > handler && rm plain.txt", work), 0);
+    CHECK_INT(commit_and_push("second"), 0);
+    CHECK_INT(rev_parse("main", second), 0);
+    funcd_git_result r;
+    char err[512] = "", old[400];
+    CHECK_INT(fetch("main", NULL, &r, err), 0);
+    CHECK_STR(r.commit, second);
+    CHECK(strcmp(second, first) != 0);
+    struct stat st;
+    CHECK_INT(file_mode(r.dir, "handler", &st), 0);
+    CHECK_INT(st.st_mode & 0777, 0755);
+    CHECK_INT(file_mode(r.dir, "plain.txt", &st), -1);
+    snprintf(old, sizeof old, "%s/trees/%s", cache, first);
+    CHECK_INT(file_mode(old, "plain.txt", &st), 0); /* the old tree is left alone */
+    char head[41];
+    CHECK_INT(funcd_git_ls_remote(bare, NULL, head, err, sizeof err), 0);
+    CHECK_STR(head, second);
+}
+
+TEST(tags_resolve_to_their_commit)
+{
+    funcd_git_result r;
+    char err[512] = "", c[41];
+    CHECK_INT(fetch("v1", NULL, &r, err), 0);
+    CHECK_STR(r.commit, first);
+    CHECK_INT(fetch("refs/tags/light", NULL, &r, err), 0);
+    CHECK_STR(r.commit, first);
+    CHECK_INT(funcd_git_ls_remote(bare, "v1", c, err, sizeof err), 0);
+    CHECK_STR(c, first);
+    CHECK_INT(funcd_git_ls_remote(bare, "light", c, err, sizeof err), 0);
+    CHECK_STR(c, first);
+}
+
+TEST(commit_ids_full_short_and_upper_case)
+{
+    funcd_git_result r;
+    char err[512] = "", shorter[9], upper[41];
+    CHECK_INT(fetch(first, NULL, &r, err), 0);
+    CHECK_STR(r.commit, first);
+    memcpy(shorter, first, 8);
+    shorter[8] = '\0';
+    CHECK_INT(fetch(shorter, "sub", &r, err), 0);
+    CHECK_STR(r.commit, first);
+    for (int i = 0; i < 41; i++)
+        upper[i] = (char)(first[i] >= 'a' ? first[i] - 32 : first[i]);
+    CHECK_INT(fetch(upper, NULL, &r, err), 0);
+    CHECK_STR(r.commit, first);
+}
+
+TEST(unknown_ref_is_not_found)
+{
+    funcd_git_result r;
+    char err[512] = "", c[41];
+    CHECK_INT(fetch("nope", NULL, &r, err), FUNCD_ENOTFOUND);
+    CHECK_CONTAINS(err, "git: ref 'nope' not found in file://");
+    CHECK_CONTAINS(funcd_error_last()->message, "ref 'nope' not found");
+    CHECK_INT(fetch("deadbeef", NULL, &r, err), FUNCD_ENOTFOUND);
+    CHECK_INT(funcd_git_ls_remote(bare, "nope", c, err, sizeof err), FUNCD_ENOTFOUND);
+    CHECK_CONTAINS(err, "ref 'nope' not found");
+}
+
+TEST(path_must_stay_inside_and_be_a_directory)
+{
+    funcd_git_result r;
+    char err[512] = "";
+    CHECK_INT(fetch("main", "../x", &r, err), FUNCD_EINVAL);
+    CHECK_CONTAINS(err, "no '..'");
+    CHECK_INT(fetch("main", "sub/../../etc", &r, err), FUNCD_EINVAL);
+    CHECK_INT(fetch("main", "/etc", &r, err), FUNCD_EINVAL);
+    CHECK_CONTAINS(err, "relative");
+    CHECK_INT(fetch("main", "handler", &r, err), FUNCD_EINVAL);
+    CHECK_CONTAINS(err, "not a directory");
+    CHECK_INT(fetch("main", "link-out", &r, err), FUNCD_EINVAL); /* a link to /etc */
+    CHECK_INT(fetch("main", "missing", &r, err), FUNCD_ENOTFOUND);
+    CHECK_CONTAINS(err, "path 'missing' not found");
+    CHECK_STR(r.dir, "");
+}
+
+TEST(unreachable_url)
+{
+    funcd_git_result r;
+    char err[512] = "", url[400], c[41];
+    snprintf(url, sizeof url, "%s/absent.git", root);
+    CHECK_INT(funcd_git_fetch(cache, url, "main", NULL, &r, err, sizeof err), FUNCD_EIO);
+    CHECK_CONTAINS(err, "git: cannot reach ");
+    CHECK_INT(funcd_git_ls_remote(url, "main", c, err, sizeof err), FUNCD_EIO);
+    CHECK_CONTAINS(err, "git: cannot reach ");
+}
+
+TEST(cached_commit_needs_no_remote)
+{
+    char moved[400];
+    snprintf(moved, sizeof moved, "%s.moved", bare);
+    CHECK_INT(rename(bare, moved), 0);
+    funcd_git_result r;
+    char err[512] = "";
+    int by_id = fetch(first, "sub", &r, err);
+    int by_branch = fetch("main", NULL, &r, err);
+    CHECK_INT(rename(moved, bare), 0);
+    CHECK_INT(by_id, 0);
+    CHECK_INT(by_branch, FUNCD_EIO); /* a branch moves: it is always fetched */
+}
+
+TEST(deleted_branch_is_pruned)
+{
+    funcd_git_result r;
+    char err[512] = "";
+    CHECK_INT(sh("cd %s && git push -q origin HEAD:feature", work), 0);
+    CHECK_INT(fetch("feature", NULL, &r, err), 0);
+    CHECK_INT(sh("cd %s && git push -q origin :feature", work), 0);
+    CHECK_INT(fetch("feature", NULL, &r, err), FUNCD_ENOTFOUND);
+}
+
+/* git mktree accepts a ".." entry; writing it as named would land outside the tree. */
+TEST(unsafe_entry_name_is_refused)
+{
+    CHECK_INT(sh("cd %s && b=$(echo escaped | git hash-object -w --stdin) && "
+                 "t=$(printf '100644 blob %%s\t..\n' $b | git mktree) && "
+                 "c=$(git commit-tree $t -m evil) && git push -q origin $c:refs/heads/evil",
+                 work),
+              0);
+    funcd_git_result r;
+    char err[512] = "", above[400];
+    CHECK_INT(fetch("evil", NULL, &r, err), FUNCD_EINVAL);
+    CHECK_CONTAINS(err, "unsafe entry name '..'");
+    snprintf(above, sizeof above, "%s/trees", cache);
+    struct stat st;
+    CHECK_INT(file_mode(above, "..", &st), 0);
+    CHECK(S_ISDIR(st.st_mode)); /* still the cache directory, not a file */
+    CHECK_INT(tmp_dirs_left(), 0);
+}
+
+static void *fetch_thread(void *arg)
+{
+    funcd_git_result *r = arg;
+    char err[512];
+    if (fetch("main", "sub", r, err) != 0)
+        r->commit[0] = '\0';
+    return NULL;
+}
+
+TEST(concurrent_fetches_of_one_url)
+{
+    char head[41];
+    CHECK_INT(sh("cd %s && echo three > sub/three.txt", work), 0);
+    CHECK_INT(commit_and_push("third"), 0);
+    CHECK_INT(rev_parse("main", head), 0);
+    enum { N = 4 };
+    pthread_t t[N];
+    funcd_git_result r[N];
+    for (int i = 0; i < N; i++)
+        CHECK_INT(pthread_create(&t[i], NULL, fetch_thread, &r[i]), 0);
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < N; i++)
+        CHECK_STR(r[i].commit, head);
+    struct stat st;
+    CHECK_INT(file_mode(r[0].dir, "three.txt", &st), 0);
+    CHECK_INT(tmp_dirs_left(), 0);
+}
+
+static int git_missing(void)
+{
+    return system("git --version >/dev/null 2>&1") != 0;
+}
+
+int main(void)
+{
+    if (git_missing()) {
+        fprintf(stderr, "git is not installed: skipped\n");
+        return 77;
+    }
+    snprintf(root, sizeof root, "/tmp/funcd-git-test-XXXXXX");
+    if (!mkdtemp(root))
+        return 1;
+    snprintf(bare, sizeof bare, "%s/remote.git", root);
+    snprintf(work, sizeof work, "%s/work", root);
+    snprintf(cache, sizeof cache, "%s/cache", root);
+    /* The CLI must not read the user's configuration, and commits need an identity. */
+    setenv("HOME", root, 1);
+    setenv("GIT_CONFIG_NOSYSTEM", "1", 1);
+    setenv("GIT_AUTHOR_NAME", "t", 1);
+    setenv("GIT_AUTHOR_EMAIL", "t@example.invalid", 1);
+    setenv("GIT_COMMITTER_NAME", "t", 1);
+    setenv("GIT_COMMITTER_EMAIL", "t@example.invalid", 1);
+    if (make_remote() < 0) {
+        fprintf(stderr, "could not build the test repository\n");
+        funcd_remove_tree(root);
+        return 1;
+    }
+    RUN(default_ref_is_remote_head);
+    RUN(branch_and_subdirectory);
+    RUN(commit_ids_full_short_and_upper_case);
+    RUN(tags_resolve_to_their_commit);
+    RUN(new_commit_gives_new_tree);
+    RUN(unknown_ref_is_not_found);
+    RUN(path_must_stay_inside_and_be_a_directory);
+    RUN(unreachable_url);
+    RUN(cached_commit_needs_no_remote);
+    RUN(deleted_branch_is_pruned);
+    RUN(unsafe_entry_name_is_refused);
+    RUN(concurrent_fetches_of_one_url);
+    funcd_remove_tree(root);
+    return HARNESS_END();
+}
