@@ -72,7 +72,8 @@ static int restart(const char *path, int n)
     funcd_store *s = NULL;
     int listed = 0;
     double t0 = now_s();
-    if (funcd_store_sqlite_new(&s, path, NULL) < 0 || s->list(s, "/", count_kv, &listed, NULL) < 0) {
+    if (funcd_store_sqlite_new(&s, path, NULL) < 0 ||
+        s->list(s, "/", count_kv, &listed, NULL) < 0) {
         fprintf(stderr, "store-bench: reopen: %s\n", funcd_error_last()->message);
         if (s)
             s->free(s);

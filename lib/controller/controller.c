@@ -94,6 +94,11 @@ static cJSON *function_status(const cJSON *obj, const funcd_serving_status *ss)
     cJSON *conds = cJSON_AddArrayToObject(st, "conditions");
     cJSON_AddItemToArray(conds, condition("Ready", ss->ready ? "True" : "False", ss->reason,
                                           ss->message, old));
+    if (ss->resolved[0]) { /* what an image tag or a git ref stands for now */
+        cJSON *src = cJSON_AddObjectToObject(st, "source");
+        int digest = strncmp(ss->resolved, "sha256:", 7) == 0;
+        cJSON_AddStringToObject(src, digest ? "digest" : "commit", ss->resolved);
+    }
     if (ss->has_pool) {
         cJSON *rep = cJSON_AddObjectToObject(st, "replicas");
         cJSON_AddNumberToObject(rep, "ready", ss->stats.ready);

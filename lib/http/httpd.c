@@ -51,6 +51,7 @@ struct funcd_httpd {
     worker *workers;
     atomic_int stopping;
     int stopped;
+    int quiesced;
 };
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
@@ -289,8 +290,9 @@ int funcd_httpd_start(funcd_httpd *srv)
 
 void funcd_httpd_quiesce(funcd_httpd *srv)
 {
-    if (!srv || srv->stopped)
+    if (!srv || srv->stopped || srv->quiesced)
         return;
+    srv->quiesced = 1;
     for (unsigned i = 0; i < srv->nthreads; i++) {
         worker *w = &srv->workers[i];
         if (w->started)

@@ -139,13 +139,25 @@ typedef struct funcd_oci_stats {
     uint64_t bytes_downloaded;  /* blob bytes received */
 } funcd_oci_stats;
 
-/* Bytes of one pull so far, across its blobs; total is 0 until the manifest is known. */
+/*
+ * Bytes of one pull so far, across its blobs (cached ones count as done);
+ * total is 0 until the manifest is known. Coalesced and delivered from its
+ * own loop event (never from inside curl): it may cancel pulls or start new
+ * ones, but must not free the client. The last call (done == total) comes
+ * before a successful done callback.
+ */
 typedef void (*funcd_oci_progress_cb)(uint64_t done, uint64_t total, void *payload);
 
 /*
- * Called once per accepted pull (never after funcd_oci_pull_cancel and never
- * from inside funcd_oci_pull). rc 0: `image` is the caller's (free it with
- * funcd_oci_image_free). rc < 0: image is NULL and `message` says what failed.
+ * Called exactly once per accepted pull, from its own loop event (never from
+ * inside funcd_oci_pull, never after funcd_oci_pull_cancel or
+ * funcd_oci_client_free). rc 0: `image` is the caller's (free it with
+ * funcd_oci_image_free). rc < 0: image is NULL and `message` (valid during
+ * the call) says what failed: FUNCD_ENOTFOUND "R:tag not found in registry",
+ * FUNCD_EINVAL "registry X refused the credentials for REPO" / "requires
+ * credentials", FUNCD_EIO "blob sha256:… does not match its digest …; refused",
+ * "TLS certificate not trusted …", FUNCD_ETIMEOUT for a stalled transfer.
+ * The pull's handle is gone once done is called; done may free the client.
  */
 typedef void (*funcd_oci_done_cb)(int rc, const char *message, funcd_oci_image *image,
                                   void *payload);
@@ -159,10 +171,11 @@ const funcd_oci_stats *funcd_oci_client_stats(const funcd_oci_client *c);
 
 /*
  * Starts pulling `ref`. `dockerconfigjson`: a Secret's .dockerconfigjson
- * content used before the client's auth file (NULL: daemon credentials only).
- * Returns 0 (done will be called) or a negative code for a request that
- * cannot start (bad reference, insecure non-loopback ...); then done is not
- * called. `*handle` (may be NULL) is valid until done returns.
+ * content, searched before the client's auth_file (NULL: daemon credentials
+ * only). Returns 0 (done will be called) or a negative code for a pull that
+ * cannot start (a bad reference, a malformed secret, an unreadable auth
+ * file); then done is not called. `*handle` (may be NULL) stays valid until
+ * done is called or the pull is cancelled.
  */
 int funcd_oci_pull(funcd_oci_client *c, const char *ref, const char *dockerconfigjson,
                    funcd_oci_progress_cb progress, funcd_oci_done_cb done, void *payload,

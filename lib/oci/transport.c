@@ -758,10 +758,26 @@ static char *token_url(oci_req *r, const funcd_www_authenticate *w, char **post)
     return funcd_buf_detach(&u, NULL);
 }
 
+/* Credentials go to a plain-HTTP realm only on a host named insecure (loopback). */
+static int realm_may_be_plain(const oci_transport *t, const char *realm)
+{
+    if (strncmp(realm, "http://", 7) != 0)
+        return 0;
+    char host[300];
+    size_t n = strcspn(realm + 7, "/?#");
+    if (n >= sizeof(host))
+        return 0;
+    memcpy(host, realm + 7, n);
+    host[n] = 0;
+    return strcmp(oci_transport_scheme(t, host), "http") == 0;
+}
+
 static void start_token_request(oci_req *r, const funcd_www_authenticate *w)
 {
-    if (strncmp(w->realm, "https://", 8) != 0 && strncmp(w->realm, "http://", 7) != 0) {
-        req_fail(r, FUNCD_EIO, "registry %s: its token realm \"%s\" is not an http(s) URL",
+    if (strncmp(w->realm, "https://", 8) != 0 && !realm_may_be_plain(r->t, w->realm)) {
+        req_fail(r, FUNCD_EIO,
+                 "registry %s: its token realm \"%s\" is not an https URL (plain HTTP only "
+                 "for a registry named insecure)",
                  r->host, w->realm);
         return;
     }

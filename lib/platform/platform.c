@@ -26,6 +26,7 @@
 #include "platform/options.h"
 #include "fnrunner/service.h"
 #include "serving/serving.h"
+#include "source/resolver.h"
 #include "util/misc.h"
 
 #ifndef FUNCD_DEFAULT_SHIM_DIR
@@ -41,6 +42,7 @@ struct funcd_platform {
     funcd_cp_server *cp_server;
     funcd_controller *controller;
     funcd_serving *serving;
+    funcd_sources *sources;
     funcd_fnrunner *fnrunner;
     funcd_logstore *logstore; /* persistent function logs, on the blob */
     struct event *log_tick;
@@ -299,6 +301,24 @@ static int build(funcd_platform *p)
         !(p->log_tick = event_new(p->base, -1, EV_PERSIST, on_log_tick, p)) ||
         event_add(p->log_tick, &every_second) < 0)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory starting the log store");
+    funcd_sources_config srcc = {
+        .loop = p->base,
+        .store = p->cfg.store,
+        .cache_dir = p->state_dir,
+        .auth_file = p->cfg.registry_auth_file,
+        .certs_dir = p->cfg.registry_certs_dir,
+        .insecure = (const char *const *)p->cfg.insecure_registries,
+        .os = p->cfg.node_os,
+        .arch = p->cfg.node_arch,
+        .image_cache_bytes = p->cfg.image_cache_bytes,
+        .tag_refresh_ms = p->cfg.tag_refresh_ms,
+        .git_poll_ms = p->cfg.git_poll_ms,
+        .logger = &p->cfg.logger,
+        .changed = on_serving_changed,
+        .changed_payload = p,
+    };
+    if ((rc = funcd_sources_new(&p->sources, &srcc)) < 0)
+        return rc;
     funcd_serving_config sc = {
         .loop = p->base,
         .runtime = p->cfg.runtime,
@@ -407,6 +427,8 @@ static void teardown(funcd_platform *p)
     funcd_logstore_free(p->logstore); /* seals what is open, while the blob is there */
     p->logstore = NULL;
     p->serving = NULL;
+    funcd_sources_free(p->sources); /* after serving: it forgets its functions' sources */
+    p->sources = NULL;
     funcd_fnrunner_free(p->fnrunner);
     p->fnrunner = NULL;
     if (p->stop_ev)

@@ -235,16 +235,17 @@ static void build_root(const plan *p)
     } else if (mount("tmpfs", STAGING, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755") != 0) {
         child_fail(p->err_w, "mount the root tmpfs", NULL, errno);
     }
-    if (p->system)
-        mount_system(p);
-    mount_binds(p);
     if ((mkdir(STAGING "/proc", 0555) != 0 && errno != EEXIST) ||
         mount("proc", STAGING "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
         child_fail(p->err_w, "mount /proc", NULL, errno);
     mount_dev(p);
+    /* /tmp before the binds: an artifact may live under the host's /tmp. */
     if ((mkdir(STAGING "/tmp", 01777) != 0 && errno != EEXIST) ||
         mount("tmpfs", STAGING "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, p->tmp_opts) != 0)
         child_fail(p->err_w, "mount /tmp", NULL, errno);
+    if (p->system)
+        mount_system(p);
+    mount_binds(p);
     if (chdir(STAGING) != 0 || syscall(SYS_pivot_root, ".", ".") != 0)
         child_fail(p->err_w, "pivot_root", NULL, errno);
     if (umount2(".", MNT_DETACH) != 0 || chdir("/") != 0)

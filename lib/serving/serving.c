@@ -16,6 +16,7 @@
 #include "api/api.h"
 #include "artifact/bundle.h"
 #include "funcd/sys/error.h"
+#include "source/resolver.h"
 #include "util/misc.h"
 
 #define STOP_GRACE_MS 10000 /* SIGTERM, then SIGKILL (docs/worker-contract.md) */
@@ -47,6 +48,7 @@ static const char *const generic_shim[GENERIC_KINDS] = {"funcd-node.js", "funcd-
 
 typedef struct fn_entry {
     char *ns, *name;
+    double generation; /* metadata.generation last applied */
     launch *ln;
     funcd_pool *pool;
     uint64_t timeout_ms;
@@ -98,6 +100,7 @@ struct funcd_serving {
     spare *spares[GENERIC_KINDS];    /* unclaimed, or NULL */
     int want_spare[GENERIC_KINDS];   /* a function of that runtime exists */
     int closing;
+    int respec; /* the function being applied got a new spec: re-resolve tags and refs */
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -221,9 +224,39 @@ static void fail(funcd_serving_status *st, const char *reason, const char *fmt, 
     va_end(ap);
 }
 
-/* The code directory of the function, or NULL with `st` filled. */
-static char *materialize(funcd_serving *s, const cJSON *source, funcd_serving_status *st)
+/* An image or git source through the resolver: the code directory (git),
+ * or NULL with `st` filled (pending or failed). */
+static char *resolve_source(funcd_serving *s, const char *ns, const char *name,
+                            const cJSON *spec, funcd_serving_status *st)
 {
+    if (!s->cfg.sources) {
+        fail(st, "SourceNotSupported", "this platform has no source resolver for image and git "
+             "sources; use spec.source.path or spec.source.bundle");
+        return NULL;
+    }
+    funcd_source_result res;
+    char reason[64], msg[512];
+    int rc = funcd_sources_resolve(s->cfg.sources, ns, name, spec, s->respec, &res, reason,
+                                   sizeof(reason), msg, sizeof(msg));
+    if (rc != FUNCD_SOURCE_READY) {
+        fail(st, reason, "%s", msg);
+        return NULL;
+    }
+    snprintf(st->resolved, sizeof(st->resolved), "%s", res.resolved);
+    char *dir = NULL;
+    if (res.is_image)
+        fail(st, "SourceNotSupported", "image functions are not wired into serving yet");
+    else if (!(dir = strdup(res.dir)))
+        fail(st, "InternalError", "out of memory");
+    funcd_source_result_clear(&res);
+    return dir;
+}
+
+/* The code directory of the function, or NULL with `st` filled. */
+static char *materialize(funcd_serving *s, const char *ns, const char *name, const cJSON *spec,
+                         funcd_serving_status *st)
+{
+    const cJSON *source = cJSON_GetObjectItemCaseSensitive(spec, "source");
     const char *path = str_at(source, "path");
     const char *bundle = str_at(source, "bundle");
     struct stat sb;
@@ -248,16 +281,10 @@ static char *materialize(funcd_serving *s, const cJSON *source, funcd_serving_st
         }
         return strdup(dir);
     }
-    if (cJSON_GetObjectItemCaseSensitive(source, "image"))
-        fail(st, "SourceNotSupported",
-             "spec.source.image needs OCI image pulls, which this build does not have yet; use "
-             "spec.source.path or spec.source.bundle");
-    else if (cJSON_GetObjectItemCaseSensitive(source, "git"))
-        fail(st, "SourceNotSupported",
-             "spec.source.git is not supported by this build yet; use spec.source.path or "
-             "spec.source.bundle");
-    else
-        fail(st, "BadSpec", "spec.source names no artifact");
+    if (cJSON_GetObjectItemCaseSensitive(source, "image") ||
+        cJSON_GetObjectItemCaseSensitive(source, "git"))
+        return resolve_source(s, ns, name, spec, st);
+    fail(st, "BadSpec", "spec.source names no artifact");
     return NULL;
 }
 
@@ -404,7 +431,7 @@ static funcd_worker_limits limits_of(const cJSON *spec)
 static launch *build_launch(funcd_serving *s, const char *ns, const char *name, const cJSON *spec,
                             funcd_log_ring *logs, funcd_serving_status *st)
 {
-    char *code = materialize(s, cJSON_GetObjectItemCaseSensitive(spec, "source"), st);
+    char *code = materialize(s, ns, name, spec, st);
     if (!code)
         return NULL;
     strv argv = {0}, env = {0};
@@ -914,7 +941,12 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
         route(s, e);
         return;
     }
+    double gen = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(fn, "metadata"), "generation"));
+    s->respec = e->generation > 0 && gen != e->generation;
+    e->generation = gen;
     launch *ln = build_launch(s, ns, name, spec, e->logs, st);
+    s->respec = 0;
     if (!ln) {
         drop_pool(e, st->message);
         route(s, e); /* known but not runnable: 503 with the reason */
@@ -961,6 +993,8 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
 
 void funcd_serving_remove(funcd_serving *s, const char *ns, const char *name)
 {
+    if (s->cfg.sources)
+        funcd_sources_forget(s->cfg.sources, ns, name);
     pthread_mutex_lock(&s->lock);
     fn_entry **pp = find_entry(s, ns, name);
     fn_entry *e = pp ? *pp : NULL;

@@ -36,6 +36,7 @@ typedef struct funcd_serving_config {
     void (*changed)(const char *ns, const char *name, void *payload);
     void *changed_payload;
     struct funcd_logstore *logstore; /* borrowed; NULL: logs live in memory only */
+    struct funcd_sources *sources;   /* borrowed; NULL: no image or git sources */
 } funcd_serving_config;
 
 typedef struct funcd_serving_status {
@@ -44,6 +45,7 @@ typedef struct funcd_serving_status {
     char message[512];
     int has_pool;
     funcd_pool_stats stats;
+    char resolved[80]; /* image digest or git commit the function runs, or "" */
 } funcd_serving_status;
 
 /* What the gateway needs of a worker (the pool worker's data). */

@@ -1,5 +1,6 @@
 #include "daemon.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -143,6 +144,9 @@ int dd_start(dd_daemon *d, const char *log_path, const char *const *args)
     snprintf(d->log, sizeof(d->log), "%s", log_path);
     if (!bin)
         return -1;
+    /* Else the previous run's addresses could be read before the child
+     * truncates the file. */
+    unlink(log_path);
     fflush(NULL);
     d->pid = fork();
     if (d->pid < 0) {
@@ -207,4 +211,88 @@ int dd_pid_gone(pid_t pid, unsigned long long start)
 {
     unsigned long long now = dd_pid_start(pid);
     return now == 0 || (start && now != start);
+}
+
+int dd_run(const char *log_path, const char *const *args, int timeout_ms)
+{
+    const char *bin = dd_funcd_path();
+    if (!bin)
+        return -1;
+    dd_daemon d = {0};
+    fflush(NULL);
+    d.pid = fork();
+    if (d.pid < 0)
+        return -1;
+    if (d.pid == 0)
+        exec_funcd(bin, log_path, args);
+    if (!dd_wait_exit(&d, timeout_ms)) {
+        dd_kill9(&d);
+        return -1;
+    }
+    return WIFEXITED(d.exit_status) ? WEXITSTATUS(d.exit_status) : -1;
+}
+
+int dd_log_has(const char *log_path, const char *text)
+{
+    FILE *f = fopen(log_path, "re");
+    char line[2048];
+    int found = 0;
+    while (f && !found && fgets(line, sizeof(line), f))
+        found = strstr(line, text) != NULL;
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* Every process below `root` (children, grandchildren...) with its start
+ * time: what must not outlive `root`'s kill -9. */
+size_t dd_descendants(pid_t root, dd_proc *out, size_t max)
+{
+    enum { CAP = 4096 };
+    static __thread struct { pid_t pid, ppid; } all[CAP];
+    size_t nall = 0, n = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    while (d && nall < CAP && (de = readdir(d))) {
+        char *end, path[300], buf[1024];
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end || pid <= 0)
+            continue;
+        snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+        FILE *f = fopen(path, "re");
+        size_t len = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[len] = '\0';
+        char *p = strrchr(buf, ')');
+        long ppid;
+        if (p && sscanf(p + 1, " %*c %ld", &ppid) == 1)
+            all[nall++] = (typeof(all[0])){(pid_t)pid, (pid_t)ppid};
+    }
+    if (d)
+        closedir(d);
+    /* Breadth first: out[] doubles as the queue. */
+    pid_t parent = root;
+    for (size_t q = 0;; parent = out[q++].pid) {
+        for (size_t i = 0; i < nall && n < max; i++)
+            if (all[i].ppid == parent)
+                out[n++] = (dd_proc){all[i].pid, dd_pid_start(all[i].pid)};
+        if (q >= n)
+            break;
+    }
+    return n;
+}
+
+int dd_all_gone(const dd_proc *w, size_t n, int timeout_ms)
+{
+    for (int waited = 0;; waited += 20) {
+        size_t alive = 0;
+        for (size_t i = 0; i < n; i++)
+            alive += !dd_pid_gone(w[i].pid, w[i].start);
+        if (!alive)
+            return 1;
+        if (waited >= timeout_ms)
+            return 0;
+        dd_sleep_ms(20);
+    }
 }

@@ -45,6 +45,14 @@ int dd_start(dd_daemon *d, const char *log_path, const char *const *args);
 const char **dd_default_args(const char **out, size_t max, const char *mode, const char *dir,
                              const char *const *extra);
 
+/* Runs funcd with `args` to its end (stderr to `log_path`); its exit code,
+ * or -1 if it did not exit by itself within `timeout_ms` (then it is
+ * killed) or died of a signal. */
+int dd_run(const char *log_path, const char *const *args, int timeout_ms);
+
+/* 1 when the log holds `text`. */
+int dd_log_has(const char *log_path, const char *text);
+
 /* SIGKILL and reap. No-op when not running. */
 void dd_kill9(dd_daemon *d);
 #define dd_stop dd_kill9
@@ -65,5 +73,17 @@ int dd_pid_gone(pid_t pid, unsigned long long start);
 unsigned long long dd_pid_start(pid_t pid);
 
 void dd_sleep_ms(int ms);
+
+typedef struct dd_proc {
+    pid_t pid;
+    unsigned long long start;
+} dd_proc;
+
+/* Every process below `root` (children, grandchildren...) with its start
+ * time: what must not outlive `root`. Returns how many (at most `max`). */
+size_t dd_descendants(pid_t root, dd_proc *out, size_t max);
+
+/* Waits until every process of `p` is gone; 1 when they are. */
+int dd_all_gone(const dd_proc *p, size_t n, int timeout_ms);
 
 #endif

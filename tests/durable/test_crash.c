@@ -592,8 +592,11 @@ static void crash_rounds(crash_test *t)
             FAILF("round %u: the store or the watch lost or changed acknowledged writes "
                   "(seed %u)", t->round, seed0);
         }
-        if (t->round == rounds)
+        if (t->round == rounds) {
+            for (int p = 0; p < NPLURALS; p++)
+                e2e_watch_close(w[p]);
             break;
+        }
         if (run_writers_and_crash(t, w, &seed) < 0)
             FAILF("cannot start writer threads");
         char db[400];

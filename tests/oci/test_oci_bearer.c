@@ -1,0 +1,333 @@
+/*
+ * The Bearer token challenge, end to end against a small registry served by
+ * this test (libevent's evhttp on 127.0.0.1, same loop as the client): it
+ * answers /v2/ requests without a current token with
+ *   401 WWW-Authenticate: Bearer realm="http://ADDR/token",service="fake",scope="repository:app:pull"
+ * and its /token endpoint hands out tokens for Basic credentials (GET) or an
+ * identity token (POST, refresh-token grant). Docker's registry needs a JWT
+ * token server for this, so the protocol is played here instead.
+ */
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <mbedtls/base64.h>
+#include <mbedtls/sha256.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
+#include "funcd/common.h"
+#include "harness.h"
+#include "oci/oci.h"
+#include "util/misc.h"
+
+static struct event_base *loop;
+static char work[256], addr[64];
+
+typedef struct fake {
+    char manifest[1024], config[256];
+    unsigned char layer[50000];
+    char manifest_digest[72], config_digest[72], layer_digest[72];
+    int generation;              /* bump to revoke every token */
+    int token_gets, token_posts; /* requests to /token */
+    int unauthorized;            /* 401s sent on /v2/ */
+    char last_scope[128], last_service[64];
+} fake;
+
+static fake srv;
+
+static void digest_of(const void *data, size_t len, char out[72])
+{
+    unsigned char sum[32];
+    mbedtls_sha256_ret(data, len, sum, 0);
+    strcpy(out, "sha256:");
+    for (int i = 0; i < 32; i++)
+        snprintf(out + 7 + 2 * i, 3, "%02x", sum[i]);
+}
+
+static void fake_init(void)
+{
+    for (size_t i = 0; i < sizeof(srv.layer); i++)
+        srv.layer[i] = (unsigned char)(i * 7 + 3);
+    digest_of(srv.layer, sizeof(srv.layer), srv.layer_digest);
+#if defined(__aarch64__)
+    const char *arch = "arm64";
+#else
+    const char *arch = "amd64";
+#endif
+    snprintf(srv.config, sizeof(srv.config),
+             "{\"architecture\":\"%s\",\"os\":\"linux\",\"config\":{\"Entrypoint\":[\"/app\"]}}", arch);
+    digest_of(srv.config, strlen(srv.config), srv.config_digest);
+    snprintf(srv.manifest, sizeof(srv.manifest),
+             "{\"schemaVersion\":2,\"mediaType\":\"%s\",\"config\":{\"mediaType\":"
+             "\"application/vnd.oci.image.config.v1+json\",\"digest\":\"%s\",\"size\":%zu},"
+             "\"layers\":[{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar\","
+             "\"digest\":\"%s\",\"size\":%zu}]}",
+             FUNCD_OCI_MT_OCI_MANIFEST, srv.config_digest, strlen(srv.config), srv.layer_digest,
+             sizeof(srv.layer));
+    digest_of(srv.manifest, strlen(srv.manifest), srv.manifest_digest);
+}
+
+static void reply(struct evhttp_request *req, int code, const char *type, const void *body,
+                  size_t len)
+{
+    struct evbuffer *b = evbuffer_new();
+    evbuffer_add(b, body, len);
+    if (type)
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", type);
+    evhttp_send_reply(req, code, code == 200 ? "OK" : "No", b);
+    evbuffer_free(b);
+}
+
+static void current_token(char *out, size_t n)
+{
+    snprintf(out, n, "tok-%d", srv.generation);
+}
+
+static void serve_token(struct evhttp_request *req, const char *uri)
+{
+    struct evkeyvalq q;
+    char tok[64], body[128];
+    current_token(tok, sizeof(tok));
+    int ok = 0;
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_POST) {
+        srv.token_posts++;
+        struct evbuffer *in = evhttp_request_get_input_buffer(req);
+        size_t len = evbuffer_get_length(in);
+        char *form = calloc(1, len + 2);
+        evbuffer_copyout(in, form, len);
+        ok = strstr(form, "grant_type=refresh_token") && strstr(form, "refresh_token=rt-good") &&
+             strstr(form, "scope=repository%3Aapp%3Apull");
+        free(form);
+        snprintf(body, sizeof(body), "{\"access_token\":\"%s\",\"expires_in\":300}", tok);
+    } else {
+        srv.token_gets++;
+        const char *query = strchr(uri, '?');
+        evhttp_parse_query_str(query ? query + 1 : "", &q);
+        const char *scope = evhttp_find_header(&q, "scope"), *service = evhttp_find_header(&q, "service");
+        snprintf(srv.last_scope, sizeof(srv.last_scope), "%s", scope ? scope : "");
+        snprintf(srv.last_service, sizeof(srv.last_service), "%s", service ? service : "");
+        evhttp_clear_headers(&q);
+        const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+        unsigned char want[64];
+        size_t wl;
+        mbedtls_base64_encode(want, sizeof(want), &wl, (const unsigned char *)"alice:pw", 8);
+        ok = auth && strncmp(auth, "Basic ", 6) == 0 && strcmp(auth + 6, (char *)want) == 0;
+        snprintf(body, sizeof(body), "{\"token\":\"%s\",\"expires_in\":300}", tok);
+    }
+    if (!ok) {
+        reply(req, 401, "application/json", "{}", 2);
+        return;
+    }
+    reply(req, 200, "application/json", body, strlen(body));
+}
+
+static void serve(struct evhttp_request *req, void *arg)
+{
+    const char *uri = evhttp_request_get_uri(req);
+    if (strncmp(uri, "/token", 6) == 0) {
+        serve_token(req, uri);
+        return;
+    }
+    char want[80], tok[64];
+    current_token(tok, sizeof(tok));
+    snprintf(want, sizeof(want), "Bearer %s", tok);
+    const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    if (!auth || strcmp(auth, want) != 0) {
+        char challenge[256];
+        snprintf(challenge, sizeof(challenge),
+                 "Bearer realm=\"http://%s/token\",service=\"fake\",scope=\"repository:app:pull\"",
+                 addr);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", challenge);
+        srv.unauthorized++;
+        reply(req, 401, "application/json", "{}", 2);
+        return;
+    }
+    char path[200];
+    if (strcmp(uri, "/v2/app/manifests/1") == 0 ||
+        (snprintf(path, sizeof(path), "/v2/app/manifests/%s", srv.manifest_digest),
+         strcmp(uri, path) == 0)) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Docker-Content-Digest",
+                          srv.manifest_digest);
+        reply(req, 200, FUNCD_OCI_MT_OCI_MANIFEST, srv.manifest, strlen(srv.manifest));
+        return;
+    }
+    snprintf(path, sizeof(path), "/v2/app/blobs/%s", srv.config_digest);
+    if (strcmp(uri, path) == 0) {
+        reply(req, 200, "application/octet-stream", srv.config, strlen(srv.config));
+        return;
+    }
+    snprintf(path, sizeof(path), "/v2/app/blobs/%s", srv.layer_digest);
+    if (strcmp(uri, path) == 0) {
+        reply(req, 200, "application/octet-stream", srv.layer, sizeof(srv.layer));
+        return;
+    }
+    reply(req, 404, "application/json", "{}", 2);
+}
+
+typedef struct result {
+    int finished, rc;
+    char msg[512];
+    funcd_oci_image *img;
+} result;
+
+static void on_done(int rc, const char *message, funcd_oci_image *image, void *payload)
+{
+    result *r = payload;
+    r->finished = 1;
+    r->rc = rc;
+    snprintf(r->msg, sizeof(r->msg), "%s", message ? message : "");
+    r->img = image;
+}
+
+static funcd_oci_client *new_client(void)
+{
+    static int seq;
+    char cache[400];
+    snprintf(cache, sizeof(cache), "%s/c%d", work, ++seq);
+    const char *insecure[] = {addr, NULL};
+    funcd_oci_client_options o = {.cache_dir = cache, .insecure = insecure};
+    return funcd_oci_client_new(loop, &o);
+}
+
+static void pull(funcd_oci_client *c, const char *secret, result *r)
+{
+    memset(r, 0, sizeof(*r));
+    char ref[128];
+    snprintf(ref, sizeof(ref), "%s/app:1", addr);
+    if (funcd_oci_pull(c, ref, secret, NULL, on_done, r, NULL) < 0) {
+        r->rc = funcd_error_last()->code;
+        snprintf(r->msg, sizeof(r->msg), "%s", funcd_error_last()->message);
+        return;
+    }
+    int64_t end = funcd_mono_ms() + 20000;
+    while (!r->finished && funcd_mono_ms() < end)
+        event_base_loop(loop, EVLOOP_ONCE);
+}
+
+static void secret_for(char *out, size_t n, const char *user_pass)
+{
+    unsigned char b64[128];
+    size_t len;
+    mbedtls_base64_encode(b64, sizeof(b64), &len, (const unsigned char *)user_pass, strlen(user_pass));
+    snprintf(out, n, "{\"auths\":{\"%s\":{\"auth\":\"%s\"}}}", addr, b64);
+}
+
+/* One token serves the manifest and both blobs. */
+TEST(bearer_token_with_basic_credentials)
+{
+    char secret[256];
+    secret_for(secret, sizeof(secret), "alice:pw");
+    funcd_oci_client *c = new_client();
+    CHECK(c);
+    int gets = srv.token_gets;
+    result r;
+    pull(c, secret, &r);
+    uint64_t token_requests = funcd_oci_client_stats(c)->token_requests;
+    int ok = r.img && strcmp(r.img->digest, srv.manifest_digest) == 0 && r.img->n_layers == 1 &&
+             strcmp(r.img->entrypoint[0], "/app") == 0;
+    funcd_oci_image_free(r.img);
+    funcd_oci_client_free(c);
+    CHECK_INT(r.rc, 0);
+    CHECK(ok);
+    CHECK_INT(srv.token_gets - gets, 1);
+    CHECK_INT(token_requests, 1);
+    CHECK_STR(srv.last_scope, "repository:app:pull");
+    CHECK_STR(srv.last_service, "fake");
+}
+
+/* A revoked token: 401, one fresh token, one retry. */
+TEST(expired_token_is_renewed_once)
+{
+    char secret[256];
+    secret_for(secret, sizeof(secret), "alice:pw");
+    funcd_oci_client *c = new_client();
+    CHECK(c);
+    result r1, r2;
+    pull(c, secret, &r1);
+    funcd_oci_image_free(r1.img);
+    srv.generation++;
+    int gets = srv.token_gets;
+    pull(c, secret, &r2); /* manifest by tag: the cached token is refused */
+    funcd_oci_image_free(r2.img);
+    uint64_t token_requests = funcd_oci_client_stats(c)->token_requests;
+    funcd_oci_client_free(c);
+    CHECK_INT(r1.rc, 0);
+    CHECK_INT(r2.rc, 0);
+    CHECK_INT(srv.token_gets - gets, 1);
+    CHECK_INT(token_requests, 2);
+}
+
+TEST(token_service_refuses_wrong_password)
+{
+    char secret[256], want[128];
+    secret_for(secret, sizeof(secret), "alice:nope");
+    funcd_oci_client *c = new_client();
+    CHECK(c);
+    result r;
+    pull(c, secret, &r);
+    funcd_oci_client_free(c);
+    snprintf(want, sizeof(want), "registry %s refused the credentials for app", addr);
+    CHECK(r.rc < 0);
+    CHECK_CONTAINS(r.msg, want);
+}
+
+TEST(identity_token_uses_refresh_grant)
+{
+    char secret[256];
+    snprintf(secret, sizeof(secret), "{\"auths\":{\"%s\":{\"identitytoken\":\"rt-good\"}}}", addr);
+    funcd_oci_client *c = new_client();
+    CHECK(c);
+    int posts = srv.token_posts;
+    result r;
+    pull(c, secret, &r);
+    funcd_oci_image_free(r.img);
+    funcd_oci_client_free(c);
+    CHECK_INT(r.rc, 0);
+    CHECK_INT(srv.token_posts - posts, 1);
+}
+
+/* Without credentials the token service says no: a clear message. */
+TEST(anonymous_is_refused_clearly)
+{
+    funcd_oci_client *c = new_client();
+    CHECK(c);
+    result r;
+    pull(c, NULL, &r);
+    funcd_oci_client_free(c);
+    CHECK(r.rc < 0);
+    CHECK_CONTAINS(r.msg, "requires credentials for app");
+}
+
+int main(void)
+{
+    loop = event_base_new();
+    snprintf(work, sizeof(work), "/tmp/funcd-oci-bearer-XXXXXX");
+    if (!mkdtemp(work))
+        return 1;
+    fake_init();
+    struct evhttp *http = evhttp_new(loop);
+    evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD);
+    struct evhttp_bound_socket *bs = evhttp_bind_socket_with_handle(http, "127.0.0.1", 0);
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof(sa);
+    if (!bs || getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&sa, &sl) < 0)
+        return 1;
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(sa.sin_port));
+    evhttp_set_gencb(http, serve, NULL);
+
+    RUN(bearer_token_with_basic_credentials);
+    RUN(expired_token_is_renewed_once);
+    RUN(token_service_refuses_wrong_password);
+    RUN(identity_token_uses_refresh_grant);
+    RUN(anonymous_is_refused_clearly);
+
+    evhttp_free(http);
+    event_base_free(loop);
+    funcd_remove_tree(work);
+    return HARNESS_END();
+}
