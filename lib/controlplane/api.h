@@ -24,6 +24,7 @@ typedef struct funcd_cp {
     funcd_store *store;
     funcd_blob *blob;                /* bundles; may be NULL */
     struct funcd_serving *serving;   /* function logs; may be NULL */
+    struct funcd_sources *sources;   /* images; may be NULL */
     const funcd_auth *auth;
     char version_json[512]; /* the body of GET /version */
 } funcd_cp;
@@ -67,6 +68,11 @@ void funcd_cp_init(funcd_cp *cp, funcd_store *store, const funcd_auth *auth,
                    const char *version_json);
 void funcd_cp_handle(funcd_cp *cp, const funcd_cp_request *req, funcd_cp_response *resp);
 void funcd_cp_response_free(funcd_cp_response *resp);
+
+/* The images API (images.c); 0 when the path is not one of its own. */
+struct funcd_token;
+int funcd_cp_images(funcd_cp *cp, const funcd_cp_request *req, const struct funcd_token *t,
+                    funcd_cp_response *resp);
 
 /* Sets `resp` to a JSON Status error. `field` may be NULL. */
 void funcd_cp_status(funcd_cp_response *resp, int code, const char *reason, const char *field,

@@ -336,6 +336,7 @@ static int build(funcd_platform *p)
     if ((rc = funcd_serving_new(&p->serving, &sc)) < 0)
         return rc;
     p->cp.serving = p->serving;
+    p->cp.sources = p->sources;
     p->cp.blob = p->cfg.blob;
     funcd_controller_config cc = {p->base, p->cfg.store, p->serving, &p->cfg.logger, 0};
     return funcd_controller_new(&p->controller, &cc);
