@@ -95,5 +95,6 @@ int cmd_deploy(ctl_ctx *ctx, int argc, char **argv);
 int cmd_invoke(ctl_ctx *ctx, int argc, char **argv);
 int cmd_logs(ctl_ctx *ctx, int argc, char **argv);
 int cmd_fn(ctl_ctx *ctx, int argc, char **argv);
+int cmd_pull(ctl_ctx *ctx, int argc, char **argv);
 
 #endif

@@ -2,6 +2,10 @@
  * deploy DIR: packs a directory into a tar.gz, uploads it as a bundle,
  * applies a Function that runs it (create or replace, as apply does), and
  * waits until the Function is Ready for the generation just written.
+ *
+ * deploy --image IMAGE: has the server pull the image first (so a bad
+ * reference or a registry's refusal shows at once, with the pull's
+ * progress), then applies a Function that runs it and waits the same way.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +19,7 @@
 #include "cli.h"
 #include "manifest.h"
 #include "output.h"
+#include "progress.h"
 #include "util/misc.h"
 
 #define BUNDLE_MAX (64u * 1024 * 1024) /* what the server accepts */
@@ -23,10 +28,12 @@
 #define RESYNC_PAUSE_MS 200 /* between a watch that ended early and the next */
 
 typedef struct deploy_opts {
-    const char *dir, *name, *runtime, *handler, *mode, *timeout;
+    const char *dir, *image, *name, *runtime, *handler, *mode, *timeout;
     const char *min, *max, *concurrency, *wait_timeout;
     const char **env;
     size_t nenv;
+    const char **secrets; /* --pull-secret */
+    size_t nsecrets;
     int no_wait;
     uint64_t wait_ms;
 } deploy_opts;
@@ -116,10 +123,19 @@ static int check_duration(const ctl_ctx *ctx, const char *flag, const char *valu
 static int check_opts(const ctl_ctx *ctx, deploy_opts *o)
 {
     long unused;
-    if (!o->dir)
-        return ctl_usage(ctx, "deploy needs the DIR that holds the function's code");
+    if (o->dir && o->image)
+        return ctl_usage(ctx, "deploy takes a DIR or --image IMAGE, not both");
+    if (!o->dir && !o->image)
+        return ctl_usage(ctx, "deploy needs the DIR that holds the function's code, or "
+                              "--image IMAGE");
+    if (o->image && !*o->image)
+        return ctl_usage(ctx, "--image needs an image reference, e.g. registry/repo:tag");
+    if (o->nsecrets > 0 && !o->image)
+        return ctl_usage(ctx, "--pull-secret goes with --image");
     if (!o->name)
         return ctl_usage(ctx, "deploy needs --name NAME (the Function to create or replace)");
+    if (!o->runtime && o->image)
+        o->runtime = "native"; /* what an image holds: a program */
     if (!o->runtime)
         return ctl_usage(ctx, "deploy needs --runtime native|python3|node");
     if (o->mode && strcmp(o->mode, "http") != 0 && strcmp(o->mode, "exec") != 0)
@@ -153,6 +169,7 @@ static int take_flag(ctl_ctx *ctx, int argc, char **argv, int *i, deploy_opts *o
         {"--max", offsetof(deploy_opts, max)},
         {"--concurrency", offsetof(deploy_opts, concurrency)},
         {"--wait-timeout", offsetof(deploy_opts, wait_timeout)},
+        {"--image", offsetof(deploy_opts, image)},
     };
     const char *value;
     for (size_t f = 0; f < sizeof(flags) / sizeof(flags[0]); f++) {
@@ -163,7 +180,16 @@ static int take_flag(ctl_ctx *ctx, int argc, char **argv, int *i, deploy_opts *o
             return r;
         }
     }
-    int r = ctl_flag_value(ctx, argc, argv, i, "-e", "--env", &value);
+    int r = ctl_flag_value(ctx, argc, argv, i, NULL, "--pull-secret", &value);
+    if (r > 0 && !*value) {
+        ctl_usage(ctx, "--pull-secret needs the name of a Secret");
+        return -1;
+    }
+    if (r > 0)
+        o->secrets[o->nsecrets++] = value;
+    if (r != 0)
+        return r;
+    r = ctl_flag_value(ctx, argc, argv, i, "-e", "--env", &value);
     if (r > 0)
         o->env[o->nenv++] = value;
     return r;
@@ -220,6 +246,22 @@ static int add_env(cJSON *spec, const deploy_opts *o)
     return env ? 0 : -1;
 }
 
+static int add_pull_secrets(cJSON *spec, const deploy_opts *o)
+{
+    if (o->nsecrets == 0)
+        return 0;
+    cJSON *names = cJSON_AddArrayToObject(spec, "imagePullSecrets");
+    for (size_t i = 0; names && i < o->nsecrets; i++) {
+        cJSON *name = cJSON_CreateString(o->secrets[i]);
+        if (!name || !cJSON_AddItemToArray(names, name)) {
+            cJSON_Delete(name);
+            return -1;
+        }
+    }
+    return names ? 0 : -1;
+}
+
+/* `digest`: the bundle uploaded, or NULL when the Function runs o->image. */
 static int add_spec(cJSON *fn, const deploy_opts *o, const char *digest)
 {
     cJSON *spec = cJSON_AddObjectToObject(fn, "spec");
@@ -231,7 +273,12 @@ static int add_spec(cJSON *fn, const deploy_opts *o, const char *digest)
         cJSON_Delete(source);
         return -1;
     }
-    if (!cJSON_AddStringToObject(source, "bundle", digest) || add_env(spec, o) != 0 ||
+    /* The image as the user named it, not the digest just pulled: a tag the
+     * user moves later is theirs to follow (status.source.digest says which
+     * one runs). */
+    if ((digest ? !cJSON_AddStringToObject(source, "bundle", digest)
+                : !cJSON_AddStringToObject(source, "image", o->image)) ||
+        add_pull_secrets(spec, o) != 0 || add_env(spec, o) != 0 ||
         (o->timeout && !cJSON_AddStringToObject(spec, "timeout", o->timeout)))
         return -1;
     if (!o->min && !o->max && !o->concurrency)
@@ -324,8 +371,9 @@ static const cJSON *ready_condition(const cJSON *fn)
 /* Reasons a controller may give while it is still getting there. */
 static int still_working(const char *reason)
 {
-    static const char *const working[] = {"Pending", "Progressing", "Materializing",
-                                          "Reconciling", "Starting", "Deploying"};
+    static const char *const working[] = {"Pending",  "Progressing", "Materializing",
+                                          "Reconciling", "Starting", "Deploying",
+                                          "Pulling",  "Extracting"};
     for (size_t i = 0; reason && i < sizeof(working) / sizeof(working[0]); i++)
         if (!strcmp(reason, working[i]))
             return 1;

@@ -28,10 +28,13 @@ static const ctl_command commands[] = {
      "Each object is created if missing, replaced if it differs, and reported as\n"
      "KIND/NAME created|configured|unchanged. -o name|json|yaml prints the results.\n"
      "Example: funcdctl apply -f hello.yaml\n"},
-    {"get", cmd_get, "List objects of a kind, or show one", "get KIND [NAME]",
+    {"get", cmd_get, "List objects of a kind, or show one", "get KIND [NAME] | get images [REF]",
      "  -o table (default), wide, json, yaml or name.\n"
+     "`get images` lists the server's image metadata cache (DIGEST, REF, SIZE, PULLED;\n"
+     "wide adds PLATFORM, LAYERS, ENTRYPOINT); REF picks images by reference or digest.\n"
      "Examples: funcdctl get functions\n"
-     "          funcdctl get fn hello -o yaml\n"},
+     "          funcdctl get fn hello -o yaml\n"
+     "          funcdctl get images\n"},
     {"delete", cmd_delete, "Delete an object, or the objects in a file",
      "delete KIND NAME | delete -f FILE|-",
      "  -f, --filename FILE     delete every object the file names\n"
@@ -45,14 +48,19 @@ static const ctl_command commands[] = {
      "the stream or you press Ctrl-C. -o json prints the raw events (NDJSON).\n"
      "  --resource-version N   start after revision N\n"
      "Example: funcdctl watch functions\n"},
-    {"deploy", cmd_deploy, "Upload a directory and run it as a Function",
-     "deploy DIR --name NAME --runtime RUNTIME [flags]",
+    {"deploy", cmd_deploy, "Upload a directory, or name an image, and run it as a Function",
+     "deploy DIR --name NAME --runtime RUNTIME [flags] | "
+     "deploy --image IMAGE --name NAME [flags]",
      "Packs DIR (regular files and directories; symlinks and .git left out) into a\n"
      "tar.gz, uploads it as a bundle, creates or replaces Function NAME to run it, and\n"
-     "waits until it is Ready.\n"
+     "waits until it is Ready. With --image instead of DIR, has the server pull IMAGE\n"
+     "first (showing its progress) and runs the image.\n"
      "  --name NAME             the Function (required)\n"
-     "  --runtime RUNTIME       native, python3 or node (required)\n"
+     "  --runtime RUNTIME       native, python3 or node (required with DIR; --image: native)\n"
+     "  --image IMAGE           an OCI image (registry/repo:tag and/or @sha256:digest)\n"
+     "  --pull-secret NAME      a dockerconfigjson Secret for the registry (repeatable)\n"
      "  --handler H             python3 module.function, node file.js#export, native program\n"
+     "                          (in an image: the program to run instead of its entrypoint)\n"
      "  --mode exec             one process per request (default http)\n"
      "  -e, --env K=V           environment variable (repeatable)\n"
      "  --min N, --max N        replicas kept warm / at most\n"
@@ -60,7 +68,15 @@ static const ctl_command commands[] = {
      "  --timeout DURATION      per request, e.g. 30s\n"
      "  --no-wait               return once the Function is written\n"
      "  --wait-timeout DURATION how long to wait for Ready (default 60s)\n"
-     "Example: funcdctl deploy ./hello --name hello --runtime python3 --handler main.handler\n"},
+     "Examples: funcdctl deploy ./hello --name hello --runtime python3 --handler main.handler\n"
+     "          funcdctl deploy --image registry.example.com/team/hello:v1 --name hello\n"},
+    {"pull", cmd_pull, "Have the server pull an image into its cache",
+     "pull IMAGE [--pull-secret NAME]...",
+     "Starts the pull on the server and shows its progress on stderr: a bar on a\n"
+     "terminal, a line per quarter otherwise. Prints \"pulled IMAGE DIGEST\" when done\n"
+     "(-o name: the digest; -o json|yaml: the pull's final state).\n"
+     "  --pull-secret NAME      a dockerconfigjson Secret for the registry (repeatable)\n"
+     "Example: funcdctl pull registry.example.com/team/hello:v1\n"},
     {"invoke", cmd_invoke, "Send a request to a Function and print the answer",
      "invoke NAME [-d DATA|@FILE|@-] [--path P] [-X METHOD] [-H 'K: V']... [-i]",
      "  -d, --data DATA         request body (POST unless -X); @FILE reads a file, @- stdin\n"

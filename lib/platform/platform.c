@@ -332,6 +332,7 @@ static int build(funcd_platform *p)
         .changed = on_serving_changed,
         .changed_payload = p,
         .logstore = p->logstore,
+        .sources = p->sources,
     };
     if ((rc = funcd_serving_new(&p->serving, &sc)) < 0)
         return rc;

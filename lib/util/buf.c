@@ -66,6 +66,7 @@ char *funcd_buf_detach(funcd_buf *b, size_t *len)
     if (!b->data && funcd_buf_grow(b, 0) < 0)
         return NULL;
     char *d = b->data;
+    d[b->len] = '\0'; /* also for a buffer never written to */
     if (len)
         *len = b->len;
     b->data = NULL;

@@ -96,6 +96,7 @@ static void fill_and_check(full_disk *f)
     const char *why = status_problem(&f->r, 507, "InsufficientStorage", NULL);
     if (why)
         FAILF("a write to a full disk: %s; HTTP %ld: %.300s", why, st, f->r.body);
+    fprintf(stderr, "  the answer: %.400s\n", f->r.body);
     CHECK_INT(put_secret(f, "one-more"), 507);
     CHECK_INT(e2e_http_do(f->h, "GET", "/healthz", NULL, NULL, &f->r), 200);
     CHECK_INT(e2e_http_do(f->h, "GET", DD_NS "/secrets", DD_TOKEN, NULL, &f->r), 200);

@@ -120,7 +120,8 @@ static void restart_body(restart_test *t)
     CHECK(start(t) == 0);
     long ms = serve_within(t, 10000);
     CHECK(ms >= 0);
-    fprintf(stderr, "  serving again %ld ms after the restart printed its addresses\n", ms);
+    fprintf(stderr, "  serving again %ld ms after the restart printed its addresses; "
+                    "%zu processes of the first run checked gone\n", ms, nbefore);
     if (!dd_all_gone(before, nbefore, 5000))
         FAILF("a worker of the crashed run is still alive (pid %ld)", (long)before[0].pid);
     worker_rec after[MAX_WORKERS];

@@ -15,6 +15,11 @@ static void log_to_stderr(funcd_log_level level, const char *message, void *payl
 
 int env_up(env *e, funcd_store *store)
 {
+    return env_up_with(e, store, NULL, NULL, NULL);
+}
+
+int env_up_with(env *e, funcd_store *store, funcd_option *a, funcd_option *b, funcd_option *c)
+{
     static const char *const default_ns[] = {"default", NULL};
     static const char *const team_b[] = {"team-b", NULL};
     memset(e, 0, sizeof(*e));
@@ -22,7 +27,7 @@ int env_up(env *e, funcd_store *store)
                                 funcd_with_token(ADMIN_TOKEN, "admin", NULL),
                                 funcd_with_token(VIEWER_TOKEN, "viewer", default_ns),
                                 funcd_with_token(TEAM_B_TOKEN, "developer", team_b),
-                                funcd_with_logger(log_to_stderr, FUNCD_LOG_WARN, NULL));
+                                funcd_with_logger(log_to_stderr, FUNCD_LOG_WARN, NULL), a, b, c);
     if (rc < 0)
         return rc;
     if ((rc = funcd_platform_start(e->p)) < 0)

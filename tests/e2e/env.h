@@ -50,6 +50,8 @@ typedef struct env {
 
 /* Starts a platform; `store` (NULL: the preset's) is handed to it. */
 int env_up(env *e, funcd_store *store);
+/* The same with up to three more options (NULL: none), applied last. */
+int env_up_with(env *e, funcd_store *store, funcd_option *a, funcd_option *b, funcd_option *c);
 /* Closes watches, frees the platform (if the test did not) and clients. */
 void env_down(env *e);
 
