@@ -568,37 +568,61 @@ static int apply_and_wait(ctl_ctx *ctx, ctl_client *client, const deploy_opts *o
     return rc;
 }
 
-int cmd_deploy(ctl_ctx *ctx, int argc, char **argv)
+static int deploy_dir(ctl_ctx *ctx, ctl_client *client, const deploy_opts *o,
+                      const progress *pg)
 {
-    deploy_opts o = {0};
-    o.env = calloc((size_t)argc + 1, sizeof(*o.env));
-    if (!o.env)
-        return ctl_fail("out of memory");
-    int rc = parse(ctx, argc, argv, &o);
-    if (rc != 0) {
-        free(o.env);
-        return rc;
-    }
-    progress pg = {.tty = isatty(STDERR_FILENO), .name = o.name};
     funcd_buf tgz = FUNCD_BUF_INIT;
     char *digest = NULL;
     char size[32];
-    ctl_client *client = ctl_ctx_client(ctx);
-    if (!client || pack(&o, &pg, &tgz) != 0) {
-        rc = CTL_EXIT_ERROR;
-    } else {
+    int rc = pack(o, pg, &tgz) != 0 ? CTL_EXIT_ERROR : 0;
+    if (rc == 0) {
         human_size(tgz.len, size, sizeof(size));
-        progress_tty(&pg, "uploading %s…", size);
+        progress_tty(pg, "uploading %s…", size);
         rc = upload(ctx, client, &tgz, &digest);
         if (rc != 0)
             ctl_status_clear();
     }
     if (rc == 0) {
-        show_uploaded(&pg, &o, tgz.len, digest);
-        rc = apply_and_wait(ctx, client, &o, &pg, digest);
+        show_uploaded(pg, o, tgz.len, digest);
+        rc = apply_and_wait(ctx, client, o, pg, digest);
     }
     free(digest);
     funcd_buf_free(&tgz);
+    return rc;
+}
+
+/* --wait-timeout bounds the pull, and then the wait for Ready, each. */
+static int deploy_image(ctl_ctx *ctx, ctl_client *client, const deploy_opts *o,
+                        const progress *pg)
+{
+    char *digest = NULL;
+    int rc = ctl_image_pull(ctx, o->image, o->secrets, o->nsecrets, NULL,
+                            funcd_mono_ms() + (int64_t)o->wait_ms, &digest, NULL);
+    if (rc == 0) {
+        progress_tty(pg, "pulled %.19s…, %s", digest,
+                     o->no_wait ? "applying…" : "waiting for Ready…");
+        progress_line(pg, "pulled %s %s", o->image, digest);
+        rc = apply_and_wait(ctx, client, o, pg, NULL);
+    }
+    free(digest);
+    return rc;
+}
+
+int cmd_deploy(ctl_ctx *ctx, int argc, char **argv)
+{
+    deploy_opts o = {0};
+    o.env = calloc((size_t)argc + 1, sizeof(*o.env));
+    o.secrets = calloc((size_t)argc + 1, sizeof(*o.secrets));
+    int rc = o.env && o.secrets ? parse(ctx, argc, argv, &o) : ctl_fail("out of memory");
+    if (rc == 0) {
+        progress pg = {.tty = isatty(STDERR_FILENO), .name = o.name};
+        ctl_client *client = ctl_ctx_client(ctx);
+        if (!client)
+            rc = CTL_EXIT_ERROR;
+        else
+            rc = o.image ? deploy_image(ctx, client, &o, &pg) : deploy_dir(ctx, client, &o, &pg);
+    }
+    free(o.secrets);
     free(o.env);
     return rc;
 }

@@ -104,7 +104,11 @@ static int pull_ended(const char *image, const cJSON *state, char **digest, int 
     const char *phase = ctl_get_string(state, "phase");
     const char *message = ctl_get_string(state, "message");
     if (phase && !strcmp(phase, "Failed")) {
-        *rc = ctl_fail("pulling %s: %s", image, message && *message ? message : "failed");
+        /* The server's message usually names the image already. */
+        if (message && *message && strstr(message, image))
+            *rc = ctl_fail("%s", message);
+        else
+            *rc = ctl_fail("pulling %s: %s", image, message && *message ? message : "failed");
         return 1;
     }
     if (!phase || strcmp(phase, "Done") != 0)

@@ -24,6 +24,7 @@ void ctl_progress_init(ctl_progress *p, const char *ref, int tty)
     memset(p, 0, sizeof(*p));
     p->ref = ref;
     p->tty = tty;
+    p->out = stderr;
     if (tty)
         p->columns = terminal_columns();
 }
@@ -88,7 +89,7 @@ void ctl_progress_bar_text(const ctl_progress *p, const ctl_pull_counts *c, char
 static void plain_line(ctl_progress *p, const ctl_pull_counts *c)
 {
     if (!p->announced) {
-        fprintf(stderr, "pulling %s\n", p->ref);
+        fprintf(p->out, "pulling %s\n", p->ref);
         p->announced = 1;
     }
     if (c->bytes_total == 0)
@@ -100,10 +101,10 @@ static void plain_line(ctl_progress *p, const ctl_pull_counts *c)
     p->quarters = quarters;
     ctl_progress_sizes(capped_done(c), c->bytes_total, " of ", sizes, sizeof(sizes));
     if (c->layers_total > 0)
-        fprintf(stderr, "pulling %s: %s, %u/%u layers\n", p->ref, sizes, c->layers_done,
+        fprintf(p->out, "pulling %s: %s, %u/%u layers\n", p->ref, sizes, c->layers_done,
                 c->layers_total);
     else
-        fprintf(stderr, "pulling %s: %s\n", p->ref, sizes);
+        fprintf(p->out, "pulling %s: %s\n", p->ref, sizes);
 }
 
 void ctl_progress_update(ctl_progress *p, const ctl_pull_counts *c)

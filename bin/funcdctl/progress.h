@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cli.h"
 
@@ -22,7 +23,8 @@ typedef struct ctl_pull_counts {
 
 typedef struct ctl_progress {
     const char *ref; /* the image as the user wrote it; not owned */
-    int tty;         /* draw the bar (else plain lines) */
+    int tty;         /* draw the bar with ctl_status (else plain lines) */
+    FILE *out;       /* where plain lines go: stderr */
     int columns;     /* the terminal's width, 0 when unknown */
     int quarters;    /* plain lines: how many quarters of the bytes were reported */
     int announced;   /* plain lines: "pulling REF" was printed */

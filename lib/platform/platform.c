@@ -137,7 +137,8 @@ static int complete_config(funcd_config *c)
         char *pid_dir = NULL;
         if (c->state_dir && asprintf(&pid_dir, "%s/pids", c->state_dir) < 0)
             return funcd_error_set(FUNCD_ENOMEM, "out of memory");
-        if (pid_dir && mkdir(c->state_dir, 0700) != 0 && errno != EEXIST) {
+        if (pid_dir && ((mkdir(c->state_dir, 0700) != 0 && errno != EEXIST) ||
+                        (mkdir(pid_dir, 0700) != 0 && errno != EEXIST))) {
             free(pid_dir);
             return funcd_error_set(FUNCD_EIO, "cannot create the state directory %s: %s",
                                    c->state_dir, strerror(errno));

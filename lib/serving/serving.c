@@ -33,6 +33,7 @@ typedef struct launch {
     char **argv; /* NULL-terminated */
     char **env;  /* NULL-terminated; FUNCD_LISTEN and FUNCD_REPLICA are added per worker */
     char *cwd;
+    char *rootfs;      /* an image function's root: argv, env and cwd are paths inside it */
     char *fingerprint; /* argv, env, cwd, limits, network: a change means new workers */
     funcd_worker_limits limits;  /* spec.resources */
     funcd_worker_network network; /* spec.network */
@@ -155,6 +156,7 @@ static void launch_unref(launch *ln)
     strv_free(ln->argv);
     strv_free(ln->env);
     free(ln->cwd);
+    free(ln->rootfs);
     free(ln->fingerprint);
     free(ln->ns);
     free(ln->name);
@@ -184,6 +186,50 @@ static size_t worker_binds(const funcd_serving *s, const char *code, const char 
         out[n++] = (funcd_worker_bind){s->shim_dir, NULL, 0};
     out[n++] = (funcd_worker_bind){run_dir, NULL, 1};
     return n;
+}
+
+/* Where an image function's runtime directory appears inside its root. */
+#define IMAGE_RUN_DIR "/run/funcd"
+#define IMAGE_EXEC_SHIM IMAGE_RUN_DIR "/funcd-exec"
+
+/* An image function sees its own root and, at IMAGE_RUN_DIR, its runtime
+ * directory (the socket, and the exec shim in exec mode). */
+static size_t image_binds(const char *run_dir, funcd_worker_bind out[3])
+{
+    out[0] = (funcd_worker_bind){run_dir, IMAGE_RUN_DIR, 1};
+    return 1;
+}
+
+/* In exec mode the image's program runs under the exec shim, which must
+ * come without the host's libraries: the static build, copied (a hard link
+ * where the file systems allow) into the worker's runtime directory. */
+static int image_shim(funcd_serving *s, const launch *ln, const char *run_dir)
+{
+    if (strcmp(ln->argv[0], IMAGE_EXEC_SHIM) != 0)
+        return 0;
+    char from[600], to[300];
+    snprintf(from, sizeof(from), "%s/funcd-exec-static", s->shim_dir);
+    snprintf(to, sizeof(to), "%s/funcd-exec", run_dir);
+    if (link(from, to) == 0)
+        return 0;
+    int in = open(from, O_RDONLY | O_CLOEXEC);
+    int out = in < 0 ? -1 : open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
+    char buf[65536];
+    ssize_t n = 0;
+    while (out >= 0 && (n = read(in, buf, sizeof(buf))) > 0)
+        if (write(out, buf, (size_t)n) != n) {
+            n = -1;
+            break;
+        }
+    int err = errno;
+    if (in >= 0)
+        close(in);
+    if (out >= 0)
+        close(out);
+    if (in < 0 || out < 0 || n < 0)
+        return funcd_error_set(FUNCD_EIO, "cannot copy the exec shim %s into %s: %s", from,
+                               run_dir, strerror(err));
+    return 0;
 }
 
 static int runtime_has(const funcd_runtime *rt, size_t slot_end)
@@ -224,10 +270,11 @@ static void fail(funcd_serving_status *st, const char *reason, const char *fmt, 
     va_end(ap);
 }
 
-/* An image or git source through the resolver: the code directory (git),
- * or NULL with `st` filled (pending or failed). */
+/* An image or git source through the resolver: the code directory (git) or
+ * the image's rootfs (with `img` filled), or NULL with `st` filled (pending
+ * or failed). */
 static char *resolve_source(funcd_serving *s, const char *ns, const char *name,
-                            const cJSON *spec, funcd_serving_status *st)
+                            const cJSON *spec, funcd_source_result *img, funcd_serving_status *st)
 {
     if (!s->cfg.sources) {
         fail(st, "SourceNotSupported", "this platform has no source resolver for image and git "
@@ -243,18 +290,21 @@ static char *resolve_source(funcd_serving *s, const char *ns, const char *name,
         return NULL;
     }
     snprintf(st->resolved, sizeof(st->resolved), "%s", res.resolved);
-    char *dir = NULL;
-    if (res.is_image)
-        fail(st, "SourceNotSupported", "image functions are not wired into serving yet");
-    else if (!(dir = strdup(res.dir)))
+    char *dir = strdup(res.dir);
+    if (!dir)
         fail(st, "InternalError", "out of memory");
+    if (dir && res.is_image) {
+        *img = res; /* the caller's now */
+        return dir;
+    }
     funcd_source_result_clear(&res);
     return dir;
 }
 
-/* The code directory of the function, or NULL with `st` filled. */
+/* The code directory of the function (an image's: its rootfs, and `img`
+ * filled), or NULL with `st` filled. */
 static char *materialize(funcd_serving *s, const char *ns, const char *name, const cJSON *spec,
-                         funcd_serving_status *st)
+                         funcd_source_result *img, funcd_serving_status *st)
 {
     const cJSON *source = cJSON_GetObjectItemCaseSensitive(spec, "source");
     const char *path = str_at(source, "path");
@@ -283,7 +333,7 @@ static char *materialize(funcd_serving *s, const char *ns, const char *name, con
     }
     if (cJSON_GetObjectItemCaseSensitive(source, "image") ||
         cJSON_GetObjectItemCaseSensitive(source, "git"))
-        return resolve_source(s, ns, name, spec, st);
+        return resolve_source(s, ns, name, spec, img, st);
     fail(st, "BadSpec", "spec.source names no artifact");
     return NULL;
 }
@@ -402,6 +452,7 @@ static char *fingerprint(const launch *ln)
         funcd_buf_printf(&b, "a:%s\n", *p);
     for (char **p = ln->env; *p; p++)
         funcd_buf_printf(&b, "e:%s\n", *p);
+    funcd_buf_printf(&b, "r:%s\n", ln->rootfs ? ln->rootfs : "");
     funcd_buf_printf(&b, "c:%s\nm:%llu p:%u c:%u n:%d\n", ln->cwd,
                      (unsigned long long)ln->limits.memory_bytes, ln->limits.pids,
                      ln->limits.cpu_millis, (int)ln->network);
@@ -428,18 +479,94 @@ static funcd_worker_limits limits_of(const cJSON *spec)
     return lim;
 }
 
+static int has_env(char *const *env, const char *name)
+{
+    size_t n = strlen(name);
+    for (char *const *e = env; e && *e; e++)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            return 1;
+    return 0;
+}
+
+/* An image function runs its entrypoint and cmd (spec.handler replaces the
+ * entrypoint, spec.args the cmd, as Kubernetes' command and args do); in
+ * exec mode the static exec shim, copied into its runtime directory, runs
+ * them once per request. */
+static int build_image_argv(const cJSON *spec, const funcd_source_result *img, strv *argv,
+                            funcd_serving_status *st)
+{
+    const char *handler = str_at(spec, "handler");
+    const char *mode = str_at(spec, "mode");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(spec, "args");
+    if (mode && strcmp(mode, "exec") == 0) {
+        strv_add(argv, IMAGE_EXEC_SHIM);
+        strv_add(argv, "--");
+    }
+    size_t before = argv->n;
+    if (handler && *handler)
+        strv_add(argv, "%s", handler);
+    else
+        for (char **p = img->entrypoint; p && *p; p++)
+            strv_add(argv, "%s", *p);
+    if (args)
+        add_args(argv, spec);
+    else
+        for (char **p = img->cmd; p && *p; p++)
+            strv_add(argv, "%s", *p);
+    if (argv->n == before) {
+        fail(st, "BadSpec", "the image names no entrypoint or cmd; set spec.handler to the "
+             "program to run inside it");
+        return -1;
+    }
+    if (argv->v[before][0] != '/') {
+        fail(st, "BadSpec", "the program %s must be an absolute path inside the image",
+             argv->v[before]);
+        return -1;
+    }
+    return 0;
+}
+
+static void build_image_env(const cJSON *spec, const funcd_source_result *img, const char *ns,
+                            const char *name, strv *env)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(spec, "env"))
+        if (cJSON_IsString(e))
+            strv_add(env, "%s=%s", e->string, e->valuestring);
+    for (char **p = img->env; p && *p; p++) {
+        char key[256];
+        snprintf(key, sizeof(key), "%.*s", (int)strcspn(*p, "="), *p);
+        if (!has_env(env->v, key)) /* spec.env wins over the image's */
+            strv_add(env, "%s", *p);
+    }
+    if (!has_env(env->v, "PATH"))
+        strv_add(env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    strv_add(env, "FUNCD_NAMESPACE=%s", ns);
+    strv_add(env, "FUNCD_FUNCTION=%s", name);
+}
+
 static launch *build_launch(funcd_serving *s, const char *ns, const char *name, const cJSON *spec,
                             funcd_log_ring *logs, funcd_serving_status *st)
 {
-    char *code = materialize(s, ns, name, spec, st);
+    funcd_source_result img = {0};
+    char *code = materialize(s, ns, name, spec, &img, st);
     if (!code)
         return NULL;
     strv argv = {0}, env = {0};
     launch *ln = NULL;
-    if (build_argv(s, spec, code, &argv, st) == 0) {
+    char *rootfs = NULL;
+    if (img.is_image) {
+        rootfs = code;
+        code = funcd_strdup(img.working_dir && *img.working_dir ? img.working_dir : "/");
+        if (code && build_image_argv(spec, &img, &argv, st) == 0) {
+            build_image_env(spec, &img, ns, name, &env);
+            ln = calloc(1, sizeof(*ln));
+        }
+    } else if (build_argv(s, spec, code, &argv, st) == 0) {
         build_env(spec, ns, name, code, &env);
         ln = calloc(1, sizeof(*ln));
     }
+    funcd_source_result_clear(&img);
     if (ln && !argv.oom && !env.oom) {
         atomic_init(&ln->refs, 1);
         ln->s = s;
@@ -448,6 +575,7 @@ static launch *build_launch(funcd_serving *s, const char *ns, const char *name, 
         ln->argv = argv.v;
         ln->env = env.v;
         ln->cwd = code;
+        ln->rootfs = rootfs;
         ln->limits = limits_of(spec);
         const char *network = str_at(spec, "network");
         ln->network = network && strcmp(network, "host") == 0 ? FUNCD_WORKER_NETWORK_HOST
@@ -457,7 +585,7 @@ static launch *build_launch(funcd_serving *s, const char *ns, const char *name, 
         ln->logs = logs;
         const char *mode = str_at(spec, "mode");
         ln->generic = -1;
-        for (int k = 0; k < GENERIC_KINDS && !(mode && strcmp(mode, "exec") == 0); k++)
+        for (int k = 0; k < GENERIC_KINDS && !rootfs && !(mode && strcmp(mode, "exec") == 0); k++)
             if (strcmp(str_at(spec, "runtime"), generic_runtime[k]) == 0)
                 ln->generic = k;
         /* Variables an interpreter reads as it starts (PYTHONPATH, NODE_OPTIONS, ...)
@@ -473,6 +601,7 @@ static launch *build_launch(funcd_serving *s, const char *ns, const char *name, 
         fail(st, "InternalError", "out of memory preparing the function");
     free(ln);
     free(code);
+    free(rootfs);
     strv_free(argv.v);
     strv_free(env.v);
     return NULL;
@@ -825,7 +954,7 @@ static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
     strv env = {0};
     for (char **e = ln->env; *e; e++)
         strv_add(&env, "%s", *e);
-    strv_add(&env, "FUNCD_LISTEN=%s", wc->sock);
+    strv_add(&env, "FUNCD_LISTEN=%s", ln->rootfs ? IMAGE_RUN_DIR "/worker.sock" : wc->sock);
     strv_add(&env, "FUNCD_REPLICA=%s", wc->pub.replica);
     if (env.oom) {
         strv_free(env.v);
@@ -834,11 +963,14 @@ static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
     int rc = 0;
     if (ln->generic >= 0 && claim_spare(s, ln->generic, wc, env.v) == 0) {
         ensure_spare(s, ln->generic); /* the next one starts warming now */
+    } else if (ln->rootfs && (rc = image_shim(s, ln, wc->dir)) < 0) {
+        /* reported below */
     } else {
         funcd_worker_bind binds[3];
-        size_t n_binds = worker_binds(s, ln->cwd, wc->dir, binds);
+        size_t n_binds = ln->rootfs ? image_binds(wc->dir, binds)
+                                    : worker_binds(s, ln->cwd, wc->dir, binds);
         funcd_worker_spec spec = {(const char *const *)ln->argv, (const char *const *)env.v,
-                                  ln->cwd, NULL, ln->limits, binds, n_binds, ln->network};
+                                  ln->cwd, ln->rootfs, ln->limits, binds, n_binds, ln->network};
         funcd_worker_events ev = {on_worker_output, on_worker_exit, wc};
         rc = s->cfg.runtime->start(s->cfg.runtime, &spec, &ev, &wc->proc);
         if (rc == 0)
@@ -972,6 +1104,7 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
             return;
         }
         e->ln = ln;
+        e->last_oom[0] = '\0'; /* a new version: its own history */
         route(s, e); /* new requests go to the new version at once */
         if (old)
             funcd_pool_close(old, "the function was updated");
@@ -988,7 +1121,8 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
     }
     st->ready = 1;
     snprintf(st->reason, sizeof(st->reason), "Ready");
-    snprintf(st->message, sizeof(st->message), "the function is served at /fn/%s/%s/", ns, name);
+    snprintf(st->message, sizeof(st->message), "the function is served at /fn/%s/%s/%s%s", ns,
+             name, e->last_oom[0] ? "; last OOMKilled: " : "", e->last_oom);
 }
 
 void funcd_serving_remove(funcd_serving *s, const char *ns, const char *name)

@@ -30,8 +30,11 @@
 #define RETRY_MAX_MS (5 * 60 * 1000)
 #define FINISHED_PULLS_KEPT 64
 
+/* A function waiting on a source (ns/name), or a one-shot callback (cb). */
 typedef struct waiter {
     char *ns, *name;
+    funcd_sources_cb cb;
+    void *payload;
     struct waiter *next;
 } waiter;
 
@@ -164,9 +167,18 @@ static void set_failure(entry *e, const char *reason, const char *message)
 static void notify(entry *e)
 {
     funcd_sources *s = e->s;
-    for (waiter *w = e->waiters; w; w = w->next)
-        if (s->cfg.changed)
-            s->cfg.changed(w->ns, w->name, s->cfg.changed_payload);
+    for (waiter **pp = &e->waiters; *pp;) {
+        waiter *w = *pp;
+        if (!w->cb) {
+            if (s->cfg.changed)
+                s->cfg.changed(w->ns, w->name, s->cfg.changed_payload);
+            pp = &w->next;
+            continue;
+        }
+        *pp = w->next; /* one-shot: unlinked before it runs, so it may resolve again */
+        w->cb(w->payload);
+        free(w);
+    }
 }
 
 /* Copies the entry's outcome to the API pulls that follow it. */
@@ -779,7 +791,7 @@ static int move_waiter(funcd_sources *s, const char *ns, const char *name, entry
     for (entry *e = s->entries; e; e = e->next)
         for (waiter **pp = &e->waiters; *pp;) {
             waiter *w = *pp;
-            if (strcmp(w->ns, ns) != 0 || strcmp(w->name, name) != 0) {
+            if (w->cb || strcmp(w->ns, ns) != 0 || strcmp(w->name, name) != 0) {
                 pp = &w->next;
                 continue;
             }
@@ -851,6 +863,60 @@ int funcd_sources_resolve(funcd_sources *s, const char *ns, const char *name, co
         snprintf(message, message_len, "fetching %s%s%s", e->url, e->gref ? " at " : "",
                  e->gref ? e->gref : "");
     return FUNCD_SOURCE_PENDING;
+}
+
+static int result_of(entry *e, funcd_source_result *out, char *message, size_t message_len)
+{
+    if (e->state == E_READY)
+        return result_copy(out, &e->res) < 0 ? FUNCD_ENOMEM : FUNCD_SOURCE_READY;
+    if (e->state == E_FAILED) {
+        snprintf(message, message_len, "%s", e->message);
+        return FUNCD_EIO;
+    }
+    snprintf(message, message_len, "%s %s", e->reason[0] ? e->reason : "Pending", e->ref);
+    return FUNCD_SOURCE_PENDING;
+}
+
+int funcd_sources_image(funcd_sources *s, const char *ns, const char *ref,
+                        funcd_source_result *out, char *message, size_t message_len,
+                        funcd_sources_cb cb, void *payload)
+{
+    memset(out, 0, sizeof(*out));
+    entry *e = image_entry(s, ns, ref, "");
+    if (!e) {
+        snprintf(message, message_len, "out of memory");
+        return FUNCD_ENOMEM;
+    }
+    if (!e->busy && (e->state == E_PENDING || (e->state == E_FAILED &&
+                                               funcd_mono_ms() >= e->retry_ms)))
+        start(e);
+    int rc = result_of(e, out, message, message_len);
+    if (rc != FUNCD_SOURCE_PENDING)
+        return rc;
+    waiter *w = calloc(1, sizeof(*w));
+    if (!w) {
+        snprintf(message, message_len, "out of memory");
+        return FUNCD_ENOMEM;
+    }
+    w->cb = cb;
+    w->payload = payload;
+    w->next = e->waiters;
+    e->waiters = w;
+    return rc;
+}
+
+void funcd_sources_cancel(funcd_sources *s, void *payload)
+{
+    for (entry *e = s ? s->entries : NULL; e; e = e->next)
+        for (waiter **pp = &e->waiters; *pp;) {
+            waiter *w = *pp;
+            if (w->cb && w->payload == payload) {
+                *pp = w->next;
+                free(w);
+            } else {
+                pp = &w->next;
+            }
+        }
 }
 
 /* ---- the images API ------------------------------------------------------------- */

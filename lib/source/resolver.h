@@ -81,6 +81,16 @@ int funcd_sources_resolve(funcd_sources *s, const char *ns, const char *name, co
 /* The function no longer uses its source (deleted, or moved to another). */
 void funcd_sources_forget(funcd_sources *s, const char *ns, const char *name);
 
+/* For other users of images (the function runner's workers): READY with
+ * `out` filled, a negative code with `message`, or PENDING, and then
+ * cb(payload) runs once on the loop when the image is ready or failed
+ * (call again then), unless funcd_sources_cancel(s, payload) came first. */
+typedef void (*funcd_sources_cb)(void *payload);
+int funcd_sources_image(funcd_sources *s, const char *ns, const char *ref,
+                        funcd_source_result *out, char *message, size_t message_len,
+                        funcd_sources_cb cb, void *payload);
+void funcd_sources_cancel(funcd_sources *s, void *payload);
+
 /* ---- the images API (any thread) ------------------------------------------ */
 
 /* Appends {"items":[...]} of the image metadata cache to `out`. */

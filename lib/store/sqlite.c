@@ -511,7 +511,7 @@ typedef struct write_req {
 static int stage(sqlite_store *st, const write_req *req, current *cur, funcd_store_event *ev)
 {
     int is_del = req->type == FUNCD_STORE_EVENT_DELETE;
-    meta m;
+    meta m = {0};
     int rc = read_current(st, req->key, is_del, cur);
     if (rc == SQLITE_OK)
         rc = read_meta(st, &m);
@@ -816,7 +816,7 @@ static void sq_unwatch(funcd_store *s, funcd_store_watch *w)
 static uint64_t sq_revision(funcd_store *s)
 {
     sqlite_store *st = sq(s);
-    meta m;
+    meta m = {0};
     pthread_mutex_lock(&st->lock);
     uint64_t rev = read_meta(st, &m) == SQLITE_OK ? m.revision : st->last_revision;
     pthread_mutex_unlock(&st->lock);
@@ -963,7 +963,7 @@ static int open_db(sqlite_store *st)
                        "open (setting pragmas)")) < 0 ||
         (rc = migrate(st)) < 0 || (rc = prepare_all(st)) < 0)
         return rc;
-    meta m;
+    meta m = {0};
     if ((rc = read_meta(st, &m)) != SQLITE_OK)
         return db_error(st, rc, "open (reading the revision)", NULL);
     return 0;

@@ -49,6 +49,10 @@ const char **dd_default_args(const char **out, size_t max, const char *mode, con
         out[n++] = base[i];
     for (size_t i = 0; extra && extra[i] && n + 1 < max; i++)
         out[n++] = extra[i];
+    /* To tell a sandbox problem from the rest. */
+    const char *ns = getenv("FUNCD_DURABLE_NO_SANDBOX");
+    if (ns && *ns == '1' && n + 1 < max)
+        out[n++] = "--no-sandbox";
     out[n] = NULL;
     return out;
 }

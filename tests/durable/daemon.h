@@ -41,7 +41,8 @@ int dd_start(dd_daemon *d, const char *log_path, const char *const *args);
 
 /* Up to `max` args: `mode` ("--data-dir"/"--memory") and `dir` (or NULL),
  * the loopback ports 0 and --dev, followed by `extra` (NULL-terminated or
- * NULL). Returns the NULL-terminated `out`. */
+ * NULL), and --no-sandbox when FUNCD_DURABLE_NO_SANDBOX=1. Returns the
+ * NULL-terminated `out`. */
 const char **dd_default_args(const char **out, size_t max, const char *mode, const char *dir,
                              const char *const *extra);
 

@@ -143,7 +143,7 @@ static void teardown(graceful_test *t)
         for (size_t i = 0; i < t->nprocs; i++)
             if (!dd_pid_gone(t->procs[i].pid, t->procs[i].start))
                 kill(t->procs[i].pid, SIGKILL);
-        fprintf(stderr, "  workers outlived funcd\n");
+        fprintf(stderr, "  processes of funcd outlived its exit by 5 s\n");
         harness_failed_now = 1;
     }
     e2e_resp_free(&t->r);

@@ -26,6 +26,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,7 +127,9 @@ static void do_connect(const char *q)
 static void do_ptrace(const char *q)
 {
     pid_t pid = (pid_t)num(q, "pid", 0);
-    if (ptrace(PTRACE_SEIZE, pid, NULL, NULL) == 0) {
+    if (ptrace(PTRACE_ATTACH, pid, NULL, NULL) == 0) {
+        /* A tracee must be stopped to be let go, or it stays ours. */
+        waitpid(pid, NULL, __WALL);
         ptrace(PTRACE_DETACH, pid, NULL, NULL);
         say("ptrace", 1, "attached to %ld", (long)pid);
     } else {
