@@ -72,6 +72,7 @@ typedef struct funcd_eval_config {
     const funcd_builtin_reg *builtins; /* host builtins, tried before the shipped ones */
     size_t n_builtins;
     const funcd_logger *logger;
+    struct funcd_sources *sources; /* pulls images the functions dir does not hold; may be NULL */
 } funcd_eval_config;
 
 typedef struct funcd_eval_job funcd_eval_job;

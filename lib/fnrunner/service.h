@@ -26,6 +26,7 @@ typedef struct funcd_fnrunner_config {
     const funcd_builtin_reg *builtins; /* copied */
     size_t n_builtins;
     const funcd_logger *logger;   /* borrowed for the runner's lifetime */
+    struct funcd_sources *sources; /* image pulls for podExecutor images; may be NULL */
 } funcd_fnrunner_config;
 
 /* Builds the chain and binds the gRPC listener on `addr` (bound address

@@ -53,6 +53,7 @@
 #include "api/api.h"
 #include "funcd/sys/error.h"
 #include "pool/pool.h"
+#include "source/resolver.h"
 #include "util/misc.h"
 
 #define DEFAULT_TTL_MS (30ull * 60 * 1000)
@@ -77,9 +78,21 @@ typedef struct launch {
     atomic_int refs;
     worker_eval *we;
     char *image;   /* the FunctionConfig's spec.image */
-    char *dir;     /* FUNCTIONS_DIR/<name> */
-    char *program; /* dir/function */
+    char *dir;     /* FUNCTIONS_DIR/<name>, or a pulled image's rootfs */
+    char *program; /* dir/function, or the image's program (a path inside it) */
+    /* A pulled image: its entrypoint and cmd run inside `rootfs`. */
+    char *rootfs;
+    char **argv, **env; /* NULL-terminated */
+    char *cwd;
 } launch;
+
+/* An evaluation waiting for its image to be pulled. */
+typedef struct parked {
+    worker_eval *we;
+    funcd_eval_job *job;
+    struct event *timer; /* its deadline */
+    struct parked *prev, *next;
+} parked;
 
 /* One podExecutor FunctionConfig and its pool. */
 typedef struct image_pool {
@@ -108,6 +121,9 @@ struct worker_eval {
     funcd_store_watch *watch;
     struct event *reconcile_ev; /* the watch pokes it from writers' threads */
     int closed;
+    funcd_sources *sources; /* images pulled from registries; may be NULL */
+    parked *parked;
+    int reconcile_waits;    /* a reconcile waits on a pull (its callback is registered) */
 };
 
 /* ---- a small HTTP/1.1 client over a Unix socket ------------------------ */
@@ -488,6 +504,14 @@ static void launch_unref(launch *ln)
     free(ln->image);
     free(ln->dir);
     free(ln->program);
+    free(ln->rootfs);
+    for (char **p = ln->argv; p && *p; p++)
+        free(*p);
+    free(ln->argv);
+    for (char **p = ln->env; p && *p; p++)
+        free(*p);
+    free(ln->env);
+    free(ln->cwd);
     free(ln);
 }
 
@@ -618,6 +642,71 @@ static int prepare_dir(worker_eval *we, worker_ctx *wc)
     return 0;
 }
 
+#define IMAGE_RUN_DIR "/run/funcd"
+
+static void live_link(worker_eval *we, worker_ctx *wc)
+{
+    wc->next = we->live;
+    if (we->live)
+        we->live->prev = wc;
+    we->live = wc;
+    we->n_live++;
+    wc->probe_delay_us = PROBE_FIRST_US;
+    struct timeval tv = {0, PROBE_FIRST_US};
+    evtimer_add(wc->probe_timer, &tv);
+}
+
+/* A pulled image's worker: the static exec shim, copied into its runtime
+ * directory (seen at IMAGE_RUN_DIR), runs the image's program inside the
+ * image's root once per evaluation. */
+static int start_image_worker(worker_eval *we, worker_ctx *wc)
+{
+    launch *ln = wc->ln;
+    char from[600], to[300];
+    snprintf(from, sizeof(from), "%s-static", we->shim);
+    snprintf(to, sizeof(to), "%s/funcd-exec", wc->dir);
+    int rc = funcd_link_or_copy(from, to, 0755);
+    size_t n_args = 0, n_env = 0;
+    while (ln->argv[n_args])
+        n_args++;
+    while (ln->env && ln->env[n_env])
+        n_env++;
+    const char **argv = calloc(n_args + 3, sizeof(char *));
+    const char **env = calloc(n_env + 5, sizeof(char *));
+    char replica[128], function[160], ns[160];
+    snprintf(replica, sizeof(replica), "FUNCD_REPLICA=%s", wc->replica);
+    snprintf(function, sizeof(function), "FUNCD_FUNCTION=%s", ln->image);
+    snprintf(ns, sizeof(ns), "FUNCD_NAMESPACE=%s", we->ns);
+    if (rc == 0 && (!argv || !env))
+        rc = funcd_error_set(FUNCD_ENOMEM, "out of memory starting a worker for %s", ln->image);
+    if (rc == 0) {
+        argv[0] = IMAGE_RUN_DIR "/funcd-exec";
+        argv[1] = "--";
+        memcpy(argv + 2, ln->argv, n_args * sizeof(char *));
+        memcpy(env, ln->env, n_env * sizeof(char *));
+        env[n_env] = "FUNCD_LISTEN=" IMAGE_RUN_DIR "/worker.sock";
+        env[n_env + 1] = replica;
+        env[n_env + 2] = function;
+        env[n_env + 3] = ns;
+        const funcd_worker_bind binds[] = {{wc->dir, IMAGE_RUN_DIR, 1}};
+        funcd_worker_spec spec = {argv, env, ln->cwd, ln->rootfs, {0, 0, 0}, binds, 1,
+                                  FUNCD_WORKER_NETWORK_NONE};
+        funcd_worker_events ev = {on_worker_output, on_worker_exit, wc};
+        wc->probe_timer = evtimer_new(we->loop, on_probe_timer, wc);
+        rc = wc->probe_timer ? we->runtime->start(we->runtime, &spec, &ev, &wc->proc)
+                             : funcd_error_set(FUNCD_ENOMEM, "out of memory");
+    }
+    free(argv);
+    free(env);
+    if (rc < 0) {
+        probe_stop(wc);
+        remove_worker_dir(wc);
+        return rc;
+    }
+    live_link(we, wc);
+    return 0;
+}
+
 static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
 {
     launch *ln = payload;
@@ -634,6 +723,8 @@ static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
     int rc = prepare_dir(we, wc);
     if (rc < 0)
         return rc;
+    if (ln->rootfs)
+        return start_image_worker(we, wc);
     char listen[160], replica[128], function[160], ns[160];
     snprintf(listen, sizeof(listen), "FUNCD_LISTEN=%s", wc->sock);
     snprintf(replica, sizeof(replica), "FUNCD_REPLICA=%s", wc->replica);
@@ -657,14 +748,7 @@ static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
         remove_worker_dir(wc);
         return rc;
     }
-    wc->next = we->live;
-    if (we->live)
-        we->live->prev = wc;
-    we->live = wc;
-    we->n_live++;
-    wc->probe_delay_us = PROBE_FIRST_US;
-    struct timeval tv = {0, PROBE_FIRST_US};
-    evtimer_add(wc->probe_timer, &tv);
+    live_link(we, wc);
     return 0;
 }
 
@@ -758,8 +842,61 @@ static launch *launch_new(worker_eval *we, const char *image, const char *name)
     return ln;
 }
 
+static char **strv_dup_or_empty(char *const *v)
+{
+    size_t n = 0;
+    while (v && v[n])
+        n++;
+    char **out = calloc(n + 1, sizeof(char *));
+    for (size_t i = 0; out && i < n; i++)
+        if (!(out[i] = strdup(v[i]))) {
+            while (i--)
+                free(out[i]);
+            free(out);
+            return NULL;
+        }
+    return out;
+}
+
+/* The launch of a pulled image: its entrypoint and cmd, run in its root. */
+static launch *launch_new_image(worker_eval *we, const char *image, const funcd_source_result *r)
+{
+    launch *ln = calloc(1, sizeof(*ln));
+    if (!ln)
+        return NULL;
+    atomic_init(&ln->refs, 1);
+    ln->we = we;
+    ln->image = funcd_strdup(image);
+    ln->rootfs = funcd_strdup(r->dir);
+    ln->dir = funcd_strdup(r->dir);
+    size_t n = 0;
+    for (char **p = r->entrypoint; p && *p; p++)
+        n++;
+    for (char **p = r->cmd; p && *p; p++)
+        n++;
+    ln->argv = calloc(n + 1, sizeof(char *));
+    n = 0;
+    for (char **p = r->entrypoint; ln->argv && p && *p; p++)
+        ln->argv[n++] = strdup(*p);
+    for (char **p = r->cmd; ln->argv && p && *p; p++)
+        ln->argv[n++] = strdup(*p);
+    ln->env = strv_dup_or_empty(r->env);
+    ln->cwd = funcd_strdup(r->working_dir && *r->working_dir ? r->working_dir : "/");
+    ln->program = ln->argv && n ? funcd_strdup(ln->argv[0]) : NULL;
+    int ok = ln->image && ln->rootfs && ln->dir && ln->argv && ln->env && ln->cwd && ln->program;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = ln->argv[i] != NULL;
+    if (!ok) {
+        launch_unref(ln);
+        return NULL;
+    }
+    return ln;
+}
+
 static int program_ok(const launch *ln)
 {
+    if (ln->rootfs)
+        return 1; /* the image names its program; a bad one fails its worker's start */
     struct stat st;
     return stat(ln->program, &st) == 0 && S_ISREG(st.st_mode) && access(ln->program, X_OK) == 0;
 }
@@ -838,14 +975,65 @@ static int replace_pool(worker_eval *we, image_pool *ip, launch *ln, const funcd
     return 0;
 }
 
+/* "registry.example.com/fns/x:1" or "127.0.0.1:5000/x": worth a pull; a
+ * bare "set-labels:v1" only ever means the functions directory. */
+static int names_registry(const char *image)
+{
+    const char *slash = strchr(image, '/');
+    if (!slash)
+        return 0;
+    size_t n = (size_t)(slash - image);
+    return memchr(image, '.', n) || memchr(image, ':', n) ||
+           (n == 9 && strncmp(image, "localhost", 9) == 0);
+}
+
+/*
+ * The launch of `image`: its directory under FUNCTIONS_DIR when that holds
+ * one, else the image pulled from its registry. NULL with `why` filled, and
+ * `*pending` set when the pull is under way (`cb(payload)` runs when it ends).
+ */
+static launch *launch_for(worker_eval *we, const char *image, const char *name, int *pending,
+                          funcd_sources_cb cb, void *payload, char *why, size_t why_len)
+{
+    *pending = 0;
+    launch *ln = we->functions_dir ? launch_new(we, image, name) : NULL;
+    if (ln && (program_ok(ln) || !we->sources || !names_registry(image)))
+        return ln;
+    launch_unref(ln);
+    if (!we->sources) {
+        snprintf(why, why_len, "out of memory preparing the workers of %s", image);
+        return NULL;
+    }
+    funcd_source_result r;
+    char msg[512];
+    int rc = funcd_sources_image(we->sources, we->ns, image, &r, msg, sizeof(msg), cb, payload);
+    if (rc == FUNCD_SOURCE_PENDING) {
+        *pending = 1;
+        snprintf(why, why_len, "%s", msg);
+        return NULL;
+    }
+    if (rc < 0) {
+        snprintf(why, why_len, "%s: %s", image, msg);
+        return NULL;
+    }
+    ln = launch_new_image(we, image, &r);
+    funcd_source_result_clear(&r);
+    if (!ln)
+        snprintf(why, why_len, "out of memory preparing the workers of %s", image);
+    return ln;
+}
+
 /*
  * The pool of the podExecutor FunctionConfig `fc`, brought to its spec:
  * created (and warmed, with `warm_new`), given new limits, or replaced when
- * it names another image. NULL with `why` filled when it cannot serve.
+ * it names another image. NULL with `why` filled when it cannot serve, and
+ * `*pending` set while its image is being pulled (then `cb(payload)` runs
+ * once it is done).
  */
-static image_pool *pool_for(worker_eval *we, const cJSON *fc, int warm_new, char *why,
-                            size_t why_len)
+static image_pool *pool_for(worker_eval *we, const cJSON *fc, int warm_new, int *pending,
+                            funcd_sources_cb cb, void *payload, char *why, size_t why_len)
 {
+    *pending = 0;
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(fc, "metadata");
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(fc, "spec");
     const char *config = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(meta, "name"));
@@ -867,8 +1055,10 @@ static image_pool *pool_for(worker_eval *we, const cJSON *fc, int warm_new, char
         }
         return ip;
     }
-    launch *ln = launch_new(we, image, name);
-    if (ln && !ip) {
+    launch *ln = launch_for(we, image, name, pending, cb, payload, why, why_len);
+    if (!ln)
+        return NULL;
+    if (!ip) {
         if (!(ip = calloc(1, sizeof(*ip))) || !(ip->config = funcd_strdup(config))) {
             free(ip);
             launch_unref(ln);
@@ -881,7 +1071,7 @@ static image_pool *pool_for(worker_eval *we, const cJSON *fc, int warm_new, char
         }
         ip->next = we->pools;
         we->pools = ip;
-    } else if (!ln || replace_pool(we, ip, ln, &pc) < 0) { /* another image: other workers */
+    } else if (replace_pool(we, ip, ln, &pc) < 0) { /* another image: other workers */
         goto oom;
     }
     if (warm_new)
@@ -920,12 +1110,20 @@ static int collect_config(const funcd_store_kv *kv, void *payload)
     return 0;
 }
 
+/* An image a FunctionConfig names was pulled (or failed): look again. */
+static void on_config_image(void *payload)
+{
+    worker_eval *we = payload;
+    event_active(we->reconcile_ev, 0, 0);
+}
+
 /* Brings the pools to the podExecutor FunctionConfigs in the store: new ones
  * start warm, changed ones are reconfigured, deleted ones drained. */
 static void reconcile(worker_eval *we)
 {
     if (we->closed || we->off || !we->store)
         return;
+    funcd_sources_cancel(we->sources, we); /* registered again below if still pulling */
     config_list l = {0};
     if (we->store->list(we->store, we->prefix, collect_config, &l, NULL) < 0) {
         funcd_log(we->logger, FUNCD_LOG_WARN, "cannot list FunctionConfigs for warm workers: %s",
@@ -939,10 +1137,15 @@ static void reconcile(worker_eval *we)
         ip->seen = 0;
     for (size_t i = 0; i < l.n; i++) {
         char why[512];
-        image_pool *ip = pool_for(we, l.v[i], 1, why, sizeof(why));
+        int pending;
+        image_pool *ip = pool_for(we, l.v[i], 1, &pending, on_config_image, we, why, sizeof(why));
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(l.v[i], "metadata"), "name"));
         if (ip)
             ip->seen = 1;
-        else
+        else if (pending && name && (ip = find_pool(we, name)))
+            ip->seen = 1; /* the old pool serves until the new image is here */
+        else if (!pending)
             funcd_log(we->logger, FUNCD_LOG_WARN, "%s", why);
         cJSON_Delete(l.v[i]);
     }
@@ -1193,8 +1396,65 @@ static void worker_cancel(funcd_eval_job *job)
     call_free(c);
 }
 
-/* The pool that serves the job's image, or a status with the message set. */
-static int find_pool_for(worker_eval *we, funcd_eval_job *job, image_pool **out)
+static void worker_evaluate(funcd_evaluator *ev, funcd_eval_job *job);
+
+static void unpark(parked *pk)
+{
+    worker_eval *we = pk->we;
+    if (pk->prev)
+        pk->prev->next = pk->next;
+    else
+        we->parked = pk->next;
+    if (pk->next)
+        pk->next->prev = pk->prev;
+    if (pk->timer)
+        event_free(pk->timer);
+    funcd_sources_cancel(we->sources, pk);
+    free(pk);
+}
+
+/* The pull ended: evaluate again (the pool exists now, or the error shows). */
+static void on_image_pulled(void *payload)
+{
+    parked *pk = payload;
+    worker_eval *we = pk->we;
+    funcd_eval_job *job = pk->job;
+    unpark(pk);
+    worker_evaluate(&we->base, job);
+}
+
+static void on_park_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    parked *pk = arg;
+    funcd_eval_job *job = pk->job;
+    unpark(pk);
+    funcd_eval_finishf(job, FUNCD_EVAL_DEADLINE_EXCEEDED, "the deadline passed while pulling %s",
+                       job->req.image);
+}
+
+static void park(worker_eval *we, parked *pk, funcd_eval_job *job)
+{
+    pk->we = we;
+    pk->job = job;
+    pk->next = we->parked;
+    if (we->parked)
+        we->parked->prev = pk;
+    we->parked = pk;
+    int64_t now = funcd_mono_ms();
+    int64_t deadline = job->req.deadline_ms ? job->req.deadline_ms
+                                            : now + FUNCD_EVAL_DEFAULT_TIMEOUT_MS;
+    int64_t wait = deadline > now ? deadline - now : 0;
+    struct timeval tv = {(time_t)(wait / 1000), (suseconds_t)(wait % 1000) * 1000};
+    if ((pk->timer = evtimer_new(we->loop, on_park_deadline, pk)))
+        evtimer_add(pk->timer, &tv);
+}
+
+/* find_pool_for: the image is being pulled; the job waits for it. */
+#define EVAL_PULLING (-1000)
+
+/* The pool that serves the job's image, or a status with the message set.
+ * EVAL_PULLING: `pk` is registered to hear when the pull ends. */
+static int find_pool_for(worker_eval *we, funcd_eval_job *job, parked *pk, image_pool **out)
 {
     funcd_eval_result *res = &job->res;
     *out = NULL;
@@ -1215,8 +1475,11 @@ static int find_pool_for(worker_eval *we, funcd_eval_job *job, image_pool **out)
         snprintf(res->message, sizeof(res->message), "%s", funcd_error_last()->message);
         return FUNCD_EVAL_NOT_FOUND;
     }
-    *out = pool_for(we, fc, 0, res->message, sizeof(res->message));
+    int pending;
+    *out = pool_for(we, fc, 0, &pending, on_image_pulled, pk, res->message, sizeof(res->message));
     cJSON_Delete(fc);
+    if (!*out && pending)
+        return EVAL_PULLING;
     if (!*out)
         return FUNCD_EVAL_NOT_FOUND;
     if (!program_ok((*out)->ln)) {
@@ -1232,7 +1495,18 @@ static void worker_evaluate(funcd_evaluator *ev, funcd_eval_job *job)
 {
     worker_eval *we = (worker_eval *)ev;
     image_pool *ip;
-    int status = find_pool_for(we, job, &ip);
+    parked *pk = calloc(1, sizeof(*pk));
+    if (!pk) {
+        funcd_eval_finishf(job, FUNCD_EVAL_INTERNAL, "out of memory evaluating %s",
+                           funcd_eval_job_name(job));
+        return;
+    }
+    int status = find_pool_for(we, job, pk, &ip);
+    if (status == EVAL_PULLING) {
+        park(we, pk, job);
+        return;
+    }
+    free(pk);
     if (status != FUNCD_EVAL_OK) {
         job->res.status = status;
         funcd_eval_finish(job);
@@ -1305,6 +1579,12 @@ static void worker_close(funcd_evaluator *ev)
     we->watch = NULL;
     if (we->reconcile_ev)
         event_del(we->reconcile_ev);
+    funcd_sources_cancel(we->sources, we);
+    while (we->parked) {
+        funcd_eval_job *job = we->parked->job;
+        unpark(we->parked);
+        funcd_eval_finishf(job, FUNCD_EVAL_UNAVAILABLE, "the function runner is shutting down");
+    }
     while (we->pools) {
         image_pool *ip = we->pools;
         we->pools = ip->next;
@@ -1357,8 +1637,8 @@ unsigned funcd_eval_worker_pools(const funcd_evaluator *ev)
 /* Why this evaluator cannot run anything with `cfg`, or NULL. */
 static const char *missing_piece(const funcd_eval_config *cfg)
 {
-    if (!cfg->functions_dir)
-        return "no functions directory is configured";
+    if (!cfg->functions_dir && !cfg->sources)
+        return "no functions directory is configured and images cannot be pulled";
     if (!cfg->runtime || !cfg->runtime->start || !cfg->runtime->stop || !cfg->runtime->release)
         return "no runtime is configured for warm workers";
     if (!cfg->state_dir)
@@ -1376,12 +1656,14 @@ static int setup(worker_eval *we, const funcd_eval_config *cfg)
     if ((we->off = missing_piece(cfg)))
         return 0;
     we->functions_dir = funcd_strdup(cfg->functions_dir);
+    we->sources = cfg->sources;
     if (asprintf(&we->shim, "%s/funcd-exec", cfg->shim_dir ? cfg->shim_dir : ".") < 0)
         we->shim = NULL;
     if (asprintf(&we->run_dir, "%s/fnrun", cfg->state_dir) < 0)
         we->run_dir = NULL;
     we->reconcile_ev = event_new(cfg->loop, -1, 0, on_reconcile, we);
-    if (!we->functions_dir || !we->shim || !we->run_dir || !we->reconcile_ev)
+    if ((cfg->functions_dir && !we->functions_dir) || !we->shim || !we->run_dir ||
+        !we->reconcile_ev)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the worker evaluator");
     if (mkdir(we->run_dir, 0700) != 0 && errno != EEXIST)
         return funcd_error_set(FUNCD_EIO, "cannot create %s for warm workers: %s", we->run_dir,

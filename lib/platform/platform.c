@@ -272,36 +272,6 @@ static int build(funcd_platform *p)
                                 sizeof(p->data_plane_addr));
     if (rc < 0)
         return rc;
-    funcd_fnrunner_config fc = {
-        .loop = p->base,
-        .store = p->cfg.store,
-        .runtime = p->cfg.runtime,
-        .functions_dir = p->cfg.functions_dir,
-        .shim_dir = shim_dir(&p->cfg),
-        .state_dir = p->state_dir,
-        .config_namespace = "default",
-        .max_message = p->cfg.fn_runner_max_message, /* 0: 6 MiB */
-        .builtins = p->cfg.builtins,
-        .n_builtins = p->cfg.n_builtins,
-        .logger = &p->cfg.logger,
-    };
-    rc = funcd_fnrunner_new(&p->fnrunner, &fc, p->cfg.fn_runner_addr, p->fn_runner_addr,
-                            sizeof(p->fn_runner_addr));
-    if (rc < 0)
-        return rc;
-    char vj[768];
-    version_json(p, vj, sizeof(vj));
-    funcd_cp_init(&p->cp, p->cfg.store, &p->cfg.auth, vj);
-    rc = funcd_cp_server_new(&p->cp_server, &p->cp, p->cfg.listen_addr, p->addr, sizeof(p->addr));
-    if (rc < 0)
-        return rc;
-    funcd_logstore_options lo = {p->cfg.log_seal_ms, p->cfg.log_seal_bytes,
-                                 p->cfg.log_retention_ms};
-    struct timeval every_second = {1, 0};
-    if (!(p->logstore = funcd_logstore_new(p->cfg.blob, &lo)) ||
-        !(p->log_tick = event_new(p->base, -1, EV_PERSIST, on_log_tick, p)) ||
-        event_add(p->log_tick, &every_second) < 0)
-        return funcd_error_set(FUNCD_ENOMEM, "out of memory starting the log store");
     funcd_sources_config srcc = {
         .loop = p->base,
         .store = p->cfg.store,
@@ -320,6 +290,37 @@ static int build(funcd_platform *p)
     };
     if ((rc = funcd_sources_new(&p->sources, &srcc)) < 0)
         return rc;
+    funcd_fnrunner_config fc = {
+        .loop = p->base,
+        .store = p->cfg.store,
+        .runtime = p->cfg.runtime,
+        .functions_dir = p->cfg.functions_dir,
+        .shim_dir = shim_dir(&p->cfg),
+        .state_dir = p->state_dir,
+        .config_namespace = "default",
+        .max_message = p->cfg.fn_runner_max_message, /* 0: 6 MiB */
+        .builtins = p->cfg.builtins,
+        .n_builtins = p->cfg.n_builtins,
+        .logger = &p->cfg.logger,
+        .sources = p->sources,
+    };
+    rc = funcd_fnrunner_new(&p->fnrunner, &fc, p->cfg.fn_runner_addr, p->fn_runner_addr,
+                            sizeof(p->fn_runner_addr));
+    if (rc < 0)
+        return rc;
+    char vj[768];
+    version_json(p, vj, sizeof(vj));
+    funcd_cp_init(&p->cp, p->cfg.store, &p->cfg.auth, vj);
+    rc = funcd_cp_server_new(&p->cp_server, &p->cp, p->cfg.listen_addr, p->addr, sizeof(p->addr));
+    if (rc < 0)
+        return rc;
+    funcd_logstore_options lo = {p->cfg.log_seal_ms, p->cfg.log_seal_bytes,
+                                 p->cfg.log_retention_ms};
+    struct timeval every_second = {1, 0};
+    if (!(p->logstore = funcd_logstore_new(p->cfg.blob, &lo)) ||
+        !(p->log_tick = event_new(p->base, -1, EV_PERSIST, on_log_tick, p)) ||
+        event_add(p->log_tick, &every_second) < 0)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory starting the log store");
     funcd_serving_config sc = {
         .loop = p->base,
         .runtime = p->cfg.runtime,
@@ -430,10 +431,10 @@ static void teardown(funcd_platform *p)
     funcd_logstore_free(p->logstore); /* seals what is open, while the blob is there */
     p->logstore = NULL;
     p->serving = NULL;
-    funcd_sources_free(p->sources); /* after serving: it forgets its functions' sources */
-    p->sources = NULL;
     funcd_fnrunner_free(p->fnrunner);
     p->fnrunner = NULL;
+    funcd_sources_free(p->sources); /* after its users: serving forgets, the runner cancels */
+    p->sources = NULL;
     if (p->stop_ev)
         event_free(p->stop_ev);
     p->stop_ev = NULL;

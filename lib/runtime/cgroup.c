@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/mount.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -127,6 +129,42 @@ static void remove_stale(const char *own)
     closedir(d);
 }
 
+/* Moving a task between cgroups takes the global cgroup_threadgroup_rwsem
+ * for writing, which waits for an RCU grace period: 12-15 ms per worker on
+ * these machines. With "favordynmods" on any cgroup hierarchy the kernel
+ * keeps that lock in its slow-reader mode instead (forks and exits pay a
+ * few ns more) and a move costs ~70 us (docs/adr/0013-sandbox.md). The
+ * flag lives on the cgroup2 superblock; the flags it already has are set
+ * again, since a reconfigure replaces them all. */
+static void favor_dynmods(void)
+{
+    static const char *const keep[] = {"nsdelegate", "memory_recursiveprot",
+                                       "memory_localevents", "memory_hugetlb_accounting",
+                                       "pids_localevents", NULL};
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    char line[1024], mnt[512] = "", opts[512] = "";
+    while (f && !mnt[0] && fgets(line, sizeof(line), f)) {
+        char *dash = strstr(line, " - cgroup2 ");
+        if (!dash || sscanf(line, "%*s %*s %*s %*s %511s", mnt) != 1 ||
+            sscanf(dash + 11, "%*s %511s", opts) != 1)
+            mnt[0] = '\0';
+    }
+    if (f)
+        fclose(f);
+    if (!mnt[0] || strstr(opts, "favordynmods"))
+        return;
+    int fd = (int)syscall(SYS_fspick, AT_FDCWD, mnt, FSPICK_CLOEXEC);
+    if (fd < 0)
+        return;
+    int ok = syscall(SYS_fsconfig, fd, FSCONFIG_SET_FLAG, "favordynmods", NULL, 0) == 0;
+    for (const char *const *k = keep; ok && *k; k++)
+        if (strstr(opts, *k))
+            ok = syscall(SYS_fsconfig, fd, FSCONFIG_SET_FLAG, *k, NULL, 0) == 0;
+    if (ok)
+        syscall(SYS_fsconfig, fd, FSCONFIG_CMD_RECONFIGURE, NULL, NULL, 0);
+    close(fd);
+}
+
 void funcd_cgroups_init(funcd_cgroups *cg)
 {
     static atomic_uint next_runtime;
@@ -141,6 +179,8 @@ void funcd_cgroups_init(funcd_cgroups *cg)
         if (mkdir(cg->base[c], 0755) != 0 && errno != EEXIST)
             cg->base[c][0] = '\0';
     }
+    if (cg->base[FUNCD_CG_PIDS][0] || cg->base[FUNCD_CG_MEMORY][0])
+        favor_dynmods();
 }
 
 void funcd_cgroups_fini(funcd_cgroups *cg)

@@ -641,11 +641,8 @@ static pid_t clone_init(plan *p)
     return pid;
 }
 
-#include <time.h>
-static double dbg_now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1e3+t.tv_nsec/1e6;}
 static pid_t spawn_planned(plan *p, int *status_fd)
 {
-    double T0 = dbg_now();
     int sync[2] = {-1, -1}, errp[2] = {-1, -1}, status[2] = {-1, -1};
     if (pipe2(sync, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0 ||
         pipe2(status, O_CLOEXEC) != 0) {
@@ -660,7 +657,6 @@ static pid_t spawn_planned(plan *p, int *status_fd)
     p->status_w = status[1];
     pid_t pid = clone_init(p);
     int err = errno;
-    double T1 = dbg_now();
     close(sync[0]);
     close(errp[1]);
     close(status[1]);
@@ -668,10 +664,7 @@ static pid_t spawn_planned(plan *p, int *status_fd)
     int rc = 0;
     if (pid < 0)
         rc = funcd_error_set(FUNCD_EIO, "sandbox: clone: %s", strerror(err));
-    double Ta = dbg_now(); int mapped = map_ids(pid, p->sb->uid); double Tb = dbg_now();
-    if (getenv("SBX_DEBUG")) fprintf(stderr, "map_ids %.3f\n", Tb - Ta);
-    if (pid < 0) ;
-    else if (mapped != 0)
+    else if (map_ids(pid, p->sb->uid) != 0)
         rc = funcd_error_set(FUNCD_EIO, "sandbox: cannot map the worker's user: %s",
                              strerror(errno));
     else if (p->job->cg && funcd_cgroup_attach(p->job->cg, p->job->cg_id, pid) < 0)
@@ -679,10 +672,8 @@ static pid_t spawn_planned(plan *p, int *status_fd)
     else if (write(sync[1], "g", 1) != 1)
         rc = funcd_error_set(FUNCD_EIO, "sandbox: the worker's init is gone");
     close(sync[1]);
-    double T2 = dbg_now();
     if (rc == 0)
         rc = await_exec(errp[0]);
-    if (getenv("SBX_DEBUG")) fprintf(stderr, "clone %.3f maps %.3f exec %.3f\n", T1-T0, T2-T1, dbg_now()-T2);
     close(errp[0]);
     if (rc < 0) {
         close(status[0]);

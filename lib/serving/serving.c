@@ -210,26 +210,7 @@ static int image_shim(funcd_serving *s, const launch *ln, const char *run_dir)
     char from[600], to[300];
     snprintf(from, sizeof(from), "%s/funcd-exec-static", s->shim_dir);
     snprintf(to, sizeof(to), "%s/funcd-exec", run_dir);
-    if (link(from, to) == 0)
-        return 0;
-    int in = open(from, O_RDONLY | O_CLOEXEC);
-    int out = in < 0 ? -1 : open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
-    char buf[65536];
-    ssize_t n = 0;
-    while (out >= 0 && (n = read(in, buf, sizeof(buf))) > 0)
-        if (write(out, buf, (size_t)n) != n) {
-            n = -1;
-            break;
-        }
-    int err = errno;
-    if (in >= 0)
-        close(in);
-    if (out >= 0)
-        close(out);
-    if (in < 0 || out < 0 || n < 0)
-        return funcd_error_set(FUNCD_EIO, "cannot copy the exec shim %s into %s: %s", from,
-                               run_dir, strerror(err));
-    return 0;
+    return funcd_link_or_copy(from, to, 0755);
 }
 
 static int runtime_has(const funcd_runtime *rt, size_t slot_end)

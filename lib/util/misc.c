@@ -149,3 +149,29 @@ int funcd_remove_tree(const char *path)
 {
     return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
+
+int funcd_link_or_copy(const char *from, const char *to, mode_t mode)
+{
+    if (link(from, to) == 0)
+        return 0;
+    int in = open(from, O_RDONLY | O_CLOEXEC);
+    int out = in < 0 ? -1 : open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    char buf[65536];
+    ssize_t n = 0;
+    while (out >= 0 && (n = read(in, buf, sizeof(buf))) > 0)
+        if (write(out, buf, (size_t)n) != n) {
+            n = -1;
+            break;
+        }
+    int err = errno;
+    if (in >= 0)
+        close(in);
+    if (out >= 0)
+        close(out);
+    if (in >= 0 && out >= 0 && n == 0)
+        return 0;
+    if (out >= 0)
+        unlink(to);
+    return funcd_error_set(err == ENOSPC ? FUNCD_ENOSPC : FUNCD_EIO, "cannot copy %s to %s: %s",
+                           from, to, strerror(err));
+}

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* Wall clock, Unix epoch milliseconds. */
 int64_t funcd_now_ms(void);
@@ -28,5 +29,9 @@ int funcd_listen_tcp(const char *addr, int reuseport, char *bound, size_t bound_
 
 /* Removes a directory tree without following symlinks (rm -rf). */
 int funcd_remove_tree(const char *path);
+
+/* Makes `to` a hard link of `from`, or a copy with `mode` where the file
+ * systems differ; `to` must not exist. 0, or FUNCD_EIO / FUNCD_ENOSPC. */
+int funcd_link_or_copy(const char *from, const char *to, mode_t mode);
 
 #endif

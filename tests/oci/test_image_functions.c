@@ -362,82 +362,82 @@ static void eval_image(env *e, const char *repo_tag)
 
 /* ---- cases --------------------------------------------------------------------- */
 
-/* The registry of `kind` for the case, or a failed case. */
-#define START_REGISTRY(kind)                                                                       \
-    do {                                                                                           \
-        if (start_registry(kind) < 0) {                                                            \
-            registry_env_stop(&reg);                                                               \
-            FAILF("cannot start and fill a registry");                                             \
-        }                                                                                          \
-    } while (0)
+/*
+ * A case body runs on a platform that on_platform starts (reaching the
+ * case's registry, plus up to two options) and always frees, so a failed
+ * CHECK in a body leaves no platform, worker or allocation behind.
+ */
+typedef void (*case_body)(env *e);
 
-#define ENV_UP(e, store, a, b, c)                                                                  \
-    do {                                                                                           \
-        if (env_up_with((e), (store), (a), (b), (c)) < 0) {                                        \
-            env_down(e);                                                                           \
-            registry_env_stop(&reg);                                                               \
-            FAILF("cannot start a platform: %s", funcd_error_last()->message);                     \
-        }                                                                                          \
-    } while (0)
-
-/* Both front doors on one platform with `option` (how to reach the registry). */
-static void both_paths(registry_kind kind)
+static void on_platform(funcd_store *store, funcd_option *a, funcd_option *b, case_body body)
 {
-    env e_, *e = &e_;
-    START_REGISTRY(kind);
-    ENV_UP(e, NULL, registry_option(), NULL, NULL);
+    env e;
+    if (env_up_with(&e, store, registry_option(), a, b) < 0) {
+        env_down(&e);
+        FAILF("cannot start a platform: %s", funcd_error_last()->message);
+    }
+    body(&e);
+    env_down(&e);
+}
+
+static char auth_file[400]; /* htpasswd: the daemon-level Docker config */
+static char pulled[80];     /* restart: the digest the first platform served */
+
+static void serve_worker(env *e)
+{
     serve_image(e, "from-image", "worker:1", "");
+}
+
+static void eval_krm(env *e)
+{
     eval_image(e, "krm:1");
-    env_down(e);
-    registry_env_stop(&reg);
-    CHECK(no_children());
 }
 
-TEST(plain)
+static void serve_and_eval(env *e)
 {
-    both_paths(REGISTRY_PLAIN);
+    serve_worker(e);
+    eval_krm(e); /* runs even when serving failed: the two paths are independent */
 }
 
-TEST(tls)
+static void plain(void)
 {
-    both_paths(REGISTRY_TLS);
+    on_platform(NULL, NULL, NULL, serve_and_eval);
 }
 
-/* Pull secrets for Functions; the daemon's auth file for the runner, which
- * has no Function to name a secret. */
-TEST(htpasswd)
+static void tls(void)
 {
-    env e_, *e = &e_;
-    char auth_file[400], ref[256];
-    START_REGISTRY(REGISTRY_HTPASSWD);
-    CHECK(write_auth_file(auth_file, sizeof(auth_file)) == 0);
+    on_platform(NULL, NULL, NULL, serve_and_eval);
+}
 
-    ENV_UP(e, NULL, registry_option(), NULL, NULL);
-    CHECK_INT(create_pull_secret(e, REGISTRY_PASS), 201);
-    serve_image(e, "with-secret", "worker:1", ",\"imagePullSecrets\":[\"" SECRET_NAME "\"]");
-    /* the secret is what let it in */
+/* Without a secret the pull is refused; with the Secret it serves. The
+ * unauthenticated one goes first: the image is not yet on this node. */
+static void serve_with_secret(env *e)
+{
+    char ref[256];
     image_ref(ref, sizeof(ref), "worker:1");
     CHECK_INT(sv_create(e, "no-secret", "{\"runtime\":\"native\",\"source\":{\"image\":\"%s\"}}",
                         ref),
               201);
     CHECK(wait_failure(e, "no-secret", "ImagePullFailed", WAIT_MS));
     CHECK_CONTAINS(jstr(sv_ready_condition(e->r.json), "message"), "credentials");
-    env_down(e);
-
-    ENV_UP(e, NULL, registry_option(), funcd_with_registry_auth_file(auth_file), NULL);
-    eval_image(e, "krm:1");
-    env_down(e);
-    registry_env_stop(&reg);
-    CHECK(no_children());
+    CHECK_INT(create_pull_secret(e, REGISTRY_PASS), 201);
+    serve_image(e, "with-secret", "worker:1", ",\"imagePullSecrets\":[\"" SECRET_NAME "\"]");
 }
 
-TEST(wrong_password)
+/* Pull secrets for Functions; the daemon's auth file for the runner, which
+ * has no Function to name a secret. */
+static void htpasswd(void)
 {
-    env e_, *e = &e_;
-    char ref[256], want[256];
+    on_platform(NULL, NULL, NULL, serve_with_secret);
+    if (write_auth_file(auth_file, sizeof(auth_file)) < 0)
+        FAILF("cannot write %s", auth_file);
+    on_platform(NULL, funcd_with_registry_auth_file(auth_file), NULL, eval_krm);
+}
+
+static void refused_password(env *e)
+{
     static const char bad[] = "not-the-password";
-    START_REGISTRY(REGISTRY_HTPASSWD);
-    ENV_UP(e, NULL, registry_option(), NULL, NULL);
+    char ref[256], want[256];
     CHECK_INT(create_pull_secret(e, bad), 201);
     image_ref(ref, sizeof(ref), "worker:1");
     CHECK_INT(sv_create(e, "bad-login",
@@ -451,17 +451,16 @@ TEST(wrong_password)
     CHECK_CONTAINS(msg, want);
     if (strstr(msg, bad))
         FAILF("the status shows the password: %s", msg);
-    env_down(e);
-    registry_env_stop(&reg);
-    CHECK(no_children());
 }
 
-TEST(unknown_tag)
+static void wrong_password(void)
 {
-    env e_, *e = &e_;
+    on_platform(NULL, NULL, NULL, refused_password);
+}
+
+static void missing_tag(env *e)
+{
     char ref[256];
-    START_REGISTRY(REGISTRY_PLAIN);
-    ENV_UP(e, NULL, registry_option(), NULL, NULL);
     image_ref(ref, sizeof(ref), "worker:nope");
     CHECK_INT(sv_create(e, "no-tag", "{\"runtime\":\"native\",\"source\":{\"image\":\"%s\"}}",
                         ref),
@@ -470,41 +469,18 @@ TEST(unknown_tag)
     const char *msg = jstr(sv_ready_condition(e->r.json), "message");
     CHECK_CONTAINS(msg, "worker:nope");
     CHECK_CONTAINS(msg, "not found");
-    env_down(e);
-    registry_env_stop(&reg);
-    CHECK(no_children());
 }
 
-/* The layer's bytes change in the registry's storage before the first pull:
- * the digest check refuses it and the function never runs. */
-TEST(tampered_blob)
+static void unknown_tag(void)
 {
-    env e_, *e = &e_;
-    char ref[256], digest[80], data[600];
-    funcd_buf manifest = FUNCD_BUF_INIT;
-    START_REGISTRY(REGISTRY_PLAIN);
-    int have = registry_manifest("worker:1", digest, &manifest) == 0;
-    cJSON *m = have ? cJSON_ParseWithLength(manifest.data, manifest.len) : NULL;
-    funcd_buf_free(&manifest);
-    const char *layer = cJSON_GetStringValue(
-        cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(jget(m, "layers"), 0), "digest"));
-    snprintf(digest, sizeof(digest), "%s", layer ? layer : "");
-    cJSON_Delete(m);
-    if (strncmp(digest, "sha256:", 7) != 0) {
-        registry_env_stop(&reg);
-        FAILF("the registry's manifest of worker:1 names no layer");
-    }
-    registry_env_blob_path(&reg, digest, data, sizeof(data));
-    FILE *f = fopen(data, "r+b");
-    int tampered = f && fseek(f, 100, SEEK_SET) == 0 && fputs("tampered", f) >= 0;
-    if (f)
-        fclose(f);
-    if (!tampered) {
-        registry_env_stop(&reg);
-        FAILF("cannot overwrite %s", data);
-    }
+    on_platform(NULL, NULL, NULL, missing_tag);
+}
 
-    ENV_UP(e, NULL, registry_option(), NULL, NULL);
+static char tampered_layer[80];
+
+static void refused_blob(env *e)
+{
+    char ref[256];
     image_ref(ref, sizeof(ref), "worker:1");
     CHECK_INT(sv_create(e, "tampered", "{\"runtime\":\"native\",\"source\":{\"image\":\"%s\"}}",
                         ref),
@@ -512,11 +488,46 @@ TEST(tampered_blob)
     CHECK(wait_failure(e, "tampered", "ImagePullFailed", WAIT_MS));
     const char *msg = jstr(sv_ready_condition(e->r.json), "message");
     CHECK_CONTAINS(msg, "does not match its digest");
-    CHECK_CONTAINS(msg, digest);
+    CHECK_CONTAINS(msg, tampered_layer);
     CHECK(sv_invoke(e, "GET", DP_PATH("tampered") "/", NULL) != 200);
-    env_down(e);
-    registry_env_stop(&reg);
-    CHECK(no_children());
+}
+
+/* Overwrites bytes of the worker image's first layer in the registry's storage. */
+static int tamper_worker_layer(void)
+{
+    char data[600];
+    funcd_buf manifest = FUNCD_BUF_INIT;
+    char digest[80];
+    int have = registry_manifest("worker:1", digest, &manifest) == 0;
+    cJSON *m = have ? cJSON_ParseWithLength(manifest.data, manifest.len) : NULL;
+    funcd_buf_free(&manifest);
+    const char *layer = cJSON_GetStringValue(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(jget(m, "layers"), 0), "digest"));
+    snprintf(tampered_layer, sizeof(tampered_layer), "%s", layer ? layer : "");
+    cJSON_Delete(m);
+    if (strncmp(tampered_layer, "sha256:", 7) != 0)
+        return -1;
+    registry_env_blob_path(&reg, tampered_layer, data, sizeof(data));
+    FILE *f = fopen(data, "r+b");
+    int ok = f && fseek(f, 100, SEEK_SET) == 0 && fputs("tampered", f) >= 0;
+    return f && fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* Before the first pull the layer changes in the registry: the digest check
+ * refuses it and the function never runs. */
+static void tampered_blob(void)
+{
+    if (tamper_worker_layer() < 0)
+        FAILF("cannot tamper with the layer of worker:1 in %s", reg.storage);
+    on_platform(NULL, NULL, NULL, refused_blob);
+}
+
+static void serve_durably(env *e)
+{
+    serve_image(e, "durable", "worker:1", "");
+    CHECK_INT(env_req(e, "GET", FN_PATH("durable"), DEV_TOKEN, NULL), 200);
+    const char *d = jstr(e->r.json, "status.source.digest");
+    snprintf(pulled, sizeof(pulled), "%s", d ? d : "");
 }
 
 /* 1 when the data plane answers the function with the worker's echo. */
@@ -528,6 +539,20 @@ static int serves(env *e, void *name)
            strcmp(jstr(e->r.json, "path"), "/again") == 0;
 }
 
+static void serve_again(env *e)
+{
+    char item[128];
+    /* the status in the store says Ready from before: only an answer counts */
+    if (!env_poll(e, WAIT_MS, serves, "durable"))
+        FAILF("after the restart the function does not serve: HTTP %ld %.1000s", e->r.status,
+              e->r.body ? e->r.body : "");
+    CHECK(wait_ready_verbose(e, "durable"));
+    CHECK_STR(jstr(e->r.json, "status.source.digest"), pulled);
+    CHECK_INT(env_req(e, "GET", API "/images", ADMIN_TOKEN, NULL), 200);
+    snprintf(item, sizeof(item), "\"digest\":\"%s\"", pulled);
+    CHECK_CONTAINS(e->r.body, item);
+}
+
 static funcd_store *sqlite_store(const char *path)
 {
     funcd_store *s = NULL;
@@ -536,73 +561,63 @@ static funcd_store *sqlite_store(const char *path)
 
 /* The second platform finds the image's metadata and tag in the store and
  * its layers in the state directory: with the registry stopped it serves. */
-TEST(restart)
+static void restart(void)
 {
-    env e_, *e = &e_;
-    char db[400], state[400], digest[80] = "", listing_digest[96];
+    char db[400], state[400];
     snprintf(db, sizeof(db), "%s/store.db", work);
     snprintf(state, sizeof(state), "%s/state", work);
-    CHECK(mkdir(state, 0700) == 0);
-    START_REGISTRY(REGISTRY_PLAIN);
-
+    if (mkdir(state, 0700) != 0)
+        FAILF("cannot create %s", state);
     funcd_store *s = sqlite_store(db);
-    if (!s) {
-        registry_env_stop(&reg);
+    if (!s)
         FAILF("cannot open %s: %s", db, funcd_error_last()->message);
-    }
-    ENV_UP(e, s, registry_option(), funcd_with_state_dir(state), NULL);
-    serve_image(e, "durable", "worker:1", "");
-    const char *pulled = jstr(e->r.json, "status.source.digest");
-    snprintf(digest, sizeof(digest), "%s", pulled ? pulled : "");
-    env_down(e);
+    on_platform(s, funcd_with_state_dir(state), NULL, serve_durably);
+    if (harness_failed_now)
+        return;
     registry_env_stop(&reg);
-    CHECK(digest[0]);
-
-    s = sqlite_store(db);
-    CHECK(s);
-    /* the same options as before: only the registry is gone */
-    ENV_UP(e, s, funcd_with_insecure_registry(reg.addr), funcd_with_state_dir(state), NULL);
-    if (!env_poll(e, WAIT_MS, serves, "durable"))
-        FAILF("after the restart the function does not serve: HTTP %ld %.1000s", e->r.status,
-              e->r.body ? e->r.body : "");
-    CHECK(wait_ready_verbose(e, "durable"));
-    CHECK_STR(jstr(e->r.json, "status.source.digest"), digest);
-    /* the metadata cache survived too */
-    CHECK_INT(env_req(e, "GET", API "/images", ADMIN_TOKEN, NULL), 200);
-    snprintf(listing_digest, sizeof(listing_digest), "\"digest\":\"%s\"", digest);
-    CHECK_CONTAINS(e->r.body, listing_digest);
-    env_down(e);
-    CHECK(no_children());
+    if (!(s = sqlite_store(db)))
+        FAILF("cannot open %s again: %s", db, funcd_error_last()->message);
+    on_platform(s, funcd_with_state_dir(state), NULL, serve_again);
 }
 
 /* ---- main ---------------------------------------------------------------------- */
 
 typedef struct image_case {
     const char *name;
+    registry_kind kind;
     void (*fn)(void);
 } image_case;
 
 static const image_case cases[] = {
-    {"plain", plain},
-    {"htpasswd", htpasswd},
-    {"tls", tls},
-    {"wrong-password", wrong_password},
-    {"unknown-tag", unknown_tag},
-    {"tampered-blob", tampered_blob},
-    {"restart", restart},
+    {"plain", REGISTRY_PLAIN, plain},
+    {"htpasswd", REGISTRY_HTPASSWD, htpasswd},
+    {"tls", REGISTRY_TLS, tls},
+    {"wrong-password", REGISTRY_HTPASSWD, wrong_password},
+    {"unknown-tag", REGISTRY_PLAIN, unknown_tag},
+    {"tampered-blob", REGISTRY_PLAIN, tampered_blob},
+    {"restart", REGISTRY_PLAIN, restart},
 };
 
+/* A registry of its own per case; after the case no process may be left. */
 static void run_case(const image_case *c)
 {
+    int64_t start = e2e_now_ms();
     harness_failed_now = 0;
-    c->fn();
-    registry_env_stop(&reg); /* a case that failed early left it running */
+    if (start_registry(c->kind) < 0) {
+        fprintf(stderr, "  cannot start and fill a registry\n");
+        harness_failed_now = 1;
+    } else {
+        c->fn();
+    }
+    registry_env_stop(&reg);
+    if (!no_children())
+        harness_failed_now = 1;
     if (harness_failed_now) {
         harness_failed++;
         fprintf(stderr, "FAIL %s\n", c->name);
     } else {
         harness_passed++;
-        fprintf(stderr, "ok   %s\n", c->name);
+        fprintf(stderr, "ok   %s (%" PRId64 " ms)\n", c->name, e2e_now_ms() - start);
     }
 }
 

@@ -33,6 +33,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/ptrace.h>
+#include <sys/time.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -371,6 +372,9 @@ int main(int argc, char **argv)
         if (c < 0)
             continue;
         answer[0] = '\0';
+        /* One connection at a time: a silent one must not wedge the rest. */
+        struct timeval tv = {2, 0};
+        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
         serve(c);
         close(c);
     }
