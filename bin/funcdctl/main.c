@@ -88,10 +88,14 @@ static const ctl_command commands[] = {
      "                          the control plane's /version reports)\n"
      "The answer's body goes to stdout. Exit status 1 unless the answer is 2xx.\n"
      "Example: funcdctl invoke hello -d '{\"name\":\"world\"}'\n"},
-    {"logs", cmd_logs, "Print a Function's logs", "logs NAME [-f] [--tail N]",
+    {"logs", cmd_logs, "Print a Function's logs",
+     "logs NAME [-f] [--tail N] [--since DURATION] [--invocation ID]",
      "  -f, --follow            keep printing new records until Ctrl-C\n"
      "  --tail N                start with the last N records\n"
-     "Each record prints as \"TIME REPLICA LINE\"; -o json prints the raw records.\n"
+     "  --since DURATION        only records from the last DURATION (90s, 5m, 2h)\n"
+     "  --invocation ID         only the records of one request (X-Funcd-Invocation-Id)\n"
+     "Records are kept in the blob store (docs/logs.md), so they outlive restarts. Each\n"
+     "prints as \"TIME REPLICA SEVERITY BODY\"; -o json prints the raw records.\n"
      "Example: funcdctl logs hello -f --tail 20\n"},
     {"fn", cmd_fn, "Evaluate a KRM function on the function runner",
      "fn eval IMAGE [-f FILE|-] [--exec PATH] [--runner ADDR] [--timeout 30s]",
