@@ -549,6 +549,13 @@ static int pull_want_blob(funcd_oci_pull_handle *p, size_t idx)
     return fetch_start(p, idx, d);
 }
 
+void funcd_oci_pull_layers(const funcd_oci_pull_handle *p, unsigned *done, unsigned *total)
+{
+    size_t blobs_done = p->n_blobs - p->blobs_left; /* the config blob is one of them */
+    *total = (unsigned)p->m.n_layers;
+    *done = (unsigned)(blobs_done > p->m.n_layers ? p->m.n_layers : blobs_done);
+}
+
 static void pull_start_blobs(funcd_oci_pull_handle *p)
 {
     p->n_blobs = p->blobs_left = p->m.n_layers + 1;

@@ -180,6 +180,10 @@ const funcd_oci_stats *funcd_oci_client_stats(const funcd_oci_client *c);
 int funcd_oci_pull(funcd_oci_client *c, const char *ref, const char *dockerconfigjson,
                    funcd_oci_progress_cb progress, funcd_oci_done_cb done, void *payload,
                    funcd_oci_pull_handle **handle);
+/* Layers of a running pull verified so far, of how many (0 of 0 until the
+ * manifest is known). */
+void funcd_oci_pull_layers(const funcd_oci_pull_handle *h, unsigned *done, unsigned *total);
+
 /* Stops a pull; its done callback will not be called. Shared blob transfers
  * other pulls still wait for go on. Call only before done has run. */
 void funcd_oci_pull_cancel(funcd_oci_pull_handle *h);

@@ -55,6 +55,7 @@ typedef struct entry {
     int64_t retry_ms;        /* E_FAILED: when to try again */
     unsigned failures;
     uint64_t bytes_done, bytes_total;
+    unsigned layers_done, layers_total;
     waiter *waiters;
     funcd_oci_pull_handle *pull;
     struct entry *next;
@@ -191,6 +192,8 @@ static void publish(entry *e, int finished)
             continue;
         p->st.bytes_done = e->bytes_done;
         p->st.bytes_total = e->bytes_total;
+        p->st.layers_done = e->layers_done;
+        p->st.layers_total = e->layers_total;
         if (!finished)
             continue;
         p->st.done = 1;
@@ -200,7 +203,8 @@ static void publish(entry *e, int finished)
             snprintf(p->st.digest, sizeof(p->st.digest), "%s", e->res.resolved);
         snprintf(p->st.message, sizeof(p->st.message), "%s",
                  e->state == E_READY ? "pulled" : e->message);
-        p->st.layers_done = p->st.layers_total;
+        p->st.layers_done = p->st.layers_total = (unsigned)(e->state == E_READY
+                                                                ? e->layers_total : 0);
     }
     pthread_mutex_unlock(&s->lock);
 }
@@ -505,6 +509,8 @@ static void on_progress(uint64_t done, uint64_t total, void *payload)
     entry *e = payload;
     e->bytes_done = done;
     e->bytes_total = total;
+    if (e->pull)
+        funcd_oci_pull_layers(e->pull, &e->layers_done, &e->layers_total);
     publish(e, 0);
 }
 
@@ -529,6 +535,7 @@ static void on_pulled(int rc, const char *message, funcd_oci_image *img, void *p
     if (e->state == E_READY && strcmp(img->digest, e->res.resolved) == 0) {
         e->resolved_ms = funcd_mono_ms(); /* the tag still names the same image */
         e->busy = 0;
+        e->layers_done = e->layers_total = (unsigned)img->n_layers;
         remember_image(e->s, e->ref, img);
         funcd_oci_image_free(img);
         publish(e, 1);
@@ -564,6 +571,7 @@ static void start(entry *e)
 {
     e->busy = 1;
     e->bytes_done = e->bytes_total = 0;
+    e->layers_done = e->layers_total = 0;
     if (!e->is_image) {
         job *j = calloc(1, sizeof(*j));
         snprintf(e->reason, sizeof(e->reason), "Fetching");
@@ -595,6 +603,7 @@ static void image_ready(entry *e, job *j)
     funcd_oci_image *img = j->img;
     char *old = e->held_digest;
     e->held_digest = strdup(img->digest);
+    e->layers_done = e->layers_total = (unsigned)img->n_layers;
     funcd_source_result_clear(&e->res);
     e->res.is_image = 1;
     snprintf(e->res.dir, sizeof(e->res.dir), "%s", j->rootfs);
