@@ -819,8 +819,21 @@ static int move_waiter(funcd_sources *s, const char *ns, const char *name, entry
 
 void funcd_sources_forget(funcd_sources *s, const char *ns, const char *name)
 {
-    if (s)
-        move_waiter(s, ns, name, NULL);
+    if (!s)
+        return;
+    move_waiter(s, ns, name, NULL);
+    /* An image nobody runs any more may leave the rootfs cache (LRU); the
+     * next function that names it resolves it again, from the cache if it
+     * is still there. */
+    for (entry *e = s->entries; e; e = e->next) {
+        if (e->waiters || e->busy || e->state != E_READY || !e->held_digest)
+            continue;
+        funcd_rootfs_cache_put(s->rootfs, e->held_digest);
+        free(e->held_digest);
+        e->held_digest = NULL;
+        funcd_source_result_clear(&e->res);
+        e->state = E_PENDING;
+    }
 }
 
 int funcd_sources_resolve(funcd_sources *s, const char *ns, const char *name, const cJSON *spec,
