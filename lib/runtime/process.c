@@ -321,6 +321,9 @@ static int rt_start(funcd_runtime *base, const funcd_worker_spec *spec,
         return funcd_error_set(FUNCD_ESTATE, "the process runtime is not attached to a loop");
     if (!spec->argv || !spec->argv[0])
         return funcd_error_set(FUNCD_EINVAL, "a worker needs a program (argv[0])");
+    if (spec->rootfs && !rt->sandbox) /* chroot alone would contain nothing: no half measure */
+        return funcd_error_set(FUNCD_ENOTSUP, "image functions run in their own root file system, "
+                               "which needs the sandbox; start funcd without --no-sandbox");
     char *prog = rt->sandbox ? find_program(spec) : resolve_program(spec->argv[0]);
     if (!prog)
         return funcd_error_set(FUNCD_ENOTFOUND, "program \"%s\" not found%s", spec->argv[0],
