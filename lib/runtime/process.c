@@ -240,6 +240,12 @@ static char *find_program(const funcd_worker_spec *spec)
         return NULL; /* an image's PATH is the image's business: name it fully */
     char host[4096];
     snprintf(host, sizeof(host), "%s%s", spec->rootfs, spec->argv[0]);
+    for (size_t i = 0; i < spec->n_binds; i++) { /* a program under a bind (the exec shim) */
+        const char *t = spec->binds[i].target ? spec->binds[i].target : spec->binds[i].source;
+        size_t n = strlen(t);
+        if (strncmp(spec->argv[0], t, n) == 0 && spec->argv[0][n] == '/')
+            snprintf(host, sizeof(host), "%s%s", spec->binds[i].source, spec->argv[0] + n);
+    }
     return access(host, X_OK) == 0 ? strdup(spec->argv[0]) : NULL;
 }
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -35,6 +36,20 @@
  * since the mount over it lives only in the child's private namespace, and
  * nothing bound by path comes from below it. */
 #define STAGING "/tmp"
+
+#define SHARED_STACK (64 * 1024)
+
+/* Under AddressSanitizer a fresh stack may lie where an earlier one left
+ * poisoned shadow (munmap does not clear it): clear it around each use. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define UNPOISON_STACK(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define UNPOISON_STACK(p, n) ((void)(p), (void)(n))
+#endif
+/* Code run on such a stack: AddressSanitizer's bookkeeping before a call
+ * that does not return assumes the thread's own stack. */
+#define ON_SHARED_STACK __attribute__((no_sanitize("address")))
 
 /* A host path every dynamically linked program or interpreter needs. */
 typedef struct system_entry {
@@ -91,7 +106,7 @@ static void put_step(char *out, size_t len, const char *a, const char *b)
     out[n] = '\0';
 }
 
-static _Noreturn void child_fail(int fd, const char *step, const char *detail, int err)
+ON_SHARED_STACK static _Noreturn void child_fail(int fd, const char *step, const char *detail, int err)
 {
     child_error ce = {err, ""};
     put_step(ce.step, sizeof(ce.step), step, detail);
@@ -148,6 +163,26 @@ static int move_tree(int fd, const char *target)
 }
 
 #define RO_ATTRS (MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+
+
+/* Runs fn(arg) in a child that borrows our memory until it execs or exits,
+ * on a stack of its own, while this thread waits (posix_spawn's way): no
+ * copy of the page tables of a process as large as funcd. The child makes
+ * system calls only and touches nothing but its stack. */
+static pid_t shared_memory_child(int (*fn)(void *), void *arg)
+{
+    void *stack = (void *)syscall(SYS_mmap, NULL, SHARED_STACK, PROT_READ | PROT_WRITE,
+                                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED)
+        return -1;
+    UNPOISON_STACK(stack, SHARED_STACK);
+    pid_t pid = clone(fn, (char *)stack + SHARED_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, arg);
+    int err = errno;
+    UNPOISON_STACK(stack, SHARED_STACK);
+    syscall(SYS_munmap, stack, SHARED_STACK);
+    errno = err;
+    return pid;
+}
 
 /* ---- the child: init, then the worker ------------------------------------ */
 
@@ -254,7 +289,7 @@ static void build_root(const plan *p)
         child_fail(p->err_w, "read-only /", NULL, errno);
 }
 
-static void drop_privileges(const plan *p)
+ON_SHARED_STACK static void drop_privileges(const plan *p)
 {
     if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
                                      SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
@@ -277,8 +312,9 @@ static void drop_privileges(const plan *p)
         child_fail(p->err_w, "seccomp", NULL, errno);
 }
 
-static _Noreturn void worker_main(const plan *p)
+ON_SHARED_STACK static int worker_main(void *arg)
 {
+    const plan *p = arg;
     const funcd_sandbox_job *job = p->job;
     setpgid(0, 0); /* init passes signals on; the worker's own group gets them */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -390,11 +426,9 @@ static _Noreturn void init_main(plan *p)
     build_root(p);
     if (!p->job->host_network)
         loopback_up(p);
-    pid_t worker = (pid_t)syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
+    pid_t worker = shared_memory_child(worker_main, p);
     if (worker < 0)
         child_fail(p->err_w, "fork the worker", NULL, errno);
-    if (worker == 0)
-        worker_main(p);
     close(p->err_w);
     init_loop(p, worker);
 }
@@ -712,8 +746,16 @@ static int set_root_writable(int writable)
 
 /* The helper joins the sandbox's user namespace (so what it creates is
  * owned by the worker's uid there) and then its mount namespace. */
-static _Noreturn void expose_main(const plan *p, int user_fd, int mnt_fd)
+typedef struct expose_args {
+    const plan *p;
+    int user_fd, mnt_fd;
+} expose_args;
+
+ON_SHARED_STACK static int expose_main(void *arg)
 {
+    const expose_args *a = arg;
+    const plan *p = a->p;
+    int user_fd = a->user_fd, mnt_fd = a->mnt_fd;
     if (setns(user_fd, CLONE_NEWUSER) != 0)
         child_fail(p->err_w, "join the user namespace", NULL, errno);
     if (setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0)
@@ -755,9 +797,8 @@ static int expose_planned(plan *p, pid_t init_pid)
         sigset_t all, saved;
         sigfillset(&all);
         pthread_sigmask(SIG_SETMASK, &all, &saved);
-        pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
-        if (pid == 0)
-            expose_main(p, user_fd, mnt_fd);
+        expose_args args = {p, user_fd, mnt_fd};
+        pid_t pid = shared_memory_child(expose_main, &args);
         int err = errno;
         pthread_sigmask(SIG_SETMASK, &saved, NULL);
         close(errp[1]);

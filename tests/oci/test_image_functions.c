@@ -246,8 +246,9 @@ static void reasons_seen(env *e, e2e_watch *w, const char *name, char *out, size
         const char *got = jstr(obj, "metadata.name");
         if (!got || strcmp(got, name) != 0 || !sv_ready_condition(obj))
             continue;
+        const char *status = jstr(sv_ready_condition(obj), "status");
         int k = snprintf(out + used, n - used, "%s%s=%s", used ? "," : "", ready_reason(obj),
-                         jstr(sv_ready_condition(obj), "status"));
+                         status ? status : "");
         if (k < 0 || (size_t)k >= n - used)
             break;
         used += (size_t)k;
@@ -279,10 +280,14 @@ static void serve_image(env *e, const char *name, const char *repo_tag, const ch
     CHECK(wait_ready_verbose(e, name));
     CHECK_STR(jstr(e->r.json, "status.source.digest"), want_digest);
     reasons_seen(e, w, name, reasons, sizeof(reasons));
-    if (!strstr(reasons, "Pulling=") && !strstr(reasons, "Extracting="))
+    const char *pulling = strstr(reasons, "Pulling="), *ready = strstr(reasons, "=True");
+    if (!pulling)
+        pulling = strstr(reasons, "Extracting=");
+    if (!pulling || !ready || pulling > ready)
         FAILF("no Pulling or Extracting before Ready; Ready went %s", reasons);
     snprintf(path, sizeof(path), DP_PATH("%s") "/hello?x=1", name);
-    CHECK_INT(sv_invoke(e, "POST", path, "ping"), 200);
+    if (sv_invoke(e, "POST", path, "ping") != 200)
+        FAILF("HTTP %ld: %.1000s", e->r.status, e->r.body ? e->r.body : "");
     CHECK_STR(jstr(e->r.json, "path"), "/hello?x=1");
     CHECK_STR(jstr(e->r.json, "body"), "ping");
     CHECK_STR(jstr(e->r.json, "greeting"), "from-image");
@@ -407,6 +412,27 @@ static void plain(void)
 static void tls(void)
 {
     on_platform(NULL, NULL, NULL, serve_and_eval);
+}
+
+/* mode: exec runs the image's program once per request under the static
+ * exec shim: krm-cat answers the request body. */
+static void serve_exec(env *e)
+{
+    char ref[256];
+    image_ref(ref, sizeof(ref), "krm:1");
+    CHECK_INT(sv_create(e, "exec-image",
+                        "{\"runtime\":\"native\",\"mode\":\"exec\",\"source\":{\"image\":\"%s\"}}",
+                        ref),
+              201);
+    CHECK(wait_ready_verbose(e, "exec-image"));
+    if (sv_invoke(e, "POST", DP_PATH("exec-image") "/", resource_list) != 200)
+        FAILF("HTTP %ld: %.1000s", e->r.status, e->r.body ? e->r.body : "");
+    CHECK_STR(e->r.body, resource_list);
+}
+
+static void exec_mode(void)
+{
+    on_platform(NULL, NULL, NULL, serve_exec);
 }
 
 /* Without a secret the pull is refused; with the Secret it serves. The
@@ -596,6 +622,7 @@ static const image_case cases[] = {
     {"unknown-tag", REGISTRY_PLAIN, unknown_tag},
     {"tampered-blob", REGISTRY_PLAIN, tampered_blob},
     {"restart", REGISTRY_PLAIN, restart},
+    {"exec-mode", REGISTRY_PLAIN, exec_mode},
 };
 
 /* A registry of its own per case; after the case no process may be left. */
