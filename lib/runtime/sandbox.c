@@ -60,7 +60,7 @@ typedef struct system_entry {
 
 struct funcd_sandbox {
     funcd_seccomp_filter filter;
-    unsigned uid;
+    unsigned uid, gid;
     uint64_t tmp_bytes;
     int idmap_ns; /* a user namespace mapping 0 to `uid`, for idmapped binds; -1: none */
     int cap_last;
@@ -70,8 +70,11 @@ struct funcd_sandbox {
 
 /* One mount the child attaches: a detached tree the parent made. */
 typedef struct plan_mount {
-    int fd;
+    int fd;       /* a detached tree, or (by_path) an O_PATH descriptor of `source` */
+    int by_path;  /* without root there is no open_tree: the child binds the path */
     int is_file;
+    int writable;
+    char source[PATH_BUF];
     char target[PATH_BUF];
 } plan_mount;
 
@@ -186,6 +189,29 @@ static pid_t shared_memory_child(int (*fn)(void *), void *arg)
 
 /* ---- the child: init, then the worker ------------------------------------ */
 
+/* Path binds are opened before the staging tmpfs can hide their source
+ * (which may lie below STAGING) and bound through /proc/self/fd. */
+static void open_path_binds(plan *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->m[i].fd < 0 && (p->m[i].fd = open(p->m[i].source, O_PATH | O_CLOEXEC)) < 0)
+            child_fail(p->err_w, "open ", p->m[i].source, errno);
+}
+
+/* Attaches one planned bind at `dst` (a path in the child's namespace). */
+static int attach_bind(const plan_mount *m, const char *dst)
+{
+    if (!m->by_path)
+        return move_tree(m->fd, dst);
+    char src[40];
+    snprintf(src, sizeof(src), "/proc/self/fd/%d", m->fd);
+    if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) != 0)
+        return -1;
+    return set_attr(AT_FDCWD, dst, AT_RECURSIVE,
+                    MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (m->writable ? 0 : MOUNT_ATTR_RDONLY),
+                    0);
+}
+
 static void mount_system(const plan *p)
 {
     char dst[PATH_BUF];
@@ -213,9 +239,10 @@ static void mount_binds(const plan *p)
         join(dst, STAGING, p->m[i].target);
         if ((p->m[i].is_file ? make_file(dst) : mkdir_p(dst)) != 0)
             child_fail(p->err_w, "mkdir ", p->m[i].target, errno);
-        if (move_tree(p->m[i].fd, dst) != 0)
+        if (attach_bind(&p->m[i], dst) != 0)
             child_fail(p->err_w, "bind ", p->m[i].target, errno);
-        close(p->m[i].fd);
+        if (p->m[i].fd >= 0)
+            close(p->m[i].fd);
     }
 }
 
@@ -259,8 +286,9 @@ static void loopback_up(const plan *p)
     close(s);
 }
 
-static void build_root(const plan *p)
+static void build_root(plan *p)
 {
+    open_path_binds(p);
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
         child_fail(p->err_w, "make mounts private", NULL, errno);
     if (p->root_fd >= 0) {
@@ -397,7 +425,8 @@ static void close_others(plan *p)
     if (p->root_fd >= 0)
         keep[n++] = p->root_fd;
     for (size_t i = 0; i < p->n; i++)
-        keep[n++] = p->m[i].fd;
+        if (p->m[i].fd >= 0)
+            keep[n++] = p->m[i].fd;
     for (int i = 1; i < n; i++) /* insertion sort: a handful of numbers */
         for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
             int t = keep[j];
@@ -416,6 +445,7 @@ static void close_others(plan *p)
 static _Noreturn void init_main(plan *p)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    prctl(PR_SET_NAME, "funcd-sandbox"); /* for ps: not a second funcd */
     close_others(p);
     char go;
     if (read(p->sync_r, &go, 1) != 1)
@@ -450,12 +480,13 @@ static int write_proc(pid_t pid, const char *file, const char *text)
     return rc;
 }
 
-static int map_ids(pid_t pid, unsigned uid)
+static int map_ids(pid_t pid, unsigned uid, unsigned gid)
 {
-    char map[64];
-    snprintf(map, sizeof(map), "0 %u 1\n", uid);
-    return write_proc(pid, "setgroups", "deny") == 0 && write_proc(pid, "uid_map", map) == 0 &&
-                   write_proc(pid, "gid_map", map) == 0
+    char umap[64], gmap[64];
+    snprintf(umap, sizeof(umap), "0 %u 1\n", uid);
+    snprintf(gmap, sizeof(gmap), "0 %u 1\n", gid);
+    return write_proc(pid, "setgroups", "deny") == 0 && write_proc(pid, "uid_map", umap) == 0 &&
+                   write_proc(pid, "gid_map", gmap) == 0
                ? 0
                : -1;
 }
@@ -463,7 +494,7 @@ static int map_ids(pid_t pid, unsigned uid)
 /* A user namespace mapping 0 to `uid`, kept as a descriptor: binds are
  * idmapped through it, so that what host root owns (a 0700 artifact
  * directory, a worker's run directory) is the worker's own inside. */
-static int make_idmap_ns(unsigned uid)
+static int make_idmap_ns(unsigned uid, unsigned gid)
 {
     int sync[2];
     if (pipe2(sync, O_CLOEXEC) != 0)
@@ -478,7 +509,7 @@ static int make_idmap_ns(unsigned uid)
     }
     close(sync[0]);
     int fd = -1;
-    if (pid > 0 && map_ids(pid, uid) == 0) {
+    if (pid > 0 && map_ids(pid, uid, gid) == 0) {
         char path[64];
         snprintf(path, sizeof(path), "/proc/%ld/ns/user", (long)pid);
         fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -532,7 +563,9 @@ int funcd_sandbox_new(funcd_sandbox **out, const funcd_process_options *opts)
     funcd_sandbox *sb = calloc(1, sizeof(*sb));
     if (!sb)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the sandbox");
-    sb->uid = opts && opts->host_uid ? opts->host_uid : DEFAULT_UID;
+    /* Without root only one's own uid can be mapped (and nothing idmapped). */
+    sb->uid = geteuid() != 0 ? geteuid() : opts && opts->host_uid ? opts->host_uid : DEFAULT_UID;
+    sb->gid = geteuid() != 0 ? getegid() : sb->uid;
     sb->tmp_bytes = opts && opts->tmp_bytes ? opts->tmp_bytes : DEFAULT_TMP_BYTES;
     sb->cap_last = read_cap_last();
     int rc = funcd_seccomp_build(&sb->filter, opts ? opts->seccomp_allow : NULL);
@@ -540,7 +573,7 @@ int funcd_sandbox_new(funcd_sandbox **out, const funcd_process_options *opts)
         free(sb);
         return rc;
     }
-    sb->idmap_ns = make_idmap_ns(sb->uid);
+    sb->idmap_ns = geteuid() == 0 ? make_idmap_ns(sb->uid, sb->gid) : -1;
     plan_system(sb);
     *out = sb;
     return 0;
@@ -561,6 +594,8 @@ void funcd_sandbox_free(funcd_sandbox *sb)
 static int make_tree(const funcd_sandbox *sb, const char *source, int writable)
 {
     int fd = (int)syscall(SYS_open_tree, AT_FDCWD, source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (fd < 0 && errno == EPERM)
+        return -2; /* not root: the child binds the path itself, without idmapping */
     if (fd < 0)
         return funcd_error_set(FUNCD_EIO, "sandbox: cannot bind %s: %s", source, strerror(errno));
     uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (writable ? 0 : MOUNT_ATTR_RDONLY);
@@ -605,7 +640,9 @@ static int plan_make(plan *p, funcd_sandbox *sb, const funcd_sandbox_job *job)
     if (job->n_binds > MAX_BINDS)
         return funcd_error_set(FUNCD_EINVAL, "sandbox: at most %d binds", MAX_BINDS);
     if (job->rootfs && (p->root_fd = make_tree(sb, job->rootfs, 0)) < 0)
-        return -1;
+        return p->root_fd == -2 ? funcd_error_set(FUNCD_ENOTSUP, "sandbox: an image root needs "
+                                                  "funcd to run as root")
+                                : -1;
     for (size_t i = 0; i < job->n_binds; i++) {
         const funcd_worker_bind *b = &job->binds[i];
         const char *target = b->target ? b->target : b->source;
@@ -618,10 +655,16 @@ static int plan_make(plan *p, funcd_sandbox *sb, const funcd_sandbox_job *job)
             return funcd_error_set(FUNCD_ENOTFOUND, "sandbox: cannot bind %s: %s", b->source,
                                    strerror(errno));
         plan_mount *m = &p->m[p->n];
+        snprintf(m->source, sizeof(m->source), "%s", b->source);
         snprintf(m->target, sizeof(m->target), "%s", target);
         m->is_file = !S_ISDIR(st.st_mode);
-        if ((m->fd = make_tree(sb, b->source, b->writable)) < 0)
+        m->writable = b->writable;
+        if ((m->fd = make_tree(sb, b->source, b->writable)) == -1)
             return -1;
+        if (m->fd == -2) {
+            m->fd = -1;
+            m->by_path = 1;
+        }
         p->n++;
     }
     /* A bind inside another is attached after it, or it would be hidden. */
@@ -698,7 +741,7 @@ static pid_t spawn_planned(plan *p, int *status_fd)
     int rc = 0;
     if (pid < 0)
         rc = funcd_error_set(FUNCD_EIO, "sandbox: clone: %s", strerror(err));
-    else if (map_ids(pid, p->sb->uid) != 0)
+    else if (map_ids(pid, p->sb->uid, p->sb->gid) != 0)
         rc = funcd_error_set(FUNCD_EIO, "sandbox: cannot map the worker's user: %s",
                              strerror(errno));
     else if (p->job->cg && funcd_cgroup_attach(p->job->cg, p->job->cg_id, pid) < 0)
@@ -767,6 +810,8 @@ ON_SHARED_STACK static int expose_main(void *arg)
     char dst[PATH_BUF];
     for (size_t i = 0; i < p->n; i++) {
         join(dst, p->m[i].target, NULL);
+        if (p->m[i].by_path)
+            child_fail(p->err_w, "bind ", dst, EPERM);
         if ((p->m[i].is_file ? make_file(dst) : mkdir_p(dst)) != 0)
             child_fail(p->err_w, "mkdir ", dst, errno);
         if (move_tree(p->m[i].fd, dst) != 0)

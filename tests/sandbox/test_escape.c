@@ -210,11 +210,56 @@ static void setuid_binary_attack(attack_ctx *c)
 
 /* ---- cases ------------------------------------------------------------------- */
 
-/* Runs `fn` against a fresh platform with the sandbox on or off. */
+/* funcd-<pid>-* directories under this process's own cgroups. */
+static int own_cgroup_dirs(void)
+{
+    static const char *const ctls[] = {"memory", "pids", "cpu"};
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "funcd-%ld-", (long)getpid());
+    int n = 0;
+    for (size_t i = 0; i < 3; i++) {
+        FILE *f = fopen("/proc/self/cgroup", "re");
+        char line[512], path[700] = "";
+        while (f && fgets(line, sizeof(line), f)) {
+            char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+            if (!b)
+                continue;
+            *b++ = '\0';
+            b[strcspn(b, "\n")] = '\0';
+            if (strcmp(a + 1, ctls[i]) == 0)
+                snprintf(path, sizeof(path), "/sys/fs/cgroup/%s%s", ctls[i],
+                         strcmp(b, "/") ? b : "");
+        }
+        if (f)
+            fclose(f);
+        DIR *d = path[0] ? opendir(path) : NULL;
+        struct dirent *de;
+        while (d && (de = readdir(d)))
+            n += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+        if (d)
+            closedir(d);
+    }
+    return n;
+}
+
+static int count_mounts(void)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    int n = 0, ch;
+    while (f && (ch = fgetc(f)) != EOF)
+        n += ch == '\n';
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Runs `fn` against a fresh platform with the sandbox on or off; after
+ * it, no cgroup or mount of the platform's may be left. */
 static int run_mode(void (*fn)(attack_ctx *), int sandboxed)
 {
     env e;
     attack_ctx c = {&e, sandboxed, ""};
+    int mounts = count_mounts();
     int rc = env_up_with(&e, NULL, sandboxed ? NULL : funcd_with_sandbox(0), NULL, NULL);
     if (rc < 0) {
         fprintf(stderr, "  cannot start a platform: %s\n", funcd_error_last()->message);
@@ -231,6 +276,14 @@ static int run_mode(void (*fn)(attack_ctx *), int sandboxed)
     }
     env_down(&e);
     sv_cleanup();
+    if (own_cgroup_dirs() != 0) {
+        fprintf(stderr, "  cgroups left behind after the platform was freed\n");
+        rc = -1;
+    }
+    if (count_mounts() != mounts) {
+        fprintf(stderr, "  mounts changed: %d before, %d after\n", mounts, count_mounts());
+        rc = -1;
+    }
     return rc;
 }
 

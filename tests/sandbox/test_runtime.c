@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -244,6 +246,109 @@ TEST(a_failed_step_is_named)
     CHECK_CONTAINS(msg_host, "allow_host_network");
 }
 
+static int copy_file(const char *from, const char *to, mode_t mode)
+{
+    FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+    char buf[65536];
+    size_t n;
+    int rc = in && out ? 0 : -1;
+    while (rc == 0 && (n = fread(buf, 1, sizeof(buf), in)) > 0)
+        if (fwrite(buf, 1, n, out) != n)
+            rc = -1;
+    if (in)
+        fclose(in);
+    if (out && fclose(out) != 0)
+        rc = -1;
+    return rc == 0 ? chmod(to, mode) : -1;
+}
+
+/* An image-like root filesystem: the hostile fixture, the C library, and
+ * the empty directories an image function's root has. */
+static int make_rootfs(const char *root)
+{
+    static const char *const dirs[] = {"proc", "dev", "tmp", "run", "run/funcd", "lib64",
+                                       "lib", "lib/x86_64-linux-gnu", NULL};
+    char path[512];
+    for (const char *const *d = dirs; *d; d++) {
+        snprintf(path, sizeof(path), "%s/%s", root, *d);
+        if (mkdir(path, 0755) != 0)
+            return -1;
+    }
+    snprintf(path, sizeof(path), "%s/hostile", root);
+    if (copy_file(HOSTILE_BIN, path, 0755) < 0)
+        return -1;
+    snprintf(path, sizeof(path), "%s/lib64/ld-linux-x86-64.so.2", root);
+    if (copy_file("/lib64/ld-linux-x86-64.so.2", path, 0755) < 0)
+        return -1;
+    snprintf(path, sizeof(path), "%s/lib/x86_64-linux-gnu/libc.so.6", root);
+    return copy_file("/lib/x86_64-linux-gnu/libc.so.6", path, 0755);
+}
+
+static int ask(const char *sock, const char *path, char *out, size_t len)
+{
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", sock);
+    for (int i = 0; i < 2000; i++) {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0) {
+            char req[256];
+            int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: t\r\n\r\n", path);
+            size_t got = 0;
+            ssize_t r = write(fd, req, (size_t)n) == n ? 1 : -1;
+            while (r > 0 && got < len - 1)
+                if ((r = read(fd, out + got, len - 1 - got)) > 0)
+                    got += (size_t)r;
+            out[got] = '\0';
+            close(fd);
+            return 0;
+        }
+        close(fd);
+        usleep(2000);
+    }
+    return -1;
+}
+
+TEST(an_image_root_is_the_root)
+{
+    char root[64], run[64];
+    CHECK(make_tempdir(root, sizeof(root)) != NULL);
+    CHECK(make_tempdir(run, sizeof(run)) != NULL);
+    int made = make_rootfs(root) == 0;
+    loop_ctx l = {event_base_new(), 0, 0};
+    funcd_runtime *rt = NULL;
+    CHECK_INT(funcd_runtime_process_new_with(&rt, NULL), 0);
+    CHECK_INT(rt->attach(rt, l.base), 0);
+    static const char *const argv[] = {"/hostile", NULL};
+    static const char *const env[] = {"FUNCD_LISTEN=/run/funcd/worker.sock", NULL};
+    funcd_worker_bind binds[] = {{run, "/run/funcd", 1}};
+    funcd_worker_spec spec = {argv, env, "/", root, {0, 0, 0}, binds, 1,
+                              FUNCD_WORKER_NETWORK_NONE};
+    funcd_worker_events ev = {NULL, on_exit_cb, &l};
+    funcd_worker *w = NULL;
+    int rc = made ? rt->start(rt, &spec, &ev, &w) : -1;
+    if (made && rc < 0)
+        fprintf(stderr, "  start: %s\n", funcd_error_last()->message);
+    char sock[128], who[2048] = "", host[2048] = "";
+    snprintf(sock, sizeof(sock), "%s/worker.sock", run);
+    int asked = rc == 0 && ask(sock, "/whoami", who, sizeof(who)) == 0 &&
+                ask(sock, "/read?path=/etc/hostname", host, sizeof(host)) == 0;
+    if (w) {
+        rt->stop(rt, w, 0);
+        run_until_exit(&l);
+        rt->release(rt, w);
+    }
+    rt->free(rt);
+    event_base_free(l.base);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s %s", root, run);
+    CHECK_INT(system(cmd), 0);
+    CHECK(made);
+    CHECK_INT(rc, 0);
+    CHECK(asked);
+    CHECK_CONTAINS(who, "pid=2 cap=0000000000000000");
+    CHECK_CONTAINS(host, "\"escaped\":false"); /* the host's /etc is not there */
+}
+
 TEST(the_deny_list_covers_the_issue)
 {
     static const char *const required[] = {
@@ -276,6 +381,7 @@ int main(void)
     RUN(pid_file_follows_the_worker);
     RUN(a_crashed_runs_workers_are_ended);
     RUN(a_failed_step_is_named);
+    RUN(an_image_root_is_the_root);
     RUN(the_deny_list_covers_the_issue);
     return HARNESS_END();
 }
