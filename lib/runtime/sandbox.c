@@ -453,6 +453,10 @@ static _Noreturn void init_main(plan *p)
     close(p->sync_r);
     if (setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0)
         child_fail(p->err_w, "become the mapped user", NULL, errno);
+    /* A change of credentials clears the parent-death signal: arm it again,
+     * so that funcd's death (kill -9 included) ends the sandbox (and with
+     * its init, the kernel ends every process of its pid namespace). */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     build_root(p);
     if (!p->job->host_network)
         loopback_up(p);
