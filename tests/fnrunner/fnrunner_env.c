@@ -629,47 +629,183 @@ static int is_pid(const char *name)
     return *name >= '0' && *name <= '9';
 }
 
-size_t fr_children(const char *needle, pid_t *out, size_t max)
+/* Whether `pid` descends from this process (through any number of
+ * generations). A zombie has no parent here: it is not counted. */
+static int is_descendant(const char *pid)
 {
-    size_t n = 0;
-    DIR *d = opendir("/proc");
-    struct dirent *de;
     pid_t me = getpid();
-    while (d && (de = readdir(d))) {
-        if (!is_pid(de->d_name) || parent_of(de->d_name) != me)
-            continue;
-        char cmd[4096];
-        cmdline_of(de->d_name, cmd, sizeof(cmd));
-        if (strstr(cmd, needle) && n < max)
-            out[n++] = (pid_t)atol(de->d_name);
+    char at[24];
+    snprintf(at, sizeof(at), "%s", pid);
+    for (int depth = 0; depth < 64; depth++) {
+        pid_t parent = parent_of(at);
+        if (parent == me)
+            return 1;
+        if (parent <= 1)
+            return 0;
+        snprintf(at, sizeof(at), "%d", (int)parent);
     }
-    if (d)
-        closedir(d);
-    return n;
+    return 0;
 }
 
-size_t fr_describe_children(char *out, size_t out_len)
+/* The value of `name` in the environment of `pid` into `out`; 0 when set. */
+static int environ_value(const char *pid, const char *name, char *out, size_t out_len)
 {
-    size_t n = 0, used = 0;
+    char path[64];
+    static _Thread_local char env[65536];
+    snprintf(path, sizeof(path), "/proc/%.32s/environ", pid);
+    FILE *fp = fopen(path, "re");
+    if (!fp)
+        return -1;
+    size_t n = fread(env, 1, sizeof(env) - 1, fp);
+    fclose(fp);
+    env[n] = '\0';
+    size_t name_len = strlen(name);
+    for (size_t at = 0; at < n; at += strlen(env + at) + 1) {
+        if (strncmp(env + at, name, name_len) == 0 && env[at + name_len] == '=') {
+            snprintf(out, out_len, "%s", env + at + name_len + 1);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int environ_has(const char *pid, const char *name, const char *value)
+{
+    char got[512];
+    return environ_value(pid, name, got, sizeof(got)) == 0 && strcmp(got, value) == 0;
+}
+
+static void comm_of(const char *pid, char *out, size_t out_len)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%.32s/comm", pid);
     out[0] = '\0';
+    FILE *fp = fopen(path, "re");
+    if (!fp)
+        return;
+    if (fgets(out, (int)out_len, fp))
+        out[strcspn(out, "\n")] = '\0';
+    fclose(fp);
+}
+
+/* The shim itself, not a function process it started (those inherit its
+ * environment): argv[0] is funcd-exec. */
+static int is_shim(const char *pid)
+{
+    char cmd[4096];
+    cmdline_of(pid, cmd, sizeof(cmd));
+    size_t argv0 = strcspn(cmd, " ");
+    const char *base = cmd;
+    for (size_t i = 0; i < argv0; i++)
+        if (cmd[i] == '/')
+            base = cmd + i + 1;
+    return (size_t)(cmd + argv0 - base) == strlen("funcd-exec") &&
+           strncmp(base, "funcd-exec", strlen("funcd-exec")) == 0;
+}
+
+/* Calls `fn` for each descendant process whose environment has name=value
+ * (value NULL: any descendant); stops when it returns non-zero. */
+static void each_descendant(const char *name, const char *value,
+                            int (*fn)(const char *pid, void *payload), void *payload)
+{
     DIR *d = opendir("/proc");
     struct dirent *de;
-    pid_t me = getpid();
     while (d && (de = readdir(d))) {
-        if (!is_pid(de->d_name) || parent_of(de->d_name) != me)
+        if (!is_pid(de->d_name) || (name && !environ_has(de->d_name, name, value)) ||
+            !is_descendant(de->d_name))
             continue;
-        char cmd[256];
-        cmdline_of(de->d_name, cmd, sizeof(cmd));
-        n++;
-        if (used < out_len) {
-            int w = snprintf(out + used, out_len - used, "%s%s (%s)", used ? ", " : "",
-                             de->d_name, cmd);
-            used += w > 0 ? (size_t)w : 0;
-        }
+        if (fn(de->d_name, payload))
+            break;
     }
     if (d)
         closedir(d);
-    return n;
+}
+
+typedef struct pid_list {
+    pid_t *out;
+    size_t n, max;
+} pid_list;
+
+static int add_shim(const char *pid, void *payload)
+{
+    pid_list *l = payload;
+    if (is_shim(pid) && l->n < l->max)
+        l->out[l->n++] = (pid_t)atol(pid);
+    return 0;
+}
+
+size_t fr_workers(const char *function, pid_t *out, size_t max)
+{
+    pid_list l = {out, 0, max};
+    each_descendant("FUNCD_FUNCTION", function, add_shim, &l);
+    return l.n;
+}
+
+pid_t fr_replica_pid(const char *replica)
+{
+    pid_t pid = 0;
+    pid_list l = {&pid, 0, 1};
+    each_descendant("FUNCD_REPLICA", replica, add_shim, &l);
+    return pid;
+}
+
+const char *fr_replica_of(pid_t pid, char *out, size_t out_len)
+{
+    char name[24];
+    snprintf(name, sizeof(name), "%d", (int)pid);
+    if (environ_value(name, "FUNCD_REPLICA", out, out_len) < 0)
+        out[0] = '\0';
+    return out;
+}
+
+typedef struct description {
+    char *out;
+    size_t len, used, n;
+} description;
+
+static int describe(const char *pid, void *payload)
+{
+    description *d = payload;
+    char comm[64], cmd[256];
+    comm_of(pid, comm, sizeof(comm));
+    cmdline_of(pid, cmd, sizeof(cmd));
+    d->n++;
+    if (d->out && d->used < d->len) {
+        int w = snprintf(d->out + d->used, d->len - d->used, "%s%s [%s] (%s)",
+                         d->used ? ", " : "", pid, comm, cmd);
+        d->used += w > 0 ? (size_t)w : 0;
+    }
+    return 0;
+}
+
+size_t fr_function_processes(const char *function, char *out, size_t out_len)
+{
+    description d = {out, out_len, 0, 0};
+    if (out_len)
+        out[0] = '\0';
+    each_descendant("FUNCD_FUNCTION", function, describe, &d);
+    return d.n;
+}
+
+pid_t fr_sandbox_of(pid_t pid)
+{
+    char name[24], comm[64];
+    snprintf(name, sizeof(name), "%d", (int)pid);
+    pid_t parent = parent_of(name);
+    if (parent <= 1)
+        return 0;
+    snprintf(name, sizeof(name), "%d", (int)parent);
+    comm_of(name, comm, sizeof(comm));
+    return strcmp(comm, "funcd-sandbox") == 0 ? parent : 0;
+}
+
+size_t fr_describe_descendants(char *out, size_t out_len)
+{
+    description d = {out, out_len, 0, 0};
+    if (out_len)
+        out[0] = '\0';
+    each_descendant(NULL, NULL, describe, &d);
+    return d.n;
 }
 
 int fr_process_with_cmdline(const char *argv0, const char *arg)
@@ -707,8 +843,11 @@ int fr_wait_gone(pid_t pid, int timeout_ms)
     return 1;
 }
 
-pid_t fr_logged_ppid(const cJSON *answer)
+const char *fr_logged_replica(const cJSON *answer)
 {
-    const char *p = strstr(fr_log(answer), "ppid=");
-    return p ? (pid_t)atol(p + 5) : 0;
+    static _Thread_local char replica[128];
+    const char *p = strstr(fr_log(answer), "replica=");
+    size_t n = p ? strcspn(p + 8, " \t\r\n") : 0;
+    snprintf(replica, sizeof(replica), "%.*s", (int)n, p ? p + 8 : "");
+    return replica;
 }

@@ -80,18 +80,42 @@ const char *fr_fixture_mismatch(const char *name, const char *output);
 
 /* ---- processes ---------------------------------------------------------- */
 
-/* Child processes of this one whose command line contains `needle`. */
-size_t fr_children(const char *needle, pid_t *out, size_t max);
-/* Describes every child process of this one (for messages); returns how many. */
-size_t fr_describe_children(char *out, size_t out_len);
+/*
+ * Workers run sandboxed (docs/security.md): each is the funcd-exec shim,
+ * the child of a "funcd-sandbox" init that is a child of this process, with
+ * its own pid namespace (it calls itself pid 2). So a worker is named by its
+ * FUNCD_REPLICA and found by its host pid: a descendant of this process
+ * whose environment says FUNCD_REPLICA / FUNCD_FUNCTION (the sandbox init
+ * has ours instead). Only descendants count, so the same function names in
+ * other tests' platforms running at the same time are never taken for ours.
+ */
+
+/* Host pids of the workers (funcd-exec shims) of `function` (a
+ * FunctionConfig's spec.image, e.g. "passthrough"); returns how many. */
+size_t fr_workers(const char *function, pid_t *out, size_t max);
+/* The host pid of the worker whose FUNCD_REPLICA is `replica`, 0 if none. */
+pid_t fr_replica_pid(const char *replica);
+/* The FUNCD_REPLICA of process `pid` into `out` ("" when it has none);
+ * returns `out`. */
+const char *fr_replica_of(pid_t pid, char *out, size_t out_len);
+/* Every descendant process (worker or the function it runs) whose
+ * environment names `function`; describes them into `out`, returns how many. */
+size_t fr_function_processes(const char *function, char *out, size_t out_len);
+/* The sandbox init (comm "funcd-sandbox") whose child worker `pid` is, or 0
+ * when its parent is no such init (an unsandboxed worker). The runtime also
+ * keeps blank inits ready for the next start: only this one is the worker's. */
+pid_t fr_sandbox_of(pid_t pid);
+/* Describes every descendant of this one (for messages); returns how many. */
+size_t fr_describe_descendants(char *out, size_t out_len);
 /* Any process at all (ours or not) whose command line is exactly `argv0 arg`. */
 int fr_process_with_cmdline(const char *argv0, const char *arg);
 /* 1 when no process `pid` exists any more (not even a zombie). */
 int fr_pid_gone(pid_t pid);
 /* Waits until `pid` is gone; 1 when it is. */
 int fr_wait_gone(pid_t pid, int timeout_ms);
-/* The number after "ppid=" in a passthrough log line, or 0. */
-pid_t fr_logged_ppid(const cJSON *answer);
+/* The word after "replica=" in a passthrough log line ("" when none or
+ * empty: not a worker); in a thread-local buffer, valid until the next call. */
+const char *fr_logged_replica(const cJSON *answer);
 
 /* ---- answers -------------------------------------------------------------- */
 
@@ -113,7 +137,7 @@ const char *fr_log(const cJSON *answer);    /* "log" */
         name##_body(&f_);                                                                          \
         fr_down(&f_);                                                                              \
         char left_[512];                                                                           \
-        if (fr_describe_children(left_, sizeof(left_)))                                            \
+        if (fr_describe_descendants(left_, sizeof(left_)))                                         \
             FAILF("processes left behind after the platform was freed: %s", left_);                \
     }                                                                                              \
     static void name##_body(fr *f)

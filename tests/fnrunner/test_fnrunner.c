@@ -33,24 +33,32 @@ static long num(const cJSON *a, const char *name)
     return cJSON_IsNumber(v) ? (long)v->valuedouble : -1;
 }
 
-/* A worker process (the funcd-exec shim) serving image directory `dir`. */
-static size_t workers_of(const char *dir, pid_t *out, size_t max)
-{
-    char needle[128];
-    snprintf(needle, sizeof(needle), "/%s/function", dir);
-    return fr_children(needle, out, max);
-}
-
-static int wait_workers(const char *dir, size_t want, int timeout_ms, pid_t *pids, size_t max)
+static int wait_workers(const char *function, size_t want, int timeout_ms, pid_t *pids,
+                        size_t max)
 {
     int64_t deadline = e2e_now_ms() + timeout_ms;
     for (;;) {
-        if (workers_of(dir, pids, max) == want)
+        if (fr_workers(function, pids, max) == want)
             return 1;
         if (e2e_now_ms() >= deadline)
             return 0;
         env_sleep_ms(10);
     }
+}
+
+/* No process of `function` (worker or function run) is left. */
+static int wait_no_function_processes(const char *function, int timeout_ms)
+{
+    int64_t deadline = e2e_now_ms() + timeout_ms;
+    char left[1024];
+    while (fr_function_processes(function, left, sizeof(left))) {
+        if (e2e_now_ms() >= deadline) {
+            fprintf(stderr, "  processes of %s left: %s\n", function, left);
+            return 0;
+        }
+        env_sleep_ms(10);
+    }
+    return 1;
 }
 
 /* ---- the three paths, with the KRM fixtures ----------------------------- */
@@ -113,19 +121,22 @@ FR_TEST(worker_path_fixtures, FR_POD_CONFIGS)
         CHECK_FIXTURE(a, cases[i].fixture);
         CHECK_CONTAINS(fr_log(a), cases[i].log);
     }
-    /* Warm: the same worker serves one call after another. */
+    /* Warm: the same worker serves one call after another (told by its
+     * replica: in its sandbox every worker is pid 2). */
     cJSON *calls = fr_client(f, "eval", "--image", "example.com/pods/passthrough:v1", "--in",
                              fr_fixture_input("passthrough"), "--repeat", "3", NULL);
     CHECK_INT(cJSON_GetArraySize(calls), 3);
-    pid_t worker = fr_logged_ppid(cJSON_GetArrayItem(calls, 0));
-    CHECK(worker > 0);
+    char worker[128];
+    snprintf(worker, sizeof(worker), "%s", fr_logged_replica(cJSON_GetArrayItem(calls, 0)));
+    CHECK(worker[0]);
     for (int i = 0; i < 3; i++) {
         CHECK_FIXTURE(cJSON_GetArrayItem(calls, i), "passthrough");
-        CHECK_INT(fr_logged_ppid(cJSON_GetArrayItem(calls, i)), worker);
+        CHECK_STR(fr_logged_replica(cJSON_GetArrayItem(calls, i)), worker);
     }
+    /* ... and it is the only worker of the image. */
     pid_t pids[4];
-    CHECK_INT(workers_of("passthrough", pids, 4), 1);
-    CHECK_INT(pids[0], worker);
+    CHECK_INT(fr_workers("passthrough", pids, 4), 1);
+    CHECK_INT(pids[0], fr_replica_pid(worker));
 }
 
 FR_TEST(builtin_path_fixtures, 0)
@@ -289,14 +300,19 @@ FR_TEST(worker_killed_is_replaced, FR_POD_CONFIGS)
     const char *image = "example.com/pods/passthrough:v1";
     cJSON *a = fr_call(f, "eval", "--image", image, "--retry-not-found", SETTLE, NULL);
     CHECK_GRPC(a, OK);
-    pid_t victim = fr_logged_ppid(a);
+    char victim[128];
+    snprintf(victim, sizeof(victim), "%s", fr_logged_replica(a));
+    CHECK(victim[0]);
     pid_t pids[4];
-    CHECK(victim > 0);
-    CHECK_INT(workers_of("passthrough", pids, 4), 1);
-    CHECK_INT(pids[0], victim);
-    /* Killed between calls, and called again at once, before anything
-     * noticed: no hang, and the call after is served by a new worker. */
-    CHECK_INT(kill(victim, SIGKILL), 0);
+    CHECK_INT(fr_workers("passthrough", pids, 4), 1);
+    pid_t victim_pid = fr_replica_pid(victim);
+    CHECK_INT(pids[0], victim_pid);
+    pid_t victim_init = fr_sandbox_of(victim_pid);
+    /* Killed between calls (the worker itself, by its host pid: a crash,
+     * not a stop through its sandbox's init), and called again at once,
+     * before anything noticed: no hang, and the call after is served by a
+     * new worker. */
+    CHECK_INT(kill(victim_pid, SIGKILL), 0);
     cJSON *calls = fr_client(f, "eval", "--image", image, "--in", fr_fixture_input("passthrough"),
                              "--deadline-ms", "10000", "--repeat", "2", NULL);
     CHECK_INT(cJSON_GetArraySize(calls), 2);
@@ -306,17 +322,22 @@ FR_TEST(worker_killed_is_replaced, FR_POD_CONFIGS)
     CHECK(fr_code(first) == OK || fr_code(first) == UNAVAILABLE);
     CHECK(fr_ms(first) < 5000);
     CHECK_FIXTURE(second, "passthrough");
-    pid_t replacement = fr_logged_ppid(second);
-    CHECK(replacement > 0 && replacement != victim);
-    CHECK(fr_wait_gone(victim, 3000));
+    char replacement[128];
+    snprintf(replacement, sizeof(replacement), "%s", fr_logged_replica(second));
+    CHECK(replacement[0] && strcmp(replacement, victim) != 0);
+    CHECK(fr_wait_gone(victim_pid, 3000));
+    CHECK_INT(fr_replica_pid(victim), 0);
+    CHECK(!victim_init || fr_wait_gone(victim_init, 3000));
     /* Killed while idle, noticed by the runtime before the next call. */
-    CHECK_INT(kill(replacement, SIGKILL), 0);
-    CHECK(fr_wait_gone(replacement, 3000));
+    pid_t replacement_pid = fr_replica_pid(replacement);
+    CHECK(replacement_pid > 0);
+    CHECK_INT(kill(replacement_pid, SIGKILL), 0);
+    CHECK(fr_wait_gone(replacement_pid, 3000));
     env_sleep_ms(100);
     a = fr_call(f, "eval", "--image", image, "--in", fr_fixture_input("passthrough"),
                 "--deadline-ms", "10000", NULL);
     CHECK_FIXTURE(a, "passthrough");
-    CHECK(fr_logged_ppid(a) != replacement);
+    CHECK(fr_logged_replica(a)[0] && strcmp(fr_logged_replica(a), replacement) != 0);
     CHECK(fr_ms(a) < 5000);
 }
 
@@ -333,24 +354,34 @@ FR_TEST(worker_gone_after_ttl, 0)
      * one worker. */
     cJSON *calls = fr_client(f, "eval", "--image", "example.com/pods/ttl:v1", "--repeat", "6",
                              "--interval-ms", "150", NULL);
+    int64_t used = e2e_now_ms();
+    /* Looked up at once: the last use was just now, 300 ms is ample. */
+    char worker[128];
+    snprintf(worker, sizeof(worker), "%s", fr_logged_replica(cJSON_GetArrayItem(calls, 0)));
+    pid_t worker_pid = fr_replica_pid(worker);
     CHECK_INT(cJSON_GetArraySize(calls), 6);
-    pid_t worker = fr_logged_ppid(cJSON_GetArrayItem(calls, 0));
-    CHECK(worker > 0);
+    CHECK(worker[0]);
+    CHECK(worker_pid > 0);
     for (int i = 0; i < 6; i++) {
         CHECK_GRPC(cJSON_GetArrayItem(calls, i), OK);
-        CHECK_INT(fr_logged_ppid(cJSON_GetArrayItem(calls, i)), worker);
+        CHECK_STR(fr_logged_replica(cJSON_GetArrayItem(calls, i)), worker);
     }
-    int64_t used = e2e_now_ms();
-    CHECK(fr_wait_gone(worker, 10000));
+    pid_t init = fr_sandbox_of(worker_pid);
+    CHECK(fr_wait_gone(worker_pid, 10000));
     fprintf(stderr, "  worker gone %lld ms after its last use (TTL 300 ms)\n",
             (long long)(e2e_now_ms() - used));
+    /* Nothing of it is left: no worker or function process of the image,
+     * and not its sandbox's init (none when unsandboxed). */
     pid_t pids[4];
-    CHECK_INT(workers_of("ttl", pids, 4), 0);
+    CHECK_INT(fr_workers("ttl", pids, 4), 0);
+    CHECK(wait_no_function_processes("ttl", 3000));
+    CHECK(!init || fr_wait_gone(init, 3000));
     /* The image still works: a new worker starts. */
     a = fr_call(f, "eval", "--image", "example.com/pods/ttl:v1", "--in",
                 fr_fixture_input("passthrough"), NULL);
     CHECK_FIXTURE(a, "passthrough");
-    CHECK(fr_logged_ppid(a) != worker);
+    CHECK(fr_logged_replica(a)[0] && strcmp(fr_logged_replica(a), worker) != 0);
+    CHECK_INT(fr_workers("ttl", pids, 4), 1);
 }
 
 FR_TEST(warming_at_start, FR_PREWARM)
@@ -360,16 +391,19 @@ FR_TEST(warming_at_start, FR_PREWARM)
     CHECK(wait_workers("warm-a", 1, 5000, a_pids, 4));
     CHECK(wait_workers("warm-b", 1, 5000, b_pids, 4));
     env_sleep_ms(300);
-    CHECK_INT(workers_of("warm-a", a_pids, 4), 1);
-    CHECK_INT(workers_of("warm-b", b_pids, 4), 1);
+    CHECK_INT(fr_workers("warm-a", a_pids, 4), 1);
+    CHECK_INT(fr_workers("warm-b", b_pids, 4), 1);
+    char warm[128];
+    CHECK(fr_replica_of(a_pids[0], warm, sizeof(warm))[0]);
     /* The first call is served by the warm worker. */
     cJSON *a = fr_call(f, "eval", "--image", "example.com/pods/warm-a:v1", "--in",
                        fr_fixture_input("passthrough"), NULL);
     CHECK_FIXTURE(a, "passthrough");
-    CHECK_INT(fr_logged_ppid(a), a_pids[0]);
+    CHECK_STR(fr_logged_replica(a), warm);
+    CHECK_INT(fr_workers("warm-a", a_pids, 4), 1);
     /* A podExecutor FunctionConfig created later is warmed as well. */
     pid_t late[4];
-    CHECK_INT(workers_of("late", late, 4), 0);
+    CHECK_INT(fr_workers("late", late, 4), 0);
     CHECK_INT(fr_config(f, "pod-late",
                         "{\"image\":\"late\",\"prefixes\":[\"example.com/pods\"],"
                         "\"podExecutor\":{\"tags\":[\"v1\"]}}"),
