@@ -99,6 +99,11 @@ static cJSON *function_status(const cJSON *obj, const funcd_serving_status *ss)
         int digest = strncmp(ss->resolved, "sha256:", 7) == 0;
         cJSON_AddStringToObject(src, digest ? "digest" : "commit", ss->resolved);
     }
+    if (ss->last_oom[0]) { /* the kernel's OOM killer, at spec.resources.memory */
+        cJSON *t = cJSON_AddObjectToObject(st, "lastTermination");
+        cJSON_AddStringToObject(t, "reason", "OOMKilled");
+        cJSON_AddStringToObject(t, "message", ss->last_oom);
+    }
     if (ss->has_pool) {
         cJSON *rep = cJSON_AddObjectToObject(st, "replicas");
         cJSON_AddNumberToObject(rep, "ready", ss->stats.ready);

@@ -1100,6 +1100,7 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
              st->stats.last_error);
         return;
     }
+    snprintf(st->last_oom, sizeof(st->last_oom), "%s", e->last_oom);
     st->ready = 1;
     snprintf(st->reason, sizeof(st->reason), "Ready");
     snprintf(st->message, sizeof(st->message), "the function is served at /fn/%s/%s/%s%s", ns,

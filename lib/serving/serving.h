@@ -46,6 +46,7 @@ typedef struct funcd_serving_status {
     int has_pool;
     funcd_pool_stats stats;
     char resolved[80]; /* image digest or git commit the function runs, or "" */
+    char last_oom[160]; /* the last replica killed at its memory limit, or "" */
 } funcd_serving_status;
 
 /* What the gateway needs of a worker (the pool worker's data). */
