@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "util/buf.h"
@@ -136,35 +137,281 @@ void sv_cleanup(void)
     }
 }
 
-size_t sv_recorded_pids(const char *dir, pid_t *out, size_t max)
+/* What the tests need of /proc/<pid>/stat. */
+typedef struct proc_info {
+    pid_t pid, ppid;
+    char state;
+    unsigned long long start;
+    char comm[16];
+} proc_info;
+
+/* "pid (comm) S ppid ... starttime(22) ...": 0, or -1 with errno (ENOENT:
+ * no such process). */
+static int proc_stat(pid_t pid, proc_info *out)
 {
-    size_t n = 0;
-    DIR *d = opendir(dir);
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* comm may hold spaces and parentheses: it ends at the last ')'. */
+    char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+    if (!open || !close || close < open) {
+        errno = EINVAL;
+        return -1;
+    }
+    snprintf(out->comm, sizeof(out->comm), "%.*s", (int)(close - open - 1), open + 1);
+    out->pid = pid;
+    char *save = NULL, *tok = strtok_r(close + 1, " ", &save);
+    for (int field = 3; tok; field++, tok = strtok_r(NULL, " ", &save)) {
+        if (field == 3)
+            out->state = tok[0];
+        else if (field == 4)
+            out->ppid = (pid_t)strtol(tok, NULL, 10);
+        else if (field == 22) {
+            out->start = strtoull(tok, NULL, 10);
+            return 0;
+        }
+    }
+    errno = EINVAL;
+    return -1;
+}
+
+typedef struct proc_table {
+    proc_info *v;
+    size_t n;
+} proc_table;
+
+static int by_pid(const void *a, const void *b)
+{
+    pid_t x = ((const proc_info *)a)->pid, y = ((const proc_info *)b)->pid;
+    return (x > y) - (x < y);
+}
+
+/* Every process on the host, sorted by pid. 0, or -1. */
+static int proc_table_load(proc_table *t)
+{
+    size_t cap = 0;
+    t->v = NULL;
+    t->n = 0;
+    DIR *d = opendir("/proc");
     if (!d)
-        return 0;
+        return -1;
     struct dirent *de;
-    while ((de = readdir(d)) && n < max) {
+    while ((de = readdir(d))) {
         char *end;
         long pid = strtol(de->d_name, &end, 10);
-        if (de->d_name[0] != '.' && *end == '\0' && pid > 0)
-            out[n++] = (pid_t)pid;
+        if (de->d_name[0] < '0' || de->d_name[0] > '9' || *end)
+            continue;
+        if (t->n == cap) {
+            cap = cap ? cap * 2 : 256;
+            proc_info *v = realloc(t->v, cap * sizeof(*v));
+            if (!v)
+                abort();
+            t->v = v;
+        }
+        if (proc_stat((pid_t)pid, &t->v[t->n]) == 0) /* it may have ended meanwhile */
+            t->n++;
     }
     closedir(d);
+    qsort(t->v, t->n, sizeof(*t->v), by_pid);
+    return 0;
+}
+
+static const proc_info *proc_table_find(const proc_table *t, pid_t pid)
+{
+    proc_info key = {.pid = pid};
+    return bsearch(&key, t->v, t->n, sizeof(*t->v), by_pid);
+}
+
+static int descends_from(const proc_table *t, const proc_info *p, pid_t ancestor)
+{
+    for (int depth = 0; p && depth < 64; depth++) {
+        if (p->ppid == ancestor)
+            return 1;
+        if (p->ppid <= 1)
+            return 0;
+        p = proc_table_find(t, p->ppid);
+    }
+    return 0;
+}
+
+/* The value of `key` in the environment `pid` started with (not what it
+ * set later): 1 when it is there. */
+static int environ_get(pid_t pid, const char *key, char *out, size_t out_len)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%ld/environ", (long)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    funcd_buf env = FUNCD_BUF_INIT;
+    char chunk[8192];
+    ssize_t n;
+    while ((n = read(fd, chunk, sizeof(chunk))) > 0)
+        if (funcd_buf_append(&env, chunk, (size_t)n) < 0)
+            break;
+    close(fd);
+    int found = 0;
+    size_t key_len = strlen(key);
+    for (size_t at = 0; !found && at < env.len;) {
+        const char *var = env.data + at;
+        size_t len = strnlen(var, env.len - at);
+        if (len > key_len && var[key_len] == '=' && memcmp(var, key, key_len) == 0) {
+            snprintf(out, out_len, "%.*s", (int)(len - key_len - 1), var + key_len + 1);
+            found = 1;
+        }
+        at += len + 1;
+    }
+    funcd_buf_free(&env);
+    return found;
+}
+
+/* The interpreted fixtures name their process after their replica (when it
+ * fits comm's 15 bytes). */
+static int comm_is_replica_of(const char *comm, const char *function)
+{
+    size_t n = strlen(function);
+    if (strncmp(comm, function, n) != 0 || comm[n] != '-' || !comm[n + 1])
+        return 0;
+    return strspn(comm + n + 1, "0123456789") == strlen(comm + n + 1);
+}
+
+/* The replica `p` is a worker of, in `out`: from its environment, or from
+ * the name a fixture that started generic gave it. 1 when it is one. */
+static int worker_replica(const proc_info *p, char *out, size_t out_len)
+{
+    char fn[128];
+    if (environ_get(p->pid, "FUNCD_FUNCTION", fn, sizeof(fn)) &&
+        environ_get(p->pid, "FUNCD_REPLICA", out, out_len))
+        return 1;
+    /* The comm of a fresh interpreter (python3, node) or of a sandbox init
+     * never looks like "name-N"; a fixture's does. */
+    const char *dash = strrchr(p->comm, '-');
+    if (dash && dash > p->comm && dash[1] && strspn(dash + 1, "0123456789") == strlen(dash + 1)) {
+        snprintf(out, out_len, "%s", p->comm);
+        return 1;
+    }
+    return 0;
+}
+
+typedef int (*proc_match)(const proc_info *p, const char *replica, const void *arg);
+
+/* The descendants of this process that `match` (all when NULL): how many;
+ * the first `max` go to `out`. */
+static size_t find_descendants(proc_match match, const void *arg, sv_proc *out, size_t max)
+{
+    proc_table t;
+    if (proc_table_load(&t) < 0)
+        return 0;
+    size_t n = 0;
+    pid_t me = getpid();
+    for (size_t i = 0; i < t.n; i++) {
+        const proc_info *p = &t.v[i];
+        char replica[64] = "";
+        if (!descends_from(&t, p, me))
+            continue;
+        if (!worker_replica(p, replica, sizeof(replica)))
+            replica[0] = '\0';
+        if (match && !match(p, replica, arg))
+            continue;
+        if (n < max) {
+            out[n].pid = p->pid;
+            out[n].start = p->start;
+            snprintf(out[n].comm, sizeof(out[n].comm), "%s", p->comm);
+            snprintf(out[n].replica, sizeof(out[n].replica), "%s", replica);
+        }
+        n++;
+    }
+    free(t.v);
     return n;
 }
 
-int sv_pid_gone(pid_t pid)
+static int match_replica(const proc_info *p, const char *replica, const void *arg)
 {
-    return kill(pid, 0) != 0 && errno == ESRCH;
+    (void)p;
+    return strcmp(replica, arg) == 0;
 }
 
-int sv_wait_pids_gone(const pid_t *pids, size_t n, int timeout_ms)
+static int match_function(const proc_info *p, const char *replica, const void *arg)
+{
+    char fn[128], ns[128];
+    if (environ_get(p->pid, "FUNCD_FUNCTION", fn, sizeof(fn)))
+        return strcmp(fn, arg) == 0 && environ_get(p->pid, "FUNCD_NAMESPACE", ns, sizeof(ns)) &&
+               strcmp(ns, "default") == 0;
+    return replica[0] && comm_is_replica_of(p->comm, arg);
+}
+
+static int match_worker(const proc_info *p, const char *replica, const void *arg)
+{
+    (void)p;
+    (void)arg;
+    return replica[0] != '\0';
+}
+
+static int match_sandbox_init(const proc_info *p, const char *replica, const void *arg)
+{
+    (void)replica;
+    (void)arg;
+    return strcmp(p->comm, "funcd-sandbox") == 0;
+}
+
+int sv_replica_proc(const char *replica, sv_proc *out)
+{
+    return find_descendants(match_replica, replica, out, 1) == 1;
+}
+
+int sv_proc_init(const sv_proc *worker, sv_proc *out)
+{
+    proc_info self, parent;
+    memset(out, 0, sizeof(*out));
+    if (proc_stat(worker->pid, &self) < 0 || self.start != worker->start ||
+        proc_stat(self.ppid, &parent) < 0 || !match_sandbox_init(&parent, "", NULL))
+        return 0;
+    out->pid = parent.pid;
+    out->start = parent.start;
+    snprintf(out->comm, sizeof(out->comm), "%s", parent.comm);
+    return 1;
+}
+
+size_t sv_function_procs(const char *name, sv_proc *out, size_t max)
+{
+    return find_descendants(match_function, name, out, max);
+}
+
+size_t sv_workers(sv_proc *out, size_t max)
+{
+    return find_descendants(match_worker, NULL, out, max);
+}
+
+size_t sv_descendants(sv_proc *out, size_t max)
+{
+    return find_descendants(NULL, NULL, out, max);
+}
+
+size_t sv_sandbox_inits(sv_proc *out, size_t max)
+{
+    return find_descendants(match_sandbox_init, NULL, out, max);
+}
+
+int sv_proc_gone(const sv_proc *p)
+{
+    proc_info now;
+    if (proc_stat(p->pid, &now) < 0)
+        return errno == ENOENT || errno == ESRCH;
+    return now.start != p->start;
+}
+
+int sv_wait_procs_gone(const sv_proc *p, size_t n, int timeout_ms)
 {
     int64_t deadline = e2e_now_ms() + timeout_ms;
     for (;;) {
         size_t left = 0;
         for (size_t i = 0; i < n; i++)
-            left += !sv_pid_gone(pids[i]);
+            left += !sv_proc_gone(&p[i]);
         if (left == 0)
             return 1;
         if (e2e_now_ms() >= deadline)
@@ -173,51 +420,44 @@ int sv_wait_pids_gone(const pid_t *pids, size_t n, int timeout_ms)
     }
 }
 
-/* The parent pid and the state letter of /proc/<pid>/stat. */
-static int proc_stat(const char *pid, pid_t *ppid, char *state, char *comm, size_t comm_len)
+int sv_proc_kill(const sv_proc *p, int sig)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%s/stat", pid);
-    FILE *f = fopen(path, "re");
-    if (!f)
+    /* A pidfd holds on to the process: once it is checked to be `p`, the
+     * signal cannot reach another process that took over the pid. */
+    int fd = (int)syscall(SYS_pidfd_open, p->pid, 0);
+    if (fd < 0)
         return -1;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* "pid (comm) S ppid ...": comm may hold spaces and parentheses. */
-    char *open = strchr(buf, '('), *close = strrchr(buf, ')');
-    long pp;
-    if (!open || !close || sscanf(close + 1, " %c %ld", state, &pp) != 2)
-        return -1;
-    snprintf(comm, comm_len, "%.*s", (int)(close - open - 1), open + 1);
-    *ppid = (pid_t)pp;
-    return 0;
+    int rc = -1;
+    if (sv_proc_gone(p))
+        errno = ESRCH;
+    else
+        rc = (int)syscall(SYS_pidfd_send_signal, fd, sig, NULL, 0);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
 }
 
 size_t sv_children(char *out, size_t out_len)
 {
     size_t n = 0, used = 0;
     out[0] = '\0';
-    DIR *d = opendir("/proc");
-    if (!d)
+    proc_table t;
+    if (proc_table_load(&t) < 0)
         return 0;
-    struct dirent *de;
     pid_t me = getpid();
-    while ((de = readdir(d))) {
-        if (de->d_name[0] < '0' || de->d_name[0] > '9')
-            continue;
-        pid_t ppid;
-        char state, comm[64];
-        if (proc_stat(de->d_name, &ppid, &state, comm, sizeof(comm)) < 0 || ppid != me)
+    for (size_t i = 0; i < t.n; i++) {
+        const proc_info *p = &t.v[i];
+        if (p->ppid != me)
             continue;
         n++;
         if (used < out_len) {
-            int w = snprintf(out + used, out_len - used, "%s%s (%s, state %c)", used ? ", " : "",
-                             de->d_name, comm, state);
+            int w = snprintf(out + used, out_len - used, "%s%ld (%s, state %c)", used ? ", " : "",
+                             (long)p->pid, p->comm, p->state);
             used += w > 0 ? (size_t)w : 0;
         }
     }
-    closedir(d);
+    free(t.v);
     return n;
 }
 

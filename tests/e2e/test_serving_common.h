@@ -2,8 +2,8 @@
  * Helpers of the serving end-to-end tests (test_serving_*.c): fixture code
  * copied into private directories, Functions created and waited on through
  * the control plane, requests (alone or in concurrent batches) through the
- * data plane, tar.gz bundles built in memory, and the worker processes a
- * test must see gone.
+ * data plane, tar.gz bundles built in memory, and the host processes of
+ * (sandboxed) workers, which a test kills or must see gone.
  *
  * Each test case runs in its own forked child with its own platform
  * (SV_TEST + SV_RUN), so cases can also run as separate meson tests in
@@ -33,21 +33,65 @@ void sv_init(void);
  */
 int sv_fixture(const char *name, char *out, size_t out_len);
 
-/* A new empty private directory (removed by sv_cleanup), e.g. for
- * FIXTURE_PID_DIR. 0 on success. */
+/* A new empty private directory (removed by sv_cleanup). 0 on success. */
 int sv_tempdir(char *out, size_t out_len);
 
 /* Removes the directories made above. */
 void sv_cleanup(void);
 
-/* The pids fixture workers recorded in `dir` (FIXTURE_PID_DIR). */
-size_t sv_recorded_pids(const char *dir, pid_t *out, size_t max);
+/* ---- worker processes, seen from the host ------------------------------ */
 
-/* 1 when no process `pid` exists any more (not even a zombie). */
-int sv_pid_gone(pid_t pid);
+/*
+ * Workers run sandboxed: in its own pid namespace a worker is pid 2, so the
+ * pid it reports says nothing on the host, and it cannot write into a test's
+ * directories. A test names a worker by its replica (FUNCD_REPLICA, which
+ * every fixture reports) and finds its host process among this process's
+ * descendants (a worker is the child of a "funcd-sandbox" init, itself a
+ * child of the platform, i.e. of this process): by its environment, or, for a
+ * warm generic interpreter whose environment predates its function, by the
+ * process name the interpreted fixtures take (their replica, in comm).
+ * Descendants only, so the workers of other tests that run at the same time,
+ * with the same function names, are never taken for ours.
+ */
+typedef struct sv_proc {
+    pid_t pid;                /* on the host */
+    unsigned long long start; /* field 22 of /proc/<pid>/stat: a reused pid is another process */
+    char comm[16];
+    char replica[64]; /* of a worker found by the functions below, else "" */
+} sv_proc;
 
-/* Waits until every pid is gone; 1 when they are. */
-int sv_wait_pids_gone(const pid_t *pids, size_t n, int timeout_ms);
+/* The host process of worker `replica` ("name-3"). 1 when exactly one
+ * process is that worker. */
+int sv_replica_proc(const char *replica, sv_proc *out);
+
+/* The sandbox init of `worker` (its parent, named "funcd-sandbox"). 1 when
+ * it has one, 0 when the worker is not sandboxed or gone. */
+int sv_proc_init(const sv_proc *worker, sv_proc *out);
+
+/* The host processes of every live worker of Function `name` (namespace
+ * "default"); returns how many there are, stores at most `max`. */
+size_t sv_function_procs(const char *name, sv_proc *out, size_t max);
+
+/* The host processes of every live worker of any Function. */
+size_t sv_workers(sv_proc *out, size_t max);
+
+/* Every live descendant of this process (workers, sandbox inits, generic
+ * spares); returns how many there are, stores at most `max`. */
+size_t sv_descendants(sv_proc *out, size_t max);
+
+/* The descendants of this process named "funcd-sandbox": the inits of
+ * workers, and while a platform lives, blank inits made ahead of need
+ * (docs/adr/0013-sandbox.md), which have no worker. */
+size_t sv_sandbox_inits(sv_proc *out, size_t max);
+
+/* 1 when process `p` exists no more (not even as a zombie). */
+int sv_proc_gone(const sv_proc *p);
+
+/* Waits until every process is gone; 1 when they are. */
+int sv_wait_procs_gone(const sv_proc *p, size_t n, int timeout_ms);
+
+/* Sends `sig` to `p` unless it is gone (its pid reused): 0, or -1 with errno. */
+int sv_proc_kill(const sv_proc *p, int sig);
 
 /* Describes the live child processes of this process in `out`; returns
  * how many there are. */

@@ -2,6 +2,10 @@
  * Serving, end to end, when things go wrong: a worker killed mid-traffic,
  * a function that hangs, a full queue, bad bundles, a bundle that does not
  * exist, and a platform shut down with workers running.
+ *
+ * Workers are sandboxed (pid 2 in their own pid namespace): a worker is
+ * named by its replica, and its host process found from it
+ * (test_serving_common.h).
  */
 #include "../harness.h"
 #include "test_serving_common.h"
@@ -57,8 +61,13 @@ SV_TEST(worker_killed)
     if (!sv_wait_ready(e, "victim", 5000))
         FAILF("not Ready: %.500s", e->r.body);
     CHECK_INT(sv_invoke(e, "GET", DP_PATH("victim") "/warm", NULL), 200);
-    pid_t victim = (pid_t)jnum(e->r.json, "pid");
-    CHECK(victim > 0);
+    const char *warm = jstr(e->r.json, "replica");
+    char replica[64];
+    snprintf(replica, sizeof(replica), "%s", warm ? warm : "");
+    sv_proc victim, init;
+    if (!sv_replica_proc(replica, &victim))
+        FAILF("no process on the host is worker \"%s\"", replica);
+    int sandboxed = sv_proc_init(&victim, &init);
 
     sv_call calls[3];
     memset(calls, 0, sizeof(calls));
@@ -70,8 +79,8 @@ SV_TEST(worker_killed)
     CHECK(b != NULL);
     int held = wait_inflight(e, "victim", 3, 5000);
     int64_t killed_at = e2e_now_ms();
-    if (held)
-        kill(victim, SIGKILL);
+    /* The worker itself, not its sandbox init: a crash of the user's code. */
+    int killed = held && sv_proc_kill(&victim, SIGKILL) == 0;
     sv_batch_join(b);
     const char *problems[3];
     int64_t slowest = 0;
@@ -85,6 +94,7 @@ SV_TEST(worker_killed)
         e2e_resp_free(&calls[i].r);
     }
     CHECK(held);
+    CHECK(killed);
     CHECK(!problems[0] && !problems[1] && !problems[2]);
     CHECK(slowest < 4000); /* failed at once, not after the handler's 8 s */
 
@@ -92,9 +102,12 @@ SV_TEST(worker_killed)
     for (int i = 0; i < 5; i++) {
         if (sv_invoke(e, "GET", DP_PATH("victim") "/after", NULL) != 200)
             FAILF("request %d after the kill: HTTP %ld: %.300s", i, e->r.status, e->r.body);
-        CHECK(jnum(e->r.json, "pid") != victim);
+        const char *now = jstr(e->r.json, "replica");
+        CHECK(now && *now && strcmp(now, replica) != 0);
     }
-    CHECK(sv_pid_gone(victim));
+    /* Reaped, with its init: neither is left, not even as a zombie. */
+    CHECK(sv_wait_procs_gone(&victim, 1, 2000));
+    CHECK(!sandboxed || sv_wait_procs_gone(&init, 1, 2000));
     CHECK(sv_wait_total(e, "victim", 1, 1, 3000, NULL));
 }
 
@@ -238,32 +251,40 @@ SV_TEST(missing_bundle)
     CHECK(sv_header(&e->r, "Retry-After")[0] != '\0');
 }
 
+/* How many of `procs` still exist, each reported. */
+static size_t count_alive(const sv_proc *procs, size_t n, const char *when)
+{
+    size_t alive = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!sv_proc_gone(&procs[i])) {
+            fprintf(stderr, "  %d (%s%s%s) still exists %s\n", (int)procs[i].pid, procs[i].comm,
+                    procs[i].replica[0] ? ", replica " : "", procs[i].replica, when);
+            alive++;
+        }
+    return alive;
+}
+
 /*
  * Freeing the platform leaves no worker process: not the idle ones, not
- * one serving a request, not one that ignores SIGTERM.
+ * one serving a request, not one that ignores SIGTERM, nor their sandbox
+ * inits.
  */
 SV_TEST(shutdown)
 {
-    char native[256], python[256], pid_dir[256];
+    char native[256], python[256];
     CHECK(sv_fixture("native", native, sizeof(native)) == 0);
     CHECK(sv_fixture("python", python, sizeof(python)) == 0);
-    CHECK(sv_tempdir(pid_dir, sizeof(pid_dir)) == 0);
-    CHECK_INT(sv_create(e, "pair",
-                        NATIVE_SPEC(",\"env\":{\"FIXTURE_PID_DIR\":\"%s\"},"
-                                    "\"scaling\":{\"minReplicas\":2}"),
-                        native, pid_dir),
-              201);
+    CHECK_INT(sv_create(e, "pair", NATIVE_SPEC(",\"scaling\":{\"minReplicas\":2}"), native), 201);
     CHECK_INT(sv_create(e, "stubborn",
-                        NATIVE_SPEC(",\"env\":{\"FIXTURE_PID_DIR\":\"%s\","
-                                    "\"FIXTURE_IGNORE_TERM\":\"1\"},"
+                        NATIVE_SPEC(",\"env\":{\"FIXTURE_IGNORE_TERM\":\"1\"},"
                                     "\"scaling\":{\"minReplicas\":1}"),
-                        native, pid_dir),
+                        native),
               201);
     CHECK_INT(
         sv_create(e, "snake",
                   "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":{\"path\":"
-                  "\"%s\"},\"env\":{\"FIXTURE_PID_DIR\":\"%s\"},\"scaling\":{\"minReplicas\":1}}",
-                  python, pid_dir),
+                  "\"%s\"},\"scaling\":{\"minReplicas\":1}}",
+                  python),
         201);
     CHECK(sv_wait_replicas(e, "pair", 2, 2, 5000));
     CHECK(sv_wait_replicas(e, "stubborn", 1, 1, 5000));
@@ -274,8 +295,17 @@ SV_TEST(shutdown)
     sv_batch *b = sv_batch_start(e->dp_base, &call, 1);
     CHECK(b != NULL);
     int held = wait_inflight(e, "stubborn", 1, 5000);
-    pid_t pids[16];
-    size_t n = sv_recorded_pids(pid_dir, pids, 16);
+    /* The workers the platform must end, found on the host; and with them
+     * everything else it started (sandbox inits, a warm generic python). */
+    size_t workers = sv_function_procs("pair", NULL, 0) + sv_function_procs("stubborn", NULL, 0) +
+                     sv_function_procs("snake", NULL, 0);
+    sv_proc procs[64];
+    size_t n = sv_descendants(procs, 64);
+    size_t inits = sv_sandbox_inits(NULL, 0);
+    for (size_t i = 0; i < n && i < 64; i++)
+        if (procs[i].replica[0])
+            fprintf(stderr, "  worker %s is %d (%s) on the host\n", procs[i].replica,
+                    (int)procs[i].pid, procs[i].comm);
 
     e2e_http_free(e->h);
     e2e_http_free(e->dp);
@@ -284,19 +314,19 @@ SV_TEST(shutdown)
     funcd_platform_free(e->p);
     e->p = NULL;
     int64_t took = e2e_now_ms() - t0;
-    size_t alive = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!sv_pid_gone(pids[i])) {
-            fprintf(stderr, "  worker %d still exists after funcd_platform_free\n", (int)pids[i]);
-            alive++;
-        }
+    size_t alive = count_alive(procs, n < 64 ? n : 64, "after funcd_platform_free");
+    size_t left = sv_descendants(NULL, 0); /* including any started during shutdown */
     sv_batch_join(b);
-    fprintf(stderr, "  shutdown took %lld ms; the request in flight ended with HTTP %ld\n",
-            (long long)took, call.r.status);
+    fprintf(stderr,
+            "  shutdown of %zu processes (%zu sandbox inits) took %lld ms; the request in "
+            "flight ended with HTTP %ld\n",
+            n, inits, (long long)took, call.r.status);
     e2e_resp_free(&call.r);
     CHECK(held);
-    CHECK_INT(n, 4);
+    CHECK_INT(workers, 4);
+    CHECK(n >= workers && n <= 64);
     CHECK_INT(alive, 0);
+    CHECK_INT(left, 0);
 }
 
 int main(int argc, char **argv)

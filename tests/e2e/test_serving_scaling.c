@@ -2,6 +2,10 @@
  * Serving, end to end: scale from zero (one request and a burst), scale out
  * under load and back to the minimum, and scale to zero after the idle
  * timeout with the worker processes really gone.
+ *
+ * Workers are sandboxed: each is pid 2 in its own pid namespace, so a worker
+ * is told apart by its replica (FUNCD_REPLICA, which the fixture reports),
+ * and its host process is found from it (test_serving_common.h).
  */
 #include "../harness.h"
 #include "test_serving_common.h"
@@ -9,10 +13,20 @@
 #define COLD_ROUNDS 200
 #define BURST 50
 
-static const char *pid_of(const e2e_resp *r, char *out, size_t len)
+/* The replica that served `r` ("" when none): the worker's identity. */
+static const char *replica_of(const e2e_resp *r, char *out, size_t len)
 {
-    snprintf(out, len, "%.0f", jnum(r->json, "pid"));
+    const char *replica = jstr(r->json, "replica");
+    snprintf(out, len, "%s", replica ? replica : "");
     return out;
+}
+
+/* Adds `worker` and its sandbox init (if it has one) to `procs`. */
+static void note_proc(sv_proc *procs, size_t *n, const sv_proc *worker)
+{
+    procs[(*n)++] = *worker;
+    if (sv_proc_init(worker, &procs[*n]))
+        (*n)++;
 }
 
 /*
@@ -24,18 +38,20 @@ static const char *pid_of(const e2e_resp *r, char *out, size_t len)
  */
 SV_TEST(cold_starts)
 {
-    char dir[256], pid_dir[256];
+    char dir[256];
     CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
-    CHECK(sv_tempdir(pid_dir, sizeof(pid_dir)) == 0);
+    static sv_proc procs[2 * COLD_ROUNDS]; /* each round's worker and its sandbox init */
+    size_t n_procs = 0;
+    sv_proc prev = {0};
     int64_t start = e2e_now_ms();
-    double prev_pid = 0, slowest = 0;
+    double slowest = 0;
     for (int i = 0; i < COLD_ROUNDS; i++) {
         char name[32], path[96], replica[48], fn[160];
         snprintf(name, sizeof(name), "cold-%d", i);
         if (sv_create(e, name,
                       "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"
-                      "\"env\":{\"FIXTURE_PID_DIR\":\"%s\"},\"scaling\":{\"maxReplicas\":1}}",
-                      dir, pid_dir) != 201)
+                      "\"scaling\":{\"maxReplicas\":1}}",
+                      dir) != 201)
             FAILF("round %d: create: HTTP %ld: %.300s", i, e->r.status, e->r.body);
         if (!sv_wait_ready(e, name, 5000))
             FAILF("round %d: not Ready: %.500s", i, e->r.body);
@@ -49,18 +65,24 @@ SV_TEST(cold_starts)
         slowest = took > slowest ? took : slowest;
         snprintf(replica, sizeof(replica), "%s-1", name);
         CHECK_STR(jstr(e->r.json, "replica"), replica); /* the new pool's first worker */
-        CHECK(jnum(e->r.json, "pid") != prev_pid);
-        prev_pid = jnum(e->r.json, "pid");
+        sv_proc worker;
+        if (!sv_replica_proc(replica, &worker))
+            FAILF("round %d: no process on the host is worker %s", i, replica);
+        size_t workers = sv_function_procs(name, NULL, 0);
+        if (workers != 1)
+            FAILF("round %d: %zu worker processes, not one", i, workers);
+        CHECK(worker.pid != prev.pid || worker.start != prev.start); /* a new process */
+        prev = worker;
+        note_proc(procs, &n_procs, &worker);
         snprintf(fn, sizeof(fn), NS("default") "/functions/%s", name);
         if (REQ("DELETE", fn, DEV_TOKEN, NULL) != 200)
             FAILF("round %d: delete: HTTP %ld: %.300s", i, e->r.status, e->r.body);
     }
     fprintf(stderr, "  %d cold starts in %lld ms (slowest first request %.0f ms)\n", COLD_ROUNDS,
             (long long)(e2e_now_ms() - start), slowest);
-    pid_t pids[COLD_ROUNDS + 8];
-    size_t n = sv_recorded_pids(pid_dir, pids, COLD_ROUNDS + 8);
-    CHECK_INT(n, COLD_ROUNDS);               /* one worker per round, no more */
-    CHECK(sv_wait_pids_gone(pids, n, 5000)); /* deleted functions leave no process */
+    /* Deleted functions leave no process: no worker, no sandbox init. */
+    CHECK(sv_wait_procs_gone(procs, n_procs, 5000));
+    CHECK_INT(sv_workers(NULL, 0), 0);
 }
 
 /* BURST concurrent requests at zero are held until workers are ready, and
@@ -89,7 +111,7 @@ SV_TEST(burst_from_zero)
     CHECK(b != NULL);
     sv_batch_join(b);
     int ok = 0;
-    char pids[BURST][24], pid[24];
+    char replicas[BURST][64], replica[64];
     int distinct = 0;
     for (int i = 0; i < BURST; i++) {
         e2e_resp *r = &calls[i].r;
@@ -99,12 +121,12 @@ SV_TEST(burst_from_zero)
             jstr(r->json, "invocationId") &&
             strcmp(jstr(r->json, "invocationId"), sv_header(r, "X-Funcd-Invocation-Id")) == 0) {
             ok++;
-            pid_of(r, pid, sizeof(pid));
+            replica_of(r, replica, sizeof(replica));
             int seen = 0;
             for (int k = 0; k < distinct; k++)
-                seen |= strcmp(pids[k], pid) == 0;
-            if (!seen)
-                snprintf(pids[distinct++], sizeof(pids[0]), "%s", pid);
+                seen |= strcmp(replicas[k], replica) == 0;
+            if (!seen && replica[0])
+                snprintf(replicas[distinct++], sizeof(replicas[0]), "%s", replica);
         } else if (ok == i) {
             fprintf(stderr, "  request %d: HTTP %ld: %.300s\n", i, r->status, r->body);
         }
@@ -155,10 +177,10 @@ SV_TEST(scale_out_and_back)
     sv_batch_join(b);
     int64_t last_done = 0;
     int ok = 0;
-    char pids[3][24];
+    char replicas[3][64];
     for (int i = 0; i < 3; i++) {
         ok += calls[i].r.status == 200;
-        pid_of(&calls[i].r, pids[i], sizeof(pids[i]));
+        replica_of(&calls[i].r, replicas[i], sizeof(replicas[i]));
         if (calls[i].done_ms > last_done)
             last_done = calls[i].done_ms;
         e2e_resp_free(&calls[i].r);
@@ -167,8 +189,9 @@ SV_TEST(scale_out_and_back)
     CHECK_INT(done_then, 0); /* it grew while every request was still held */
     CHECK(grew_to_3);
     CHECK_INT(ok, 3);
-    CHECK(strcmp(pids[0], pids[1]) != 0 && strcmp(pids[1], pids[2]) != 0 &&
-          strcmp(pids[0], pids[2]) != 0); /* one worker each */
+    CHECK(replicas[0][0] && replicas[1][0] && replicas[2][0]);
+    CHECK(strcmp(replicas[0], replicas[1]) != 0 && strcmp(replicas[1], replicas[2]) != 0 &&
+          strcmp(replicas[0], replicas[2]) != 0); /* one worker each */
     CHECK_INT(seen, 3);                   /* never above maxReplicas */
 
     if (!sv_wait_total(e, "scaler", 1, 1, 5000, NULL))
@@ -189,15 +212,14 @@ SV_TEST(scale_out_and_back)
  * processes are gone (reaped, not zombies). */
 SV_TEST(idle_to_zero)
 {
-    char dir[256], pid_dir[256];
+    char dir[256];
     CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
-    CHECK(sv_tempdir(pid_dir, sizeof(pid_dir)) == 0);
     CHECK_INT(
         sv_create(e, "idler",
                   "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"
-                  "\"env\":{\"FIXTURE_PID_DIR\":\"%s\"},\"scaling\":{\"minReplicas\":0,"
-                  "\"maxReplicas\":2,\"concurrency\":1,\"idleTimeout\":\"200ms\"}}",
-                  dir, pid_dir),
+                  "\"scaling\":{\"minReplicas\":0,\"maxReplicas\":2,\"concurrency\":1,"
+                  "\"idleTimeout\":\"200ms\"}}",
+                  dir),
         201);
     if (!sv_wait_ready(e, "idler", 5000))
         FAILF("not Ready: %.500s", e->r.body);
@@ -205,19 +227,37 @@ SV_TEST(idle_to_zero)
     memset(calls, 0, sizeof(calls));
     for (int i = 0; i < 2; i++) {
         calls[i].method = "GET";
-        snprintf(calls[i].path, sizeof(calls[i].path), DP_PATH("idler") "/sleep?ms=300");
+        snprintf(calls[i].path, sizeof(calls[i].path), DP_PATH("idler") "/sleep?ms=500");
     }
     sv_batch *b = sv_batch_start(e->dp_base, calls, 2);
     CHECK(b != NULL);
+    /* The host processes of both workers, found while they serve (once idle
+     * they have only idleTimeout to live). */
+    sv_proc workers[4];
+    size_t n_workers = 0;
+    int64_t deadline = e2e_now_ms() + 5000;
+    while ((n_workers = sv_function_procs("idler", workers, 4)) < 2 && sv_batch_done(b) < 2 &&
+           e2e_now_ms() < deadline)
+        env_sleep_ms(2);
     sv_batch_join(b);
-    pid_t served[2];
+    char served[2][64];
     for (int i = 0; i < 2; i++) {
-        served[i] = (pid_t)jnum(calls[i].r.json, "pid");
+        replica_of(&calls[i].r, served[i], sizeof(served[i]));
         CHECK_INT(calls[i].r.status, 200);
     }
     for (int i = 0; i < 2; i++)
         e2e_resp_free(&calls[i].r);
-    CHECK(served[0] != served[1]); /* two workers */
+    CHECK(served[0][0] && served[1][0]);
+    CHECK(strcmp(served[0], served[1]) != 0); /* two workers */
+    CHECK_INT(n_workers, 2);
+    CHECK((strcmp(workers[0].replica, served[0]) == 0 &&
+           strcmp(workers[1].replica, served[1]) == 0) ||
+          (strcmp(workers[0].replica, served[1]) == 0 &&
+           strcmp(workers[1].replica, served[0]) == 0));
+    sv_proc procs[4];
+    size_t n_procs = 0;
+    for (size_t i = 0; i < n_workers; i++)
+        note_proc(procs, &n_procs, &workers[i]);
 
     int64_t t0 = e2e_now_ms();
     if (!sv_wait_total(e, "idler", 0, 0, 5000, NULL))
@@ -225,15 +265,13 @@ SV_TEST(idle_to_zero)
     fprintf(stderr, "  zero replicas %lld ms after the last answer\n",
             (long long)(e2e_now_ms() - t0));
     CHECK_INT(jnum(e->r.json, "status.replicas.ready"), 0);
-    pid_t pids[8];
-    size_t n = sv_recorded_pids(pid_dir, pids, 8);
-    CHECK_INT(n, 2);
-    CHECK((pids[0] == served[0] && pids[1] == served[1]) ||
-          (pids[0] == served[1] && pids[1] == served[0]));
-    CHECK(sv_wait_pids_gone(pids, n, 2000));
-    /* And from zero again. */
+    CHECK(sv_wait_procs_gone(procs, n_procs, 2000)); /* workers and their inits */
+    CHECK_INT(sv_function_procs("idler", NULL, 0), 0);
+    /* And from zero again, on a new worker. */
     CHECK_INT(sv_invoke(e, "GET", DP_PATH("idler") "/again", NULL), 200);
-    CHECK(jnum(e->r.json, "pid") != served[0] && jnum(e->r.json, "pid") != served[1]);
+    char again[64];
+    replica_of(&e->r, again, sizeof(again));
+    CHECK(again[0] && strcmp(again, served[0]) != 0 && strcmp(again, served[1]) != 0);
 }
 
 int main(int argc, char **argv)
