@@ -217,20 +217,6 @@ static bool stream_too_large(walker *w)
     return consumed > 0 && (uint64_t)consumed > w->stream_cap;
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 /* Reads the entry's data to its end, counting it, into `fd` when >= 0. */
 static int copy_data(walker *w, const char *path, int fd)
 {
@@ -245,7 +231,7 @@ static int copy_data(walker *w, const char *path, int fd)
         w->total += (uint64_t)n;
         if (stream_too_large(w))
             return too_large(w, path);
-        if (fd >= 0 && write_all(fd, w->buf, (size_t)n) < 0)
+        if (fd >= 0 && funcd__write_all(fd, w->buf, (size_t)n) < 0)
             return os_fail(w, path, "write");
     }
 }

@@ -1,8 +1,10 @@
 #include "artifact/extract_common.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *funcd__quote_name(const char *s, char *out, size_t out_len)
 {
@@ -117,4 +119,19 @@ void funcd__path_table_free(funcd__path_table *t)
     free(t->slots);
     t->slots = NULL;
     t->cap = t->count = 0;
+}
+
+int funcd__write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t k = write(fd, c, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -1;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
 }

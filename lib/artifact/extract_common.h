@@ -53,4 +53,7 @@ void funcd__path_table_free(funcd__path_table *t);
  * (Defined in cache.c.) */
 int funcd__remove_tree_at(int dirfd, const char *name);
 
+/* Writes all `n` bytes (EINTR retried); 0, or -1 with errno. */
+int funcd__write_all(int fd, const void *p, size_t n);
+
 #endif

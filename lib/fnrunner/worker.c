@@ -842,22 +842,6 @@ static launch *launch_new(worker_eval *we, const char *image, const char *name)
     return ln;
 }
 
-static char **strv_dup_or_empty(char *const *v)
-{
-    size_t n = 0;
-    while (v && v[n])
-        n++;
-    char **out = calloc(n + 1, sizeof(char *));
-    for (size_t i = 0; out && i < n; i++)
-        if (!(out[i] = strdup(v[i]))) {
-            while (i--)
-                free(out[i]);
-            free(out);
-            return NULL;
-        }
-    return out;
-}
-
 /* The launch of a pulled image: its entrypoint and cmd, run in its root. */
 static launch *launch_new_image(worker_eval *we, const char *image, const funcd_source_result *r)
 {
@@ -880,7 +864,7 @@ static launch *launch_new_image(worker_eval *we, const char *image, const funcd_
         ln->argv[n++] = strdup(*p);
     for (char **p = r->cmd; ln->argv && p && *p; p++)
         ln->argv[n++] = strdup(*p);
-    ln->env = strv_dup_or_empty(r->env);
+    ln->env = funcd_strv_dup((const char *const *)r->env);
     ln->cwd = funcd_strdup(r->working_dir && *r->working_dir ? r->working_dir : "/");
     ln->program = ln->argv && n ? funcd_strdup(ln->argv[0]) : NULL;
     int ok = ln->image && ln->rootfs && ln->dir && ln->argv && ln->env && ln->cwd && ln->program;

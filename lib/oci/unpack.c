@@ -408,20 +408,6 @@ static bool stream_too_large(unpacker *u)
     return consumed > 0 && u->stream_done + (uint64_t)consumed > u->stream_cap;
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 /* Reads the entry's data to its end, counting it, into `fd` when >= 0. */
 static int copy_data(unpacker *u, const char *path, int fd)
 {
@@ -436,7 +422,7 @@ static int copy_data(unpacker *u, const char *path, int fd)
         u->total += (uint64_t)n;
         if (stream_too_large(u))
             return too_large(u, path);
-        if (fd >= 0 && write_all(fd, u->buf, (size_t)n) < 0)
+        if (fd >= 0 && funcd__write_all(fd, u->buf, (size_t)n) < 0)
             return os_fail(u, path, "write");
     }
 }

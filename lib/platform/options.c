@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "funcd/sys/error.h"
+#include "util/misc.h"
 
 /* Returned when an option cannot be allocated, so the option list keeps
  * its shape and funcd_platform_new reports FUNCD_ENOMEM. */
@@ -17,30 +18,6 @@ static funcd_option *opt_new(option_kind kind)
         return &oom_option;
     o->kind = kind;
     return o;
-}
-
-static char **strv_dup(const char *const *v)
-{
-    size_t n = 0;
-    while (v && v[n])
-        n++;
-    char **out = calloc(n + 1, sizeof(char *));
-    for (size_t i = 0; out && i < n; i++) {
-        if (!(out[i] = strdup(v[i]))) {
-            for (size_t j = 0; j < i; j++)
-                free(out[j]);
-            free(out);
-            return NULL;
-        }
-    }
-    return out;
-}
-
-static void strv_free(char **v)
-{
-    for (char **p = v; p && *p; p++)
-        free(*p);
-    free(v);
 }
 
 /* Frees a backend through its own slot; one without `free` (refused by
@@ -72,7 +49,7 @@ static void option_free(funcd_option *o)
         return;
     free_backend(o->kind, o->backend);
     free(o->str);
-    strv_free(o->namespaces);
+    funcd_strv_free(o->namespaces);
     free(o);
 }
 
@@ -250,7 +227,7 @@ static funcd_option *token_option(const char *token, funcd_role role, const char
     if (o == &oom_option)
         return o;
     o->role = role;
-    if (!(o->namespaces = strv_dup(ns))) {
+    if (!(o->namespaces = funcd_strv_dup(ns))) {
         option_free(o);
         return &oom_option;
     }
@@ -435,6 +412,6 @@ void funcd_config_clear(funcd_config *cfg)
     free(cfg->node_arch);
     free(cfg->registry_auth_file);
     free(cfg->registry_certs_dir);
-    strv_free(cfg->insecure_registries);
+    funcd_strv_free(cfg->insecure_registries);
     memset(cfg, 0, sizeof(*cfg));
 }

@@ -102,34 +102,14 @@ struct funcd_sources {
 
 static char **strv_copy(char *const *v)
 {
-    if (!v)
-        return NULL;
-    size_t n = 0;
-    while (v[n])
-        n++;
-    char **out = calloc(n + 1, sizeof(*out));
-    for (size_t i = 0; out && i < n; i++)
-        if (!(out[i] = strdup(v[i]))) {
-            for (size_t j = 0; j < i; j++)
-                free(out[j]);
-            free(out);
-            return NULL;
-        }
-    return out;
-}
-
-static void strv_release(char **v)
-{
-    for (char **p = v; p && *p; p++)
-        free(*p);
-    free(v);
+    return v ? funcd_strv_dup((const char *const *)v) : NULL;
 }
 
 void funcd_source_result_clear(funcd_source_result *r)
 {
-    strv_release(r->entrypoint);
-    strv_release(r->cmd);
-    strv_release(r->env);
+    funcd_strv_free(r->entrypoint);
+    funcd_strv_free(r->cmd);
+    funcd_strv_free(r->env);
     free(r->working_dir);
     free(r->user);
     memset(r, 0, sizeof(*r));

@@ -175,3 +175,24 @@ int funcd_link_or_copy(const char *from, const char *to, mode_t mode)
     return funcd_error_set(err == ENOSPC ? FUNCD_ENOSPC : FUNCD_EIO, "cannot copy %s to %s: %s",
                            from, to, strerror(err));
 }
+
+char **funcd_strv_dup(const char *const *v)
+{
+    size_t n = 0;
+    while (v && v[n])
+        n++;
+    char **out = calloc(n + 1, sizeof(char *));
+    for (size_t i = 0; out && i < n; i++)
+        if (!(out[i] = strdup(v[i]))) {
+            funcd_strv_free(out);
+            return NULL;
+        }
+    return out;
+}
+
+void funcd_strv_free(char **v)
+{
+    for (char **p = v; p && *p; p++)
+        free(*p);
+    free(v);
+}

@@ -30,6 +30,11 @@ int funcd_listen_tcp(const char *addr, int reuseport, char *bound, size_t bound_
 /* Removes a directory tree without following symlinks (rm -rf). */
 int funcd_remove_tree(const char *path);
 
+/* A copy of a NULL-terminated string list (an empty one for NULL); NULL on
+ * OOM. Free with funcd_strv_free (NULL-safe). */
+char **funcd_strv_dup(const char *const *v);
+void funcd_strv_free(char **v);
+
 /* Makes `to` a hard link of `from`, or a copy with `mode` where the file
  * systems differ; `to` must not exist. 0, or FUNCD_EIO / FUNCD_ENOSPC. */
 int funcd_link_or_copy(const char *from, const char *to, mode_t mode);
