@@ -8,7 +8,9 @@
  *
  * -b shows DIR read-only to the sandboxed worker (PROGRAM's own directory
  * is shown anyway); RUNDIR holds the socket. Prints p50/p99 of each and the
- * difference of the medians.
+ * difference of the medians. The loop runs between rounds, as a platform's
+ * does, so the sandboxed runtime refills its blank inits there (ADR 0013,
+ * point 9) and only its first round clones at start.
  */
 #include <errno.h>
 #include <event2/event.h>

@@ -10,7 +10,9 @@
  * Sandboxed ones (the default) by funcd_sandbox_spawn (sandbox.h): the pid
  * we supervise is then the sandbox's init, and SIGKILL to it ends the
  * whole pid namespace. Each sandboxed worker has its own cgroups
- * (cgroup.h), removed when it is reaped.
+ * (cgroup.h), removed when it is reaped. After a sandboxed start the loop
+ * refills the sandbox's blank inits (ADR 0013, point 9), so the next start
+ * finds its namespaces made.
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -65,6 +67,7 @@ typedef struct proc_runtime {
     struct event_base *loop;
     funcd_worker live; /* list anchor */
     funcd_sandbox *sandbox; /* NULL: plain processes */
+    struct event *refill_ev; /* tops up the sandbox's blank inits after a start */
     funcd_cgroups cgroups;
     int allow_host_network;
     char *pid_dir;
@@ -281,6 +284,8 @@ static pid_t start_sandboxed(proc_runtime *rt, const funcd_worker_spec *spec, co
                              spec->network == FUNCD_WORKER_NETWORK_HOST, {-1, out_w, err_w},
                              &rt->cgroups, w->cg_id};
     pid_t pid = funcd_sandbox_spawn(rt->sandbox, &job, &w->status_fd);
+    if (rt->refill_ev) /* on the next loop turn: never inside the start being timed */
+        event_active(rt->refill_ev, EV_TIMEOUT, 0);
     if (pid < 0) {
         funcd_cgroup_remove(&rt->cgroups, w->cg_id);
         w->cg_id = 0;
@@ -465,9 +470,20 @@ static int rt_specialize(funcd_runtime *base, funcd_worker *w, const funcd_worke
     return funcd_sandbox_expose(rt->sandbox, w->pid, binds, n_binds) < 0 ? -1 : 0;
 }
 
+static void on_refill(evutil_socket_t fd, short what, void *arg)
+{
+    funcd_sandbox_refill(((proc_runtime *)arg)->sandbox);
+}
+
 static int rt_attach(funcd_runtime *base, struct event_base *loop)
 {
-    ((proc_runtime *)base)->loop = loop;
+    proc_runtime *rt = (proc_runtime *)base;
+    rt->loop = loop;
+    if (rt->refill_ev)
+        event_free(rt->refill_ev);
+    rt->refill_ev = NULL;
+    if (rt->sandbox && !(rt->refill_ev = event_new(loop, -1, 0, on_refill, rt)))
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory attaching the process runtime");
     return 0;
 }
 
@@ -483,6 +499,8 @@ static void rt_free(funcd_runtime *base)
         kill_and_reap(w);
         free_worker(w);
     }
+    if (rt->refill_ev)
+        event_free(rt->refill_ev);
     funcd_cgroups_fini(&rt->cgroups);
     funcd_sandbox_free(rt->sandbox);
     free(rt->pid_dir);

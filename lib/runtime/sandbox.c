@@ -39,6 +39,17 @@
 
 #define SHARED_STACK (64 * 1024)
 
+/* Blank inits kept ready per runtime (ADR 0013): namespaces made, ids
+ * mapped, loopback up, waiting for a job. */
+#define BLANK_POOL 2
+/* Room for a job's strings in a blank's shared page set; a larger job
+ * takes the ordinary path. */
+#define BLANK_AREA (128 * 1024)
+/* err_w, status_w, stdio, the rootfs and one per bind. */
+#define JOB_FDS (5 + 1 + MAX_BINDS)
+/* A blank's creation failing this often in a row disables the pool. */
+#define BLANK_MAX_FAILURES 3
+
 /* Under AddressSanitizer a fresh stack may lie where an earlier one left
  * poisoned shadow (munmap does not clear it): clear it around each use. */
 #if defined(__SANITIZE_ADDRESS__)
@@ -58,8 +69,20 @@ typedef struct system_entry {
     int is_dir;
 } system_entry;
 
+typedef struct blank_shared blank_shared;
+
+/* A pre-created sandbox init, owned by the runtime's loop thread. */
+typedef struct blank {
+    pid_t pid;
+    int ctl;            /* our end of a socketpair: "ids mapped", "ready", the job */
+    blank_shared *shm;  /* mapped before the clone: the same address on both sides */
+} blank;
+
 struct funcd_sandbox {
     funcd_seccomp_filter filter;
+    blank pool[BLANK_POOL];
+    size_t n_blank;
+    int blank_failures;
     unsigned uid, gid;
     uint64_t tmp_bytes;
     int idmap_ns; /* a user namespace mapping 0 to `uid`, for idmapped binds; -1: none */
@@ -272,18 +295,23 @@ static void mount_dev(const plan *p)
         child_fail(p->err_w, "read-only /dev", NULL, errno);
 }
 
-static void loopback_up(const plan *p)
+/* 0, or -1 with errno set and `step` naming what failed. */
+static int loopback_up(const char **step)
 {
     int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     struct ifreq ifr;
     memset(&ifr, 0, sizeof(ifr));
     memcpy(ifr.ifr_name, "lo", 3);
+    *step = "loopback";
     if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) != 0)
-        child_fail(p->err_w, "loopback", NULL, errno);
+        return -1;
     ifr.ifr_flags |= IFF_UP;
-    if (ioctl(s, SIOCSIFFLAGS, &ifr) != 0)
-        child_fail(p->err_w, "loopback up", NULL, errno);
+    *step = "loopback up";
+    int rc = ioctl(s, SIOCSIFFLAGS, &ifr);
+    int err = errno;
     close(s);
+    errno = err;
+    return rc;
 }
 
 static void build_root(plan *p)
@@ -367,7 +395,7 @@ static void on_forwarded(int sig)
 
 /* pid 1 of the sandbox: reaps everything, passes termination signals on,
  * and ends with the worker, telling the runtime how it ended. */
-static _Noreturn void init_loop(const plan *p, pid_t worker)
+static _Noreturn void init_loop(int status_w, pid_t worker)
 {
     static const int forwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
     sigset_t wait_set;
@@ -394,7 +422,7 @@ static _Noreturn void init_loop(const plan *p, pid_t worker)
         pid_t r;
         while ((r = waitpid(-1, &status, WNOHANG)) > 0)
             if (r == worker) {
-                ssize_t ignored = write(p->status_w, &status, sizeof(status));
+                ssize_t ignored = write(status_w, &status, sizeof(status));
                 (void)ignored;
                 _exit(0); /* the kernel ends what is left in the namespace */
             }
@@ -458,13 +486,14 @@ static _Noreturn void init_main(plan *p)
      * its init, the kernel ends every process of its pid namespace). */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     build_root(p);
-    if (!p->job->host_network)
-        loopback_up(p);
+    const char *step;
+    if (!p->job->host_network && loopback_up(&step) != 0)
+        child_fail(p->err_w, step, NULL, errno);
     pid_t worker = shared_memory_child(worker_main, p);
     if (worker < 0)
         child_fail(p->err_w, "fork the worker", NULL, errno);
     close(p->err_w);
-    init_loop(p, worker);
+    init_loop(p->status_w, worker);
 }
 
 /* ---- the parent ----------------------------------------------------------- */
@@ -583,10 +612,14 @@ int funcd_sandbox_new(funcd_sandbox **out, const funcd_process_options *opts)
     return 0;
 }
 
+static void blank_discard(blank *b);
+
 void funcd_sandbox_free(funcd_sandbox *sb)
 {
     if (!sb)
         return;
+    while (sb->n_blank)
+        blank_discard(&sb->pool[--sb->n_blank]);
     if (sb->idmap_ns >= 0)
         close(sb->idmap_ns);
     funcd_seccomp_free(&sb->filter);
@@ -768,6 +801,319 @@ static pid_t spawn_planned(plan *p, int *status_fd)
     return pid;
 }
 
+/* ---- blank inits: the namespaces made ahead of the job -------------------- */
+
+/* What a blank init is handed: the plan and the job's strings, in pages
+ * mapped shared before its clone, so that they lie at the same address on
+ * both sides and it can use them in place (no malloc after a clone). */
+struct blank_shared {
+    plan p;
+    funcd_sandbox_job job;
+    size_t used;
+    char area[BLANK_AREA];
+};
+
+static void *area_take(blank_shared *s, size_t n, size_t align)
+{
+    size_t at = (s->used + align - 1) & ~(align - 1);
+    if (at > sizeof(s->area) || n > sizeof(s->area) - at)
+        return NULL;
+    s->used = at + n;
+    return s->area + at;
+}
+
+static char *area_str(blank_shared *s, const char *str)
+{
+    size_t n = strlen(str) + 1;
+    char *d = area_take(s, n, 1);
+    if (d)
+        memcpy(d, str, n);
+    return d;
+}
+
+static char **area_vec(blank_shared *s, char *const *v)
+{
+    size_t n = 0;
+    while (v[n])
+        n++;
+    char **d = area_take(s, (n + 1) * sizeof(char *), _Alignof(char *));
+    for (size_t i = 0; d && i < n; i++)
+        if (!(d[i] = area_str(s, v[i])))
+            return NULL;
+    if (d)
+        d[n] = NULL;
+    return d;
+}
+
+/* Copies the planned job into `s`; -1 when it does not fit. */
+static int blank_load(blank_shared *s, const plan *p)
+{
+    const funcd_sandbox_job *job = p->job;
+    s->used = 0;
+    s->p = *p;
+    s->p.job = &s->job;
+    memset(&s->job, 0, sizeof(s->job));
+    memcpy(s->job.fds, job->fds, sizeof(job->fds));
+    s->job.prog = area_str(s, job->prog);
+    s->job.cwd = job->cwd ? area_str(s, job->cwd) : NULL;
+    char **argv = s->job.prog ? area_vec(s, job->argv) : NULL;
+    char **env = argv ? area_vec(s, job->env) : NULL;
+    if (!env || (job->cwd && !s->job.cwd))
+        return -1;
+    s->job.argv = argv;
+    s->job.env = env;
+    return 0;
+}
+
+/* The plan's descriptor slots, in the order they travel: both sides walk
+ * the same plan, the parent to send its numbers, the init to put in the
+ * numbers it received. */
+static size_t job_fd_slots(plan *p, funcd_sandbox_job *job, int **slots)
+{
+    size_t n = 0;
+    slots[n++] = &p->err_w;
+    slots[n++] = &p->status_w;
+    for (int i = 0; i < 3; i++)
+        if (job->fds[i] >= 0)
+            slots[n++] = &job->fds[i];
+    if (p->root_fd >= 0)
+        slots[n++] = &p->root_fd;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->m[i].fd >= 0)
+            slots[n++] = &p->m[i].fd;
+    return n;
+}
+
+typedef union fd_cmsg {
+    char buf[CMSG_SPACE(sizeof(int) * JOB_FDS)];
+    struct cmsghdr align;
+} fd_cmsg;
+
+/* In the blank init: the job's descriptors, into the shared plan. */
+static int blank_receive(int ctl, blank_shared *s)
+{
+    char c;
+    fd_cmsg u;
+    struct iovec iov = {&c, 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                         .msg_controllen = sizeof(u.buf)};
+    ssize_t n;
+    do
+        n = recvmsg(ctl, &msg, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n != 1)
+        return -1;
+    int fds[JOB_FDS];
+    size_t got = 0;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+        got = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        memcpy(fds, CMSG_DATA(cm), got * sizeof(int));
+    }
+    int *slots[JOB_FDS];
+    size_t want = job_fd_slots(&s->p, &s->job, slots);
+    if (got != want || (msg.msg_flags & MSG_CTRUNC)) {
+        if (got >= 1)
+            child_fail(fds[0], "receive the job", NULL, EPROTO);
+        _exit(126);
+    }
+    for (size_t i = 0; i < got; i++)
+        *slots[i] = fds[i];
+    return 0;
+}
+
+/* The blank init: made ready, then one job, as init_main does it. */
+static _Noreturn void blank_main(blank_shared *s, int ctl)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    prctl(PR_SET_NAME, "funcd-sandbox");
+    /* Nothing of funcd's, not even its stdio (a waiting blank must not
+     * hold a pipe someone waits to see closed): /dev/null until the job. */
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    for (int i = 0; i < 3 && null >= 0; i++)
+        if (i != ctl)
+            dup2(null, i);
+    if (ctl > 3)
+        syscall(SYS_close_range, 3, (unsigned)ctl - 1, 0);
+    syscall(SYS_close_range, ctl < 3 ? 3U : (unsigned)ctl + 1, ~0U, 0);
+    char c;
+    if (read(ctl, &c, 1) != 1)
+        _exit(0); /* the ids were not mapped: the runtime gave up */
+    if (setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0)
+        _exit(126);
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* cleared by the change of credentials */
+    const char *step;
+    if (loopback_up(&step) != 0 || write(ctl, "r", 1) != 1)
+        _exit(126);
+    if (blank_receive(ctl, s) != 0)
+        _exit(0); /* the runtime is going away */
+    plan *p = &s->p;
+    p->sync_r = ctl;
+    close_others(p);
+    close(ctl);
+    build_root(p);
+    pid_t worker = shared_memory_child(worker_main, p);
+    if (worker < 0)
+        child_fail(p->err_w, "fork the worker", NULL, errno);
+    close(p->err_w);
+    int status_w = p->status_w;
+    munmap(s, sizeof(*s)); /* nothing of funcd's stays writable from here */
+    init_loop(status_w, worker);
+}
+
+static void blank_discard(blank *b)
+{
+    if (b->ctl >= 0)
+        close(b->ctl);
+    if (b->pid > 0) {
+        kill(b->pid, SIGKILL);
+        while (waitpid(b->pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
+    if (b->shm)
+        munmap(b->shm, sizeof(*b->shm));
+    b->pid = -1;
+    b->ctl = -1;
+    b->shm = NULL;
+}
+
+/* Clones a blank init and waits until it is ready. 0, or -1. */
+static int blank_make(funcd_sandbox *sb, blank *b)
+{
+    *b = (blank){-1, -1, NULL};
+    void *shm = mmap(NULL, sizeof(blank_shared), PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shm == MAP_FAILED)
+        return -1;
+    UNPOISON_STACK(shm, sizeof(blank_shared));
+    b->shm = shm;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+        blank_discard(b);
+        return -1;
+    }
+    unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
+                          CLONE_NEWUTS | CLONE_NEWNET;
+    sigset_t all, saved;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &saved);
+    pid_t pid = (pid_t)syscall(SYS_clone, flags | SIGCHLD, 0, NULL, NULL, 0);
+    if (pid == 0) {
+        setpgid(0, 0);
+        close(sv[0]);
+        blank_main(b->shm, sv[1]);
+    }
+    pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    /* Only this blank shares the region: not the inits and blanks cloned
+     * after it, which live on beside their workers. */
+    madvise(b->shm, sizeof(blank_shared), MADV_DONTFORK);
+    close(sv[1]);
+    b->ctl = sv[0];
+    b->pid = pid;
+    if (pid > 0)
+        setpgid(pid, pid);
+    char c;
+    if (pid < 0 || map_ids(pid, sb->uid, sb->gid) != 0 ||
+        send(b->ctl, "m", 1, MSG_NOSIGNAL) != 1 || read(b->ctl, &c, 1) != 1) {
+        blank_discard(b);
+        return -1;
+    }
+    return 0;
+}
+
+void funcd_sandbox_refill(funcd_sandbox *sb)
+{
+    while (sb->n_blank < BLANK_POOL && sb->blank_failures < BLANK_MAX_FAILURES) {
+        if (blank_make(sb, &sb->pool[sb->n_blank]) != 0) {
+            sb->blank_failures++;
+            return;
+        }
+        sb->blank_failures = 0;
+        sb->n_blank++;
+    }
+}
+
+static int blank_send(blank *b)
+{
+    int *slots[JOB_FDS];
+    size_t n = job_fd_slots(&b->shm->p, &b->shm->job, slots);
+    fd_cmsg u;
+    memset(&u, 0, sizeof(u));
+    char j = 'j';
+    struct iovec iov = {&j, 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                         .msg_controllen = CMSG_SPACE(n * sizeof(int))};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(n * sizeof(int));
+    int *data = (int *)CMSG_DATA(cm);
+    for (size_t i = 0; i < n; i++)
+        data[i] = *slots[i];
+    return sendmsg(b->ctl, &msg, MSG_NOSIGNAL) == 1 ? 0 : -1;
+}
+
+/* Puts a ready blank into the job's cgroups; one that died meanwhile is
+ * dropped for the next. 1: attached, 0: none left, -1: error set. */
+static int blank_take(funcd_sandbox *sb, const funcd_sandbox_job *job, blank *b)
+{
+    while (sb->n_blank) {
+        *b = sb->pool[--sb->n_blank];
+        if (!job->cg || funcd_cgroup_attach(job->cg, job->cg_id, b->pid) == 0)
+            return 1;
+        int dead = waitpid(b->pid, NULL, WNOHANG) == b->pid;
+        if (dead)
+            b->pid = -1;
+        blank_discard(b);
+        if (!dead)
+            return -1;
+    }
+    return 0;
+}
+
+/* Hands the planned job to a blank init. -2: none can serve it (the
+ * ordinary path does then). */
+static pid_t spawn_blank(funcd_sandbox *sb, plan *p, int *status_fd)
+{
+    if (p->job->host_network || sb->n_blank == 0 || blank_load(sb->pool[0].shm, p) != 0)
+        return -2;
+    int errp[2] = {-1, -1}, status[2] = {-1, -1};
+    if (pipe2(errp, O_CLOEXEC) != 0 || pipe2(status, O_CLOEXEC) != 0) {
+        close_pair(errp);
+        close_pair(status);
+        return -2;
+    }
+    p->err_w = errp[1];
+    p->status_w = status[1];
+    blank b;
+    int rc;
+    while ((rc = blank_take(sb, p->job, &b)) == 1) {
+        if (blank_load(b.shm, p) == 0 && blank_send(&b) == 0)
+            break;
+        blank_discard(&b);
+    }
+    close(errp[1]);
+    close(status[1]);
+    if (rc != 1) {
+        close(errp[0]);
+        close(status[0]);
+        return rc < 0 ? -1 : -2;
+    }
+    close(b.ctl);
+    b.ctl = -1;
+    munmap(b.shm, sizeof(*b.shm));
+    b.shm = NULL;
+    rc = await_exec(errp[0]);
+    close(errp[0]);
+    if (rc < 0) {
+        close(status[0]);
+        blank_discard(&b);
+        return -1;
+    }
+    *status_fd = status[0];
+    return b.pid;
+}
+
 pid_t funcd_sandbox_spawn(funcd_sandbox *sb, const funcd_sandbox_job *job, int *status_fd)
 {
     *status_fd = -1;
@@ -775,7 +1121,7 @@ pid_t funcd_sandbox_spawn(funcd_sandbox *sb, const funcd_sandbox_job *job, int *
     if (!p)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory starting a sandboxed worker");
     pid_t pid = -1;
-    if (plan_make(p, sb, job) == 0)
+    if (plan_make(p, sb, job) == 0 && (pid = spawn_blank(sb, p, status_fd)) == -2)
         pid = spawn_planned(p, status_fd);
     plan_close(p);
     free(p);

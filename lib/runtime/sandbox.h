@@ -35,6 +35,13 @@ typedef struct funcd_sandbox_job {
     unsigned cg_id;
 } funcd_sandbox_job;
 
+/* Tops up the blank inits (ADR 0013): sandbox inits cloned ahead of time
+ * with every namespace made, ids mapped and loopback up, which a start
+ * with network none takes instead of cloning. Call it on the platform
+ * loop's thread (their parent-death signal follows that thread), after a
+ * start rather than inside one; funcd_sandbox_free ends them. */
+void funcd_sandbox_refill(funcd_sandbox *sb);
+
 /* Starts the job's init and worker. Returns init's pid (also its process
  * group; SIGTERM to it is passed on to the worker, SIGKILL ends everything
  * in the sandbox), and in `status_fd` a pipe on which init writes the

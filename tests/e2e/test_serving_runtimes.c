@@ -91,8 +91,15 @@ static void check_serves(env *e, const char *name, expect x)
     if (x.has_worker) /* the warm worker, not a new one (in the sandbox every pid is 2) */
         CHECK_STR(jstr(e->r.json, "replica"), replica);
 
-    /* The cold start shows in the status. */
+    /* The cold start shows in the status (written after the worker is ready,
+     * possibly after a status that already counted it as starting). */
     CHECK(sv_wait_total(e, name, 1, 1, 3000, NULL));
+    char fn_path[256];
+    snprintf(fn_path, sizeof(fn_path), FN_PATH("%s"), name);
+    for (int i = 0; i < 300 && !jstr(e->r.json, "status.lastColdStart.time"); i++) {
+        env_sleep_ms(10);
+        env_req(e, "GET", fn_path, DEV_TOKEN, NULL);
+    }
     CHECK(jstr(e->r.json, "status.lastColdStart.time") != NULL);
     CHECK(jnum(e->r.json, "status.lastColdStart.durationMs") >= 0);
     CHECK_STR(jstr(sv_ready_condition(e->r.json), "reason"), "Ready");
