@@ -49,6 +49,7 @@ static void usage(FILE *out)
             "  --token-file FILE          lines `token role namespace[,namespace...]`\n"
             "  --dev                      accept funcd-dev-token as developer of \"default\"\n"
             "  --no-sandbox               run workers as plain processes (development only)\n"
+            "  --allow-host-network       Functions may ask for spec.network: host\n"
             "  --registry-auth-file FILE  registry credentials (Docker config JSON)\n"
             "  --registry-certs-dir DIR   custom CAs: DIR/<host[:port]>/ca.crt\n"
             "  --insecure-registry H:P    plain-HTTP loopback registry (repeatable)\n"
@@ -85,6 +86,7 @@ typedef struct flags {
     size_t fn_max;
     int dev;
     int no_sandbox;
+    int host_network;
     const char *auth_file;
     const char *certs_dir;
     const char *insecure[16];
@@ -131,7 +133,8 @@ static int parse_duration(const char *name, const char *s, uint64_t *out)
 
 enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_VERSION, O_SHIMS,
        O_STATE, O_FNRUN, O_FNDIR, O_FNMAX, O_CONFIG, O_NO_SANDBOX, O_AUTH, O_CERTS, O_INSECURE,
-       O_PLATFORM, O_CACHE, O_TAG, O_GIT, O_SEAL_AGE, O_SEAL_SIZE, O_RETENTION, O_GRACE };
+       O_PLATFORM, O_CACHE, O_TAG, O_GIT, O_SEAL_AGE, O_SEAL_SIZE, O_RETENTION, O_GRACE,
+       O_HOST_NET };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -142,6 +145,7 @@ static const struct option long_opts[] = {
     {"token-file", required_argument, 0, O_TOKENS},
     {"dev", no_argument, 0, O_DEV},
     {"no-sandbox", no_argument, 0, O_NO_SANDBOX},
+    {"allow-host-network", no_argument, 0, O_HOST_NET},
     {"shims", required_argument, 0, O_SHIMS},
     {"state-dir", required_argument, 0, O_STATE},
     {"log-level", required_argument, 0, O_LEVEL},
@@ -176,6 +180,7 @@ static int parse_one(int c, const char *arg, flags *f)
     case O_TOKENS: f->token_file = arg; break;
     case O_DEV: f->dev = 1; break;
     case O_NO_SANDBOX: f->no_sandbox = 1; break;
+    case O_HOST_NET: f->host_network = 1; break;
     case O_SHIMS: f->shims = arg; break;
     case O_FNRUN: f->fn_runner = arg; break;
     case O_FNDIR: f->functions_dir = arg; break;
@@ -413,6 +418,7 @@ static int build_platform(const flags *f, const char *shims)
         f->dev ? funcd_with_dev_auth("funcd-dev-token", "default") : NULL,
         f->token_file ? funcd_with_token_file(f->token_file) : NULL,
         f->no_sandbox ? funcd_with_sandbox(0) : NULL,
+        f->host_network ? funcd_with_host_network_allowed(1) : NULL,
         f->auth_file ? funcd_with_registry_auth_file(f->auth_file) : NULL,
         f->certs_dir ? funcd_with_registry_certs_dir(f->certs_dir) : NULL,
         f->node_platform ? node_platform_option(f->node_platform) : NULL,

@@ -133,6 +133,10 @@ FUNCD_EXTERN funcd_option *funcd_with_builtin(const char *image, funcd_builtin_f
  *  processes, for development only. */
 FUNCD_EXTERN funcd_option *funcd_with_sandbox(int enabled);
 
+/** Lets Functions ask for `spec.network: host` (the daemon's network instead
+ *  of a namespace of their own with only loopback). Off by default. */
+FUNCD_EXTERN funcd_option *funcd_with_host_network_allowed(int allowed);
+
 /** The OS and architecture images are picked for (default: this host's,
  *  e.g. "linux", "amd64"). */
 FUNCD_EXTERN funcd_option *funcd_with_node_platform(const char *os, const char *arch);

@@ -37,6 +37,7 @@ typedef enum option_kind {
     OPT_SOURCE_REFRESH,
     OPT_LOG_PERSISTENCE,
     OPT_SHUTDOWN_GRACE,
+    OPT_HOST_NETWORK,
 } option_kind;
 
 struct funcd_option {
@@ -84,6 +85,7 @@ typedef struct funcd_config {
     funcd_log_observer_fn observer;
     void *observer_payload;
     int sandbox;                  /* 1 on (the default), 0 off */
+    int allow_host_network;       /* spec.network: host may be asked for */
     char *node_os, *node_arch;    /* NULL: this host's */
     char *registry_auth_file;
     char *registry_certs_dir;
