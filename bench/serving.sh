@@ -25,7 +25,9 @@ trap cleanup EXIT
 command -v nginx >/dev/null || { echo "serving.sh: nginx is missing (bench/run.sh installs it)"; exit 1; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-"$build/bin/funcd/funcd" --memory --dev --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 --fn-runner-listen 127.0.0.1:0 \
+# --allow-host-network: the warm worker also listens on a TCP port of the host (spec.network:
+# host) so that the same process can be measured directly; the sandbox stays on otherwise.
+"$build/bin/funcd/funcd" --memory --dev --allow-host-network --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 --fn-runner-listen 127.0.0.1:0 \
   --shims "$build/shims" --state-dir "$work/s" 2>"$work/funcd.log" &
 pids+=($!)
 funcd_pid=$!
@@ -34,10 +36,10 @@ api="http://$(sed -n 's/.*control plane listening on //p' "$work/funcd.log")"
 dp="http://$(sed -n 's/.*data plane listening on //p' "$work/funcd.log")"
 fns="$api/apis/funcd.dev/v1/namespaces/default/functions"
 
-create() { # name runtime handler dir scaling-json [env-json]
+create() { # name runtime handler dir scaling-json [env-json [network]]
   curl -sf -o /dev/null -H "Authorization: Bearer $token" -d "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",
     \"metadata\":{\"name\":\"$1\"},\"spec\":{\"runtime\":\"$2\",\"handler\":\"$3\",\"source\":{\"path\":\"$4\"},
-    \"scaling\":$5,\"env\":${6:-{\}}}}" "$fns"
+    \"scaling\":$5,\"env\":${6:-{\}},\"network\":\"${7:-none}\"}}" "$fns"
 }
 wait_ok() { for _ in $(seq 400); do curl -sf -o /dev/null "$1" && return 0; sleep 0.025; done; echo "no answer from $1"; exit 1; }
 
@@ -47,7 +49,7 @@ cp "$build/bench/bench-worker" "$work/native/worker"
 wport=$(free_port)
 create warm native worker "$work/native" \
   '{"minReplicas":1,"maxReplicas":1,"concurrency":10000,"queueLength":10000,"idleTimeout":"1h"}' \
-  "{\"BENCH_TCP_PORT\":\"$wport\"}"
+  "{\"BENCH_TCP_PORT\":\"$wport\"}" host
 wait_ok "$dp/fn/default/warm/"
 sock=$(ls -d "$work"/s/run/w*/worker.sock | head -n 1)
 

@@ -37,6 +37,7 @@
 /* A sandboxed worker without spec.resources.pids still cannot fork-bomb
  * the host. */
 #define DEFAULT_SANDBOX_PIDS 1024
+#define REFILL_DELAY_US 20000 /* after a sandboxed start, when blank inits are made again */
 
 #define MAX_LINE 16384
 
@@ -284,8 +285,13 @@ static pid_t start_sandboxed(proc_runtime *rt, const funcd_worker_spec *spec, co
                              spec->network == FUNCD_WORKER_NETWORK_HOST, {-1, out_w, err_w},
                              &rt->cgroups, w->cg_id};
     pid_t pid = funcd_sandbox_spawn(rt->sandbox, &job, &w->status_fd);
-    if (rt->refill_ev) /* on the next loop turn: never inside the start being timed */
-        event_active(rt->refill_ev, EV_TIMEOUT, 0);
+    if (rt->refill_ev && !evtimer_pending(rt->refill_ev, NULL)) {
+        /* Later, not on the next loop turn: making a blank holds the loop for
+         * about a millisecond, which the worker just started would otherwise
+         * spend waiting for its readiness probe. */
+        struct timeval later = {0, REFILL_DELAY_US};
+        evtimer_add(rt->refill_ev, &later);
+    }
     if (pid < 0) {
         funcd_cgroup_remove(&rt->cgroups, w->cg_id);
         w->cg_id = 0;
@@ -482,8 +488,12 @@ static int rt_attach(funcd_runtime *base, struct event_base *loop)
     if (rt->refill_ev)
         event_free(rt->refill_ev);
     rt->refill_ev = NULL;
-    if (rt->sandbox && !(rt->refill_ev = event_new(loop, -1, 0, on_refill, rt)))
+    if (rt->sandbox && !(rt->refill_ev = evtimer_new(loop, on_refill, rt)))
         return funcd_error_set(FUNCD_ENOMEM, "out of memory attaching the process runtime");
+    if (rt->refill_ev) { /* the first start finds blanks ready too */
+        struct timeval now = {0, 0};
+        evtimer_add(rt->refill_ev, &now);
+    }
     return 0;
 }
 
