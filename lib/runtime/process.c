@@ -37,7 +37,6 @@
 /* A sandboxed worker without spec.resources.pids still cannot fork-bomb
  * the host. */
 #define DEFAULT_SANDBOX_PIDS 1024
-#define REFILL_DELAY_US 20000 /* after a sandboxed start, when blank inits are made again */
 
 #define MAX_LINE 16384
 
@@ -285,13 +284,8 @@ static pid_t start_sandboxed(proc_runtime *rt, const funcd_worker_spec *spec, co
                              spec->network == FUNCD_WORKER_NETWORK_HOST, {-1, out_w, err_w},
                              &rt->cgroups, w->cg_id};
     pid_t pid = funcd_sandbox_spawn(rt->sandbox, &job, &w->status_fd);
-    if (rt->refill_ev && !evtimer_pending(rt->refill_ev, NULL)) {
-        /* Later, not on the next loop turn: making a blank holds the loop for
-         * about a millisecond, which the worker just started would otherwise
-         * spend waiting for its readiness probe. */
-        struct timeval later = {0, REFILL_DELAY_US};
-        evtimer_add(rt->refill_ev, &later);
-    }
+    if (rt->refill_ev) /* wakes the sandbox's filler thread, on the next loop turn */
+        event_active(rt->refill_ev, EV_TIMEOUT, 0);
     if (pid < 0) {
         funcd_cgroup_remove(&rt->cgroups, w->cg_id);
         w->cg_id = 0;

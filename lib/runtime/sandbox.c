@@ -80,6 +80,12 @@ typedef struct blank {
 
 struct funcd_sandbox {
     funcd_seccomp_filter filter;
+    /* The pool is filled by a thread of its own (making a blank takes about a
+     * millisecond the loop should not spend) and taken from on the loop. */
+    pthread_mutex_t lock; /* pool, n_blank, blank_failures, want, stop */
+    pthread_cond_t wake;
+    pthread_t filler;
+    int filler_on, want, stop;
     blank pool[BLANK_POOL];
     size_t n_blank;
     int blank_failures;
@@ -608,6 +614,8 @@ int funcd_sandbox_new(funcd_sandbox **out, const funcd_process_options *opts)
     }
     sb->idmap_ns = geteuid() == 0 ? make_idmap_ns(sb->uid, sb->gid) : -1;
     plan_system(sb);
+    pthread_mutex_init(&sb->lock, NULL);
+    pthread_cond_init(&sb->wake, NULL);
     *out = sb;
     return 0;
 }
@@ -618,8 +626,16 @@ void funcd_sandbox_free(funcd_sandbox *sb)
 {
     if (!sb)
         return;
+    pthread_mutex_lock(&sb->lock);
+    sb->stop = 1;
+    pthread_cond_signal(&sb->wake);
+    pthread_mutex_unlock(&sb->lock);
+    if (sb->filler_on) /* its blanks die with it (parent-death signal): discarded anyway */
+        pthread_join(sb->filler, NULL);
     while (sb->n_blank)
         blank_discard(&sb->pool[--sb->n_blank]);
+    pthread_cond_destroy(&sb->wake);
+    pthread_mutex_destroy(&sb->lock);
     if (sb->idmap_ns >= 0)
         close(sb->idmap_ns);
     funcd_seccomp_free(&sb->filter);
@@ -1021,16 +1037,62 @@ static int blank_make(funcd_sandbox *sb, blank *b)
     return 0;
 }
 
+/* Makes blanks until the pool is full (or making them keeps failing). */
+static void fill(funcd_sandbox *sb)
+{
+    for (;;) {
+        pthread_mutex_lock(&sb->lock);
+        int full = sb->stop || sb->n_blank >= BLANK_POOL ||
+                   sb->blank_failures >= BLANK_MAX_FAILURES;
+        pthread_mutex_unlock(&sb->lock);
+        if (full)
+            return;
+        blank b;
+        int ok = blank_make(sb, &b) == 0;
+        pthread_mutex_lock(&sb->lock);
+        if (ok && sb->n_blank < BLANK_POOL)
+            sb->pool[sb->n_blank++] = b;
+        else if (ok)
+            blank_discard(&b);
+        sb->blank_failures = ok ? 0 : sb->blank_failures + 1;
+        pthread_mutex_unlock(&sb->lock);
+        if (!ok)
+            return;
+    }
+}
+
+static void *filler_main(void *arg)
+{
+    funcd_sandbox *sb = arg;
+    pthread_mutex_lock(&sb->lock);
+    while (!sb->stop) {
+        if (!sb->want) {
+            pthread_cond_wait(&sb->wake, &sb->lock);
+            continue;
+        }
+        sb->want = 0;
+        pthread_mutex_unlock(&sb->lock);
+        fill(sb);
+        pthread_mutex_lock(&sb->lock);
+    }
+    pthread_mutex_unlock(&sb->lock);
+    return NULL;
+}
+
 void funcd_sandbox_refill(funcd_sandbox *sb)
 {
-    while (sb->n_blank < BLANK_POOL && sb->blank_failures < BLANK_MAX_FAILURES) {
-        if (blank_make(sb, &sb->pool[sb->n_blank]) != 0) {
-            sb->blank_failures++;
-            return;
-        }
-        sb->blank_failures = 0;
-        sb->n_blank++;
+    pthread_mutex_lock(&sb->lock);
+    if (!sb->filler_on && !sb->stop) {
+        /* Every signal blocked: funcd's handlers run on its own threads. */
+        sigset_t all, saved;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &saved);
+        sb->filler_on = pthread_create(&sb->filler, NULL, filler_main, sb) == 0;
+        pthread_sigmask(SIG_SETMASK, &saved, NULL);
     }
+    sb->want = 1;
+    pthread_cond_signal(&sb->wake);
+    pthread_mutex_unlock(&sb->lock);
 }
 
 static int blank_send(blank *b)
@@ -1057,8 +1119,14 @@ static int blank_send(blank *b)
  * dropped for the next. 1: attached, 0: none left, -1: error set. */
 static int blank_take(funcd_sandbox *sb, const funcd_sandbox_job *job, blank *b)
 {
-    while (sb->n_blank) {
-        *b = sb->pool[--sb->n_blank];
+    for (;;) {
+        pthread_mutex_lock(&sb->lock);
+        int have = sb->n_blank > 0;
+        if (have)
+            *b = sb->pool[--sb->n_blank];
+        pthread_mutex_unlock(&sb->lock);
+        if (!have)
+            break;
         if (!job->cg || funcd_cgroup_attach(job->cg, job->cg_id, b->pid) == 0)
             return 1;
         int dead = waitpid(b->pid, NULL, WNOHANG) == b->pid;
@@ -1075,7 +1143,11 @@ static int blank_take(funcd_sandbox *sb, const funcd_sandbox_job *job, blank *b)
  * ordinary path does then). */
 static pid_t spawn_blank(funcd_sandbox *sb, plan *p, int *status_fd)
 {
-    if (p->job->host_network || sb->n_blank == 0 || blank_load(sb->pool[0].shm, p) != 0)
+    pthread_mutex_lock(&sb->lock);
+    int usable = !p->job->host_network && sb->n_blank > 0 &&
+                 blank_load(sb->pool[sb->n_blank - 1].shm, p) == 0;
+    pthread_mutex_unlock(&sb->lock);
+    if (!usable)
         return -2;
     int errp[2] = {-1, -1}, status[2] = {-1, -1};
     if (pipe2(errp, O_CLOEXEC) != 0 || pipe2(status, O_CLOEXEC) != 0) {
