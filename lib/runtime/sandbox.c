@@ -128,6 +128,17 @@ typedef struct child_error {
 
 /* ---- helpers usable in the child (system calls only) -------------------- */
 
+/* setresgid and setresuid as system calls: glibc's wrappers would signal
+ * every other thread of funcd's to change them too, and in a clone made
+ * from one thread of a threaded process those threads do not exist (a
+ * half-created one even makes the wrapper wait forever). */
+static int become_root_in_ns(void)
+{
+    if (syscall(SYS_setresgid, 0, 0, 0) != 0)
+        return -1;
+    return (int)syscall(SYS_setresuid, 0, 0, 0);
+}
+
 static void put_step(char *out, size_t len, const char *a, const char *b)
 {
     size_t n = 0;
@@ -485,7 +496,7 @@ static _Noreturn void init_main(plan *p)
     if (read(p->sync_r, &go, 1) != 1)
         _exit(0); /* the runtime gave up on this start */
     close(p->sync_r);
-    if (setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0)
+    if (become_root_in_ns() != 0)
         child_fail(p->err_w, "become the mapped user", NULL, errno);
     /* A change of credentials clears the parent-death signal: arm it again,
      * so that funcd's death (kill -9 included) ends the sandbox (and with
@@ -955,7 +966,7 @@ static _Noreturn void blank_main(blank_shared *s, int ctl)
     char c;
     if (read(ctl, &c, 1) != 1)
         _exit(0); /* the ids were not mapped: the runtime gave up */
-    if (setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0)
+    if (become_root_in_ns() != 0)
         _exit(126);
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* cleared by the change of credentials */
     const char *step;
@@ -1223,7 +1234,7 @@ ON_SHARED_STACK static int expose_main(void *arg)
     int user_fd = a->user_fd, mnt_fd = a->mnt_fd;
     if (setns(user_fd, CLONE_NEWUSER) != 0)
         child_fail(p->err_w, "join the user namespace", NULL, errno);
-    if (setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0)
+    if (become_root_in_ns() != 0)
         child_fail(p->err_w, "become the mapped user", NULL, errno);
     if (setns(mnt_fd, CLONE_NEWNS) != 0)
         child_fail(p->err_w, "join the mount namespace", NULL, errno);
