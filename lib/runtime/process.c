@@ -37,6 +37,7 @@
 /* A sandboxed worker without spec.resources.pids still cannot fork-bomb
  * the host. */
 #define DEFAULT_SANDBOX_PIDS 1024
+#define REFILL_DELAY_US 3000 /* after a sandboxed start, blanks are made again */
 
 #define MAX_LINE 16384
 
@@ -284,8 +285,14 @@ static pid_t start_sandboxed(proc_runtime *rt, const funcd_worker_spec *spec, co
                              spec->network == FUNCD_WORKER_NETWORK_HOST, {-1, out_w, err_w},
                              &rt->cgroups, w->cg_id};
     pid_t pid = funcd_sandbox_spawn(rt->sandbox, &job, &w->status_fd);
-    if (rt->refill_ev) /* wakes the sandbox's filler thread, on the next loop turn */
-        event_active(rt->refill_ev, EV_TIMEOUT, 0);
+    if (rt->refill_ev && !evtimer_pending(rt->refill_ev, NULL)) {
+        /* The filler thread makes blanks off the loop, but its clone still
+         * copies funcd's page tables under the memory map lock, stalling
+         * every thread for a moment: let the worker just started get ready
+         * first. */
+        struct timeval later = {0, REFILL_DELAY_US};
+        evtimer_add(rt->refill_ev, &later);
+    }
     if (pid < 0) {
         funcd_cgroup_remove(&rt->cgroups, w->cg_id);
         w->cg_id = 0;
