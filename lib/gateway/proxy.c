@@ -806,6 +806,11 @@ void funcd_gw_thread_dispose(gw_thread *t)
     while (t->timeouts) {
         gw_timeouts *g = t->timeouts;
         t->timeouts = g->next;
+        /* A request still held when the thread ends (its client outlived the
+         * drain) keeps its timer linked; the context goes away anyway. */
+        while (!h2o_linklist_is_empty(&g->timeout._entries))
+            h2o_timeout_unlink(H2O_STRUCT_FROM_MEMBER(h2o_timeout_entry_t, _link,
+                                                      g->timeout._entries.next));
         h2o_timeout_dispose(t->ctx->loop, &g->timeout);
         free(g);
     }

@@ -37,6 +37,7 @@ typedef struct worker {
     h2o_multithread_message_t stop_msg;
     h2o_multithread_receiver_t quiesce_receiver;
     h2o_multithread_message_t quiesce_msg;
+    int shutdown_requested; /* h2o_context_request_shutdown was called */
 } worker;
 
 typedef struct handler {
@@ -99,6 +100,16 @@ static void on_stop_message(h2o_multithread_receiver_t *receiver, h2o_linklist_t
     w->stop_seen = 1;
 }
 
+/* Once: a second request arms h2o 2.2.5's HTTP/2 graceful-shutdown timer
+ * again, which it then leaves linked at dispose. */
+static void request_shutdown(worker *w)
+{
+    if (w->shutdown_requested)
+        return;
+    w->shutdown_requested = 1;
+    h2o_context_request_shutdown(&w->ctx);
+}
+
 static void close_listener(worker *w)
 {
     if (!w->listener)
@@ -117,7 +128,7 @@ static void on_quiesce_message(h2o_multithread_receiver_t *receiver, h2o_linklis
     while (!h2o_linklist_is_empty(messages))
         h2o_linklist_unlink(messages->next);
     close_listener(w);
-    h2o_context_request_shutdown(&w->ctx);
+    request_shutdown(w);
 }
 
 /* Runs the loop until `done(w)` or `ms` have passed. */
@@ -188,7 +199,7 @@ static void *worker_main(void *arg)
     close_listener(w);
     if (srv->hooks.on_thread_stopping)
         srv->hooks.on_thread_stopping(srv->hooks.payload, &w->ctx);
-    h2o_context_request_shutdown(&w->ctx);
+    request_shutdown(w);
     run_until(w, loop, no_connections, FLUSH_MS);
     hang_up_all(w);
     run_until(w, loop, no_connections, DRAIN_MS);

@@ -8,7 +8,7 @@
  */
 #include "oci/transport.h"
 
-#include <curl/curl.h>
+#include "oci/curl_lazy.h"
 #include <stdarg.h>
 #include <cjson/cJSON.h>
 #include <event2/event.h>
@@ -182,6 +182,8 @@ static int curl_timer_cb(CURLM *multi, long timeout_ms, void *userp)
 oci_transport *oci_transport_new(struct event_base *loop, const funcd_oci_client_options *o,
                                  funcd_oci_stats *stats)
 {
+    if (funcd__curl_load() < 0)
+        return NULL;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         funcd_error_set(FUNCD_EIO, "registry client: libcurl failed to initialise");
         return NULL;

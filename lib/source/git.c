@@ -7,7 +7,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <git2.h>
+#include "source/git2_lazy.h"
 #include <mbedtls/sha256.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -650,6 +650,8 @@ static int fetch_locked(const char *repos, const char *trees, const char *url, c
 
 int funcd_git_init(void)
 {
+    if (funcd__git2_load() < 0)
+        return FUNCD_EIO;
     if (git_libgit2_init() < 0)
         return funcd_error_set(FUNCD_EIO, "git: libgit2 failed to initialise: %s", git_message());
     return 0;

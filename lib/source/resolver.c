@@ -96,6 +96,7 @@ struct funcd_sources {
     api_pull *pulls;
     unsigned threads;
     int git_held;
+    funcd_oci_client_options oci_opts; /* the client is made at the first pull */
 };
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -537,6 +538,14 @@ static void start_pull(entry *e)
         funcd_log(s->cfg.logger, FUNCD_LOG_WARN, "image %s: %s", e->ref, msg);
     }
     snprintf(e->reason, sizeof(e->reason), "Pulling");
+    if (!s->oci && !(s->oci = funcd_oci_client_new(s->cfg.loop, &s->oci_opts))) {
+        free(cfg);
+        e->busy = 0;
+        set_failure(e, "ImagePullFailed", funcd_error_last()->message);
+        publish(e, 1);
+        notify(e);
+        return;
+    }
     int rc = funcd_oci_pull(s->oci, e->ref, cfg, on_progress, on_pulled, e, &e->pull);
     free(cfg);
     if (rc < 0) {
@@ -553,6 +562,10 @@ static void start(entry *e)
     e->bytes_done = e->bytes_total = 0;
     e->layers_done = e->layers_total = 0;
     if (!e->is_image) {
+        if (!e->s->git_held) { /* libgit2 (and its TLS library) at the first fetch */
+            funcd_git_init();
+            e->s->git_held = 1;
+        }
         job *j = calloc(1, sizeof(*j));
         snprintf(e->reason, sizeof(e->reason), "Fetching");
         if (j)
@@ -1075,7 +1088,7 @@ int funcd_sources_new(funcd_sources **out, const funcd_sources_config *cfg)
         funcd_sources_free(s);
         return rc;
     }
-    funcd_oci_client_options oo = {
+    s->oci_opts = (funcd_oci_client_options){
         .cache_dir = s->images_dir,
         .auth_file = cfg->auth_file,
         .certs_dir = cfg->certs_dir,
@@ -1083,19 +1096,22 @@ int funcd_sources_new(funcd_sources **out, const funcd_sources_config *cfg)
         .os = cfg->os,
         .arch = cfg->arch,
     };
-    s->oci = funcd_oci_client_new(cfg->loop, &oo);
-    s->rootfs = s->oci ? funcd_rootfs_cache_new(rootfs_dir, cfg->image_cache_bytes
-                                                               ? cfg->image_cache_bytes
-                                                               : (uint64_t)4 << 30)
-                       : NULL;
+    /* The client (libcurl, and the TLS library it initializes) costs
+     * megabytes of resident memory: made at the first pull. Its options are
+     * checked now, so a bad flag still fails the start. */
+    for (const char *const *h = cfg->insecure; h && *h; h++)
+        if (!funcd_oci_host_is_loopback(*h)) {
+            funcd_sources_free(s);
+            return funcd_error_set(FUNCD_EINVAL, "insecure registry %s: plain HTTP is allowed "
+                                   "only for a loopback registry (127.0.0.0/8, [::1], "
+                                   "localhost)", *h);
+        }
+    s->rootfs = funcd_rootfs_cache_new(rootfs_dir, cfg->image_cache_bytes
+                                                       ? cfg->image_cache_bytes
+                                                       : (uint64_t)4 << 30);
     s->wake = event_new(cfg->loop, -1, EV_PERSIST, on_wake, s);
     s->tick = event_new(cfg->loop, -1, EV_PERSIST, on_tick, s);
     struct timeval every = {1, 0};
-    if (!s->oci) {
-        rc = funcd_error_last()->code ? funcd_error_last()->code : FUNCD_ENOMEM;
-        funcd_sources_free(s);
-        return rc;
-    }
     if (!s->rootfs) {
         funcd_sources_free(s);
         return funcd_error_set(FUNCD_EIO, "cannot open the image cache %s", rootfs_dir);
@@ -1104,8 +1120,6 @@ int funcd_sources_new(funcd_sources **out, const funcd_sources_config *cfg)
         funcd_sources_free(s);
         return funcd_error_set(FUNCD_ENOMEM, "out of memory");
     }
-    funcd_git_init();
-    s->git_held = 1;
     *out = s;
     return 0;
 }
