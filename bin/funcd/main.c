@@ -50,6 +50,8 @@ static void usage(FILE *out)
             "  --dev                      accept funcd-dev-token as developer of \"default\"\n"
             "  --no-sandbox               run workers as plain processes (development only)\n"
             "  --allow-host-network       Functions may ask for spec.network: host\n"
+            "  --seccomp-allow SYSCALL    take a system call off the sandbox's deny list\n"
+            "                             (repeatable; docs/security.md)\n"
             "  --registry-auth-file FILE  registry credentials (Docker config JSON)\n"
             "  --registry-certs-dir DIR   custom CAs: DIR/<host[:port]>/ca.crt\n"
             "  --insecure-registry H:P    plain-HTTP loopback registry (repeatable)\n"
@@ -91,6 +93,8 @@ typedef struct flags {
     const char *certs_dir;
     const char *insecure[16];
     size_t n_insecure;
+    const char *seccomp_allow[16];
+    size_t n_seccomp;
     const char *node_platform;
     uint64_t image_cache, tag_refresh, git_poll, seal_age, seal_size, retention, grace;
     funcd_log_level level;
@@ -134,7 +138,7 @@ static int parse_duration(const char *name, const char *s, uint64_t *out)
 enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_VERSION, O_SHIMS,
        O_STATE, O_FNRUN, O_FNDIR, O_FNMAX, O_CONFIG, O_NO_SANDBOX, O_AUTH, O_CERTS, O_INSECURE,
        O_PLATFORM, O_CACHE, O_TAG, O_GIT, O_SEAL_AGE, O_SEAL_SIZE, O_RETENTION, O_GRACE,
-       O_HOST_NET };
+       O_HOST_NET, O_SECCOMP };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -146,6 +150,7 @@ static const struct option long_opts[] = {
     {"dev", no_argument, 0, O_DEV},
     {"no-sandbox", no_argument, 0, O_NO_SANDBOX},
     {"allow-host-network", no_argument, 0, O_HOST_NET},
+    {"seccomp-allow", required_argument, 0, O_SECCOMP},
     {"shims", required_argument, 0, O_SHIMS},
     {"state-dir", required_argument, 0, O_STATE},
     {"log-level", required_argument, 0, O_LEVEL},
@@ -181,6 +186,13 @@ static int parse_one(int c, const char *arg, flags *f)
     case O_DEV: f->dev = 1; break;
     case O_NO_SANDBOX: f->no_sandbox = 1; break;
     case O_HOST_NET: f->host_network = 1; break;
+    case O_SECCOMP:
+        if (f->n_seccomp == sizeof(f->seccomp_allow) / sizeof(f->seccomp_allow[0])) {
+            fprintf(stderr, "funcd: too many --seccomp-allow flags\n");
+            return 2;
+        }
+        f->seccomp_allow[f->n_seccomp++] = arg;
+        break;
     case O_SHIMS: f->shims = arg; break;
     case O_FNRUN: f->fn_runner = arg; break;
     case O_FNDIR: f->functions_dir = arg; break;
@@ -398,9 +410,11 @@ static int build_platform(const flags *f, const char *shims)
         blob->free(blob);
         return -1;
     }
-    funcd_option *insecure[16] = {0};
+    funcd_option *lists[32] = {0}; /* repeatable flags */
     for (size_t i = 0; i < f->n_insecure; i++)
-        insecure[i] = funcd_with_insecure_registry(f->insecure[i]);
+        lists[i] = funcd_with_insecure_registry(f->insecure[i]);
+    for (size_t i = 0; i < f->n_seccomp; i++)
+        lists[16 + i] = funcd_with_seccomp_allow(f->seccomp_allow[i]);
     const char *state_dir = f->state_dir ? f->state_dir : state[0] ? state : NULL;
     funcd_option *opts[] = {
         f->data_dir ? funcd_production() : funcd_in_memory(),
@@ -432,10 +446,10 @@ static int build_platform(const flags *f, const char *shims)
         funcd_with_logger(NULL, f->level, NULL),
     };
     size_t n = sizeof(opts) / sizeof(opts[0]);
-    funcd_option *all[sizeof(opts) / sizeof(opts[0]) + 16];
+    funcd_option *all[sizeof(opts) / sizeof(opts[0]) + 32];
     memcpy(all, opts, sizeof(opts));
-    memcpy(all + n, insecure, sizeof(insecure));
-    if (funcd_platform_new_n(&running, all, n + 16) < 0) {
+    memcpy(all + n, lists, sizeof(lists));
+    if (funcd_platform_new_n(&running, all, n + 32) < 0) {
         fprintf(stderr, "funcd: %s\n", funcd_error_last()->message);
         return -1;
     }

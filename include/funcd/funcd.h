@@ -137,6 +137,11 @@ FUNCD_EXTERN funcd_option *funcd_with_sandbox(int enabled);
  *  of a namespace of their own with only loopback). Off by default. */
 FUNCD_EXTERN funcd_option *funcd_with_host_network_allowed(int allowed);
 
+/** Takes one system call (by name, e.g. "io_uring_setup") off the sandbox's
+ *  seccomp deny list, for every worker; repeatable. An operator's decision:
+ *  docs/security.md lists what each denied call guards against. */
+FUNCD_EXTERN funcd_option *funcd_with_seccomp_allow(const char *syscall_name);
+
 /** The OS and architecture images are picked for (default: this host's,
  *  e.g. "linux", "amd64"). */
 FUNCD_EXTERN funcd_option *funcd_with_node_platform(const char *os, const char *arch);

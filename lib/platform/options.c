@@ -187,21 +187,27 @@ funcd_option *funcd_with_shutdown_grace(uint64_t ms)
     return number_option(OPT_SHUTDOWN_GRACE, ms, 0, 0);
 }
 
-static int add_insecure_registry(funcd_config *cfg, funcd_option *o)
+/* Appends the option's string (moved) to a NULL-terminated list. */
+static int add_to_list(char ***list, funcd_option *o, const char *what)
 {
     if (!o->str || !*o->str)
-        return funcd_error_set(FUNCD_EINVAL, "funcd_with_insecure_registry needs host:port");
+        return funcd_error_set(FUNCD_EINVAL, "%s needs a value", what);
     size_t n = 0;
-    while (cfg->insecure_registries && cfg->insecure_registries[n])
+    while (*list && (*list)[n])
         n++;
-    char **v = realloc(cfg->insecure_registries, (n + 2) * sizeof(*v));
+    char **v = realloc(*list, (n + 2) * sizeof(*v));
     if (!v)
-        return funcd_error_set(FUNCD_ENOMEM, "out of memory adding an insecure registry");
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory in %s", what);
     v[n] = o->str;
     v[n + 1] = NULL;
     o->str = NULL;
-    cfg->insecure_registries = v;
+    *list = v;
     return 0;
+}
+
+funcd_option *funcd_with_seccomp_allow(const char *syscall_name)
+{
+    return string_option(OPT_SECCOMP_ALLOW, syscall_name);
 }
 
 static int set_node_platform(funcd_config *cfg, funcd_option *o)
@@ -344,7 +350,10 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
     case OPT_NODE_PLATFORM: return set_node_platform(cfg, o);
     case OPT_REGISTRY_AUTH_FILE: replace_str(&cfg->registry_auth_file, &o->str); break;
     case OPT_REGISTRY_CERTS_DIR: replace_str(&cfg->registry_certs_dir, &o->str); break;
-    case OPT_INSECURE_REGISTRY: return add_insecure_registry(cfg, o);
+    case OPT_INSECURE_REGISTRY:
+        return add_to_list(&cfg->insecure_registries, o, "funcd_with_insecure_registry");
+    case OPT_SECCOMP_ALLOW:
+        return add_to_list(&cfg->seccomp_allow, o, "funcd_with_seccomp_allow");
     case OPT_IMAGE_CACHE_SIZE: keep_nonzero(&cfg->image_cache_bytes, o->n[0]); break;
     case OPT_SOURCE_REFRESH:
         keep_nonzero(&cfg->tag_refresh_ms, o->n[0]);
@@ -419,5 +428,6 @@ void funcd_config_clear(funcd_config *cfg)
     free(cfg->registry_auth_file);
     free(cfg->registry_certs_dir);
     funcd_strv_free(cfg->insecure_registries);
+    funcd_strv_free(cfg->seccomp_allow);
     memset(cfg, 0, sizeof(*cfg));
 }

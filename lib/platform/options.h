@@ -38,6 +38,7 @@ typedef enum option_kind {
     OPT_LOG_PERSISTENCE,
     OPT_SHUTDOWN_GRACE,
     OPT_HOST_NETWORK,
+    OPT_SECCOMP_ALLOW,
 } option_kind;
 
 struct funcd_option {
@@ -90,6 +91,7 @@ typedef struct funcd_config {
     char *registry_auth_file;
     char *registry_certs_dir;
     char **insecure_registries;   /* NULL-terminated, or NULL */
+    char **seccomp_allow;         /* NULL-terminated, or NULL */
     uint64_t image_cache_bytes;   /* 0: the default */
     uint64_t tag_refresh_ms;      /* 0: the default */
     uint64_t git_poll_ms;         /* 0: the default */

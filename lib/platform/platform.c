@@ -145,6 +145,7 @@ static int complete_config(funcd_config *c)
         }
         funcd_process_options po = {c->sandbox ? 1 : -1, pid_dir};
         po.allow_host_network = c->allow_host_network;
+        po.seccomp_allow = (const char *const *)c->seccomp_allow;
         rc = funcd_runtime_process_new_with(&c->runtime, &po);
         free(pid_dir);
         if (rc < 0)

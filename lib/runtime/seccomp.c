@@ -89,6 +89,10 @@ static int export_bpf(scmp_filter_ctx ctx, funcd_seccomp_filter *out)
 int funcd_seccomp_build(funcd_seccomp_filter *out, const char *const *allow)
 {
     memset(out, 0, sizeof(*out));
+    for (const char *const *a = allow; a && *a; a++) /* a typo must not pass unnoticed */
+        if (seccomp_syscall_resolve_name(*a) == __NR_SCMP_ERROR)
+            return funcd_error_set(FUNCD_EINVAL, "seccomp allow list: \"%s\" is not a system "
+                                   "call of this machine", *a);
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
     if (!ctx)
         return funcd_error_set(FUNCD_ENOMEM, "seccomp: cannot create a filter");

@@ -339,6 +339,27 @@ TEST(malformed_address_is_an_error)
     CHECK(p == NULL);
 }
 
+TEST(operator_settings_of_the_sandbox_are_checked)
+{
+    funcd_platform *p = NOT_SET;
+    CHECK_INT(funcd_platform_new(&p, funcd_in_memory(), funcd_with_seccomp_allow("no_such_call")),
+              FUNCD_EINVAL);
+    CHECK(p == NULL);
+    CHECK_CONTAINS(funcd_error_last()->message, "no_such_call");
+    p = NOT_SET;
+    CHECK_INT(funcd_platform_new(&p, funcd_in_memory(),
+                                 funcd_with_insecure_registry("10.1.2.3:5000")),
+              FUNCD_EINVAL);
+    CHECK(p == NULL);
+    CHECK_CONTAINS(funcd_error_last()->message, "loopback");
+    p = NOT_SET;
+    CHECK_INT(funcd_platform_new(&p, funcd_in_memory(), funcd_with_seccomp_allow("io_uring_setup"),
+                                 funcd_with_host_network_allowed(1),
+                                 funcd_with_insecure_registry("127.0.0.1:5000")),
+              0);
+    funcd_platform_free(p);
+}
+
 TEST(backend_of_another_version_is_EVERSION)
 {
     counting_store s;
@@ -911,6 +932,7 @@ int main(void)
     RUN_ISOLATED(production_with_injected_backends_has_no_default_credential);
     RUN_ISOLATED(address_in_use_is_EBIND);
     RUN_ISOLATED(malformed_address_is_an_error);
+    RUN_ISOLATED(operator_settings_of_the_sandbox_are_checked);
     RUN_ISOLATED(backend_of_another_version_is_EVERSION);
     RUN_ISOLATED(backend_without_a_required_method_is_refused);
     RUN_ISOLATED(backend_without_free_is_refused_without_crashing);
