@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "funcd/sys/error.h"
+#include "store/watchers.h"
 #include "funcd/sys/store.h"
 
 #define DEFAULT_HISTORY 65536
@@ -37,18 +38,6 @@ typedef struct history_event {
     uint64_t create_revision;
 } history_event;
 
-struct funcd_store_watch {
-    struct funcd_store_watch *prev, *next;
-    char *prefix;
-    size_t prefix_len;
-    /* The last revision handed to cb: a watch registered from inside a
-     * callback must not see the event being dispatched a second time. */
-    uint64_t delivered;
-    funcd_store_watch_cb cb;
-    void *payload;
-    int ended; /* unwatched while callbacks were running; freed by sweep */
-};
-
 typedef struct memory_store {
     funcd_store base;
     pthread_mutex_t lock;
@@ -61,11 +50,7 @@ typedef struct memory_store {
     uint64_t revision;
     uint64_t compacted; /* newest revision dropped from the ring (0: none) */
 
-    funcd_store_watch *watch_head, *watch_tail;
-    /* Depth of list/watch callbacks running on the lock holder's thread;
-     * while non-zero the entries and the watch list must not be unlinked. */
-    unsigned in_callback;
-    size_t n_ended;
+    funcd_watch_list watches; /* its in_callback also guards the entries */
 } memory_store;
 
 static memory_store *ms(funcd_store *s)
@@ -128,7 +113,7 @@ static int check_key(const char *key, const char *what)
 
 static int refuse_in_callback(const memory_store *m, const char *what, const char *key)
 {
-    if (m->in_callback)
+    if (m->watches.in_callback)
         return funcd_error_set(FUNCD_ESTATE,
                                "store: %s of key \"%s\" from inside a list or watch callback; "
                                "callbacks must not write, do the write after it returns",
@@ -204,61 +189,16 @@ static const history_event *ring_push(memory_store *m, history_event ev)
     return slot;
 }
 
-static void free_watch(funcd_store_watch *w)
+static funcd_store_event event_of(const history_event *h)
 {
-    free(w->prefix);
-    free(w);
-}
-
-static void unlink_watch(memory_store *m, funcd_store_watch *w)
-{
-    if (w->prev)
-        w->prev->next = w->next;
-    else
-        m->watch_head = w->next;
-    if (w->next)
-        w->next->prev = w->prev;
-    else
-        m->watch_tail = w->prev;
-}
-
-static void enter_callback(memory_store *m)
-{
-    m->in_callback++;
-}
-
-/* Frees the watches ended from inside callbacks once none is running. */
-static void leave_callback(memory_store *m)
-{
-    if (--m->in_callback || !m->n_ended)
-        return;
-    funcd_store_watch *w = m->watch_head;
-    while (w) {
-        funcd_store_watch *next = w->next;
-        if (w->ended) {
-            unlink_watch(m, w);
-            free_watch(w);
-        }
-        w = next;
-    }
-    m->n_ended = 0;
-}
-
-static void deliver(funcd_store_watch *w, const history_event *h)
-{
-    if (w->ended || h->revision <= w->delivered || strncmp(h->key, w->prefix, w->prefix_len) != 0)
-        return;
-    funcd_store_event ev = {h->type, h->key, h->value, h->len, h->revision, h->create_revision};
-    w->delivered = h->revision;
-    w->cb(&ev, w->payload);
+    return (funcd_store_event){h->type, h->key, h->value, h->len, h->revision,
+                               h->create_revision};
 }
 
 static void dispatch(memory_store *m, const history_event *h)
 {
-    enter_callback(m);
-    for (funcd_store_watch *w = m->watch_head; w; w = w->next)
-        deliver(w, h);
-    leave_callback(m);
+    funcd_store_event ev = event_of(h);
+    funcd_watch_list_dispatch(&m->watches, &ev);
 }
 
 static int mem_get(funcd_store *s, const char *key, funcd_store_value *out)
@@ -435,7 +375,7 @@ static int mem_list(funcd_store *s, const char *prefix, funcd_store_list_cb cb, 
     lock(m);
     if (revision)
         *revision = m->revision;
-    enter_callback(m);
+    funcd_watch_list_enter(&m->watches);
     for (size_t i = lower_bound(m, prefix); i < m->n_entries; i++) {
         const entry *e = m->entries[i];
         if (strncmp(e->key, prefix, plen) != 0)
@@ -444,7 +384,7 @@ static int mem_list(funcd_store *s, const char *prefix, funcd_store_list_cb cb, 
         if (cb(&kv, payload))
             break;
     }
-    leave_callback(m);
+    funcd_watch_list_leave(&m->watches);
     unlock(m);
     return 0;
 }
@@ -456,10 +396,12 @@ static void replay(memory_store *m, funcd_store_watch *w, uint64_t after)
         return;
     uint64_t first = ring_at(m, 0)->revision; /* the ring holds consecutive revisions */
     size_t start = after >= first ? (size_t)(after - first + 1) : 0;
-    enter_callback(m);
-    for (size_t i = start; i < m->ring_len; i++)
-        deliver(w, ring_at(m, i));
-    leave_callback(m);
+    funcd_watch_list_enter(&m->watches);
+    for (size_t i = start; i < m->ring_len; i++) {
+        funcd_store_event ev = event_of(ring_at(m, i));
+        funcd_watch_deliver(w, &ev);
+    }
+    funcd_watch_list_leave(&m->watches);
 }
 
 static int mem_watch(funcd_store *s, const char *prefix, uint64_t after, funcd_store_watch_cb cb,
@@ -470,20 +412,14 @@ static int mem_watch(funcd_store *s, const char *prefix, uint64_t after, funcd_s
         return funcd_error_set(FUNCD_EINVAL, "store: watch needs a callback and an out handle");
     if (!prefix)
         prefix = "";
-    funcd_store_watch *w = calloc(1, sizeof(*w));
-    if (!w || !(w->prefix = strdup(prefix))) {
-        free(w);
+    funcd_store_watch *w = funcd_watch_new(prefix, after, cb, payload);
+    if (!w)
         return funcd_error_set(FUNCD_ENOMEM, "store: out of memory watching prefix \"%s\"", prefix);
-    }
-    w->prefix_len = strlen(prefix);
-    w->cb = cb;
-    w->payload = payload;
-    w->delivered = after;
     lock(m);
     if (after < m->compacted) {
         uint64_t compacted = m->compacted;
         unlock(m);
-        free_watch(w);
+        funcd_watch_free(w);
         return funcd_error_set(FUNCD_EGONE,
                                "store: cannot watch prefix \"%s\" from revision %" PRIu64
                                ": history up to revision %" PRIu64
@@ -494,12 +430,7 @@ static int mem_watch(funcd_store *s, const char *prefix, uint64_t after, funcd_s
     replay(m, w, after);
     if (w->delivered < m->revision)
         w->delivered = m->revision; /* the rest of the history did not match the prefix */
-    w->prev = m->watch_tail;
-    if (m->watch_tail)
-        m->watch_tail->next = w;
-    else
-        m->watch_head = w;
-    m->watch_tail = w;
+    funcd_watch_list_append(&m->watches, w);
     unlock(m);
     *out = w;
     return 0;
@@ -511,16 +442,7 @@ static void mem_unwatch(funcd_store *s, funcd_store_watch *w)
     if (!w)
         return;
     lock(m);
-    if (m->in_callback) {
-        /* Only the lock holder's own callback can get here: unlink later. */
-        if (!w->ended) {
-            w->ended = 1;
-            m->n_ended++;
-        }
-    } else {
-        unlink_watch(m, w);
-        free_watch(w);
-    }
+    funcd_watch_list_remove(&m->watches, w);
     unlock(m);
 }
 
@@ -549,11 +471,7 @@ static void mem_free(funcd_store *s)
         free(ring_at(m, i)->value);
     }
     free(m->ring);
-    while (m->watch_head) { /* the contract says watches must be ended; be forgiving */
-        funcd_store_watch *w = m->watch_head;
-        m->watch_head = w->next;
-        free_watch(w);
-    }
+    funcd_watch_list_clear(&m->watches); /* watches must be ended: be forgiving */
     pthread_mutex_destroy(&m->lock);
     free(m);
 }

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "funcd/sys/error.h"
+#include "store/watchers.h"
 #include "funcd/sys/store.h"
 #include "store/sqlite_private.h"
 
@@ -93,18 +94,6 @@ static const char *const migration[SCHEMA_VERSION] = {
     "  key TEXT NOT NULL, value BLOB NOT NULL, create_revision INTEGER NOT NULL);",
 };
 
-struct funcd_store_watch {
-    struct funcd_store_watch *prev, *next;
-    char *prefix;
-    size_t prefix_len;
-    /* The last revision handed to cb: a watch registered from inside a
-     * callback must not see the event being dispatched a second time. */
-    uint64_t delivered;
-    funcd_store_watch_cb cb;
-    void *payload;
-    int ended; /* unwatched while callbacks were running; freed by sweep */
-};
-
 typedef struct sqlite_store {
     funcd_store base;
     pthread_mutex_t lock;
@@ -115,11 +104,7 @@ typedef struct sqlite_store {
     unsigned busy_timeout_ms;
     uint64_t last_revision; /* answered by revision() if the database cannot be read */
 
-    funcd_store_watch *watch_head, *watch_tail;
-    /* Depth of list/watch callbacks running on the lock holder's thread;
-     * while non-zero the watch list must not be unlinked and writes are refused. */
-    unsigned in_callback;
-    size_t n_ended;
+    funcd_watch_list watches; /* its in_callback also refuses writes from callbacks */
 } sqlite_store;
 
 /* The state of the log as the meta row says. */
@@ -192,7 +177,7 @@ static int check_key(const char *key, const char *what)
 
 static int refuse_in_callback(const sqlite_store *st, const char *what, const char *key)
 {
-    if (st->in_callback)
+    if (st->watches.in_callback)
         return funcd_error_set(FUNCD_ESTATE,
                                "store: %s of key \"%s\" from inside a list or watch callback; "
                                "callbacks must not write, do the write after it returns",
@@ -339,71 +324,9 @@ static int prefix_upper_bound(const char *prefix, char *out)
 
 /* ---- watches ---------------------------------------------------------------------------- */
 
-static void free_watch(funcd_store_watch *w)
-{
-    free(w->prefix);
-    free(w);
-}
-
-static void link_watch(sqlite_store *st, funcd_store_watch *w)
-{
-    w->prev = st->watch_tail;
-    if (st->watch_tail)
-        st->watch_tail->next = w;
-    else
-        st->watch_head = w;
-    st->watch_tail = w;
-}
-
-static void unlink_watch(sqlite_store *st, funcd_store_watch *w)
-{
-    if (w->prev)
-        w->prev->next = w->next;
-    else
-        st->watch_head = w->next;
-    if (w->next)
-        w->next->prev = w->prev;
-    else
-        st->watch_tail = w->prev;
-}
-
-static void enter_callback(sqlite_store *st)
-{
-    st->in_callback++;
-}
-
-/* Frees the watches ended from inside callbacks once none is running. */
-static void leave_callback(sqlite_store *st)
-{
-    if (--st->in_callback || !st->n_ended)
-        return;
-    funcd_store_watch *w = st->watch_head;
-    while (w) {
-        funcd_store_watch *next = w->next;
-        if (w->ended) {
-            unlink_watch(st, w);
-            free_watch(w);
-        }
-        w = next;
-    }
-    st->n_ended = 0;
-}
-
-static void deliver(funcd_store_watch *w, const funcd_store_event *ev)
-{
-    if (w->ended || ev->revision <= w->delivered ||
-        strncmp(ev->key, w->prefix, w->prefix_len) != 0)
-        return;
-    w->delivered = ev->revision;
-    w->cb(ev, w->payload);
-}
-
 static void dispatch(sqlite_store *st, const funcd_store_event *ev)
 {
-    enter_callback(st);
-    for (funcd_store_watch *w = st->watch_head; w; w = w->next)
-        deliver(w, ev);
-    leave_callback(st);
+    funcd_watch_list_dispatch(&st->watches, ev);
 }
 
 /* ---- writes ----------------------------------------------------------------------------- */
@@ -658,7 +581,7 @@ static int list_rows(sqlite_store *st, const char *prefix, funcd_store_list_cb c
         free(upper);
         return rc;
     }
-    enter_callback(st);
+    funcd_watch_list_enter(&st->watches);
     while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
         const void *value = sqlite3_column_blob(stmt, 1);
         funcd_store_kv kv = {(const char *)sqlite3_column_text(stmt, 0), value ? value : "",
@@ -669,7 +592,7 @@ static int list_rows(sqlite_store *st, const char *prefix, funcd_store_list_cb c
             break;
         }
     }
-    leave_callback(st);
+    funcd_watch_list_leave(&st->watches);
     release(stmt, temporary);
     free(upper);
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
@@ -715,7 +638,7 @@ static int replay(sqlite_store *st, funcd_store_watch *w, uint64_t after)
         return rc;
     }
     bind_u64(stmt, 1, after);
-    enter_callback(st);
+    funcd_watch_list_enter(&st->watches);
     while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
         const void *value = sqlite3_column_blob(stmt, 2);
         funcd_store_event ev = {(funcd_store_event_type)sqlite3_column_int(stmt, 0),
@@ -724,9 +647,9 @@ static int replay(sqlite_store *st, funcd_store_watch *w, uint64_t after)
                                 (size_t)sqlite3_column_bytes(stmt, 2),
                                 column_u64(stmt, 3),
                                 column_u64(stmt, 4)};
-        deliver(w, &ev);
+        funcd_watch_deliver(w, &ev);
     }
-    leave_callback(st);
+    funcd_watch_list_leave(&st->watches);
     release(stmt, temporary);
     free(upper);
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
@@ -762,7 +685,7 @@ static int watch_locked(sqlite_store *st, funcd_store_watch *w, uint64_t after)
         return err;
     if (w->delivered < m.revision)
         w->delivered = m.revision; /* the rest of the log did not match the prefix */
-    link_watch(st, w);
+    funcd_watch_list_append(&st->watches, w);
     return 0;
 }
 
@@ -774,20 +697,14 @@ static int sq_watch(funcd_store *s, const char *prefix, uint64_t after, funcd_st
         return funcd_error_set(FUNCD_EINVAL, "store: watch needs a callback and an out handle");
     if (!prefix)
         prefix = "";
-    funcd_store_watch *w = calloc(1, sizeof(*w));
-    if (!w || !(w->prefix = strdup(prefix))) {
-        free(w);
+    funcd_store_watch *w = funcd_watch_new(prefix, after, cb, payload);
+    if (!w)
         return funcd_error_set(FUNCD_ENOMEM, "store: out of memory watching prefix \"%s\"", prefix);
-    }
-    w->prefix_len = strlen(prefix);
-    w->cb = cb;
-    w->payload = payload;
-    w->delivered = after;
     pthread_mutex_lock(&st->lock);
     int rc = watch_locked(st, w, after);
     pthread_mutex_unlock(&st->lock);
     if (rc < 0) {
-        free_watch(w);
+        funcd_watch_free(w);
         return rc;
     }
     *out = w;
@@ -800,16 +717,7 @@ static void sq_unwatch(funcd_store *s, funcd_store_watch *w)
     if (!w)
         return;
     pthread_mutex_lock(&st->lock);
-    if (st->in_callback) {
-        /* Only the lock holder's own callback can get here: unlink later. */
-        if (!w->ended) {
-            w->ended = 1;
-            st->n_ended++;
-        }
-    } else {
-        unlink_watch(st, w);
-        free_watch(w);
-    }
+    funcd_watch_list_remove(&st->watches, w);
     pthread_mutex_unlock(&st->lock);
 }
 
@@ -828,11 +736,7 @@ static void sq_free(funcd_store *s)
     sqlite_store *st = sq(s);
     if (!st)
         return;
-    while (st->watch_head) { /* the contract says watches must be ended; be forgiving */
-        funcd_store_watch *w = st->watch_head;
-        st->watch_head = w->next;
-        free_watch(w);
-    }
+    funcd_watch_list_clear(&st->watches); /* watches must be ended: be forgiving */
     for (int i = 0; i < S_COUNT; i++)
         sqlite3_finalize(st->stmt[i]);
     sqlite3_close(st->db);

@@ -1,0 +1,113 @@
+/* The store drivers' watch list (watchers.h). */
+#include "store/watchers.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+funcd_store_watch *funcd_watch_new(const char *prefix, uint64_t after, funcd_store_watch_cb cb,
+                                   void *payload)
+{
+    funcd_store_watch *w = calloc(1, sizeof(*w));
+    if (!w || !(w->prefix = strdup(prefix ? prefix : ""))) {
+        free(w);
+        return NULL;
+    }
+    w->prefix_len = strlen(w->prefix);
+    w->cb = cb;
+    w->payload = payload;
+    w->delivered = after;
+    return w;
+}
+
+void funcd_watch_free(funcd_store_watch *w)
+{
+    if (!w)
+        return;
+    free(w->prefix);
+    free(w);
+}
+
+void funcd_watch_list_append(funcd_watch_list *l, funcd_store_watch *w)
+{
+    w->prev = l->tail;
+    w->next = NULL;
+    if (l->tail)
+        l->tail->next = w;
+    else
+        l->head = w;
+    l->tail = w;
+}
+
+static void unlink_watch(funcd_watch_list *l, funcd_store_watch *w)
+{
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        l->head = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    else
+        l->tail = w->prev;
+}
+
+void funcd_watch_list_enter(funcd_watch_list *l)
+{
+    l->in_callback++;
+}
+
+void funcd_watch_list_leave(funcd_watch_list *l)
+{
+    if (--l->in_callback || !l->n_ended)
+        return;
+    funcd_store_watch *w = l->head;
+    while (w) {
+        funcd_store_watch *next = w->next;
+        if (w->ended) {
+            unlink_watch(l, w);
+            funcd_watch_free(w);
+        }
+        w = next;
+    }
+    l->n_ended = 0;
+}
+
+void funcd_watch_deliver(funcd_store_watch *w, const funcd_store_event *ev)
+{
+    if (w->ended || ev->revision <= w->delivered ||
+        strncmp(ev->key, w->prefix, w->prefix_len) != 0)
+        return;
+    w->delivered = ev->revision;
+    w->cb(ev, w->payload);
+}
+
+void funcd_watch_list_dispatch(funcd_watch_list *l, const funcd_store_event *ev)
+{
+    funcd_watch_list_enter(l);
+    for (funcd_store_watch *w = l->head; w; w = w->next)
+        funcd_watch_deliver(w, ev);
+    funcd_watch_list_leave(l);
+}
+
+void funcd_watch_list_remove(funcd_watch_list *l, funcd_store_watch *w)
+{
+    if (l->in_callback) {
+        /* Only the lock holder's own callback can get here: unlink later. */
+        if (!w->ended) {
+            w->ended = 1;
+            l->n_ended++;
+        }
+        return;
+    }
+    unlink_watch(l, w);
+    funcd_watch_free(w);
+}
+
+void funcd_watch_list_clear(funcd_watch_list *l)
+{
+    while (l->head) {
+        funcd_store_watch *w = l->head;
+        l->head = w->next;
+        funcd_watch_free(w);
+    }
+    l->tail = NULL;
+}

@@ -1,0 +1,52 @@
+/*
+ * The watch list both store drivers keep: watches in registration order,
+ * delivery in revision order, and unwatch from inside a callback deferred
+ * until no callback runs. The caller holds its store's lock around every
+ * function here.
+ */
+#ifndef FUNCD_STORE_WATCHERS_H
+#define FUNCD_STORE_WATCHERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "funcd/sys/store.h"
+
+struct funcd_store_watch {
+    struct funcd_store_watch *prev, *next;
+    char *prefix;
+    size_t prefix_len;
+    /* The last revision handed to cb: a watch registered from inside a
+     * callback must not see the event being dispatched a second time. */
+    uint64_t delivered;
+    funcd_store_watch_cb cb;
+    void *payload;
+    int ended; /* unwatched while callbacks were running; freed by sweep */
+};
+
+typedef struct funcd_watch_list {
+    funcd_store_watch *head, *tail;
+    /* Depth of list/watch callbacks running on the lock holder's thread;
+     * while non-zero the store's entries and this list must not be unlinked. */
+    unsigned in_callback;
+    size_t n_ended;
+} funcd_watch_list;
+
+/* A watch of `prefix` (NULL: everything) after revision `after`; NULL on OOM. */
+funcd_store_watch *funcd_watch_new(const char *prefix, uint64_t after, funcd_store_watch_cb cb,
+                                   void *payload);
+void funcd_watch_free(funcd_store_watch *w);
+
+void funcd_watch_list_append(funcd_watch_list *l, funcd_store_watch *w);
+void funcd_watch_list_enter(funcd_watch_list *l);
+/* Frees the watches ended from inside callbacks once none is running. */
+void funcd_watch_list_leave(funcd_watch_list *l);
+/* Hands `ev` to `w` if it matches and is new to it. */
+void funcd_watch_deliver(funcd_store_watch *w, const funcd_store_event *ev);
+void funcd_watch_list_dispatch(funcd_watch_list *l, const funcd_store_event *ev);
+/* Unwatch: at once, or (from inside a callback) at the next leave. */
+void funcd_watch_list_remove(funcd_watch_list *l, funcd_store_watch *w);
+/* Frees every watch (the store is going away). */
+void funcd_watch_list_clear(funcd_watch_list *l);
+
+#endif
