@@ -383,35 +383,6 @@ static int extract_hardlink(walker *w, const char *path, int parent_fd, const ch
     return rc;
 }
 
-static const char *entry_path(struct archive_entry *e)
-{
-    const char *p = archive_entry_pathname(e);
-    return p ? p : archive_entry_pathname_utf8(e);
-}
-
-static const char *entry_symlink(struct archive_entry *e)
-{
-    const char *p = archive_entry_symlink(e);
-    return p ? p : archive_entry_symlink_utf8(e);
-}
-
-static const char *entry_hardlink(struct archive_entry *e)
-{
-    const char *p = archive_entry_hardlink(e);
-    return p ? p : archive_entry_hardlink_utf8(e);
-}
-
-static const char *refused_type(mode_t type)
-{
-    switch (type) {
-    case AE_IFCHR: return "character devices are not allowed";
-    case AE_IFBLK: return "block devices are not allowed";
-    case AE_IFIFO: return "FIFOs are not allowed";
-    case AE_IFSOCK: return "sockets are not allowed";
-    default: return "entries of this type are not allowed";
-    }
-}
-
 /* Checks the entry's name and type, and places its parents (see place_parents). */
 static int admit(walker *w, const char *path, struct archive_entry *e, int *type, node **parent,
                  int *parent_fd)
@@ -420,7 +391,7 @@ static int admit(walker *w, const char *path, struct archive_entry *e, int *type
     if (verdict != PATH_OK)
         return entry_fail(w, path, "%s", path_problem(verdict));
     mode_t ft = archive_entry_filetype(e);
-    if (entry_hardlink(e))
+    if (funcd__entry_hardlink(e))
         *type = 0;
     else if (ft == AE_IFREG)
         *type = NODE_FILE;
@@ -429,7 +400,7 @@ static int admit(walker *w, const char *path, struct archive_entry *e, int *type
     else if (ft == AE_IFLNK)
         *type = NODE_LINK;
     else
-        return entry_fail(w, path, "%s", refused_type(ft));
+        return entry_fail(w, path, "%s", funcd__refused_type(ft));
 
     if (w->sp.n == 0) {
         if (*type == NODE_DIR)
@@ -461,12 +432,12 @@ static int place_entry(walker *w, const char *path, struct archive_entry *e, int
     node *target = NULL;
     const char *link = NULL;
     if (type == 0) {
-        if ((rc = find_link_target(w, path, entry_hardlink(e), &target)))
+        if ((rc = find_link_target(w, path, funcd__entry_hardlink(e), &target)))
             return rc;
     } else if (type == NODE_LINK) {
         char q[256];
         const char *why;
-        if (!(link = entry_symlink(e)))
+        if (!(link = funcd__entry_symlink(e)))
             link = ""; /* libarchive has no target for an empty one */
         if ((why = symlink_problem(link, w->sp.n - 1)))
             return entry_fail(w, path, "symbolic link to %s %s",
@@ -485,7 +456,7 @@ static int place_entry(walker *w, const char *path, struct archive_entry *e, int
 
 static int walk_entry(walker *w, struct archive_entry *e)
 {
-    const char *path = entry_path(e);
+    const char *path = funcd__entry_path(e);
     if (!path)
         return FAIL(w, FUNCD_EINVAL, "bundle has an entry without a readable path (entry %llu)",
                     (unsigned long long)w->entries);
@@ -536,7 +507,7 @@ static int walk_entries(walker *w)
             return FAIL(w, FUNCD_EINVAL, "bundle has more than %llu entries",
                         (unsigned long long)w->max_entries);
         if (stream_too_large(w))
-            return too_large(w, entry_path(e));
+            return too_large(w, funcd__entry_path(e));
         int rc = walk_entry(w, e);
         if (rc)
             return rc;

@@ -1,5 +1,7 @@
 #include "artifact/extract_common.h"
 
+#include "artifact/archive_lazy.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,4 +136,33 @@ int funcd__write_all(int fd, const void *p, size_t n)
         n -= (size_t)k;
     }
     return 0;
+}
+
+const char *funcd__entry_path(struct archive_entry *e)
+{
+    const char *p = archive_entry_pathname(e);
+    return p ? p : archive_entry_pathname_utf8(e);
+}
+
+const char *funcd__entry_symlink(struct archive_entry *e)
+{
+    const char *p = archive_entry_symlink(e);
+    return p ? p : archive_entry_symlink_utf8(e);
+}
+
+const char *funcd__entry_hardlink(struct archive_entry *e)
+{
+    const char *p = archive_entry_hardlink(e);
+    return p ? p : archive_entry_hardlink_utf8(e);
+}
+
+const char *funcd__refused_type(unsigned type)
+{
+    switch (type) {
+    case AE_IFCHR: return "character devices are not allowed";
+    case AE_IFBLK: return "block devices are not allowed";
+    case AE_IFIFO: return "FIFOs are not allowed";
+    case AE_IFSOCK: return "sockets are not allowed";
+    default: return "entries of this type are not allowed";
+    }
 }

@@ -53,6 +53,13 @@ void funcd__path_table_free(funcd__path_table *t);
  * (Defined in cache.c.) */
 int funcd__remove_tree_at(int dirfd, const char *name);
 
+/* An entry's names (the locale's, else UTF-8), and why its type is refused. */
+struct archive_entry;
+const char *funcd__entry_path(struct archive_entry *e);
+const char *funcd__entry_symlink(struct archive_entry *e);
+const char *funcd__entry_hardlink(struct archive_entry *e);
+const char *funcd__refused_type(unsigned type);
+
 /* Writes all `n` bytes (EINTR retried); 0, or -1 with errno. */
 int funcd__write_all(int fd, const void *p, size_t n);
 

@@ -536,52 +536,23 @@ static int write_hardlink(unpacker *u, const char *path, int pfd, const char *na
     return rc;
 }
 
-static const char *entry_path(struct archive_entry *e)
-{
-    const char *p = archive_entry_pathname(e);
-    return p ? p : archive_entry_pathname_utf8(e);
-}
-
-static const char *entry_symlink(struct archive_entry *e)
-{
-    const char *p = archive_entry_symlink(e);
-    return p ? p : archive_entry_symlink_utf8(e);
-}
-
-static const char *entry_hardlink(struct archive_entry *e)
-{
-    const char *p = archive_entry_hardlink(e);
-    return p ? p : archive_entry_hardlink_utf8(e);
-}
-
-static const char *refused_type(mode_t type)
-{
-    switch (type) {
-    case AE_IFCHR: return "character devices are not allowed";
-    case AE_IFBLK: return "block devices are not allowed";
-    case AE_IFIFO: return "FIFOs are not allowed";
-    case AE_IFSOCK: return "sockets are not allowed";
-    default: return "entries of this type are not allowed";
-    }
-}
-
 /* Creates (or replaces) the entry in u->sp in its open parent directory `pfd`. */
 static int place_entry(unpacker *u, const char *path, int pfd, struct archive_entry *e)
 {
     const char *name = u->sp.comp[u->sp.n - 1];
-    const char *hard = entry_hardlink(e);
+    const char *hard = funcd__entry_hardlink(e);
     if (hard)
         return write_hardlink(u, path, pfd, name, hard);
     switch (archive_entry_filetype(e)) {
     case AE_IFREG: return write_file(u, path, pfd, name, e);
     case AE_IFDIR: return write_dir(u, path, pfd, name, e);
-    default: return write_symlink(u, path, pfd, name, entry_symlink(e));
+    default: return write_symlink(u, path, pfd, name, funcd__entry_symlink(e));
     }
 }
 
 static int apply_entry(unpacker *u, struct archive_entry *e)
 {
-    const char *path = entry_path(e);
+    const char *path = funcd__entry_path(e);
     if (!path)
         return fail(u, FUNCD_EINVAL, "entry %llu has no readable path",
                     (unsigned long long)u->entries);
@@ -590,7 +561,7 @@ static int apply_entry(unpacker *u, struct archive_entry *e)
         return entry_fail(u, path, "%s", why);
     mode_t ft = archive_entry_filetype(e);
     if (u->sp.n == 0) { /* "./": the rootfs itself keeps 0755 */
-        if (ft != AE_IFDIR || entry_hardlink(e))
+        if (ft != AE_IFDIR || funcd__entry_hardlink(e))
             return entry_fail(u, path, "path is empty");
         return copy_data(u, path, -1);
     }
@@ -599,8 +570,8 @@ static int apply_entry(unpacker *u, struct archive_entry *e)
         rc = whiteout(u, path);
         return rc ? rc : copy_data(u, path, -1);
     }
-    if (!entry_hardlink(e) && ft != AE_IFREG && ft != AE_IFDIR && ft != AE_IFLNK)
-        return entry_fail(u, path, "%s", refused_type(ft));
+    if (!funcd__entry_hardlink(e) && ft != AE_IFREG && ft != AE_IFDIR && ft != AE_IFLNK)
+        return entry_fail(u, path, "%s", funcd__refused_type(ft));
     int64_t size = archive_entry_size(e);
     if (archive_entry_size_is_set(e) && size > 0 && (uint64_t)size > u->max_bytes - u->total)
         return too_large(u, path);
@@ -644,7 +615,7 @@ static int walk_layer(unpacker *u)
             return fail(u, FUNCD_EINVAL, "the image has more than %llu entries",
                         (unsigned long long)u->max_entries);
         if (stream_too_large(u))
-            return too_large(u, entry_path(e));
+            return too_large(u, funcd__entry_path(e));
         int rc = apply_entry(u, e);
         if (rc)
             return rc;

@@ -103,50 +103,6 @@ static char *copy_value(const void *value, size_t len)
     return p;
 }
 
-static int check_key(const char *key, const char *what)
-{
-    if (!key || !key[0])
-        return funcd_error_set(
-            FUNCD_EINVAL, "store: %s needs a non-empty key (like \"/functions/default/x\")", what);
-    return 0;
-}
-
-static int refuse_in_callback(const memory_store *m, const char *what, const char *key)
-{
-    if (m->watches.in_callback)
-        return funcd_error_set(FUNCD_ESTATE,
-                               "store: %s of key \"%s\" from inside a list or watch callback; "
-                               "callbacks must not write, do the write after it returns",
-                               what, key);
-    return 0;
-}
-
-/* Checks `expected` against the current state of the key (NULL: absent). */
-static int check_expected(const entry *e, const char *key, uint64_t expected)
-{
-    if (expected == FUNCD_STORE_ANY)
-        return 0;
-    if (expected == FUNCD_STORE_ABSENT) {
-        if (e)
-            return funcd_error_set(FUNCD_EEXISTS,
-                                   "store: key \"%s\" already exists (revision %" PRIu64
-                                   "); update it with its revision instead of creating it",
-                                   key, e->revision);
-        return 0;
-    }
-    if (!e)
-        return funcd_error_set(FUNCD_ENOTFOUND,
-                               "store: key \"%s\" does not exist (expected revision %" PRIu64
-                               "); it was deleted, get or create it again",
-                               key, expected);
-    if (e->revision != expected)
-        return funcd_error_set(FUNCD_ECONFLICT,
-                               "store: key \"%s\" is at revision %" PRIu64 ", not %" PRIu64
-                               "; get it again and retry the change",
-                               key, e->revision, expected);
-    return 0;
-}
-
 /* Makes room for one more event so that committing a write cannot fail. */
 static int ring_reserve(memory_store *m)
 {
@@ -204,7 +160,7 @@ static void dispatch(memory_store *m, const history_event *h)
 static int mem_get(funcd_store *s, const char *key, funcd_store_value *out)
 {
     memory_store *m = ms(s);
-    int rc = check_key(key, "get");
+    int rc = funcd_store_check_key(key, "get");
     if (rc < 0)
         return rc;
     if (!out)
@@ -284,7 +240,7 @@ static int mem_put(funcd_store *s, const char *key, const void *value, size_t le
                    uint64_t expected, uint64_t *revision)
 {
     memory_store *m = ms(s);
-    int rc = check_key(key, "put");
+    int rc = funcd_store_check_key(key, "put");
     if (rc < 0)
         return rc;
     if (!value && len)
@@ -294,8 +250,8 @@ static int mem_put(funcd_store *s, const char *key, const void *value, size_t le
     size_t pos;
     entry *e = find(m, key, &pos);
     put_alloc a = {0};
-    if ((rc = refuse_in_callback(m, "put", key)) < 0 ||
-        (rc = check_expected(e, key, expected)) < 0 ||
+    if ((rc = funcd_store_refuse_in_callback(&m->watches, "put", key)) < 0 ||
+        (rc = funcd_store_check_expected(e != NULL, e ? e->revision : 0, key, expected)) < 0 ||
         (rc = put_prepare(m, e, key, value, len, &a)) < 0) {
         unlock(m);
         return rc;
@@ -324,7 +280,7 @@ static int mem_put(funcd_store *s, const char *key, const void *value, size_t le
 static int mem_del(funcd_store *s, const char *key, uint64_t expected, uint64_t *revision)
 {
     memory_store *m = ms(s);
-    int rc = check_key(key, "delete");
+    int rc = funcd_store_check_key(key, "delete");
     if (rc < 0)
         return rc;
     if (expected == FUNCD_STORE_ABSENT)
@@ -335,8 +291,8 @@ static int mem_del(funcd_store *s, const char *key, uint64_t expected, uint64_t 
     lock(m);
     size_t pos;
     entry *e = find(m, key, &pos);
-    if ((rc = refuse_in_callback(m, "delete", key)) < 0 ||
-        (rc = check_expected(e, key, expected)) < 0) {
+    if ((rc = funcd_store_refuse_in_callback(&m->watches, "delete", key)) < 0 ||
+        (rc = funcd_store_check_expected(e != NULL, e ? e->revision : 0, key, expected)) < 0) {
         unlock(m);
         return rc;
     }

@@ -167,50 +167,6 @@ static int db_error(sqlite_store *st, int rc, const char *what, const char *key)
     }
 }
 
-static int check_key(const char *key, const char *what)
-{
-    if (!key || !key[0])
-        return funcd_error_set(
-            FUNCD_EINVAL, "store: %s needs a non-empty key (like \"/functions/default/x\")", what);
-    return 0;
-}
-
-static int refuse_in_callback(const sqlite_store *st, const char *what, const char *key)
-{
-    if (st->watches.in_callback)
-        return funcd_error_set(FUNCD_ESTATE,
-                               "store: %s of key \"%s\" from inside a list or watch callback; "
-                               "callbacks must not write, do the write after it returns",
-                               what, key);
-    return 0;
-}
-
-/* `exists` and `revision` describe the key now. */
-static int check_expected(int exists, uint64_t revision, const char *key, uint64_t expected)
-{
-    if (expected == FUNCD_STORE_ANY)
-        return 0;
-    if (expected == FUNCD_STORE_ABSENT) {
-        if (exists)
-            return funcd_error_set(FUNCD_EEXISTS,
-                                   "store: key \"%s\" already exists (revision %" PRIu64
-                                   "); update it with its revision instead of creating it",
-                                   key, revision);
-        return 0;
-    }
-    if (!exists)
-        return funcd_error_set(FUNCD_ENOTFOUND,
-                               "store: key \"%s\" does not exist (expected revision %" PRIu64
-                               "); it was deleted, get or create it again",
-                               key, expected);
-    if (revision != expected)
-        return funcd_error_set(FUNCD_ECONFLICT,
-                               "store: key \"%s\" is at revision %" PRIu64 ", not %" PRIu64
-                               "; get it again and retry the change",
-                               key, revision, expected);
-    return 0;
-}
-
 /* ---- statements ------------------------------------------------------------------------- */
 
 static void bind_text(sqlite3_stmt *stmt, int i, const char *s)
@@ -440,7 +396,7 @@ static int stage(sqlite_store *st, const write_req *req, current *cur, funcd_sto
         rc = read_meta(st, &m);
     if (rc != SQLITE_OK)
         return db_error(st, rc, req->what, req->key);
-    int err = check_expected(cur->exists, cur->revision, req->key, req->expected);
+    int err = funcd_store_check_expected(cur->exists, cur->revision, req->key, req->expected);
     if (err < 0)
         return err;
     if (is_del && !cur->exists)
@@ -468,7 +424,7 @@ static int write_locked(sqlite_store *st, const write_req *req, uint64_t *revisi
 {
     current cur = {0};
     funcd_store_event ev;
-    int rc = refuse_in_callback(st, req->what, req->key);
+    int rc = funcd_store_refuse_in_callback(&st->watches, req->what, req->key);
     if (rc < 0)
         return rc;
     if ((rc = run(st, S_BEGIN_WRITE)) != SQLITE_OK)
@@ -497,7 +453,7 @@ static int sq_write(sqlite_store *st, const write_req *req, uint64_t *revision)
 static int sq_put(funcd_store *s, const char *key, const void *value, size_t len,
                   uint64_t expected, uint64_t *revision)
 {
-    int rc = check_key(key, "put");
+    int rc = funcd_store_check_key(key, "put");
     if (rc < 0)
         return rc;
     if (!value && len)
@@ -509,7 +465,7 @@ static int sq_put(funcd_store *s, const char *key, const void *value, size_t len
 
 static int sq_del(funcd_store *s, const char *key, uint64_t expected, uint64_t *revision)
 {
-    int rc = check_key(key, "delete");
+    int rc = funcd_store_check_key(key, "delete");
     if (rc < 0)
         return rc;
     if (expected == FUNCD_STORE_ABSENT)
@@ -544,7 +500,7 @@ static int get_locked(sqlite_store *st, const char *key, funcd_store_value *out)
 static int sq_get(funcd_store *s, const char *key, funcd_store_value *out)
 {
     sqlite_store *st = sq(s);
-    int rc = check_key(key, "get");
+    int rc = funcd_store_check_key(key, "get");
     if (rc < 0)
         return rc;
     if (!out)

@@ -1,8 +1,11 @@
 /* The store drivers' watch list (watchers.h). */
 #include "store/watchers.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "funcd/sys/error.h"
 
 funcd_store_watch *funcd_watch_new(const char *prefix, uint64_t after, funcd_store_watch_cb cb,
                                    void *payload)
@@ -110,4 +113,47 @@ void funcd_watch_list_clear(funcd_watch_list *l)
         funcd_watch_free(w);
     }
     l->tail = NULL;
+}
+
+int funcd_store_check_key(const char *key, const char *what)
+{
+    if (!key || !key[0])
+        return funcd_error_set(
+            FUNCD_EINVAL, "store: %s needs a non-empty key (like \"/functions/default/x\")", what);
+    return 0;
+}
+
+int funcd_store_refuse_in_callback(const funcd_watch_list *l, const char *what, const char *key)
+{
+    if (l->in_callback)
+        return funcd_error_set(FUNCD_ESTATE,
+                               "store: %s of key \"%s\" from inside a list or watch callback; "
+                               "callbacks must not write, do the write after it returns",
+                               what, key);
+    return 0;
+}
+
+int funcd_store_check_expected(int exists, uint64_t revision, const char *key, uint64_t expected)
+{
+    if (expected == FUNCD_STORE_ANY)
+        return 0;
+    if (expected == FUNCD_STORE_ABSENT) {
+        if (exists)
+            return funcd_error_set(FUNCD_EEXISTS,
+                                   "store: key \"%s\" already exists (revision %" PRIu64
+                                   "); update it with its revision instead of creating it",
+                                   key, revision);
+        return 0;
+    }
+    if (!exists)
+        return funcd_error_set(FUNCD_ENOTFOUND,
+                               "store: key \"%s\" does not exist (expected revision %" PRIu64
+                               "); it was deleted, get or create it again",
+                               key, expected);
+    if (revision != expected)
+        return funcd_error_set(FUNCD_ECONFLICT,
+                               "store: key \"%s\" is at revision %" PRIu64 ", not %" PRIu64
+                               "; get it again and retry the change",
+                               key, revision, expected);
+    return 0;
 }

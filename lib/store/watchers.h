@@ -1,5 +1,5 @@
 /*
- * The watch list both store drivers keep: watches in registration order,
+ * What both store drivers share: key and revision checks, and the watch list: watches in registration order,
  * delivery in revision order, and unwatch from inside a callback deferred
  * until no callback runs. The caller holds its store's lock around every
  * function here.
@@ -31,6 +31,17 @@ typedef struct funcd_watch_list {
     unsigned in_callback;
     size_t n_ended;
 } funcd_watch_list;
+
+/* ---- checks both drivers make ---------------------------------------- */
+
+int funcd_store_check_key(const char *key, const char *what);
+/* FUNCD_ESTATE for a write from inside a list or watch callback. */
+int funcd_store_refuse_in_callback(const funcd_watch_list *l, const char *what, const char *key);
+/* `expected` (FUNCD_STORE_ANY, _ABSENT or a revision) against the key now:
+ * `exists`, at `revision`. FUNCD_EEXISTS, FUNCD_ENOTFOUND or FUNCD_ECONFLICT. */
+int funcd_store_check_expected(int exists, uint64_t revision, const char *key, uint64_t expected);
+
+/* ---- the watch list --------------------------------------------------- */
 
 /* A watch of `prefix` (NULL: everything) after revision `after`; NULL on OOM. */
 funcd_store_watch *funcd_watch_new(const char *prefix, uint64_t after, funcd_store_watch_cb cb,
