@@ -3,7 +3,8 @@
  * normalize and YAML output, checking what must hold for every input:
  *   - every decoded object survives to_yaml + decode unchanged;
  *   - a valid object stays valid after normalize.
- * The same bytes, as short strings, also go to the quantity parsers.
+ * The same bytes, as short strings, also go to the quantity and revision
+ * parsers.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -30,6 +31,10 @@ static void parse_scalars(const uint8_t *data, size_t size)
     funcd_parse_duration_ms(s, &v);
     funcd_parse_quantity(s, &v);
     funcd_parse_cpu_millis(s, &v);
+    if (funcd_api_parse_revision(s, n, &v) == 0 && v > FUNCD_API_MAX_REVISION) {
+        fprintf(stderr, "fuzz_resource: a revision past the maximum was accepted\n");
+        abort();
+    }
 }
 
 /* cJSON_Compare looks every object up both ways and is exponential in depth;

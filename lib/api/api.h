@@ -92,6 +92,13 @@ int funcd_parse_quantity(const char *s, uint64_t *out);
 /* CPU "1", "0.5", "500m" -> millicores. */
 int funcd_parse_cpu_millis(const char *s, uint64_t *out);
 
+/* The largest resourceVersion: store revisions are signed 64-bit (SQLite's
+ * INTEGER), so a bigger number names no revision. */
+#define FUNCD_API_MAX_REVISION INT64_MAX
+/* A resourceVersion of `len` bytes: decimal digits only (no sign, space or
+ * suffix), at most FUNCD_API_MAX_REVISION. 0, or FUNCD_EINVAL. */
+int funcd_api_parse_revision(const char *s, size_t len, uint64_t *out);
+
 /* Appends `obj` as a block-style YAML document (no leading "---"). */
 int funcd_api_to_yaml(const cJSON *obj, funcd_buf *out);
 

@@ -55,6 +55,10 @@ typedef struct funcd__api_range {
     int64_t min, max;
 } funcd__api_range;
 
+/* Idle times (idleTimeout, timeToLive): 0 to a year, so that every
+ * consumer's signed 64-bit millisecond arithmetic stays in range. */
+extern const funcd__api_range funcd__api_max_idle_ms;
+
 /* The member `name` of `obj`, treating JSON null as absent. */
 const cJSON *funcd__api_member(const cJSON *obj, const char *name);
 

@@ -249,3 +249,21 @@ int funcd_parse_cpu_millis(const char *s, uint64_t *out)
     *out = v;
     return 0;
 }
+
+/* ---- revisions ------------------------------------------------------------ */
+
+int funcd_api_parse_revision(const char *s, size_t len, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (!s || len == 0)
+        return funcd_error_set(FUNCD_EINVAL, "a resourceVersion must not be empty");
+    for (size_t i = 0; i < len; i++) {
+        if (!is_digit(s[i]) || __builtin_mul_overflow(v, 10, &v) ||
+            __builtin_add_overflow(v, (uint64_t)(s[i] - '0'), &v) ||
+            v > (uint64_t)FUNCD_API_MAX_REVISION)
+            return funcd_error_set(FUNCD_EINVAL, "a resourceVersion is a decimal number of at "
+                                   "most %lld", (long long)FUNCD_API_MAX_REVISION);
+    }
+    *out = v;
+    return 0;
+}

@@ -208,6 +208,8 @@ static void format_ms(uint64_t ms, char *out, size_t size)
         snprintf(out, size, "0s");
 }
 
+const funcd__api_range funcd__api_max_idle_ms = {0, 8760LL * 3600 * 1000};
+
 int funcd__api_check_duration(funcd__api_ctx *c, const cJSON *item, const void *ms_range)
 {
     const funcd__api_range *r = ms_range;

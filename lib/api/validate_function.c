@@ -11,6 +11,9 @@
 #define MAX_IMAGE_NAME 255
 #define MAX_GIT_REF 256
 #define MAX_PATH_LEN 4096
+#define MAX_MEMORY_BYTES INT64_MAX
+#define MIN_CPU_MILLIS 10
+#define MAX_CPU_MILLIS 1000000000 /* one million cores */
 
 static int is_lower_alnum(char ch)
 {
@@ -340,7 +343,7 @@ static const funcd__api_field scaling_fields[] = {
     {"maxReplicas", 0, funcd__api_check_int, &replicas_max},
     {"concurrency", 0, funcd__api_check_int, &concurrency},
     {"queueLength", 0, funcd__api_check_int, &queue_length},
-    {"idleTimeout", 0, funcd__api_check_duration, NULL},
+    {"idleTimeout", 0, funcd__api_check_duration, &funcd__api_max_idle_ms},
 };
 
 static int check_scaling(funcd__api_ctx *c, const cJSON *item, const void *unused)
@@ -370,6 +373,8 @@ static int check_memory(funcd__api_ctx *c, const cJSON *item, const void *unused
     if (!ok)
         return funcd__api_fail(c, "must be a positive quantity of bytes such as \"256Mi\", "
                                   "\"1Gi\" or \"512M\"");
+    if (bytes > MAX_MEMORY_BYTES) /* the kernel counts bytes in a signed 64-bit number */
+        return funcd__api_fail(c, "must be at most %lld bytes", (long long)MAX_MEMORY_BYTES);
     return 0;
 }
 
@@ -379,11 +384,18 @@ static int check_cpu(funcd__api_ctx *c, const cJSON *item, const void *unused)
     int ok = 0;
     if (cJSON_IsString(item))
         ok = funcd_parse_cpu_millis(item->valuestring, &millis) == 0 && millis > 0;
-    else if (cJSON_IsNumber(item))
-        ok = item->valuedouble > 0 && item->valuedouble <= 1.0e9;
+    else if (cJSON_IsNumber(item) && item->valuedouble > 0) {
+        ok = 1; /* rounded as the runtime rounds it */
+        millis = item->valuedouble > 1.0e12 ? UINT64_MAX
+                                            : (uint64_t)(item->valuedouble * 1000 + 0.5);
+    }
     if (!ok)
         return funcd__api_fail(c, "must be a positive CPU quantity such as \"1\", \"0.5\" or "
                                   "\"500m\"");
+    /* The runtime keeps 32-bit millicores; the kernel's CFS quota is at
+     * least 1 ms per 100 ms period. */
+    if (millis < MIN_CPU_MILLIS || millis > MAX_CPU_MILLIS)
+        return funcd__api_fail(c, "must be at least 10m and at most 1000000 (cores)");
     return 0;
 }
 

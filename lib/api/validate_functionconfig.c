@@ -22,7 +22,7 @@ static int check_binary_executor(funcd__api_ctx *c, const cJSON *item, const voi
 
 static const funcd__api_field pod_fields[] = {
     {"tags", 0, funcd__api_check_string_array, &max_tags},
-    {"timeToLive", 0, funcd__api_check_duration, NULL},
+    {"timeToLive", 0, funcd__api_check_duration, &funcd__api_max_idle_ms},
     {"maxParallelExecutions", 0, funcd__api_check_int, &parallel},
     {"preferredMaxQueueLength", 0, funcd__api_check_int, &queue},
     /* A pod template patch: its shape belongs to whoever applies it. */

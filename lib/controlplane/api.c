@@ -105,8 +105,11 @@ static int is_dns_label(const char *s, size_t n)
     return 1;
 }
 
-/* Splits path segments after API_PREFIX into `seg` (copied, NUL-terminated). */
-static int split_path(const char *p, size_t n, char seg[][72], int max)
+/* Splits path segments after API_PREFIX into `seg` (copied, NUL-terminated).
+ * The path arrives percent-decoded: a segment holding a control byte
+ * ("%00", "%0a") would read as a shorter name, so it is refused (-2, its
+ * index in *bad). */
+static int split_path(const char *p, size_t n, char seg[][72], int max, int *bad)
 {
     int count = 0;
     size_t i = 0;
@@ -116,6 +119,12 @@ static int split_path(const char *p, size_t n, char seg[][72], int max)
             j++;
         if (j == i || count == max || j - i >= 72)
             return -1;
+        for (size_t k = i; k < j; k++) {
+            if ((unsigned char)p[k] < 0x20 || p[k] == 0x7f) {
+                *bad = count;
+                return -2;
+            }
+        }
         memcpy(seg[count], p + i, j - i);
         seg[count][j - i] = '\0';
         count++;
@@ -211,31 +220,51 @@ static int authorize(const funcd_token *t, const route *r, int write, funcd_cp_r
     return 0;
 }
 
+/* The query's resourceVersion into *rv (0 when absent): 1, or 0 after a
+ * 400 when it is given but not a decimal revision (empty included). */
+static int query_revision(const funcd_cp_request *req, uint64_t *rv, funcd_cp_response *resp)
+{
+    char text[64];
+    *rv = 0;
+    if (!query_get(req, "resourceVersion", text, sizeof(text)))
+        return 1;
+    if (strlen(text) < sizeof(text) - 1 && /* else cut short by query_get */
+        funcd_api_parse_revision(text, strlen(text), rv) == 0)
+        return 1;
+    funcd_cp_status(resp, 400, "BadRequest", "resourceVersion",
+                    "resourceVersion \"%.32s\" is not a decimal revision (0 to %lld); leave the "
+                    "parameter out to start from the current state",
+                    text, (long long)FUNCD_API_MAX_REVISION);
+    return 0;
+}
+
 static void start_watch(const funcd_cp_request *req, const route *r, funcd_cp_response *resp)
 {
-    char rv[32];
     resp->watch = 1;
     resp->status = 200;
     resp->w.kind = r->kind;
     snprintf(resp->w.ns, sizeof(resp->w.ns), "%s", r->ns ? r->ns : "");
-    if (query_get(req, "resourceVersion", rv, sizeof(rv)) && rv[0] && strcmp(rv, "0") != 0) {
-        char *end;
-        resp->w.rv = strtoull(rv, &end, 10);
-        if (*end || !isdigit((unsigned char)rv[0])) {
-            funcd_cp_status(resp, 400, "BadRequest", "resourceVersion",
-                            "resourceVersion \"%s\" is not a decimal revision", rv);
-            return;
-        }
-        resp->w.from_rv = 1;
-    }
+    if (!query_revision(req, &resp->w.rv, resp))
+        return;
+    resp->w.from_rv = resp->w.rv != 0;
 }
 
 static int parse_route(const funcd_cp_request *req, route *r, char seg[][72],
                        funcd_cp_response *resp)
 {
     const size_t pl = strlen(API_PREFIX);
-    int n = split_path(req->path + pl, req->path_len - pl, seg, 5);
+    int bad = -1;
+    int n = split_path(req->path + pl, req->path_len - pl, seg, 5, &bad);
     int at = 0;
+    if (n == -2) {
+        /* .../namespaces/{ns}/{plural}/{name}: which one is it */
+        funcd_cp_status(resp, 400, "BadRequest",
+                        bad == 1 ? "metadata.namespace" : bad == 3 ? "metadata.name" : NULL,
+                        "%s in the path holds a control character (%%00 to %%1f or %%7f); "
+                        "names are DNS-1123 labels",
+                        bad == 1 ? "the namespace" : bad == 3 ? "the name" : "a segment");
+        return 0;
+    }
     if (n >= 3 && strcmp(seg[0], "namespaces") == 0) {
         if (!is_dns_label(seg[1], strlen(seg[1]))) {
             funcd_cp_status(resp, 400, "BadRequest", "metadata.namespace",
@@ -282,10 +311,11 @@ static void handle_collection(funcd_cp *cp, const funcd_cp_request *req, const r
     if (method_is(req, "GET")) {
         if (!authorize(t, r, 0, resp))
             return;
+        uint64_t rv;
         if (query_get(req, "watch", watch, sizeof(watch)) &&
             (strcmp(watch, "true") == 0 || strcmp(watch, "1") == 0))
             start_watch(req, r, resp);
-        else
+        else if (query_revision(req, &rv, resp)) /* checked; a list is always current */
             list_objects(cp, r, resp);
     } else if (method_is(req, "POST") && r->ns) {
         if (authorize(t, r, 1, resp))

@@ -207,7 +207,7 @@ int funcd_registry_create(funcd_store *s, const funcd_kind *kind, const char *ns
 }
 
 /* 1 and *rv when the object names a resourceVersion, 0 when it does not,
- * -1 when it is not a decimal string. */
+ * -1 when it is not a decimal string within the store's revisions. */
 static int parse_rv(const cJSON *obj, uint64_t *rv)
 {
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
@@ -219,11 +219,7 @@ static int parse_rv(const cJSON *obj, uint64_t *rv)
         return -1;
     if (!*s)
         return 0;
-    if (*s < '0' || *s > '9')
-        return -1;
-    char *end;
-    *rv = strtoull(s, &end, 10);
-    return *end == '\0' ? 1 : -1;
+    return funcd_api_parse_revision(s, strlen(s), rv) == 0 ? 1 : -1;
 }
 
 static int replace_once(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
@@ -234,7 +230,7 @@ static int replace_once(funcd_store *s, const funcd_kind *kind, const char *ns, 
     *created = 0;
     int has_rv = parse_rv(obj, &want);
     if (has_rv < 0)
-        return funcd_error_set(FUNCD_EINVAL, "metadata.resourceVersion must be a string holding a decimal revision, as read from the server");
+        return funcd_error_set(FUNCD_EINVAL, "metadata.resourceVersion must be a string holding a decimal revision (at most %lld), as read from the server", (long long)FUNCD_API_MAX_REVISION);
     int rc = funcd_registry_get(s, kind, ns, name, &cur, &rev);
     if (rc == FUNCD_ENOTFOUND) {
         if (has_rv)

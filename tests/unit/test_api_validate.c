@@ -429,6 +429,13 @@ TEST(function_scaling)
     INVALID("Function", FN("  scaling: {idleTimeout: 5 m}\n"), "spec.scaling.idleTimeout",
             "duration");
     INVALID("Function", FN("  scaling: {min: 1}\n"), "spec.scaling.min", "unknown field");
+    VALID("Function", FN("  scaling: {idleTimeout: 8760h}\n"));
+    INVALID("Function", FN("  scaling: {idleTimeout: 8760h1ms}\n"), "spec.scaling.idleTimeout",
+            "must be at most 8760h");
+    INVALID("Function", FN("  scaling: {idleTimeout: 99999999999h}\n"),
+            "spec.scaling.idleTimeout", "must be at most 8760h");
+    INVALID("Function", FN("  scaling: {idleTimeout: 5124095576030432h}\n"),
+            "spec.scaling.idleTimeout", "duration");
 }
 
 TEST(function_timeout)
@@ -441,6 +448,7 @@ TEST(function_timeout)
     INVALID("Function", FN("  timeout: 1h1ms\n"), "spec.timeout", "must be at most 1h");
     INVALID("Function", FN("  timeout: 30\n"), "spec.timeout", "must be a duration");
     INVALID("Function", FN("  timeout: -1s\n"), "spec.timeout", "must be a duration");
+    INVALID("Function", FN("  timeout: 99999999999h\n"), "spec.timeout", "must be at most 1h");
 }
 
 TEST(function_resources)
@@ -466,6 +474,26 @@ TEST(function_resources)
     INVALID("Function", FN("  resources: {cpu: one}\n"), "spec.resources.cpu", "CPU quantity");
     INVALID("Function", FN("  resources: {cpu: \"\"}\n"), "spec.resources.cpu", "CPU quantity");
     INVALID("Function", FN("  resources: {disk: 1Gi}\n"), "spec.resources.disk", "unknown field");
+    /* Nothing that overflows what the runtime keeps (32-bit millicores,
+     * the kernel's signed 64-bit bytes), nothing below the smallest CFS
+     * quota. */
+    VALID("Function", FN("  resources: {cpu: \"10m\", memory: 7Ei}\n"));
+    VALID("Function", FN("  resources: {cpu: 1000000}\n"));
+    VALID("Function", FN("  resources: {cpu: \"1000000\", memory: 9000000000000000000}\n"));
+    INVALID("Function", FN("  resources: {cpu: 4294967297m}\n"), "spec.resources.cpu",
+            "at most 1000000");
+    INVALID("Function", FN("  resources: {cpu: 1000001}\n"), "spec.resources.cpu",
+            "at most 1000000");
+    INVALID("Function", FN("  resources: {cpu: \"1000000001m\"}\n"), "spec.resources.cpu",
+            "at most 1000000");
+    INVALID("Function", FN("  resources: {cpu: 9m}\n"), "spec.resources.cpu", "at least 10m");
+    INVALID("Function", FN("  resources: {cpu: 0.009}\n"), "spec.resources.cpu", "at least 10m");
+    INVALID("Function", FN("  resources: {memory: 8Ei}\n"), "spec.resources.memory",
+            "at most 9223372036854775807");
+    INVALID("Function", FN("  resources: {memory: 99999999999999999999Gi}\n"),
+            "spec.resources.memory", "quantity");
+    INVALID("Function", FN("  resources: {pids: 4294967297}\n"), "spec.resources.pids",
+            "between 1 and 1000000");
 }
 
 /* ---- FunctionConfig -------------------------------------------------------------------- */
@@ -508,6 +536,11 @@ TEST(functionconfig)
             "spec.podExecutor.maxParallelExecutions", "between 1 and");
     INVALID("FunctionConfig", FC("  podExecutor: {preferredMaxQueueLength: -1}\n"),
             "spec.podExecutor.preferredMaxQueueLength", "between 0 and");
+    VALID("FunctionConfig", FC("  podExecutor: {timeToLive: 8760h}\n"));
+    INVALID("FunctionConfig", FC("  podExecutor: {timeToLive: 99999999999h}\n"),
+            "spec.podExecutor.timeToLive", "must be at most 8760h");
+    INVALID("FunctionConfig", FC("  podExecutor: {maxParallelExecutions: 4294967297}\n"),
+            "spec.podExecutor.maxParallelExecutions", "between 1 and");
     INVALID("FunctionConfig", FC("  podExecutor: {templateOverrides: []}\n"),
             "spec.podExecutor.templateOverrides", "must be an object");
     INVALID("FunctionConfig", FC("  podExecutor: {tags: [1]}\n"), "spec.podExecutor.tags[0]",
