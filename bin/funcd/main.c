@@ -52,6 +52,9 @@ static void usage(FILE *out)
             "  --allow-host-network       Functions may ask for spec.network: host\n"
             "  --seccomp-allow SYSCALL    take a system call off the sandbox's deny list\n"
             "                             (repeatable; docs/security.md)\n"
+            "  --cgroup-favordynmods      set favordynmods on the host's cgroup2 mount while\n"
+            "                             running (faster sandboxed cold starts; host-wide,\n"
+            "                             logged, cleared at exit; docs/operating.md)\n"
             "  --registry-auth-file FILE  registry credentials (Docker config JSON)\n"
             "  --registry-certs-dir DIR   custom CAs: DIR/<host[:port]>/ca.crt\n"
             "  --insecure-registry H:P    plain-HTTP loopback registry (repeatable)\n"
@@ -89,6 +92,7 @@ typedef struct flags {
     int dev;
     int no_sandbox;
     int host_network;
+    int favordynmods;
     const char *auth_file;
     const char *certs_dir;
     const char *insecure[16];
@@ -138,7 +142,7 @@ static int parse_duration(const char *name, const char *s, uint64_t *out)
 enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_VERSION, O_SHIMS,
        O_STATE, O_FNRUN, O_FNDIR, O_FNMAX, O_CONFIG, O_NO_SANDBOX, O_AUTH, O_CERTS, O_INSECURE,
        O_PLATFORM, O_CACHE, O_TAG, O_GIT, O_SEAL_AGE, O_SEAL_SIZE, O_RETENTION, O_GRACE,
-       O_HOST_NET, O_SECCOMP };
+       O_HOST_NET, O_SECCOMP, O_FAVOR };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -151,6 +155,7 @@ static const struct option long_opts[] = {
     {"no-sandbox", no_argument, 0, O_NO_SANDBOX},
     {"allow-host-network", no_argument, 0, O_HOST_NET},
     {"seccomp-allow", required_argument, 0, O_SECCOMP},
+    {"cgroup-favordynmods", no_argument, 0, O_FAVOR},
     {"shims", required_argument, 0, O_SHIMS},
     {"state-dir", required_argument, 0, O_STATE},
     {"log-level", required_argument, 0, O_LEVEL},
@@ -186,6 +191,7 @@ static int parse_one(int c, const char *arg, flags *f)
     case O_DEV: f->dev = 1; break;
     case O_NO_SANDBOX: f->no_sandbox = 1; break;
     case O_HOST_NET: f->host_network = 1; break;
+    case O_FAVOR: f->favordynmods = 1; break;
     case O_SECCOMP:
         if (f->n_seccomp == sizeof(f->seccomp_allow) / sizeof(f->seccomp_allow[0])) {
             fprintf(stderr, "funcd: too many --seccomp-allow flags\n");
@@ -433,6 +439,7 @@ static int build_platform(const flags *f, const char *shims)
         f->token_file ? funcd_with_token_file(f->token_file) : NULL,
         f->no_sandbox ? funcd_with_sandbox(0) : NULL,
         f->host_network ? funcd_with_host_network_allowed(1) : NULL,
+        f->favordynmods ? funcd_with_cgroup_favordynmods(1) : NULL,
         f->auth_file ? funcd_with_registry_auth_file(f->auth_file) : NULL,
         f->certs_dir ? funcd_with_registry_certs_dir(f->certs_dir) : NULL,
         f->node_platform ? node_platform_option(f->node_platform) : NULL,

@@ -142,6 +142,12 @@ FUNCD_EXTERN funcd_option *funcd_with_host_network_allowed(int allowed);
  *  docs/security.md lists what each denied call guards against. */
 FUNCD_EXTERN funcd_option *funcd_with_seccomp_allow(const char *syscall_name);
 
+/** 1: sets "favordynmods" on the host's cgroup2 mount while the platform
+ *  runs (sandboxed cold starts move workers between cgroups ~200 times
+ *  faster), logged, and cleared again at shutdown if it was off. A
+ *  host-wide setting, so off by default: funcd then remounts nothing. */
+FUNCD_EXTERN funcd_option *funcd_with_cgroup_favordynmods(int enabled);
+
 /** The OS and architecture images are picked for (default: this host's,
  *  e.g. "linux", "amd64"). */
 FUNCD_EXTERN funcd_option *funcd_with_node_platform(const char *os, const char *arch);

@@ -144,6 +144,11 @@ funcd_option *funcd_with_sandbox(int enabled)
     return number_option(OPT_SANDBOX, enabled != 0, 0, 0);
 }
 
+funcd_option *funcd_with_cgroup_favordynmods(int enabled)
+{
+    return number_option(OPT_CGROUP_FAVORDYNMODS, enabled != 0, 0, 0);
+}
+
 funcd_option *funcd_with_host_network_allowed(int allowed)
 {
     return number_option(OPT_HOST_NETWORK, allowed != 0, 0, 0);
@@ -347,6 +352,7 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
     case OPT_NO_TOKENS: funcd_auth_clear(&cfg->auth); break;
     case OPT_SANDBOX: cfg->sandbox = (int)o->n[0]; break;
     case OPT_HOST_NETWORK: cfg->allow_host_network = (int)o->n[0]; break;
+    case OPT_CGROUP_FAVORDYNMODS: cfg->cgroup_favordynmods = (int)o->n[0]; break;
     case OPT_NODE_PLATFORM: return set_node_platform(cfg, o);
     case OPT_REGISTRY_AUTH_FILE: replace_str(&cfg->registry_auth_file, &o->str); break;
     case OPT_REGISTRY_CERTS_DIR: replace_str(&cfg->registry_certs_dir, &o->str); break;

@@ -39,6 +39,7 @@ typedef enum option_kind {
     OPT_SHUTDOWN_GRACE,
     OPT_HOST_NETWORK,
     OPT_SECCOMP_ALLOW,
+    OPT_CGROUP_FAVORDYNMODS,
 } option_kind;
 
 struct funcd_option {
@@ -87,6 +88,7 @@ typedef struct funcd_config {
     void *observer_payload;
     int sandbox;                  /* 1 on (the default), 0 off */
     int allow_host_network;       /* spec.network: host may be asked for */
+    int cgroup_favordynmods;      /* set favordynmods on cgroup2 while running */
     char *node_os, *node_arch;    /* NULL: this host's */
     char *registry_auth_file;
     char *registry_certs_dir;

@@ -24,6 +24,7 @@
 #include "funcd/funcd.h"
 #include "funcd/sys/error.h"
 #include "platform/options.h"
+#include "runtime/cgroup.h"
 #include "fnrunner/service.h"
 #include "serving/serving.h"
 #include "source/resolver.h"
@@ -49,6 +50,7 @@ struct funcd_platform {
     char fn_runner_addr[128];
     char *state_dir;     /* ours to remove when we made it */
     int own_state_dir;
+    funcd_cgroup2_saved cgroup2; /* favordynmods, when we set it */
     char addr[128];
     char data_plane_addr[128];
 
@@ -114,6 +116,50 @@ static int check_backends(const funcd_config *c)
     return 0;
 }
 
+/* The instance id kept in `state_dir`/instance-id, made at the first start
+ * (docs/adr/0019-instance-id.md): the runtime's cgroups carry it, so a
+ * restart cleans up after this instance and never after another funcd. */
+static int state_instance_id(const char *state_dir, char *out, size_t len)
+{
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof(path), "%s/instance-id", state_dir);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        FILE *f = fopen(path, "re");
+        if (f) {
+            char line[64] = "";
+            int ok = fgets(line, sizeof(line), f) != NULL;
+            fclose(f);
+            line[strcspn(line, "\n")] = '\0';
+            if (!ok || !funcd_cgroup_instance_id_ok(line))
+                return funcd_error_set(FUNCD_EINVAL, "%s does not hold an instance id (1 to 32 "
+                                       "lowercase letters and digits); remove it while funcd is "
+                                       "stopped to make a new one", path);
+            snprintf(out, len, "%s", line);
+            return 0;
+        }
+        if (errno != ENOENT)
+            return funcd_error_set(FUNCD_EIO, "cannot read %s: %s", path, strerror(errno));
+        /* First start: written aside, then linked, so a reader never sees
+         * half an id and a concurrent first start keeps the winner's. */
+        int rc = funcd_cgroup_random_instance_id(out, len);
+        if (rc < 0)
+            return rc;
+        snprintf(tmp, sizeof(tmp), "%s.%ld", path, (long)getpid());
+        f = fopen(tmp, "we");
+        int ok = f && fprintf(f, "%s\n", out) > 0;
+        if (f && fclose(f) != 0)
+            ok = 0;
+        int linked = ok && link(tmp, path) == 0;
+        int err = errno;
+        unlink(tmp);
+        if (linked)
+            return 0;
+        if (!ok || err != EEXIST)
+            return funcd_error_set(FUNCD_EIO, "cannot write %s: %s", path, strerror(err));
+    }
+    return funcd_error_set(FUNCD_EIO, "cannot read %s", path);
+}
+
 /* Fills in what the preset promises and checks nothing required is missing. */
 static int complete_config(funcd_config *c)
 {
@@ -146,6 +192,13 @@ static int complete_config(funcd_config *c)
         funcd_process_options po = {c->sandbox ? 1 : -1, pid_dir};
         po.allow_host_network = c->allow_host_network;
         po.seccomp_allow = (const char *const *)c->seccomp_allow;
+        char instance[FUNCD_CGROUP_MAX_INSTANCE_ID + 1];
+        if (c->state_dir &&
+            (rc = state_instance_id(c->state_dir, instance, sizeof(instance))) < 0) {
+            free(pid_dir);
+            return rc;
+        }
+        po.instance_id = c->state_dir ? instance : NULL; /* NULL: a random one */
         rc = funcd_runtime_process_new_with(&c->runtime, &po);
         free(pid_dir);
         if (rc < 0)
@@ -241,11 +294,41 @@ static void on_log_tick(evutil_socket_t fd, short what, void *arg)
     funcd_logstore_tick(p->logstore, funcd_now_ms());
 }
 
+/* A host-wide setting, only on the operator's request, and said so. */
+static void favor_dynmods(funcd_platform *p)
+{
+    int rc = funcd_cgroup2_favor_dynmods(&p->cgroup2);
+    if (rc > 0)
+        funcd_log(&p->cfg.logger, FUNCD_LOG_INFO, "cgroup: set favordynmods on the host's cgroup2 "
+                  "mount %s (--cgroup-favordynmods); it is cleared again at shutdown",
+                  p->cgroup2.mnt);
+    else if (rc == 0)
+        funcd_log(&p->cfg.logger, FUNCD_LOG_INFO, "cgroup: favordynmods is already set on the "
+                  "host's cgroup2 mount %s; left as it is", p->cgroup2.mnt);
+    else
+        funcd_log(&p->cfg.logger, FUNCD_LOG_WARN, "%s; sandboxed cold starts stay slower",
+                  funcd_error_last()->message);
+}
+
+static void restore_favor_dynmods(funcd_platform *p)
+{
+    if (!p->cgroup2.changed)
+        return;
+    if (funcd_cgroup2_restore(&p->cgroup2) < 0)
+        funcd_log(&p->cfg.logger, FUNCD_LOG_WARN, "%s: favordynmods stays set",
+                  funcd_error_last()->message);
+    else
+        funcd_log(&p->cfg.logger, FUNCD_LOG_INFO, "cgroup: cleared favordynmods on the host's "
+                  "cgroup2 mount %s again", p->cgroup2.mnt);
+}
+
 static int build(funcd_platform *p)
 {
     int rc = complete_config(&p->cfg);
     if (rc < 0)
         return rc;
+    if (p->cfg.cgroup_favordynmods)
+        favor_dynmods(p);
     /* Precise timers: worker readiness is probed at sub-millisecond steps. */
     struct event_config *ec = event_config_new();
     if (ec)
@@ -440,6 +523,7 @@ static void teardown(funcd_platform *p)
     if (p->stop_ev)
         event_free(p->stop_ev);
     p->stop_ev = NULL;
+    restore_favor_dynmods(p); /* while the logger is there */
     funcd_config_clear(&p->cfg); /* runtime, gateway, bus, blob, store */
     if (p->base)
         event_base_free(p->base);

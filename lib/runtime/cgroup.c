@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,11 +65,6 @@ static int own_path(const char *name, char *out, size_t len)
     return found;
 }
 
-static int pid_alive(pid_t pid)
-{
-    return kill(pid, 0) == 0 || errno == EPERM;
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = {0, ms * 1000000L};
@@ -109,18 +105,23 @@ static void remove_runtime_dir(const char *dir)
     funcd_cgroup_kill_dir(dir);
 }
 
-/* Directories "funcd-<pid>-<n>" of processes that no longer exist. */
-static void remove_stale(const char *own)
+/* Directories "funcd-<instance>-<n>" of this instance that a previous run
+ * of it left (a crash): at init none of them is ours yet. Another funcd's
+ * directories (another instance id, or the "funcd-<pid>-<n>" of older
+ * versions) are never touched: its pid may be alive in a pid namespace we
+ * cannot see. */
+static void remove_stale(const char *own, const char *instance)
 {
     DIR *d = opendir(own);
     if (!d)
         return;
+    char prefix[64];
+    int plen = snprintf(prefix, sizeof(prefix), "funcd-%s-", instance);
     struct dirent *de;
     while ((de = readdir(d))) {
-        long pid;
-        unsigned n;
-        if (de->d_type != DT_DIR || sscanf(de->d_name, "funcd-%ld-%u", &pid, &n) != 2 ||
-            pid_alive((pid_t)pid))
+        const char *rest = de->d_name + plen;
+        if (de->d_type != DT_DIR || strncmp(de->d_name, prefix, (size_t)plen) != 0 || !*rest ||
+            strspn(rest, "0123456789") != strlen(rest))
             continue;
         char dir[512];
         if (snprintf(dir, sizeof(dir), "%s/%s", own, de->d_name) < (int)sizeof(dir))
@@ -129,58 +130,143 @@ static void remove_stale(const char *own)
     closedir(d);
 }
 
-/* Moving a task between cgroups takes the global cgroup_threadgroup_rwsem
+int funcd_cgroup_instance_id_ok(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    if (n == 0 || n > FUNCD_CGROUP_MAX_INSTANCE_ID)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9')))
+            return 0;
+    return 1;
+}
+
+int funcd_cgroup_random_instance_id(char *out, size_t len)
+{
+    unsigned char raw[8];
+    if (len < 2 * sizeof(raw) + 2 || getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+        return funcd_error_set(FUNCD_EIO, "cannot make an instance id: %s", strerror(errno));
+    /* A letter first: older funcd versions read "funcd-<digits>-" as a
+     * pid and would clean such a directory up. */
+    out[0] = 'i';
+    for (size_t i = 0; i < sizeof(raw); i++)
+        snprintf(out + 1 + 2 * i, 3, "%02x", raw[i]);
+    return 0;
+}
+
+/* ---- favordynmods ------------------------------------------------------------
+ * Moving a task between cgroups takes the global cgroup_threadgroup_rwsem
  * for writing, which waits for an RCU grace period: 12-15 ms per worker on
  * these machines. With "favordynmods" on any cgroup hierarchy the kernel
  * keeps that lock in its slow-reader mode instead (forks and exits pay a
  * few ns more) and a move costs ~70 us (docs/adr/0013-sandbox.md). The
- * flag lives on the cgroup2 superblock; the flags it already has are set
- * again, since a reconfigure replaces them all. */
-static void favor_dynmods(void)
+ * flag lives on the cgroup2 superblock, a host-wide setting: set only on
+ * the operator's request (funcd_with_cgroup_favordynmods), and cleared
+ * again at shutdown when it was funcd that set it. A reconfigure replaces
+ * every flag, so those the mount has are set again. */
+
+static const char *const cgroup2_flags[] = {"nsdelegate", "favordynmods", "memory_recursiveprot",
+                                            "memory_localevents", "memory_hugetlb_accounting",
+                                            "pids_localevents", NULL};
+
+static int has_option(const char *opts, const char *name)
 {
-    static const char *const keep[] = {"nsdelegate", "memory_recursiveprot",
-                                       "memory_localevents", "memory_hugetlb_accounting",
-                                       "pids_localevents", NULL};
+    size_t n = strlen(name);
+    for (const char *p = opts; (p = strstr(p, name)); p += n)
+        if ((p == opts || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
+int funcd_cgroup2_options(char *mnt, size_t mnt_len, char *opts, size_t opts_len)
+{
     FILE *f = fopen("/proc/self/mountinfo", "re");
-    char line[1024], mnt[512] = "", opts[512] = "";
-    while (f && !mnt[0] && fgets(line, sizeof(line), f)) {
+    char line[1024], m[512], o[512];
+    int found = 0;
+    while (f && !found && fgets(line, sizeof(line), f)) {
         char *dash = strstr(line, " - cgroup2 ");
-        if (!dash || sscanf(line, "%*s %*s %*s %*s %511s", mnt) != 1 ||
-            sscanf(dash + 11, "%*s %511s", opts) != 1)
-            mnt[0] = '\0';
+        found = dash && sscanf(line, "%*s %*s %*s %*s %511s", m) == 1 &&
+                sscanf(dash + 11, "%*s %511s", o) == 1;
     }
     if (f)
         fclose(f);
-    if (!mnt[0] || strstr(opts, "favordynmods"))
-        return;
-    int fd = (int)syscall(SYS_fspick, AT_FDCWD, mnt, FSPICK_CLOEXEC);
-    if (fd < 0)
-        return;
-    int ok = syscall(SYS_fsconfig, fd, FSCONFIG_SET_FLAG, "favordynmods", NULL, 0) == 0;
-    for (const char *const *k = keep; ok && *k; k++)
-        if (strstr(opts, *k))
-            ok = syscall(SYS_fsconfig, fd, FSCONFIG_SET_FLAG, *k, NULL, 0) == 0;
-    if (ok)
-        syscall(SYS_fsconfig, fd, FSCONFIG_CMD_RECONFIGURE, NULL, NULL, 0);
-    close(fd);
+    if (!found)
+        return 0;
+    snprintf(mnt, mnt_len, "%s", m);
+    snprintf(opts, opts_len, "%s", o);
+    return 1;
 }
 
-void funcd_cgroups_init(funcd_cgroups *cg)
+/* Reconfigures the cgroup2 superblock at `mnt` with the known flags of
+ * `opts`, favordynmods set or not. */
+static int reconfigure(const char *mnt, const char *opts, int favor)
+{
+    int fd = (int)syscall(SYS_fspick, AT_FDCWD, mnt, FSPICK_CLOEXEC);
+    if (fd < 0)
+        return funcd_error_set(FUNCD_EIO, "cgroup: cannot reconfigure the cgroup2 mount %s: %s",
+                               mnt, strerror(errno));
+    int ok = 1;
+    for (const char *const *k = cgroup2_flags; ok && *k; k++) {
+        int on = strcmp(*k, "favordynmods") == 0 ? favor : has_option(opts, *k);
+        if (on)
+            ok = syscall(SYS_fsconfig, fd, FSCONFIG_SET_FLAG, *k, NULL, 0) == 0;
+    }
+    if (ok)
+        ok = syscall(SYS_fsconfig, fd, FSCONFIG_CMD_RECONFIGURE, NULL, NULL, 0) == 0;
+    int err = errno;
+    close(fd);
+    if (!ok)
+        return funcd_error_set(FUNCD_EIO, "cgroup: cannot reconfigure the cgroup2 mount %s: %s",
+                               mnt, strerror(err));
+    return 0;
+}
+
+int funcd_cgroup2_favor_dynmods(funcd_cgroup2_saved *saved)
+{
+    memset(saved, 0, sizeof(*saved));
+    char opts[512];
+    if (!funcd_cgroup2_options(saved->mnt, sizeof(saved->mnt), opts, sizeof(opts)))
+        return funcd_error_set(FUNCD_ENOTSUP, "cgroup: no cgroup2 mount to set favordynmods on");
+    if (has_option(opts, "favordynmods"))
+        return 0;
+    int rc = reconfigure(saved->mnt, opts, 1);
+    if (rc < 0)
+        return rc;
+    saved->changed = 1;
+    return 1;
+}
+
+int funcd_cgroup2_restore(funcd_cgroup2_saved *saved)
+{
+    if (!saved->changed)
+        return 0;
+    saved->changed = 0;
+    char mnt[512], opts[512];
+    /* Only our flag goes: whatever else changed meanwhile stays. */
+    if (!funcd_cgroup2_options(mnt, sizeof(mnt), opts, sizeof(opts)) ||
+        strcmp(mnt, saved->mnt) != 0 || !has_option(opts, "favordynmods"))
+        return 0;
+    return reconfigure(mnt, opts, 0);
+}
+
+void funcd_cgroups_init(funcd_cgroups *cg, const char *instance_id)
 {
     static atomic_uint next_runtime;
     unsigned n = atomic_fetch_add(&next_runtime, 1);
     memset(cg, 0, sizeof(*cg));
+    if (funcd_cgroup_instance_id_ok(instance_id))
+        snprintf(cg->instance, sizeof(cg->instance), "%s", instance_id);
+    else if (funcd_cgroup_random_instance_id(cg->instance, sizeof(cg->instance)) < 0)
+        return; /* no cgroups, and limits are refused */
     for (int c = 0; c < FUNCD_CG_COUNT; c++) {
         char own[300];
         if (own_path(ctl_name[c], own, sizeof(own)) != 0 || access(own, W_OK) != 0)
             continue;
-        remove_stale(own);
-        snprintf(cg->base[c], sizeof(cg->base[c]), "%s/funcd-%ld-%u", own, (long)getpid(), n);
+        remove_stale(own, cg->instance);
+        snprintf(cg->base[c], sizeof(cg->base[c]), "%s/funcd-%s-%u", own, cg->instance, n);
         if (mkdir(cg->base[c], 0755) != 0 && errno != EEXIST)
             cg->base[c][0] = '\0';
     }
-    if (cg->base[FUNCD_CG_PIDS][0] || cg->base[FUNCD_CG_MEMORY][0])
-        favor_dynmods();
 }
 
 void funcd_cgroups_fini(funcd_cgroups *cg)

@@ -1,8 +1,10 @@
 /*
  * Per-worker cgroups on the cgroup v1 controllers these machines have
- * (memory, pids, cpu): each runtime makes a directory "funcd-<pid>-<n>" under
- * the process's own cgroup of each controller, and each worker a
- * "w<id>" below it, removed when the worker is reaped.
+ * (memory, pids, cpu): each runtime makes a directory "funcd-<instance>-<n>"
+ * under the process's own cgroup of each controller, and each worker a
+ * "w<id>" below it, removed when the worker is reaped. <instance> is the
+ * funcd instance's id (kept in its state directory, docs/adr/0019): only
+ * directories of that id are ever cleaned up as a crashed run's leftovers.
  */
 #ifndef FUNCD_RUNTIME_CGROUP_H
 #define FUNCD_RUNTIME_CGROUP_H
@@ -14,14 +16,25 @@
 
 enum { FUNCD_CG_MEMORY, FUNCD_CG_PIDS, FUNCD_CG_CPU, FUNCD_CG_COUNT };
 
+#define FUNCD_CGROUP_MAX_INSTANCE_ID 32
+
 typedef struct funcd_cgroups {
     char base[FUNCD_CG_COUNT][400]; /* "" where the controller is unavailable */
+    char instance[FUNCD_CGROUP_MAX_INSTANCE_ID + 1];
 } funcd_cgroups;
 
-/* Finds the controllers and makes this runtime's directories, removing
- * those of runs whose process is gone. Never fails: a controller that is
- * not writable is left out (funcd_cgroup_make then refuses limits on it). */
-void funcd_cgroups_init(funcd_cgroups *cg);
+/* 1 when `id` is 1 to 32 lowercase letters and digits. */
+int funcd_cgroup_instance_id_ok(const char *id);
+/* "i" and 16 random hex digits into `out` (at least 18 bytes). 0 or
+ * FUNCD_EIO. */
+int funcd_cgroup_random_instance_id(char *out, size_t len);
+
+/* Finds the controllers and makes this runtime's directories, first
+ * removing (tasks killed) the "funcd-<instance_id>-*" a previous run of the
+ * same instance left. `instance_id` NULL or not valid: a random one, so
+ * nothing is removed. Never fails: a controller that is not writable is
+ * left out (funcd_cgroup_make then refuses limits on it). */
+void funcd_cgroups_init(funcd_cgroups *cg, const char *instance_id);
 /* Removes this runtime's directories (workers' first). */
 void funcd_cgroups_fini(funcd_cgroups *cg);
 
@@ -43,5 +56,22 @@ void funcd_cgroup_path(const funcd_cgroups *cg, int ctl, unsigned id, char *out,
 /* SIGKILLs every task listed in `dir`/cgroup.procs and removes `dir`
  * (used for a crashed run's leftovers too). */
 void funcd_cgroup_kill_dir(const char *dir);
+
+/* The cgroup2 mount point and its options from /proc/self/mountinfo: 1,
+ * or 0 when there is none. */
+int funcd_cgroup2_options(char *mnt, size_t mnt_len, char *opts, size_t opts_len);
+
+typedef struct funcd_cgroup2_saved {
+    char mnt[512];
+    int changed; /* funcd set favordynmods: restore clears it */
+} funcd_cgroup2_saved;
+
+/* Sets "favordynmods" on the host's cgroup2 mount (host-wide). 1 when
+ * set now, 0 when it already was (then restore leaves it), or
+ * FUNCD_ENOTSUP / FUNCD_EIO with the message set. */
+int funcd_cgroup2_favor_dynmods(funcd_cgroup2_saved *saved);
+/* Clears the flag again if funcd_cgroup2_favor_dynmods set it. 0 or
+ * FUNCD_EIO. */
+int funcd_cgroup2_restore(funcd_cgroup2_saved *saved);
 
 #endif

@@ -557,7 +557,7 @@ int funcd_runtime_process_new_with(funcd_runtime **out, const funcd_process_opti
             return rc;
         }
         rt->allow_host_network = opts && opts->allow_host_network;
-        funcd_cgroups_init(&rt->cgroups);
+        funcd_cgroups_init(&rt->cgroups, opts ? opts->instance_id : NULL);
     }
     *out = &rt->base;
     return 0;

@@ -20,6 +20,7 @@
 
 #include "harness.h"
 #include "test_serving_common.h"
+#include "util/misc.h"
 
 #ifndef HOSTILE_BIN
 #error "HOSTILE_BIN (the built hostile fixture) must be defined by the build"
@@ -210,12 +211,15 @@ static void setuid_binary_attack(attack_ctx *c)
 
 /* ---- cases ------------------------------------------------------------------- */
 
-/* funcd-<pid>-* directories under this process's own cgroups. */
+/* The platform's instance id, set through its state directory. */
+static char instance[32];
+
+/* funcd-<instance>-* directories under this process's own cgroups. */
 static int own_cgroup_dirs(void)
 {
     static const char *const ctls[] = {"memory", "pids", "cpu"};
     char prefix[64];
-    snprintf(prefix, sizeof(prefix), "funcd-%ld-", (long)getpid());
+    snprintf(prefix, sizeof(prefix), "funcd-%s-", instance);
     int n = 0;
     for (size_t i = 0; i < 3; i++) {
         FILE *f = fopen("/proc/self/cgroup", "re");
@@ -260,7 +264,17 @@ static int run_mode(void (*fn)(attack_ctx *), int sandboxed)
     env e;
     attack_ctx c = {&e, sandboxed, ""};
     int mounts = count_mounts();
-    int rc = env_up_with(&e, NULL, sandboxed ? NULL : funcd_with_sandbox(0), NULL, NULL);
+    /* A state directory holding the instance id its cgroups are named by. */
+    char state[64] = "/tmp/funcd-escape-state-XXXXXX", id_file[128];
+    snprintf(instance, sizeof(instance), "e%ld", (long)getpid());
+    snprintf(id_file, sizeof(id_file), "%s/instance-id", mkdtemp(state) ? state : "/nonexistent");
+    FILE *f = fopen(id_file, "w");
+    if (f) {
+        fprintf(f, "%s\n", instance);
+        fclose(f);
+    }
+    int rc = env_up_with(&e, NULL, sandboxed ? NULL : funcd_with_sandbox(0),
+                         funcd_with_state_dir(state), NULL);
     if (rc < 0) {
         fprintf(stderr, "  cannot start a platform: %s\n", funcd_error_last()->message);
     } else if (make_artifact(c.dir, sizeof(c.dir)) < 0 ||
@@ -276,6 +290,7 @@ static int run_mode(void (*fn)(attack_ctx *), int sandboxed)
     }
     env_down(&e);
     sv_cleanup();
+    funcd_remove_tree(state);
     if (own_cgroup_dirs() != 0) {
         fprintf(stderr, "  cgroups left behind after the platform was freed\n");
         rc = -1;

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <event2/event.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,11 +65,15 @@ static void remove_dir(const char *dir)
     rmdir(dir);
 }
 
-/* Directories this process's runtimes made under its own cgroup of `ctl`. */
-static int own_cgroup_dirs(const char *ctl)
+/* The instance id the runtimes of this test run under. */
+static char instance[32];
+
+/* This process's own cgroup directory of controller `ctl`, or "". */
+static void own_cgroup(const char *ctl, char *path, size_t len)
 {
     FILE *f = fopen("/proc/self/cgroup", "re");
-    char line[512], path[700] = "";
+    char line[512];
+    path[0] = '\0';
     while (f && fgets(line, sizeof(line), f)) {
         char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
         if (!b)
@@ -76,12 +81,19 @@ static int own_cgroup_dirs(const char *ctl)
         *b++ = '\0';
         b[strcspn(b, "\n")] = '\0';
         if (strcmp(a + 1, ctl) == 0)
-            snprintf(path, sizeof(path), "/sys/fs/cgroup/%s%s", ctl, strcmp(b, "/") ? b : "");
+            snprintf(path, len, "/sys/fs/cgroup/%s%s", ctl, strcmp(b, "/") ? b : "");
     }
     if (f)
         fclose(f);
+}
+
+/* Directories this test's runtimes made under its own cgroup of `ctl`. */
+static int own_cgroup_dirs(const char *ctl)
+{
+    char path[700];
+    own_cgroup(ctl, path, sizeof(path));
     char prefix[64];
-    snprintf(prefix, sizeof(prefix), "funcd-%ld-", (long)getpid());
+    snprintf(prefix, sizeof(prefix), "funcd-%s-", instance);
     int n = 0;
     DIR *d = path[0] ? opendir(path) : NULL;
     struct dirent *de;
@@ -124,7 +136,9 @@ TEST(pid_file_follows_the_worker)
     loop_ctx l = {event_base_new(), 0, 0};
     funcd_runtime *rt = NULL;
     int mounts = count_mounts();
-    CHECK_INT(funcd_runtime_process_new_with(&rt, &(funcd_process_options){1, dir}), 0);
+    CHECK_INT(funcd_runtime_process_new_with(
+                  &rt, &(funcd_process_options){1, dir, .instance_id = instance}),
+              0);
     CHECK_INT(rt->attach(rt, l.base), 0);
     funcd_worker_spec spec = {sleep_argv, sleep_env, NULL, NULL, {64 << 20, 32, 500}};
     funcd_worker_events ev = {NULL, on_exit_cb, &l};
@@ -217,6 +231,123 @@ TEST(a_crashed_runs_workers_are_ended)
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     CHECK(innocent_alive);
     CHECK_INT(left, 0);
+}
+
+/* A task in a pids cgroup `name` (made) below this process's own: a
+ * stand-in for a worker of some funcd. */
+static pid_t sentinel_in_cgroup(const char *name, char *dir, size_t len)
+{
+    char own[400], procs[600], text[32];
+    own_cgroup("pids", own, sizeof(own));
+    snprintf(dir, len, "%s/%s", own, name);
+    if (!own[0] || mkdir(dir, 0755) != 0)
+        return -1;
+    pid_t pid = sentinel();
+    snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
+    int fd = open(procs, O_WRONLY | O_CLOEXEC);
+    int n = snprintf(text, sizeof(text), "%ld", (long)pid);
+    int ok = fd >= 0 && write(fd, text, (size_t)n) == n;
+    if (fd >= 0)
+        close(fd);
+    if (!ok) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    return pid;
+}
+
+/* Alive and not a zombie (a killed child stays one until reaped). */
+static int running(pid_t pid)
+{
+    char path[64], text[512] = "";
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    if (read_text(path, text, sizeof(text)) < 0)
+        return 0;
+    const char *paren = strrchr(text, ')');
+    return paren && paren[1] == ' ' && paren[2] != 'Z' && paren[2] != 'X';
+}
+
+static void end_sentinel(pid_t pid, const char *dir)
+{
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    for (int i = 0; i < 200 && dir[0] && rmdir(dir) != 0 && errno == EBUSY; i++)
+        usleep(5000);
+}
+
+/*
+ * Another funcd sharing the cgroup tree (in another container: its pid is
+ * not alive in our pid namespace) keeps its workers while runtimes here
+ * start, stop and start again; a crashed run of our own instance has its
+ * leftovers removed.
+ */
+TEST(only_our_instances_cgroups_are_cleaned_up)
+{
+    char other_dir[600] = "", old_dir[600] = "", stale_dir[600] = "", name[96];
+    char a_id[32], b_id[32];
+    snprintf(a_id, sizeof(a_id), "%sa", instance);
+    snprintf(b_id, sizeof(b_id), "%sb", instance);
+    /* Another funcd's worker: a newer one (another instance id) and one of
+     * the "funcd-<pid>-<n>" naming, its pid unknown here. */
+    snprintf(name, sizeof(name), "funcd-o%ldx-0", (long)getpid());
+    pid_t other = sentinel_in_cgroup(name, other_dir, sizeof(other_dir));
+    snprintf(name, sizeof(name), "funcd-%ld-0", 900000000L + (long)getpid()); /* > pid_max */
+    pid_t old = sentinel_in_cgroup(name, old_dir, sizeof(old_dir));
+    /* What a crashed run of instance a left. */
+    snprintf(name, sizeof(name), "funcd-%s-7", a_id);
+    pid_t stale = sentinel_in_cgroup(name, stale_dir, sizeof(stale_dir));
+    CHECK(other > 0 && old > 0 && stale > 0);
+
+    /* Instance b runs a worker. */
+    loop_ctx l = {event_base_new(), 0, 0};
+    funcd_runtime *b = NULL, *a = NULL;
+    CHECK_INT(funcd_runtime_process_new_with(
+                  &b, &(funcd_process_options){1, NULL, .instance_id = b_id}),
+              0);
+    CHECK_INT(b->attach(b, l.base), 0);
+    funcd_worker_spec spec = {sleep_argv, sleep_env, NULL, NULL, {0, 32, 0}};
+    funcd_worker_events ev = {NULL, on_exit_cb, &l};
+    funcd_worker *w = NULL;
+    int rc = b->start(b, &spec, &ev, &w);
+    if (rc < 0)
+        fprintf(stderr, "  start: %s\n", funcd_error_last()->message);
+    pid_t wpid = w ? b->pid(b, w) : 0;
+    /* Instance a starts, stops and starts again. */
+    int a_ok = funcd_runtime_process_new_with(
+                   &a, &(funcd_process_options){1, NULL, .instance_id = a_id}) == 0;
+    int stale_ended = !running(stale);
+    if (a_ok)
+        a->free(a);
+    a_ok = a_ok && funcd_runtime_process_new_with(
+                       &a, &(funcd_process_options){1, NULL, .instance_id = a_id}) == 0;
+    if (a_ok)
+        a->free(a);
+    /* And a runtime with no instance id (random): touches nothing. */
+    funcd_runtime *anon = NULL;
+    if (funcd_runtime_process_new_with(&anon, NULL) == 0)
+        anon->free(anon);
+    int other_alive = running(other), old_alive = running(old);
+    int worker_alive = wpid > 0 && running(wpid);
+    if (w) {
+        b->stop(b, w, 0);
+        run_until_exit(&l);
+        b->release(b, w);
+    }
+    b->free(b);
+    event_base_free(l.base);
+    end_sentinel(other, other_dir);
+    end_sentinel(old, old_dir);
+    end_sentinel(stale, stale_dir);
+    CHECK_INT(rc, 0);
+    CHECK(a_ok);
+    CHECK(stale_ended);
+    CHECK(access(stale_dir, F_OK) != 0);
+    CHECK(other_alive);
+    CHECK(old_alive);
+    CHECK(worker_alive);
 }
 
 TEST(a_failed_step_is_named)
@@ -378,7 +509,9 @@ int main(void)
         fprintf(stderr, "SKIP: the sandbox tests need root (namespaces, cgroups)\n");
         return 77;
     }
+    snprintf(instance, sizeof(instance), "t%ld", (long)getpid());
     RUN(pid_file_follows_the_worker);
+    RUN(only_our_instances_cgroups_are_cleaned_up);
     RUN(a_crashed_runs_workers_are_ended);
     RUN(a_failed_step_is_named);
     RUN(an_image_root_is_the_root);
