@@ -179,6 +179,13 @@ FUNCD_EXTERN funcd_option *funcd_with_log_persistence(uint64_t seal_ms, uint64_t
 /** How long shutdown waits for requests in flight (default 10 s). */
 FUNCD_EXTERN funcd_option *funcd_with_shutdown_grace(uint64_t ms);
 
+/* ---- limits --------------------------------------------------------------- */
+
+/** Bytes a watch or log-follow stream may hold for a client that reads
+ *  slower than events come (default 2 MiB, at least 64 KiB); beyond it the
+ *  stream ends with an ERROR event (code 429). docs/operating.md. */
+FUNCD_EXTERN funcd_option *funcd_with_stream_buffer_limit(size_t bytes);
+
 /* ---- authentication ----------------------------------------------------- */
 
 /** Roles: "admin" (everything), "developer" (read/write in its namespaces),

@@ -3,6 +3,11 @@
  * the server thread. A watch registers a store watch whose callback (on any
  * writer's thread) appends NDJSON lines to the stream's pending buffer and
  * wakes the server thread, which hands them to h2o one batch at a time.
+ *
+ * A stream holds at most `stream_limit` bytes (pending + the batch h2o is
+ * sending; a watch's initial listing aside): a client that falls further
+ * behind loses what is pending and gets a final ERROR event (429), and if it
+ * does not take the batch in flight within HANGUP_MS, its connection is shut.
  */
 #include "controlplane/server.h"
 
@@ -10,6 +15,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "funcd/sys/error.h"
 #include "http/httpd.h"
@@ -20,6 +26,9 @@
  * itself refuses (with a plain-text 413) only what is too large to buffer. */
 #define MAX_BODY (2 * 1024 * 1024)
 #define MAX_BUFFERED_BODY (65 * 1024 * 1024)
+/* How long a stream that overflowed may take to accept its batch in flight
+ * before its connection is shut down. */
+#define HANGUP_MS 10000
 
 typedef struct stream stream;
 
@@ -33,6 +42,9 @@ struct funcd_cp_server {
     h2o_multithread_message_t wake;
     int wake_sent;
     int has_receiver;
+    size_t stream_limit;           /* bytes a stream may hold */
+    h2o_loop_t *loop;              /* the server thread's, once it runs */
+    h2o_timeout_t hangup_timeout;  /* HANGUP_MS, on that loop */
 };
 
 struct stream {
@@ -48,6 +60,11 @@ struct stream {
     int is_dirty;
     funcd_buf pending; /* under srv->lock */
     funcd_buf sending; /* owned by the server thread while h2o sends it */
+    size_t sending_len; /* sending.len, under srv->lock (for the limit) */
+    size_t exempt;      /* bytes of the first batch the limit ignores (a
+                           watch's initial listing); 0 once it went out */
+    int overflowed;     /* under srv->lock: fell behind, ends with ERROR */
+    h2o_timeout_entry_t hangup; /* server thread: linked after an overflow */
     int in_flight;     /* h2o_send outstanding, waiting for proceed */
     int closed;        /* the client went away */
     int finishing;     /* shutting down: end after what is pending */
@@ -83,6 +100,33 @@ static void mark_dirty_locked(stream *st)
     }
 }
 
+/* Appends `len` bytes to what the stream will send, unless the client
+ * has fallen so far behind that the stream would hold more than the limit:
+ * then what is pending is dropped and replaced by a final ERROR event.
+ * 0 when appended, 1 when the stream has overflowed (now or before). */
+static int queue_locked(stream *st, const void *data, size_t len)
+{
+    if (st->overflowed || st->finishing)
+        return 1;
+    size_t held = st->pending.len + st->sending_len - st->exempt;
+    size_t limit = st->srv->stream_limit;
+    if (held + len <= limit && funcd_buf_append(&st->pending, data, len) == 0)
+        return 0;
+    st->overflowed = 1;
+    st->finishing = 1;
+    funcd_buf_free(&st->pending);
+    funcd_buf_printf(&st->pending,
+                     "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\","
+                     "\"status\":\"Failure\",\"code\":429,\"reason\":\"TooManyRequests\","
+                     "\"message\":\"the client fell behind: %zu bytes were waiting to be sent, "
+                     "the limit is %zu (--stream-buffer-limit); what was waiting is dropped: "
+                     "watch again from the last resourceVersion received, or follow the logs "
+                     "again with since= or tailLines=\"}}\n",
+                     held + len, limit);
+    mark_dirty_locked(st);
+    return 1;
+}
+
 static void on_store_event(const funcd_store_event *ev, void *payload)
 {
     stream *st = payload;
@@ -95,8 +139,8 @@ static void on_store_event(const funcd_store_event *ev, void *payload)
         return;
     }
     pthread_mutex_lock(&st->srv->lock);
-    funcd_buf_append(&st->pending, line.data, line.len);
-    mark_dirty_locked(st);
+    if (queue_locked(st, line.data, line.len) == 0)
+        mark_dirty_locked(st);
     pthread_mutex_unlock(&st->srv->lock);
     funcd_buf_free(&line);
 }
@@ -109,6 +153,7 @@ static void flush_stream(stream *st)
     funcd_cp_server *srv = st->srv;
     pthread_mutex_lock(&srv->lock);
     funcd_buf_swap_in(&st->sending, &st->pending);
+    st->sending_len = st->sending.len;
     int final = st->finishing;
     pthread_mutex_unlock(&srv->lock);
     if (st->sending.len == 0 && !final)
@@ -125,8 +170,26 @@ static void on_proceed(h2o_generator_t *gen, h2o_req_t *req)
 {
     stream *st = (stream *)gen;
     st->in_flight = 0;
+    pthread_mutex_lock(&st->srv->lock);
+    st->exempt = 0;
+    st->sending_len = 0;
+    pthread_mutex_unlock(&st->srv->lock);
     funcd_buf_reset(&st->sending);
     flush_stream(st);
+}
+
+/* The stream overflowed and its client still has not taken the batch in
+ * flight: shut the connection, so h2o fails the write and frees it all. */
+static void on_hangup(h2o_timeout_entry_t *entry)
+{
+    stream *st = H2O_STRUCT_FROM_MEMBER(stream, hangup, entry);
+    if (!st->in_flight || st->closed)
+        return;
+    h2o_socket_t *sock = st->req->conn->callbacks->get_socket
+                             ? st->req->conn->callbacks->get_socket(st->req->conn)
+                             : NULL;
+    if (sock)
+        shutdown(h2o_socket_get_fd(sock), SHUT_RDWR);
 }
 
 static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
@@ -149,6 +212,13 @@ static void on_wake(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messag
     /* Streams are only freed on this thread, so the list stays valid. */
     for (stream *st = list, *next; st; st = next) {
         next = st->next_dirty;
+        pthread_mutex_lock(&srv->lock);
+        int overflowed = st->overflowed;
+        pthread_mutex_unlock(&srv->lock);
+        if (overflowed && srv->loop && !h2o_timeout_is_linked(&st->hangup)) {
+            st->hangup.cb = on_hangup;
+            h2o_timeout_link(srv->loop, &srv->hangup_timeout, &st->hangup);
+        }
         flush_stream(st);
     }
 }
@@ -164,6 +234,8 @@ static void dispose_stream(void *p)
     if (st->follower)
         funcd_log_ring_unfollow(st->ring, st->follower);
     funcd_log_ring_unref(st->ring);
+    if (h2o_timeout_is_linked(&st->hangup))
+        h2o_timeout_unlink(&st->hangup);
     pthread_mutex_lock(&srv->lock);
     if (st->prev)
         st->prev->next = st->next;
@@ -193,19 +265,24 @@ static void on_log_line(const funcd_log_line *rec, void *payload)
     funcd_buf line = FUNCD_BUF_INIT;
     if (funcd_log_line_json(&line, rec) == 0) {
         pthread_mutex_lock(&st->srv->lock);
-        funcd_buf_append(&st->pending, line.data, line.len);
-        mark_dirty_locked(st);
+        if (queue_locked(st, line.data, line.len) == 0)
+            mark_dirty_locked(st);
         pthread_mutex_unlock(&st->srv->lock);
     }
     funcd_buf_free(&line);
 }
 
 /* The history is appended by the follow call itself, on this thread, under
- * the ring's lock (so on_log_line cannot run meanwhile). */
+ * the ring's lock (so on_log_line cannot run meanwhile). It counts toward
+ * the stream's limit: a history larger than that ends the stream at once
+ * (the reader asks for less with tailLines or since). */
 static int on_log_history(const char *rec, size_t len, void *payload)
 {
     stream *st = payload;
-    return funcd_buf_append(&st->pending, rec, len) < 0 || funcd_buf_append(&st->pending, "\n", 1) < 0;
+    pthread_mutex_lock(&st->srv->lock);
+    int over = queue_locked(st, rec, len) || queue_locked(st, "\n", 1);
+    pthread_mutex_unlock(&st->srv->lock);
+    return over;
 }
 
 typedef struct added_ctx {
@@ -250,6 +327,9 @@ static void start_stream(funcd_cp_server *srv, h2o_req_t *req, funcd_cp_response
         if (rc == 0 && ac.failed)
             rc = funcd_error_set(FUNCD_EIO, "a stored object is not valid JSON");
     }
+    /* The listing is what a plain list would answer at once: the limit
+     * counts what comes after it. */
+    st->exempt = st->pending.len;
     link_stream(srv, st);
     /* A BOOKMARK says from which revision changes follow; being always
      * there, it also gets the response head out before the first change. */
@@ -320,6 +400,7 @@ static void begin_streaming(funcd_cp_server *srv, h2o_req_t *req, stream *st)
     /* Send the headers (and anything already pending) right away. */
     pthread_mutex_lock(&srv->lock);
     funcd_buf_swap_in(&st->sending, &st->pending);
+    st->sending_len = st->sending.len;
     pthread_mutex_unlock(&srv->lock);
     h2o_iovec_t buf = h2o_iovec_init(st->sending.data, st->sending.len);
     st->in_flight = 1;
@@ -370,6 +451,8 @@ static int on_req(void *payload, h2o_req_t *req)
 static void on_thread_init(void *payload, h2o_context_t *ctx)
 {
     funcd_cp_server *srv = payload;
+    srv->loop = ctx->loop;
+    h2o_timeout_init(ctx->loop, &srv->hangup_timeout, HANGUP_MS);
     h2o_multithread_register_receiver(ctx->queue, &srv->receiver, on_wake);
     pthread_mutex_lock(&srv->lock);
     srv->has_receiver = 1;
@@ -400,18 +483,26 @@ static void on_thread_exit(void *payload, h2o_context_t *ctx)
     if (srv->wake_sent && h2o_linklist_is_linked(&srv->wake.link))
         h2o_linklist_unlink(&srv->wake.link);
     srv->wake_sent = 0;
+    /* A stream whose connection outlived the drain may still wait. */
+    for (stream *st = srv->streams; st; st = st->next)
+        if (h2o_timeout_is_linked(&st->hangup))
+            h2o_timeout_unlink(&st->hangup);
     pthread_mutex_unlock(&srv->lock);
     h2o_multithread_unregister_receiver(ctx->queue, &srv->receiver);
+    h2o_timeout_dispose(ctx->loop, &srv->hangup_timeout);
+    srv->loop = NULL;
 }
 
-int funcd_cp_server_new(funcd_cp_server **out, funcd_cp *cp, const char *addr, char *bound,
-                        size_t bound_len)
+int funcd_cp_server_new(funcd_cp_server **out, funcd_cp *cp, const char *addr,
+                        const funcd_cp_server_limits *limits, char *bound, size_t bound_len)
 {
     *out = NULL;
     funcd_cp_server *srv = calloc(1, sizeof(*srv));
     if (!srv)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the control plane");
     srv->cp = cp;
+    srv->stream_limit = limits && limits->stream_buffer ? limits->stream_buffer
+                                                        : FUNCD_CP_STREAM_BUFFER_DEFAULT;
     pthread_mutex_init(&srv->lock, NULL);
     funcd_httpd_hooks hooks = {on_req, on_thread_init, on_thread_stopping, on_thread_exit, srv};
     int rc = funcd_httpd_new(&srv->httpd, addr, 1, MAX_BUFFERED_BODY, &hooks, bound, bound_len);

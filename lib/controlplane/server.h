@@ -11,8 +11,18 @@
 
 typedef struct funcd_cp_server funcd_cp_server;
 
-int funcd_cp_server_new(funcd_cp_server **out, funcd_cp *cp, const char *addr, char *bound,
-                        size_t bound_len);
+/* Bytes a watch or log stream may hold for a client that reads slower than
+ * events come (docs/operating.md). */
+#define FUNCD_CP_STREAM_BUFFER_DEFAULT ((size_t)2 * 1024 * 1024)
+
+typedef struct funcd_cp_server_limits {
+    size_t stream_buffer;     /* 0: FUNCD_CP_STREAM_BUFFER_DEFAULT */
+    unsigned max_connections; /* 0: FUNCD_HTTPD_MAX_CONNECTIONS_DEFAULT */
+} funcd_cp_server_limits;
+
+/* `limits` may be NULL (the defaults). */
+int funcd_cp_server_new(funcd_cp_server **out, funcd_cp *cp, const char *addr,
+                        const funcd_cp_server_limits *limits, char *bound, size_t bound_len);
 int funcd_cp_server_start(funcd_cp_server *s);
 void funcd_cp_server_stop(funcd_cp_server *s);
 void funcd_cp_server_free(funcd_cp_server *s);

@@ -210,6 +210,14 @@ static int add_to_list(char ***list, funcd_option *o, const char *what)
     return 0;
 }
 
+funcd_option *funcd_with_stream_buffer_limit(size_t bytes)
+{
+    funcd_option *o = opt_new(OPT_STREAM_BUFFER);
+    if (o != &oom_option)
+        o->size = bytes;
+    return o;
+}
+
 funcd_option *funcd_with_seccomp_allow(const char *syscall_name)
 {
     return string_option(OPT_SECCOMP_ALLOW, syscall_name);
@@ -371,6 +379,12 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
         keep_nonzero(&cfg->log_retention_ms, o->n[2]);
         break;
     case OPT_SHUTDOWN_GRACE: keep_nonzero(&cfg->shutdown_grace_ms, o->n[0]); break;
+    case OPT_STREAM_BUFFER:
+        if (o->size < 65536)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_stream_buffer_limit: %zu bytes is "
+                                   "too small (at least 65536)", o->size);
+        cfg->stream_buffer = o->size;
+        break;
     case OPT_TOKEN:
         if (!o->role)
             return funcd_error_set(FUNCD_EINVAL,

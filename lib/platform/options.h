@@ -40,6 +40,7 @@ typedef enum option_kind {
     OPT_HOST_NETWORK,
     OPT_SECCOMP_ALLOW,
     OPT_CGROUP_FAVORDYNMODS,
+    OPT_STREAM_BUFFER,
 } option_kind;
 
 struct funcd_option {
@@ -101,6 +102,7 @@ typedef struct funcd_config {
     uint64_t log_seal_bytes;      /* 0: the default */
     uint64_t log_retention_ms;    /* 0: the default */
     uint64_t shutdown_grace_ms;   /* 0: the default */
+    size_t stream_buffer;         /* 0: the default */
 } funcd_config;
 
 /* Applies presets first, then the rest in order; frees every option. */

@@ -396,7 +396,9 @@ static int build(funcd_platform *p)
     char vj[768];
     version_json(p, vj, sizeof(vj));
     funcd_cp_init(&p->cp, p->cfg.store, &p->cfg.auth, vj);
-    rc = funcd_cp_server_new(&p->cp_server, &p->cp, p->cfg.listen_addr, p->addr, sizeof(p->addr));
+    funcd_cp_server_limits cl = {p->cfg.stream_buffer, 0};
+    rc = funcd_cp_server_new(&p->cp_server, &p->cp, p->cfg.listen_addr, &cl, p->addr,
+                             sizeof(p->addr));
     if (rc < 0)
         return rc;
     funcd_logstore_options lo = {p->cfg.log_seal_ms, p->cfg.log_seal_bytes,

@@ -4,10 +4,15 @@
  * namespace scoping, many writers, and watches that are open while the
  * platform shuts down.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "../harness.h"
 #include "env.h"
@@ -474,6 +479,139 @@ E2E_TEST(shutdown_while_writers_feed_a_watch)
         FAILF("shutdown under load took %lld ms", (long long)took);
 }
 
+/* ---- slow clients ------------------------------------------------------------- */
+
+#define SMALL_LIMIT 65536
+#define PAD 50000
+
+/* A FunctionConfig `name` with a PAD-byte annotation (`fill` repeated). */
+static char *padded_fc(const char *name, char fill)
+{
+    char *body = malloc(PAD + 512);
+    if (!body)
+        return NULL;
+    int n = snprintf(body, 512,
+                     "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"FunctionConfig\",\"metadata\":"
+                     "{\"name\":\"%s\",\"annotations\":{\"pad\":\"",
+                     name);
+    memset(body + n, fill, PAD);
+    snprintf(body + n + PAD, 512,
+             "\"}},\"spec\":{\"image\":\"img\",\"binaryExecutor\":{\"path\":\"img\"}}}");
+    return body;
+}
+
+static int up_small_limit(env *e)
+{
+    return env_up_with(e, NULL, funcd_with_stream_buffer_limit(SMALL_LIMIT), NULL, NULL);
+}
+
+/* A client that stops reading while events pile up past the limit: when it
+ * reads again it finds a final ERROR event (429) and the end of the stream. */
+static void slow_watcher_body(env *e)
+{
+    int port = 0;
+    CHECK(sscanf(e->base, "http://127.0.0.1:%d", &port) == 1);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    CHECK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    static const char req[] = "GET " FCS "?watch=true HTTP/1.1\r\nHost: funcd\r\n"
+                              "Authorization: Bearer " DEV_TOKEN "\r\n\r\n";
+    CHECK(send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) == (ssize_t)sizeof(req) - 1);
+    env_sleep_ms(200); /* the watch is registered */
+    int written = 0;
+    /* 4 MB of events: more than the kernel's socket buffers take (over
+     * 1 MB on loopback) plus the limit. */
+    for (int i = 0; i < 80; i++) {
+        char *body = padded_fc("big", (char)('a' + i % 26));
+        written += body && REQ("PUT", FCS "/big", DEV_TOKEN, body) / 100 == 2;
+        free(body);
+    }
+    CHECK_INT(written, 80);
+    /* Now read it all: up to the end of the response. */
+    size_t cap = 16 << 20, got = 0;
+    char *all = malloc(cap);
+    CHECK(all);
+    int ended = 0;
+    for (int64_t t0 = e2e_now_ms(); !ended && e2e_now_ms() - t0 < 8000;) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 200) <= 0)
+            continue;
+        ssize_t n = recv(fd, all + got, cap - 1 - got, 0);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        all[got] = '\0';
+        ended = got >= 5 && memcmp(all + got - 5, "0\r\n\r\n", 5) == 0;
+    }
+    close(fd);
+    const char *err = got ? strstr(all, "{\"type\":\"ERROR\"") : NULL;
+    int events = 0;
+    for (const char *p = all; got && (p = strstr(p, "\"type\":\"MODIFIED\"")); p++)
+        events++;
+    fprintf(stderr, "  %zu bytes read, %d MODIFIED events before the end\n", got, events);
+    int ok = ended && err && strstr(err, "\"code\":429") &&
+             strstr(err, "\"reason\":\"TooManyRequests\"") && strstr(err, "fell behind") &&
+             !strstr(err + 8, "\"type\":"); /* the last event */
+    if (!ok) {
+        fprintf(stderr, "  the stream's tail: %.400s\n  last bytes:", got > 400 ? all + got - 400 : all);
+        for (size_t i = got > 12 ? got - 12 : 0; i < got; i++)
+            fprintf(stderr, " %02x", (unsigned char)all[i]);
+        fprintf(stderr, "\n");
+    }
+    free(all);
+    CHECK(ok);
+    CHECK(events < 79);
+}
+
+TEST(slow_watcher_gets_an_error_event_and_the_stream_ends)
+{
+    env e_;
+    if (up_small_limit(&e_) < 0) {
+        env_down(&e_);
+        FAILF("cannot start a platform: %s", funcd_error_last()->message);
+    }
+    slow_watcher_body(&e_);
+    env_down(&e_);
+}
+
+/* The initial listing of a watch may be larger than the limit: it is what a
+ * plain list would answer at once. */
+static void big_listing_body(env *e)
+{
+    char name[32];
+    for (int i = 0; i < 20; i++) {
+        snprintf(name, sizeof(name), "big%d", i);
+        char *body = padded_fc(name, 'x');
+        CHECK(body);
+        long st = REQ("POST", FCS, DEV_TOKEN, body);
+        free(body);
+        CHECK_INT(st, 201);
+    }
+    e2e_watch *w = env_watch(e, FCS "?watch=true", DEV_TOKEN);
+    CHECK_INT(e2e_watch_status(w, 3000), 200);
+    for (int i = 0; i < 20; i++) {
+        cJSON *ev = env_event(e, w, 3000);
+        if (!ev)
+            FAILF("only %d of 20 listed objects", i);
+        CHECK_STR(jstr(ev, "type"), "ADDED");
+    }
+    CHECK(quiet(w));
+}
+
+TEST(a_listing_larger_than_the_limit_is_sent_whole)
+{
+    env e_;
+    if (up_small_limit(&e_) < 0) {
+        env_down(&e_);
+        FAILF("cannot start a platform: %s", funcd_error_last()->message);
+    }
+    big_listing_body(&e_);
+    env_down(&e_);
+}
+
 int main(void)
 {
     e2e_client_global_init();
@@ -489,6 +627,8 @@ int main(void)
     RUN_ISOLATED(concurrent_writers_are_seen_without_gaps);
     RUN_ISOLATED(watch_open_while_the_platform_shuts_down);
     RUN_ISOLATED(shutdown_while_writers_feed_a_watch);
+    RUN_ISOLATED(slow_watcher_gets_an_error_event_and_the_stream_ends);
+    RUN_ISOLATED(a_listing_larger_than_the_limit_is_sent_whole);
     e2e_client_global_cleanup();
     return HARNESS_END();
 }
