@@ -25,8 +25,16 @@ typedef enum ctl_output {
 
 typedef struct ctl_command ctl_command;
 
+/* The -o formats a command prints, as a mask of (1 << ctl_output). */
+#define CTL_OUT_BIT(o) (1u << (o))
+#define CTL_OUTS_ALL 0x1fu
+#define CTL_OUTS_OBJECTS                                                                        \
+    (CTL_OUT_BIT(CTL_OUT_TABLE) | CTL_OUT_BIT(CTL_OUT_JSON) | CTL_OUT_BIT(CTL_OUT_YAML) |        \
+     CTL_OUT_BIT(CTL_OUT_NAME))
+
 typedef struct ctl_ctx {
     const char *server;
+    int server_explicit; /* --server or FUNCD_SERVER was given */
     const char *token;
     const char *ns;
     int ns_explicit; /* -n was given: a manifest's own namespace must then agree */
@@ -41,7 +49,40 @@ struct ctl_command {
     const char *summary; /* one line for `funcdctl --help` */
     const char *usage;   /* "apply -f FILE|-": what follows `funcdctl ` */
     const char *help;    /* flags and examples for `funcdctl CMD --help`, or NULL */
+    unsigned outputs;    /* the -o formats it prints (CTL_OUT_BIT); others are refused */
 };
+
+/* Whether argv[i] ends the flags ("--"): sets *only and returns 1. Every
+ * command's parser calls it first and, once *only is set, takes every
+ * argument as an operand. */
+int ctl_end_of_flags(const char *arg, int *only);
+
+/* Whether `arg` is to be read as a flag: not after "--", starts with '-'
+ * and is more than "-". */
+int ctl_is_flag(const char *arg, int only);
+
+/* An operand naming objects: "KIND/NAME", or NAME with `kind` known. */
+typedef struct ctl_ref {
+    const funcd_kind *kind;
+    const char *name;
+} ctl_ref;
+
+/*
+ * Reads the operands of get/delete/describe: `KIND NAME...`, `KIND`, or
+ * `KIND/NAME...` (kinds may differ; what `-o name` prints). *refs gets one
+ * entry per name (malloc()ed, caller frees), *kind the KIND of the first
+ * form (NULL for KIND/NAME). Usage error printed on a bad operand.
+ */
+int ctl_parse_refs(const ctl_ctx *ctx, int nargs, char **args, const funcd_kind **kind,
+                   ctl_ref **refs, int *nrefs);
+
+/* The data plane's base URL: `flag` (--data-plane), FUNCD_DATA_PLANE, or
+ * what /version reports. malloc()ed; NULL with the message printed, unless
+ * `quiet` (then NULL silently). */
+char *ctl_data_plane_url(ctl_ctx *ctx, const char *flag, int quiet);
+
+/* The dispatch table (for completion). */
+const ctl_command *ctl_commands(size_t *n);
 
 /* The HTTP client for ctx->server, created on first use; NULL (message
  * printed) if it cannot be created. */
@@ -96,5 +137,8 @@ int cmd_invoke(ctl_ctx *ctx, int argc, char **argv);
 int cmd_logs(ctl_ctx *ctx, int argc, char **argv);
 int cmd_fn(ctl_ctx *ctx, int argc, char **argv);
 int cmd_pull(ctl_ctx *ctx, int argc, char **argv);
+int cmd_scale(ctl_ctx *ctx, int argc, char **argv);
+int cmd_create(ctl_ctx *ctx, int argc, char **argv);
+int cmd_completion(ctl_ctx *ctx, int argc, char **argv);
 
 #endif

@@ -138,8 +138,9 @@ char *ctl_api_path(ctl_client *c, const char *ns, const char *plural, const char
                    const char *sub)
 {
     funcd_buf b = FUNCD_BUF_INIT;
-    int rc = funcd_buf_puts(&b, "/apis/" FUNCD_API_VERSION "/namespaces");
-    if (rc == 0)
+    int rc = funcd_buf_puts(&b, ns ? "/apis/" FUNCD_API_VERSION "/namespaces"
+                                   : "/apis/" FUNCD_API_VERSION);
+    if (rc == 0 && ns)
         rc = append_segment(c, &b, ns);
     if (rc == 0)
         rc = append_segment(c, &b, plural);

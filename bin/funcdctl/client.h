@@ -37,7 +37,8 @@ char *ctl_normalize_url(const char *url);
 const char *ctl_client_server(const ctl_client *c);
 
 /* "/apis/funcd.dev/v1/namespaces/NS/PLURAL[/NAME]" with NS and NAME
- * percent-encoded; malloc()ed, NULL on OOM. */
+ * percent-encoded ("/apis/funcd.dev/v1/PLURAL" when NS is NULL: every
+ * namespace); malloc()ed, NULL on OOM. */
 char *ctl_resource_path(ctl_client *c, const char *ns, const funcd_kind *kind, const char *name);
 
 /* The same for any collection ("bundles"), with an optional subresource:

@@ -186,13 +186,17 @@ static int apply_one(apply_state *st, const ctl_target *t, cJSON *obj)
 int cmd_apply(ctl_ctx *ctx, int argc, char **argv)
 {
     const char *file = NULL;
+    int only = 0;
     for (int i = 0; i < argc; i++) {
         const char *value;
-        int r = ctl_flag_value(ctx, argc, argv, &i, "-f", "--filename", &value);
+        if (ctl_end_of_flags(argv[i], &only))
+            continue;
+        int r = only ? 0 : ctl_flag_value(ctx, argc, argv, &i, "-f", "--filename", &value);
         if (r < 0)
             return CTL_EXIT_USAGE;
         if (r == 0)
-            return ctl_usage(ctx, "unexpected argument \"%s\"", argv[i]);
+            return ctl_usage(ctx, "unexpected %s \"%s\" (apply reads -f FILE)",
+                             ctl_is_flag(argv[i], only) ? "flag" : "argument", argv[i]);
         if (file)
             return ctl_usage(ctx, "give -f once (put several objects in one file, "
                                   "separated by ---)");
@@ -200,8 +204,6 @@ int cmd_apply(ctl_ctx *ctx, int argc, char **argv)
     }
     if (!file)
         return ctl_usage(ctx, "apply needs -f FILE (or -f - to read standard input)");
-    if (ctx->output == CTL_OUT_WIDE)
-        ctx->output = CTL_OUT_TABLE;
 
     cJSON *objects;
     if (ctl_read_manifest(file, &objects) != 0)

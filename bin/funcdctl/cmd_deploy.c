@@ -29,9 +29,12 @@
 
 typedef struct deploy_opts {
     const char *dir, *image, *name, *runtime, *handler, *mode, *timeout;
-    const char *min, *max, *concurrency, *wait_timeout;
+    const char *min, *max, *concurrency, *queue, *idle_timeout, *wait_timeout;
+    const char *memory, *cpu, *pids;
     const char **env;
     size_t nenv;
+    const char **labels; /* --label */
+    size_t nlabels;
     const char **secrets; /* --pull-secret */
     size_t nsecrets;
     int no_wait;
@@ -143,9 +146,25 @@ static int check_opts(const ctl_ctx *ctx, deploy_opts *o)
     for (size_t i = 0; i < o->nenv; i++)
         if (o->env[i][0] == '=' || !strchr(o->env[i], '='))
             return ctl_usage(ctx, "--env takes NAME=VALUE, not \"%s\"", o->env[i]);
+    for (size_t i = 0; i < o->nlabels; i++)
+        if (o->labels[i][0] == '=' || !strchr(o->labels[i], '='))
+            return ctl_usage(ctx, "--label takes KEY=VALUE, not \"%s\"", o->labels[i]);
+    uint64_t q;
+    if (o->memory && (funcd_parse_quantity(o->memory, &q) != 0 || q == 0))
+        return ctl_usage(ctx, "--memory takes a quantity of bytes such as 256Mi or 1Gi, not "
+                              "\"%s\"",
+                         o->memory);
+    if (o->cpu && (funcd_parse_cpu_millis(o->cpu, &q) != 0 || q == 0))
+        return ctl_usage(ctx, "--cpu takes a CPU quantity such as 1, 0.5 or 500m, not \"%s\"",
+                         o->cpu);
+    if (o->idle_timeout && strcmp(o->idle_timeout, "0") != 0 &&
+        check_duration(ctx, "--idle-timeout", o->idle_timeout, NULL))
+        return CTL_EXIT_USAGE;
     o->wait_ms = DEFAULT_WAIT_MS;
     if (parse_count(ctx, "--min", o->min, &unused) || parse_count(ctx, "--max", o->max, &unused) ||
         parse_count(ctx, "--concurrency", o->concurrency, &unused) ||
+        parse_count(ctx, "--queue", o->queue, &unused) ||
+        parse_count(ctx, "--pids", o->pids, &unused) ||
         check_duration(ctx, "--timeout", o->timeout, NULL) ||
         check_duration(ctx, "--wait-timeout", o->wait_timeout, &o->wait_ms))
         return CTL_EXIT_USAGE;
@@ -168,8 +187,13 @@ static int take_flag(ctl_ctx *ctx, int argc, char **argv, int *i, deploy_opts *o
         {"--min", offsetof(deploy_opts, min)},
         {"--max", offsetof(deploy_opts, max)},
         {"--concurrency", offsetof(deploy_opts, concurrency)},
+        {"--queue", offsetof(deploy_opts, queue)},
+        {"--idle-timeout", offsetof(deploy_opts, idle_timeout)},
         {"--wait-timeout", offsetof(deploy_opts, wait_timeout)},
         {"--image", offsetof(deploy_opts, image)},
+        {"--memory", offsetof(deploy_opts, memory)},
+        {"--cpu", offsetof(deploy_opts, cpu)},
+        {"--pids", offsetof(deploy_opts, pids)},
     };
     const char *value;
     for (size_t f = 0; f < sizeof(flags) / sizeof(flags[0]); f++) {
@@ -189,6 +213,11 @@ static int take_flag(ctl_ctx *ctx, int argc, char **argv, int *i, deploy_opts *o
         o->secrets[o->nsecrets++] = value;
     if (r != 0)
         return r;
+    r = ctl_flag_value(ctx, argc, argv, i, NULL, "--label", &value);
+    if (r > 0)
+        o->labels[o->nlabels++] = value;
+    if (r != 0)
+        return r;
     r = ctl_flag_value(ctx, argc, argv, i, "-e", "--env", &value);
     if (r > 0)
         o->env[o->nenv++] = value;
@@ -197,18 +226,18 @@ static int take_flag(ctl_ctx *ctx, int argc, char **argv, int *i, deploy_opts *o
 
 static int parse(ctl_ctx *ctx, int argc, char **argv, deploy_opts *o)
 {
-    int positional_only = 0;
+    int only = 0;
     for (int i = 0; i < argc; i++) {
-        int r = positional_only ? 0 : take_flag(ctx, argc, argv, &i, o);
+        if (ctl_end_of_flags(argv[i], &only))
+            continue;
+        int r = only ? 0 : take_flag(ctx, argc, argv, &i, o);
         if (r < 0)
             return CTL_EXIT_USAGE;
         if (r > 0)
             continue;
-        if (!positional_only && !strcmp(argv[i], "--no-wait")) {
+        if (!only && !strcmp(argv[i], "--no-wait")) {
             o->no_wait = 1;
-        } else if (!positional_only && !strcmp(argv[i], "--")) {
-            positional_only = 1;
-        } else if (!positional_only && argv[i][0] == '-' && argv[i][1] != '\0') {
+        } else if (ctl_is_flag(argv[i], only)) {
             return ctl_usage(ctx, "unknown flag \"%s\"", argv[i]);
         } else if (o->dir) {
             return ctl_usage(ctx, "deploy takes one DIR (got \"%s\" and \"%s\")", o->dir,
@@ -222,88 +251,157 @@ static int parse(ctl_ctx *ctx, int argc, char **argv, deploy_opts *o)
 
 /* ---- the Function --------------------------------------------------------- */
 
-static int add_count(cJSON *scaling, const char *key, const char *value)
+/* parent[key] as an object, created (or replacing a non-object) if need be. */
+static cJSON *object_at(cJSON *parent, const char *key)
 {
-    return !value || cJSON_AddNumberToObject(scaling, key, strtod(value, NULL)) ? 0 : -1;
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(parent, key);
+    if (cJSON_IsObject(v))
+        return v;
+    cJSON_DeleteItemFromObjectCaseSensitive(parent, key);
+    return cJSON_AddObjectToObject(parent, key);
 }
 
-static int add_env(cJSON *spec, const deploy_opts *o)
+/* Sets parent[key] to `v` (taken), replacing what was there. */
+static int set_item(cJSON *parent, const char *key, cJSON *v)
 {
-    if (o->nenv == 0)
-        return 0;
-    cJSON *env = cJSON_AddObjectToObject(spec, "env");
-    for (size_t i = 0; env && i < o->nenv; i++) {
-        const char *eq = strchr(o->env[i], '=');
-        char *key = funcd_strndup(o->env[i], (size_t)(eq - o->env[i]));
-        if (!key)
-            return -1;
-        cJSON_DeleteItemFromObjectCaseSensitive(env, key); /* the last one given wins */
-        cJSON *value = cJSON_AddStringToObject(env, key, eq + 1);
+    if (!parent || !v) {
+        cJSON_Delete(v);
+        return -1;
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(parent, key);
+    return cJSON_AddItemToObject(parent, key, v) ? 0 : (cJSON_Delete(v), -1);
+}
+
+static int set_string(cJSON *parent, const char *key, const char *value)
+{
+    return !value ? 0 : set_item(parent, key, cJSON_CreateString(value));
+}
+
+static int set_count(cJSON *parent, const char *key, const char *value)
+{
+    return !value ? 0 : set_item(parent, key, cJSON_CreateNumber(strtod(value, NULL)));
+}
+
+/* KEY=VALUE pairs into `map` (the last one given wins). */
+static int set_pairs(cJSON *map, const char **pairs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *eq = strchr(pairs[i], '=');
+        char *key = funcd_strndup(pairs[i], (size_t)(eq - pairs[i]));
+        int rc = key ? set_string(map, key, eq + 1) : -1;
         free(key);
-        if (!value)
+        if (rc != 0)
             return -1;
     }
-    return env ? 0 : -1;
+    return 0;
 }
 
-static int add_pull_secrets(cJSON *spec, const deploy_opts *o)
+static int set_pull_secrets(cJSON *spec, const deploy_opts *o)
 {
+    if (!o->image) /* a bundle needs none: what an image left behind goes */
+        cJSON_DeleteItemFromObjectCaseSensitive(spec, "imagePullSecrets");
     if (o->nsecrets == 0)
         return 0;
-    cJSON *names = cJSON_AddArrayToObject(spec, "imagePullSecrets");
+    cJSON *names = cJSON_CreateArray();
     for (size_t i = 0; names && i < o->nsecrets; i++) {
         cJSON *name = cJSON_CreateString(o->secrets[i]);
         if (!name || !cJSON_AddItemToArray(names, name)) {
             cJSON_Delete(name);
+            cJSON_Delete(names);
             return -1;
         }
     }
-    return names ? 0 : -1;
+    return set_item(spec, "imagePullSecrets", names);
 }
 
-/* `digest`: the bundle uploaded, or NULL when the Function runs o->image. */
-static int add_spec(cJSON *fn, const deploy_opts *o, const char *digest)
+/*
+ * The spec: the current one (NULL for a new Function) with what the flags
+ * say on top. The source is always replaced; env, scaling, resources are
+ * merged key by key; everything else a flag does not name is kept, so a
+ * field set with `apply` survives the next deploy. `digest`: the bundle
+ * uploaded, or NULL when the Function runs o->image.
+ */
+static int set_spec(cJSON *fn, const deploy_opts *o, const cJSON *current, const char *digest)
 {
-    cJSON *spec = cJSON_AddObjectToObject(fn, "spec");
-    cJSON *source = spec ? cJSON_CreateObject() : NULL;
-    if (!source || !cJSON_AddStringToObject(spec, "runtime", o->runtime) ||
-        (o->handler && !cJSON_AddStringToObject(spec, "handler", o->handler)) ||
-        (o->mode && !cJSON_AddStringToObject(spec, "mode", o->mode)) ||
-        !cJSON_AddItemToObject(spec, "source", source)) {
-        cJSON_Delete(source);
+    cJSON *spec = current ? cJSON_Duplicate(current, 1) : cJSON_CreateObject();
+    if (!spec || !cJSON_AddItemToObject(fn, "spec", spec)) {
+        cJSON_Delete(spec);
         return -1;
     }
+    cJSON *source = cJSON_CreateObject();
     /* The image as the user named it, not the digest just pulled: a tag the
      * user moves later is theirs to follow (status.source.digest says which
      * one runs). */
-    if ((digest ? !cJSON_AddStringToObject(source, "bundle", digest)
-                : !cJSON_AddStringToObject(source, "image", o->image)) ||
-        add_pull_secrets(spec, o) != 0 || add_env(spec, o) != 0 ||
-        (o->timeout && !cJSON_AddStringToObject(spec, "timeout", o->timeout)))
+    if (!source || !(digest ? cJSON_AddStringToObject(source, "bundle", digest)
+                            : cJSON_AddStringToObject(source, "image", o->image))) {
+        cJSON_Delete(source);
         return -1;
-    if (!o->min && !o->max && !o->concurrency)
-        return 0;
-    cJSON *scaling = cJSON_AddObjectToObject(spec, "scaling");
-    if (!scaling || add_count(scaling, "minReplicas", o->min) != 0 ||
-        add_count(scaling, "maxReplicas", o->max) != 0 ||
-        add_count(scaling, "concurrency", o->concurrency) != 0)
+    }
+    if (set_item(spec, "source", source) != 0 || set_string(spec, "runtime", o->runtime) != 0 ||
+        set_string(spec, "handler", o->handler) != 0 || set_string(spec, "mode", o->mode) != 0 ||
+        set_string(spec, "timeout", o->timeout) != 0 || set_pull_secrets(spec, o) != 0)
         return -1;
+    if (o->nenv && set_pairs(object_at(spec, "env"), o->env, o->nenv) != 0)
+        return -1;
+    if (o->min || o->max || o->concurrency || o->queue || o->idle_timeout) {
+        cJSON *scaling = object_at(spec, "scaling");
+        if (!scaling || set_count(scaling, "minReplicas", o->min) != 0 ||
+            set_count(scaling, "maxReplicas", o->max) != 0 ||
+            set_count(scaling, "concurrency", o->concurrency) != 0 ||
+            set_count(scaling, "queueLength", o->queue) != 0 ||
+            set_string(scaling, "idleTimeout", o->idle_timeout) != 0)
+            return -1;
+    }
+    if (o->memory || o->cpu || o->pids) {
+        cJSON *res = object_at(spec, "resources");
+        if (!res || set_string(res, "memory", o->memory) != 0 ||
+            set_string(res, "cpu", o->cpu) != 0 || set_count(res, "pids", o->pids) != 0)
+            return -1;
+    }
     return 0;
 }
 
-static cJSON *build_function(const ctl_ctx *ctx, const deploy_opts *o, const char *digest)
+/* The Function to apply, from `current` (the one the server has, or NULL). */
+static cJSON *build_function(const ctl_ctx *ctx, const deploy_opts *o, const cJSON *current,
+                             const char *digest)
 {
     cJSON *fn = cJSON_CreateObject();
     cJSON *meta = NULL;
+    const cJSON *labels = ctl_get_path(current, "metadata.labels");
+    const char *rv = ctl_get_string(current, "metadata.resourceVersion");
     if (!fn || !cJSON_AddStringToObject(fn, "apiVersion", FUNCD_API_VERSION) ||
         !cJSON_AddStringToObject(fn, "kind", "Function") ||
         !(meta = cJSON_AddObjectToObject(fn, "metadata")) ||
         !cJSON_AddStringToObject(meta, "name", o->name) ||
-        !cJSON_AddStringToObject(meta, "namespace", ctx->ns) || add_spec(fn, o, digest) != 0) {
+        !cJSON_AddStringToObject(meta, "namespace", ctx->ns) ||
+        /* the revision merged onto: a change made since is refused (409) */
+        (rv && !cJSON_AddStringToObject(meta, "resourceVersion", rv)) ||
+        (labels && set_item(meta, "labels", cJSON_Duplicate(labels, 1)) != 0) ||
+        (o->nlabels && set_pairs(object_at(meta, "labels"), o->labels, o->nlabels) != 0) ||
+        set_spec(fn, o, ctl_get_path(current, "spec"), digest) != 0) {
         cJSON_Delete(fn);
         return NULL;
     }
     return fn;
+}
+
+/* The Function as the server has it: 0 and *out (NULL when there is none),
+ * or CTL_EXIT_ERROR (reported). */
+static int read_current(ctl_ctx *ctx, ctl_client *client, const char *name, cJSON **out)
+{
+    char *path = ctl_api_path(client, ctx->ns, "functions", name, NULL);
+    ctl_response resp = CTL_RESPONSE_INIT;
+    int rc = 0;
+    *out = NULL;
+    if (!path || ctl_request(client, "GET", path, NULL, &resp) != 0)
+        rc = CTL_EXIT_ERROR;
+    else if (resp.code == 200)
+        rc = (*out = ctl_response_json(client, &resp)) ? 0 : CTL_EXIT_ERROR;
+    else if (resp.code != 404)
+        rc = ctl_report_status(client, &resp, NULL, ctx->ns);
+    ctl_response_free(&resp);
+    free(path);
+    return rc;
 }
 
 /* ---- pack and upload ------------------------------------------------------ */
@@ -545,11 +643,15 @@ static int apply_and_wait(ctl_ctx *ctx, ctl_client *client, const deploy_opts *o
 {
     ctl_target t = {.kind = funcd_kind_by_kind("Function"), .name = o->name, .ns = ctx->ns};
     snprintf(t.what, sizeof(t.what), "function/%s", o->name);
-    cJSON *fn = build_function(ctx, o, digest);
+    cJSON *current = NULL, *fn = NULL;
     waiter w = {.name = o->name};
     const char *verb = NULL;
-    int rc = fn ? ctl_apply_object(client, &t, fn, CTL_APPLY_KEEP_METADATA, &w.last, &verb)
-                : ctl_fail("out of memory");
+    int rc = read_current(ctx, client, o->name, &current);
+    if (rc == 0 && !(fn = build_function(ctx, o, current, digest)))
+        rc = ctl_fail("out of memory");
+    if (rc == 0)
+        rc = ctl_apply_object(client, &t, fn, CTL_APPLY_KEEP_METADATA, &w.last, &verb);
+    cJSON_Delete(current);
     cJSON_Delete(fn);
     if (rc != 0) {
         ctl_status_clear();
@@ -613,7 +715,9 @@ int cmd_deploy(ctl_ctx *ctx, int argc, char **argv)
     deploy_opts o = {0};
     o.env = calloc((size_t)argc + 1, sizeof(*o.env));
     o.secrets = calloc((size_t)argc + 1, sizeof(*o.secrets));
-    int rc = o.env && o.secrets ? parse(ctx, argc, argv, &o) : ctl_fail("out of memory");
+    o.labels = calloc((size_t)argc + 1, sizeof(*o.labels));
+    int rc = o.env && o.secrets && o.labels ? parse(ctx, argc, argv, &o)
+                                            : ctl_fail("out of memory");
     if (rc == 0) {
         progress pg = {.tty = isatty(STDERR_FILENO), .name = o.name};
         ctl_client *client = ctl_ctx_client(ctx);
@@ -622,6 +726,7 @@ int cmd_deploy(ctl_ctx *ctx, int argc, char **argv)
         else
             rc = o.image ? deploy_image(ctx, client, &o, &pg) : deploy_dir(ctx, client, &o, &pg);
     }
+    free(o.labels);
     free(o.secrets);
     free(o.env);
     return rc;

@@ -48,7 +48,7 @@ static void created_field(const cJSON *obj, int64_t now)
     field("Created:", ts ? buf : NULL);
 }
 
-static void print_metadata(const cJSON *obj, int64_t now)
+static void print_metadata(const cJSON *obj, int64_t now, const char *url_base)
 {
     field("Name:", ctl_get_string(obj, "metadata.name"));
     field("Namespace:", ctl_get_string(obj, "metadata.namespace"));
@@ -60,6 +60,12 @@ static void print_metadata(const cJSON *obj, int64_t now)
     created_field(obj, now);
     map_field("Labels:", ctl_get_path(obj, "metadata.labels"));
     map_field("Annotations:", ctl_get_path(obj, "metadata.annotations"));
+    const char *kind = ctl_get_string(obj, "kind");
+    if (kind && !strcmp(kind, "Function")) {
+        char *url = ctl_function_url(url_base, obj);
+        field("URL:", url ? url : "<unknown: the server does not say where its data plane is>");
+        free(url);
+    }
 }
 
 static void print_yaml_section(const char *label, const cJSON *v)
@@ -139,9 +145,9 @@ static int print_conditions(const cJSON *obj)
     return rc == 0 ? 0 : ctl_fail("out of memory");
 }
 
-static int describe(const funcd_kind *kind, const cJSON *obj)
+static int describe(const funcd_kind *kind, const cJSON *obj, const char *url_base)
 {
-    print_metadata(obj, funcd_now_ms());
+    print_metadata(obj, funcd_now_ms(), url_base);
     if (kind->has_spec)
         print_yaml_section("Spec:", ctl_get_path(obj, "spec"));
     else
@@ -154,43 +160,80 @@ static int describe(const funcd_kind *kind, const cJSON *obj)
     return print_conditions(obj);
 }
 
-int cmd_describe(ctl_ctx *ctx, int argc, char **argv)
+/* One object: 0, CTL_EXIT_ERROR (reported), -1 when funcd is unreachable. */
+static int describe_one(ctl_ctx *ctx, ctl_client *client, const ctl_ref *ref,
+                        const char *url_base, int index)
 {
-    const char *args[2];
-    int nargs = 0;
-    if (ctx->output != CTL_OUT_TABLE)
-        return ctl_usage(ctx, "describe prints text only; for JSON or YAML use "
-                              "`funcdctl get KIND NAME -o json|yaml`");
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--"))
-            continue;
-        if (argv[i][0] == '-' && argv[i][1] != '\0')
-            return ctl_usage(ctx, "unknown flag \"%s\"", argv[i]);
-        if (nargs == 2)
-            return ctl_usage(ctx, "too many arguments: describe takes a KIND and a NAME");
-        args[nargs++] = argv[i];
-    }
-    if (nargs < 2)
-        return ctl_usage(ctx, "describe needs KIND NAME, e.g. `funcdctl describe fn hello`");
-    const funcd_kind *kind = ctl_kind_arg(ctx, args[0]);
-    if (!kind)
-        return CTL_EXIT_USAGE;
-
-    ctl_client *client = ctl_ctx_client(ctx);
-    char *path = client ? ctl_resource_path(client, ctx->ns, kind, args[1]) : NULL;
+    char *path = ctl_resource_path(client, ctx->ns, ref->kind, ref->name);
     ctl_response resp = CTL_RESPONSE_INIT;
     cJSON *obj = NULL;
+    char what[160];
     int rc;
+    snprintf(what, sizeof(what), "%s/%s", ref->kind->singular, ref->name);
     if (!path || ctl_request(client, "GET", path, NULL, &resp) != 0)
-        rc = CTL_EXIT_ERROR;
+        rc = -1;
     else if (resp.code != 200)
-        rc = ctl_report_status(client, &resp, NULL, ctx->ns);
+        rc = ctl_report_status(client, &resp, what, ctx->ns);
     else if (!(obj = ctl_response_json(client, &resp)))
         rc = CTL_EXIT_ERROR;
-    else
-        rc = describe(kind, obj);
+    else if (ctx->output == CTL_OUT_NAME)
+        rc = (ctl_print_name(ref->kind, obj, stdout), 0);
+    else if (ctx->output == CTL_OUT_JSON)
+        rc = (ctl_print_json(obj, stdout), 0);
+    else if (ctx->output == CTL_OUT_YAML)
+        rc = (index ? fputs("---\n", stdout) : 0, ctl_print_yaml(obj, stdout) == 0)
+                 ? 0
+                 : CTL_EXIT_ERROR;
+    else {
+        if (index)
+            fputc('\n', stdout);
+        rc = describe(ref->kind, obj, url_base);
+    }
     cJSON_Delete(obj);
     ctl_response_free(&resp);
     free(path);
     return rc;
+}
+
+int cmd_describe(ctl_ctx *ctx, int argc, char **argv)
+{
+    char **args = calloc((size_t)argc + 1, sizeof(*args));
+    int nargs = 0, only = 0;
+    if (!args)
+        return ctl_fail("out of memory");
+    for (int i = 0; i < argc; i++) {
+        if (ctl_end_of_flags(argv[i], &only))
+            continue;
+        if (ctl_is_flag(argv[i], only)) {
+            free(args);
+            return ctl_usage(ctx, "unknown flag \"%s\"", argv[i]);
+        }
+        args[nargs++] = argv[i];
+    }
+    const funcd_kind *kind;
+    ctl_ref *refs = NULL;
+    int nrefs = 0;
+    int rc = ctl_parse_refs(ctx, nargs, args, &kind, &refs, &nrefs);
+    if (rc == 0 && nrefs == 0)
+        rc = ctl_usage(ctx, "describe needs KIND NAME, e.g. `funcdctl describe fn hello`");
+    ctl_client *client = rc == 0 ? ctl_ctx_client(ctx) : NULL;
+    if (rc == 0 && !client)
+        rc = CTL_EXIT_ERROR;
+    char *url = NULL;
+    for (int i = 0; rc == 0 && i < nrefs; i++)
+        if (ctx->output == CTL_OUT_TABLE && !strcmp(refs[i].kind->kind, "Function")) {
+            url = ctl_data_plane_url(ctx, NULL, 1);
+            break;
+        }
+    int failed = 0;
+    for (int i = 0; rc == 0 && i < nrefs; i++) {
+        int r = describe_one(ctx, client, &refs[i], url, i);
+        if (r < 0)
+            rc = CTL_EXIT_ERROR;
+        failed |= r != 0;
+    }
+    free(url);
+    free(refs);
+    free(args);
+    return rc ? rc : failed ? CTL_EXIT_ERROR : 0;
 }

@@ -59,17 +59,25 @@ static int parse_timeout(const ctl_ctx *ctx, const char *value, int64_t *out)
 static int parse_eval(ctl_ctx *ctx, int argc, char **argv, eval_opts *o)
 {
     const char *timeout = NULL;
+    int only = 0;
     for (int i = 0; i < argc; i++) {
         int r;
-        if ((r = ctl_flag_value(ctx, argc, argv, &i, "-f", "--filename", &o->file)) != 0 ||
+        if (ctl_end_of_flags(argv[i], &only))
+            continue;
+        if (only) {
+            r = 0;
+        } else if ((r = ctl_flag_value(ctx, argc, argv, &i, "-f", "--filename", &o->file)) != 0 ||
             (r = ctl_flag_value(ctx, argc, argv, &i, NULL, "--exec", &o->exec_path)) != 0 ||
             (r = ctl_flag_value(ctx, argc, argv, &i, NULL, "--runner", &o->runner)) != 0 ||
             (r = ctl_flag_value(ctx, argc, argv, &i, NULL, "--timeout", &timeout)) != 0) {
             if (r < 0)
                 return CTL_EXIT_USAGE;
-        } else if (!strcmp(argv[i], "-")) {
+        }
+        if (r != 0) {
+            continue;
+        } else if (!only && !strcmp(argv[i], "-")) {
             o->file = "-";
-        } else if (argv[i][0] == '-') {
+        } else if (ctl_is_flag(argv[i], only)) {
             return ctl_usage(ctx, "unknown flag \"%s\"", argv[i]);
         } else if (o->image) {
             return ctl_usage(ctx, "fn eval takes one IMAGE, got \"%s\" and \"%s\"", o->image,
@@ -91,8 +99,6 @@ static int parse_eval(ctl_ctx *ctx, int argc, char **argv, eval_opts *o)
         return ctl_usage(ctx, "-f needs a FILE, or - for standard input");
     if (!o->file && isatty(STDIN_FILENO))
         return ctl_usage(ctx, "fn eval reads a ResourceList: give -f FILE, or pipe it in");
-    if (ctx->output != CTL_OUT_TABLE)
-        return ctl_usage(ctx, "fn eval prints the ResourceList as the function wrote it: drop -o");
     return 0;
 }
 
@@ -254,9 +260,9 @@ static char *reachable(const char *addr, const char *server)
     return out ? out : strdup(addr);
 }
 
-/* The control plane's GET /version "fnRunner", or NULL. Quiet on purpose:
- * a runner without a control plane at --server is a normal setup. */
-static char *runner_from_version(const ctl_ctx *ctx)
+/* The control plane's GET /version "fnRunner", or NULL with *why saying
+ * what went wrong (unreachable, refused, no runner). */
+static char *runner_from_version(const ctl_ctx *ctx, funcd_buf *why)
 {
     char *base = ctl_normalize_url(ctx->server), *addr = NULL;
     funcd_buf url = FUNCD_BUF_INIT, body = FUNCD_BUF_INIT, auth = FUNCD_BUF_INIT;
@@ -274,13 +280,25 @@ static char *runner_from_version(const ctl_ctx *ctx)
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, VERSION_TIMEOUT_MS);
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
-    if (curl_easy_perform(curl) != CURLE_OK ||
-        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code) != CURLE_OK || code != 200)
+    CURLcode rc = curl_easy_perform(curl);
+    if (rc != CURLE_OK) {
+        funcd_buf_printf(why, "cannot reach funcd at %s to ask where its function runner is: %s",
+                         base, curl_easy_strerror(rc));
         goto out;
+    }
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
+    if (code != 200) {
+        funcd_buf_printf(why, "funcd at %s answered HTTP %ld to GET /version%s", base, code,
+                         code == 401 ? " (set --token or FUNCD_TOKEN)" : "");
+        goto out;
+    }
     cJSON *version = cJSON_ParseWithLength(body.data, body.len);
     const char *runner = ctl_get_string(version, "fnRunner");
     if (runner && *runner)
         addr = reachable(runner, base);
+    else
+        funcd_buf_printf(why, "funcd at %s runs no function runner (see --fn-runner-listen)",
+                         base);
     cJSON_Delete(version);
 out:
     curl_slist_free_all(headers);
@@ -293,7 +311,9 @@ out:
     return addr;
 }
 
-/* --runner, FUNCD_FN_RUNNER, the control plane's word, or the default. */
+/* --runner, FUNCD_FN_RUNNER, the control plane's word, or (only when no
+ * control plane was named: a runner on its own is a normal setup) the
+ * default. NULL with the message printed. */
 static char *runner_addr(const ctl_ctx *ctx, const eval_opts *o)
 {
     const char *env = getenv("FUNCD_FN_RUNNER");
@@ -301,8 +321,15 @@ static char *runner_addr(const ctl_ctx *ctx, const eval_opts *o)
         return strdup(o->runner);
     if (env && *env)
         return strdup(env);
-    char *addr = runner_from_version(ctx);
-    return addr ? addr : strdup(DEFAULT_RUNNER);
+    funcd_buf why = FUNCD_BUF_INIT;
+    char *addr = runner_from_version(ctx, &why);
+    if (!addr && ctx->server_explicit)
+        ctl_fail("%s; name the runner with --runner or FUNCD_FN_RUNNER",
+                 why.data ? why.data : "cannot ask funcd where its function runner is");
+    else if (!addr)
+        addr = strdup(DEFAULT_RUNNER);
+    funcd_buf_free(&why);
+    return addr;
 }
 
 /* ---- the call ------------------------------------------------------------- */
@@ -438,7 +465,7 @@ static int cmd_fn_eval(ctl_ctx *ctx, int argc, char **argv)
     if (rc == 0)
         rc = encode_request(&o, &input, &request);
     if (rc == 0 && !(runner = runner_addr(ctx, &o)))
-        rc = ctl_fail("out of memory");
+        rc = CTL_EXIT_ERROR;
     if (rc == 0)
         rc = evaluate(&o, runner, &request);
     free(runner);

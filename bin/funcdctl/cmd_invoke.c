@@ -85,20 +85,23 @@ static int check_opts(const ctl_ctx *ctx, const invoke_opts *o)
 
 static int parse(ctl_ctx *ctx, int argc, char **argv, invoke_opts *o)
 {
+    int only = 0;
     for (int i = 0; i < argc; i++) {
-        int r = take_flag(ctx, argc, argv, &i, o);
+        if (ctl_end_of_flags(argv[i], &only))
+            continue;
+        int r = only ? 0 : take_flag(ctx, argc, argv, &i, o);
         if (r < 0)
             return CTL_EXIT_USAGE;
         if (r > 0)
             continue;
-        if (!strcmp(argv[i], "-i") || !strcmp(argv[i], "--include")) {
+        if (!only && (!strcmp(argv[i], "-i") || !strcmp(argv[i], "--include"))) {
             o->include = 1;
-        } else if (!strcmp(argv[i], "--")) {
-            continue;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+        } else if (ctl_is_flag(argv[i], only)) {
             return ctl_usage(ctx, "unknown flag \"%s\"", argv[i]);
         } else if (o->name) {
-            return ctl_usage(ctx, "invoke takes one function NAME (put the rest in --path)");
+            return ctl_usage(ctx, "invoke takes one function NAME, not also \"%s\" (put the "
+                                  "rest in --path, the body in -d)",
+                             argv[i]);
         } else {
             o->name = argv[i];
         }
@@ -184,13 +187,11 @@ static char *reachable(const char *addr, const char *server)
     return url ? url : ctl_normalize_url(addr);
 }
 
-/* The data plane's base URL: --data-plane, FUNCD_DATA_PLANE, or what the
- * control plane's /version reports. NULL with the message printed. */
-static char *data_plane_url(ctl_ctx *ctx, const invoke_opts *o)
+char *ctl_data_plane_url(ctl_ctx *ctx, const char *flag, int quiet)
 {
     const char *env = getenv("FUNCD_DATA_PLANE");
-    if (o->data_plane && *o->data_plane)
-        return ctl_normalize_url(o->data_plane);
+    if (flag && *flag)
+        return ctl_normalize_url(flag);
     if (env && *env)
         return ctl_normalize_url(env);
     ctl_client *client = ctl_ctx_client(ctx);
@@ -200,12 +201,14 @@ static char *data_plane_url(ctl_ctx *ctx, const invoke_opts *o)
     if (!client || ctl_request(client, "GET", "/version", NULL, &resp) != 0) {
         /* reported */
     } else if (resp.code != 200) {
-        ctl_report_status(client, &resp, "asking where the data plane is", ctx->ns);
-    } else if ((version = ctl_response_json(client, &resp)) != NULL) {
+        if (!quiet)
+            ctl_report_status(client, &resp, "asking where the data plane is", ctx->ns);
+    } else if ((version = quiet ? cJSON_ParseWithLength(resp.body.data, resp.body.len)
+                                : ctl_response_json(client, &resp)) != NULL) {
         const char *addr = ctl_get_string(version, "dataPlane");
         if (addr && *addr)
             url = reachable(addr, ctl_client_server(client));
-        else
+        else if (!quiet)
             ctl_fail("funcd at %s does not say where its data plane listens: pass --data-plane "
                      "URL or set FUNCD_DATA_PLANE",
                      ctl_client_server(client));
@@ -393,7 +396,7 @@ int cmd_invoke(ctl_ctx *ctx, int argc, char **argv)
     CURL *curl = NULL;
     if (rc == 0 && o.data && read_data(o.data, &body) != 0)
         rc = CTL_EXIT_ERROR;
-    if (rc == 0 && !(base = data_plane_url(ctx, &o)))
+    if (rc == 0 && !(base = ctl_data_plane_url(ctx, o.data_plane, 0)))
         rc = CTL_EXIT_ERROR;
     if (rc == 0 && (!(curl = curl_easy_init()) || !(url = function_url(curl, base, ctx->ns, &o))))
         rc = ctl_fail("out of memory");

@@ -32,6 +32,25 @@ static int report_status_line(const cJSON *rec)
                     cJSON_IsNumber(code) ? code->valuedouble : 0.0, reason ? reason : "Error");
 }
 
+/* What a record's body alone would hide: its multi-line attributes (a
+ * python3 `traceback`, a node `stack`), each line indented under the record. */
+static void print_details(const cJSON *rec)
+{
+    const cJSON *attr;
+    cJSON_ArrayForEach(attr, ctl_get_path(rec, "attributes"))
+    {
+        if (!cJSON_IsString(attr) || !strchr(attr->valuestring, '\n'))
+            continue;
+        const char *p = attr->valuestring;
+        while (*p) {
+            const char *nl = strchr(p, '\n');
+            size_t n = nl ? (size_t)(nl - p) : strlen(p);
+            printf("    %.*s\n", (int)n, p);
+            p += n + (nl != NULL);
+        }
+    }
+}
+
 static int on_record(const char *line, size_t len, void *payload)
 {
     logs_state *st = payload;
@@ -58,6 +77,7 @@ static int on_record(const char *line, size_t len, void *payload)
     } else {
         printf("%s %s %s %s\n", time ? time : "-", replica ? replica : "-",
                severity ? severity : "-", text);
+        print_details(rec);
     }
     free(body_json);
     fflush(stdout);
@@ -67,7 +87,16 @@ static int on_record(const char *line, size_t len, void *payload)
 
 static int parse(ctl_ctx *ctx, int argc, char **argv, logs_opts *o)
 {
+    int only = 0;
     for (int i = 0; i < argc; i++) {
+        if (ctl_end_of_flags(argv[i], &only))
+            continue;
+        if (only) {
+            if (o->name)
+                return ctl_usage(ctx, "logs takes one function NAME");
+            o->name = argv[i];
+            continue;
+        }
         int r = ctl_flag_value(ctx, argc, argv, &i, NULL, "--tail", &o->tail);
         int since = r ? 0 : ctl_flag_value(ctx, argc, argv, &i, NULL, "--since", &o->since);
         int inv = r || since ? 0
@@ -85,9 +114,7 @@ static int parse(ctl_ctx *ctx, int argc, char **argv, logs_opts *o)
                                  MAX_TAIL, o->tail);
         } else if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow")) {
             o->follow = 1;
-        } else if (!strcmp(argv[i], "--")) {
-            continue;
-        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+        } else if (ctl_is_flag(argv[i], only)) {
             return ctl_usage(ctx, "unknown flag \"%s\"", argv[i]);
         } else if (o->name) {
             return ctl_usage(ctx, "logs takes one function NAME");

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "output.h"
+#include "util/buf.h"
 #include "util/misc.h"
 
 #define NONE "<none>"
@@ -49,9 +50,43 @@ static int function_cells(ctl_row *r, const cJSON *obj)
     return push(r, replicas);
 }
 
-static int function_wide_cells(ctl_row *r, const cJSON *obj)
+char *ctl_function_url(const char *base, const cJSON *fn)
 {
-    return push(r, ctl_get_string(ready_condition(obj), "reason"));
+    const char *ns = ctl_get_string(fn, "metadata.namespace");
+    const char *name = ctl_get_string(fn, "metadata.name");
+    funcd_buf b = FUNCD_BUF_INIT;
+    if (!base || !ns || !name || funcd_buf_printf(&b, "%s/fn/%s/%s/", base, ns, name) != 0) {
+        funcd_buf_free(&b);
+        return NULL;
+    }
+    return funcd_buf_detach(&b, NULL);
+}
+
+static int function_wide_cells(ctl_row *r, const cJSON *obj, const ctl_cols *c)
+{
+    if (push(r, ctl_get_string(ready_condition(obj), "reason")) != 0)
+        return -1;
+    char *url = ctl_function_url(c->url_base, obj);
+    int rc = push(r, url);
+    free(url);
+    return rc;
+}
+
+/* "app=hello,tier=web", as kubectl's --show-labels. */
+static int labels_cell(ctl_row *r, const cJSON *obj)
+{
+    funcd_buf b = FUNCD_BUF_INIT;
+    const cJSON *e;
+    int rc = 0;
+    cJSON_ArrayForEach(e, ctl_get_path(obj, "metadata.labels"))
+    {
+        if (rc == 0 && cJSON_IsString(e))
+            rc = funcd_buf_printf(&b, "%s%s=%s", b.len ? "," : "", e->string, e->valuestring);
+    }
+    if (rc == 0)
+        rc = push(r, b.data);
+    funcd_buf_free(&b);
+    return rc;
 }
 
 static int functionconfig_cells(ctl_row *r, const cJSON *obj)
@@ -80,13 +115,13 @@ typedef struct kind_columns {
     const char *headers[3];
     size_t typical[2]; /* widths that fit most values, for rows printed one by one */
     int (*cells)(ctl_row *r, const cJSON *obj);
-    const char *wide_headers[2]; /* -o wide: after AGE, before GENERATION */
-    int (*wide_cells)(ctl_row *r, const cJSON *obj);
+    const char *wide_headers[3]; /* -o wide: after AGE, before GENERATION */
+    int (*wide_cells)(ctl_row *r, const cJSON *obj, const ctl_cols *c);
 } kind_columns;
 
 /* A new kind gets a row here; one without a row shows NAME and AGE only. */
 static const kind_columns columns[] = {
-    {"Function", {"READY", "REPLICAS", NULL}, {7, 8}, function_cells, {"REASON", NULL},
+    {"Function", {"READY", "REPLICAS", NULL}, {7, 8}, function_cells, {"REASON", "URL", NULL},
      function_wide_cells},
     {"FunctionConfig", {"IMAGE", "EXECUTORS", NULL}, {24, 10}, functionconfig_cells, {NULL}, NULL},
     {"Secret", {"TYPE", "DATA", NULL}, {30, 4}, secret_cells, {NULL}, NULL},
@@ -103,16 +138,21 @@ static const kind_columns *columns_of(const funcd_kind *kind)
 #define TYPICAL_NAME 24
 #define TYPICAL_FIRST 8 /* "MODIFIED" */
 
-void ctl_row_typical_widths(const funcd_kind *kind, int has_first, size_t *widths)
+void ctl_row_typical_widths(const funcd_kind *kind, const ctl_cols *c, int has_first,
+                            size_t *widths)
 {
     const kind_columns *cols = columns_of(kind);
     size_t i = 0;
     if (has_first)
         widths[i++] = TYPICAL_FIRST;
+    if (c->namespace_column)
+        widths[i++] = TYPICAL_NAME / 2;
     widths[i++] = TYPICAL_NAME;
-    for (size_t c = 0; cols && c < 2 && cols->headers[c]; c++)
-        widths[i++] = cols->typical[c];
+    for (size_t k = 0; cols && k < 2 && cols->headers[k]; k++)
+        widths[i++] = cols->typical[k];
     widths[i++] = 5; /* AGE */
+    while (i < CTL_MAX_COLUMNS)
+        widths[i++] = 0;
 }
 
 static int fail(ctl_row *r)
@@ -121,23 +161,26 @@ static int fail(ctl_row *r)
     return -1;
 }
 
-int ctl_row_header(ctl_row *out, const funcd_kind *kind, int wide, const char *first)
+int ctl_row_header(ctl_row *out, const funcd_kind *kind, const ctl_cols *c, const char *first)
 {
     const kind_columns *cols = columns_of(kind);
     out->n = 0;
-    if ((first && push(out, first) != 0) || push(out, "NAME") != 0)
+    if ((first && push(out, first) != 0) ||
+        (c->namespace_column && push(out, "NAMESPACE") != 0) || push(out, "NAME") != 0)
         return fail(out);
     for (size_t i = 0; cols && cols->headers[i]; i++)
         if (push(out, cols->headers[i]) != 0)
             return fail(out);
     if (push(out, "AGE") != 0)
         return fail(out);
-    if (!wide)
-        return 0;
-    for (size_t i = 0; cols && cols->wide_headers[i]; i++)
-        if (push(out, cols->wide_headers[i]) != 0)
+    if (c->wide) {
+        for (size_t i = 0; cols && cols->wide_headers[i]; i++)
+            if (push(out, cols->wide_headers[i]) != 0)
+                return fail(out);
+        if (push(out, "GENERATION") != 0 || push(out, "RESOURCE-VERSION") != 0)
             return fail(out);
-    if (push(out, "GENERATION") != 0 || push(out, "RESOURCE-VERSION") != 0)
+    }
+    if (c->labels_column && push(out, "LABELS") != 0)
         return fail(out);
     return 0;
 }
@@ -153,26 +196,30 @@ static void scalar_text(const cJSON *v, char *buf, size_t len)
         snprintf(buf, len, NONE);
 }
 
-int ctl_row_object(ctl_row *out, const funcd_kind *kind, int wide, const cJSON *obj,
+int ctl_row_object(ctl_row *out, const funcd_kind *kind, const ctl_cols *c, const cJSON *obj,
                    int64_t now_ms, const char *first)
 {
     const kind_columns *cols = columns_of(kind);
     char age[32], generation[32], rv[64];
     out->n = 0;
-    if ((first && push(out, first) != 0) || push(out, ctl_get_string(obj, "metadata.name")) != 0)
+    if ((first && push(out, first) != 0) ||
+        (c->namespace_column && push(out, ctl_get_string(obj, "metadata.namespace")) != 0) ||
+        push(out, ctl_get_string(obj, "metadata.name")) != 0)
         return fail(out);
     if (cols && cols->cells(out, obj) != 0)
         return fail(out);
     ctl_age(ctl_get_string(obj, "metadata.creationTimestamp"), now_ms, age, sizeof(age));
     if (push(out, age) != 0)
         return fail(out);
-    if (!wide)
-        return 0;
-    if (cols && cols->wide_cells && cols->wide_cells(out, obj) != 0)
-        return fail(out);
-    scalar_text(ctl_get_path(obj, "metadata.generation"), generation, sizeof(generation));
-    scalar_text(ctl_get_path(obj, "metadata.resourceVersion"), rv, sizeof(rv));
-    if (push(out, generation) != 0 || push(out, rv) != 0)
+    if (c->wide) {
+        if (cols && cols->wide_cells && cols->wide_cells(out, obj, c) != 0)
+            return fail(out);
+        scalar_text(ctl_get_path(obj, "metadata.generation"), generation, sizeof(generation));
+        scalar_text(ctl_get_path(obj, "metadata.resourceVersion"), rv, sizeof(rv));
+        if (push(out, generation) != 0 || push(out, rv) != 0)
+            return fail(out);
+    }
+    if (c->labels_column && labels_cell(out, obj) != 0)
         return fail(out);
     return 0;
 }

@@ -20,6 +20,8 @@
 #define DEFAULT_SERVER "http://127.0.0.1:8080"
 #define DEFAULT_NAMESPACE "default"
 
+#define OUT(o) CTL_OUT_BIT(CTL_OUT_##o)
+
 static const ctl_command commands[] = {
     {"apply", cmd_apply, "Create or update objects from a YAML or JSON file",
      "apply -f FILE|-",
@@ -27,56 +29,95 @@ static const ctl_command commands[] = {
      "                        \"---\") or JSON (an object, an array, or a List).\n"
      "Each object is created if missing, replaced if it differs, and reported as\n"
      "KIND/NAME created|configured|unchanged. -o name|json|yaml prints the results.\n"
-     "Example: funcdctl apply -f hello.yaml\n"},
-    {"get", cmd_get, "List objects of a kind, or show one", "get KIND [NAME] | get images [REF]",
-     "  -o table (default), wide, json, yaml or name.\n"
+     "Example: funcdctl apply -f hello.yaml\n",
+     CTL_OUTS_OBJECTS},
+    {"get", cmd_get, "List objects of a kind, or show some",
+     "get KIND [NAME...] | get KIND/NAME... | get images [REF]",
+     "  -l, --selector SEL      only objects whose labels match: k=v, k!=v, k, !k (comma: and)\n"
+     "  -A, --all-namespaces    list every namespace your token may read\n"
+     "  -w, --watch             after the list, print a row per change until Ctrl-C\n"
+     "  --show-labels           add a LABELS column\n"
+     "  -o table (default), wide, json, yaml or name. wide adds a Function's URL.\n"
      "`get images` lists the server's image metadata cache (DIGEST, REF, SIZE, PULLED;\n"
      "wide adds PLATFORM, LAYERS, ENTRYPOINT); REF picks images by reference or digest.\n"
      "Examples: funcdctl get functions\n"
      "          funcdctl get fn hello -o yaml\n"
-     "          funcdctl get images\n"},
-    {"delete", cmd_delete, "Delete an object, or the objects in a file",
-     "delete KIND NAME | delete -f FILE|-",
+     "          funcdctl get fn -l app=hello --show-labels\n"
+     "          funcdctl get $(funcdctl get fn -o name)\n"
+     "          funcdctl get images\n",
+     CTL_OUTS_ALL},
+    {"delete", cmd_delete, "Delete objects by name, by label, or as a file names them",
+     "delete KIND NAME... | delete KIND/NAME... | delete KIND -l SEL | delete -f FILE|-",
      "  -f, --filename FILE     delete every object the file names\n"
+     "  -l, --selector SEL      delete the objects of KIND whose labels match\n"
      "  --ignore-not-found      an object that does not exist is not an error\n"
-     "Example: funcdctl delete fn hello\n"},
-    {"describe", cmd_describe, "Show one object in detail, with its conditions",
-     "describe KIND NAME", "Example: funcdctl describe function hello\n"},
+     "Example: funcdctl delete fn hello\n"
+     "         funcdctl delete $(funcdctl get fn -l app=hello -o name)\n",
+     OUT(TABLE) | OUT(NAME)},
+    {"describe", cmd_describe, "Show objects in detail, with their conditions",
+     "describe KIND NAME... | describe KIND/NAME...",
+     "A Function shows its URL on the data plane.\n"
+     "Example: funcdctl describe function hello\n",
+     CTL_OUTS_OBJECTS},
     {"watch", cmd_watch, "Stream changes to the objects of a kind",
-     "watch KIND [--resource-version N]",
+     "watch KIND [--resource-version N] [-l SEL] [-A]",
      "Prints one row per event (ADDED, MODIFIED, DELETED) until the server closes\n"
      "the stream or you press Ctrl-C. -o json prints the raw events (NDJSON).\n"
      "  --resource-version N   start after revision N\n"
-     "Example: funcdctl watch functions\n"},
+     "  -l, --selector SEL     only objects whose labels match\n"
+     "  -A, --all-namespaces   every namespace (admin, or a token for \"*\")\n"
+     "Example: funcdctl watch functions\n",
+     CTL_OUTS_ALL},
     {"deploy", cmd_deploy, "Upload a directory, or name an image, and run it as a Function",
      "deploy DIR --name NAME --runtime RUNTIME [flags] | "
      "deploy --image IMAGE --name NAME [flags]",
      "Packs DIR (regular files and directories; symlinks and .git left out) into a\n"
-     "tar.gz, uploads it as a bundle, creates or replaces Function NAME to run it, and\n"
+     "tar.gz, uploads it as a bundle, creates or updates Function NAME to run it, and\n"
      "waits until it is Ready. With --image instead of DIR, has the server pull IMAGE\n"
-     "first (showing its progress) and runs the image.\n"
+     "first (showing its progress) and runs the image. An existing Function keeps\n"
+     "every field these flags do not set (env, labels and resources are merged).\n"
      "  --name NAME             the Function (required)\n"
      "  --runtime RUNTIME       native, python3 or node (required with DIR; --image: native)\n"
      "  --image IMAGE           an OCI image (registry/repo:tag and/or @sha256:digest)\n"
      "  --pull-secret NAME      a dockerconfigjson Secret for the registry (repeatable)\n"
      "  --handler H             python3 module.function, node file.js#export, native program\n"
      "                          (in an image: the program to run instead of its entrypoint)\n"
-     "  --mode exec             one process per request (default http)\n"
+     "  --mode http|exec        exec: one process per request (default http)\n"
      "  -e, --env K=V           environment variable (repeatable)\n"
+     "  --label K=V             a label of the Function (repeatable)\n"
      "  --min N, --max N        replicas kept warm / at most\n"
      "  --concurrency N         requests one replica serves at once\n"
+     "  --queue N               requests that may wait for a replica\n"
+     "  --idle-timeout DURATION an idle replica stops after it (0: never)\n"
      "  --timeout DURATION      per request, e.g. 30s\n"
+     "  --memory Q, --cpu Q, --pids N   limits per replica (256Mi, 500m, 128)\n"
      "  --no-wait               return once the Function is written\n"
      "  --wait-timeout DURATION how long to wait for Ready (default 60s)\n"
      "Examples: funcdctl deploy ./hello --name hello --runtime python3 --handler main.handler\n"
-     "          funcdctl deploy --image registry.example.com/team/hello:v1 --name hello\n"},
+     "          funcdctl deploy --image registry.example.com/team/hello:v1 --name hello\n",
+     CTL_OUTS_OBJECTS},
+    {"scale", cmd_scale, "Set a Function's minimum and maximum replicas",
+     "scale [fn] NAME|fn/NAME [--replicas N] [--min N] [--max N]",
+     "  --replicas N            exactly N: minReplicas and maxReplicas both N\n"
+     "  --min N, --max N        spec.scaling.minReplicas / maxReplicas\n"
+     "Example: funcdctl scale hello --min 1 --max 4\n",
+     CTL_OUTS_OBJECTS},
+    {"create", cmd_create, "Create a Secret from literals and files",
+     "create secret generic NAME [--from-literal=K=V]... [--from-file=[K=]PATH]... [--type T]",
+     "  --from-literal K=V      a key and its value (repeatable)\n"
+     "  --from-file [K=]PATH    a key (default: the file's name) and the file's bytes\n"
+     "  --type T                the Secret's type (default Opaque)\n"
+     "Fails if the Secret exists (use apply to change one).\n"
+     "Example: funcdctl create secret generic db --from-literal=user=app --from-file=./pw\n",
+     CTL_OUTS_OBJECTS},
     {"pull", cmd_pull, "Have the server pull an image into its cache",
      "pull IMAGE [--pull-secret NAME]...",
      "Starts the pull on the server and shows its progress on stderr: a bar on a\n"
      "terminal, a line per quarter otherwise. Prints \"pulled IMAGE DIGEST\" when done\n"
      "(-o name: the digest; -o json|yaml: the pull's final state).\n"
      "  --pull-secret NAME      a dockerconfigjson Secret for the registry (repeatable)\n"
-     "Example: funcdctl pull registry.example.com/team/hello:v1\n"},
+     "Example: funcdctl pull registry.example.com/team/hello:v1\n",
+     CTL_OUTS_OBJECTS},
     {"invoke", cmd_invoke, "Send a request to a Function and print the answer",
      "invoke NAME [-d DATA|@FILE|@-] [--path P] [-X METHOD] [-H 'K: V']... [-i]",
      "  -d, --data DATA         request body (POST unless -X); @FILE reads a file, @- stdin\n"
@@ -86,8 +127,10 @@ static const ctl_command commands[] = {
      "  -i, --include           print the status line and headers on stderr\n"
      "  --data-plane URL        the data plane (env FUNCD_DATA_PLANE; default: what\n"
      "                          the control plane's /version reports)\n"
-     "The answer's body goes to stdout. Exit status 1 unless the answer is 2xx.\n"
-     "Example: funcdctl invoke hello -d '{\"name\":\"world\"}'\n"},
+     "The answer's body goes to stdout, as it came (-o is refused).\n"
+     "Exit status 1 unless the answer is 2xx.\n"
+     "Example: funcdctl invoke hello -d '{\"name\":\"world\"}'\n",
+     OUT(TABLE)},
     {"logs", cmd_logs, "Print a Function's logs",
      "logs NAME [-f] [--tail N] [--since DURATION] [--invocation ID]",
      "  -f, --follow            keep printing new records until Ctrl-C\n"
@@ -95,8 +138,10 @@ static const ctl_command commands[] = {
      "  --since DURATION        only records from the last DURATION (90s, 5m, 2h)\n"
      "  --invocation ID         only the records of one request (X-Funcd-Invocation-Id)\n"
      "Records are kept in the blob store (docs/logs.md), so they outlive restarts. Each\n"
-     "prints as \"TIME REPLICA SEVERITY BODY\"; -o json prints the raw records.\n"
-     "Example: funcdctl logs hello -f --tail 20\n"},
+     "prints as \"TIME REPLICA SEVERITY BODY\", followed by a multi-line attribute (a\n"
+     "traceback, a stack) indented below it; -o json prints the raw records.\n"
+     "Example: funcdctl logs hello -f --tail 20\n",
+     OUT(TABLE) | OUT(JSON)},
     {"fn", cmd_fn, "Evaluate a KRM function on the function runner",
      "fn eval IMAGE [-f FILE|-] [--exec PATH] [--runner ADDR] [--timeout 30s]",
      "Sends the ResourceList in FILE (YAML or JSON; - or no -f: standard input) to\n"
@@ -107,16 +152,29 @@ static const ctl_command commands[] = {
      "  --exec PATH             run this executable (under the runner's --functions-dir)\n"
      "                          instead of resolving IMAGE; IMAGE may then be left out\n"
      "  --runner ADDR           the runner (env FUNCD_FN_RUNNER; default: what the\n"
-     "                          control plane's /version reports, else 127.0.0.1:9445)\n"
+     "                          control plane's /version reports, else 127.0.0.1:9445\n"
+     "                          when --server and FUNCD_SERVER are not set)\n"
      "  --timeout DURATION      sent as grpc-timeout (default 30s; 0: none)\n"
      "Exit status 1 when the call fails (\"funcdctl: error: MESSAGE (STATUS)\") or a\n"
      "result has severity error.\n"
-     "Example: funcdctl fn eval set-namespace -f resources.yaml\n"},
+     "Example: funcdctl fn eval set-namespace -f examples/krm/resources.yaml\n",
+     OUT(TABLE)},
+    {"completion", cmd_completion, "Print a shell completion script", "completion bash|zsh",
+     "Examples: source <(funcdctl completion bash)\n"
+     "          funcdctl completion zsh > \"${fpath[1]}/_funcdctl\"\n",
+     OUT(TABLE)},
     {"version", cmd_version, "Print the client and server versions", "version",
-     "  -o json prints both as JSON.\n"},
+     "-o json|yaml prints both. `funcdctl --version` prints the client's alone.\n",
+     OUT(TABLE) | OUT(JSON) | OUT(YAML)},
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+const ctl_command *ctl_commands(size_t *n)
+{
+    *n = NCOMMANDS;
+    return commands;
+}
 
 static const ctl_command *find_command(const char *name)
 {
@@ -143,8 +201,11 @@ static void print_global_flags(FILE *out)
           "  --server URL           control plane (env FUNCD_SERVER; default " DEFAULT_SERVER ")\n"
           "  --token TOKEN          bearer token (env FUNCD_TOKEN)\n"
           "  -n, --namespace NS     namespace (default \"" DEFAULT_NAMESPACE "\")\n"
-          "  -o, --output FORMAT    table, wide, json, yaml or name (default table)\n"
-          "  -h, --help             this help; `funcdctl COMMAND --help` for a command\n",
+          "  -o, --output FORMAT    table, wide, json, yaml or name (default table); each\n"
+          "                         command says which it prints and refuses the others\n"
+          "  -h, --help             this help; `funcdctl COMMAND --help` for a command\n"
+          "  --version              print funcdctl's version\n"
+          "  --                     ends the flags: what follows is an operand\n",
           out);
 }
 
@@ -154,7 +215,7 @@ static void print_help(FILE *out)
           "Usage: funcdctl [global flags] COMMAND [args]\n\nCommands:\n",
           out);
     for (size_t i = 0; i < NCOMMANDS; i++)
-        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+        fprintf(out, "  %-11s %s\n", commands[i].name, commands[i].summary);
     fputc('\n', out);
     print_global_flags(out);
     fputc('\n', out);
@@ -164,11 +225,32 @@ static void print_help(FILE *out)
           out);
 }
 
+static const char *const output_names[] = {"table", "wide", "json", "yaml", "name"};
+
+/* "table, json or yaml": the -o formats `outputs` holds. */
+static void outputs_text(unsigned outputs, char *buf, size_t len)
+{
+    size_t n = 0, at = 0, total = 0;
+    for (size_t i = 0; i < 5; i++)
+        total += (outputs & CTL_OUT_BIT(i)) != 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < 5 && at < len; i++) {
+        if (!(outputs & CTL_OUT_BIT(i)))
+            continue;
+        n++;
+        at += (size_t)snprintf(buf + at, len - at, "%s%s",
+                               n == 1 ? "" : n == total ? " or " : ", ", output_names[i]);
+    }
+}
+
 static void print_command_help(const ctl_command *cmd, FILE *out)
 {
+    char outs[64];
+    outputs_text(cmd->outputs, outs, sizeof(outs));
     fprintf(out, "%s\n\nUsage: funcdctl %s\n", cmd->summary, cmd->usage);
     if (cmd->help)
         fprintf(out, "%s", cmd->help);
+    fprintf(out, "Output (-o): %s.\n", outs);
     fputc('\n', out);
     print_global_flags(out);
     fputc('\n', out);
@@ -303,10 +385,72 @@ ctl_client *ctl_ctx_client(ctl_ctx *ctx)
     return ctx->client;
 }
 
+int ctl_end_of_flags(const char *arg, int *only)
+{
+    if (*only || strcmp(arg, "--") != 0)
+        return 0;
+    *only = 1;
+    return 1;
+}
+
+int ctl_is_flag(const char *arg, int only)
+{
+    return !only && arg[0] == '-' && arg[1] != '\0';
+}
+
+static int add_ref(ctl_ref **refs, int *n, const funcd_kind *kind, const char *name)
+{
+    ctl_ref *grown = realloc(*refs, (size_t)(*n + 1) * sizeof(**refs));
+    if (!grown)
+        return ctl_fail("out of memory");
+    *refs = grown;
+    grown[(*n)++] = (ctl_ref){kind, name};
+    return 0;
+}
+
+int ctl_parse_refs(const ctl_ctx *ctx, int nargs, char **args, const funcd_kind **kind,
+                   ctl_ref **refs, int *nrefs)
+{
+    *kind = NULL;
+    *refs = NULL;
+    *nrefs = 0;
+    int slashed = nargs > 0 && strchr(args[0], '/') != NULL;
+    for (int i = 0; i < nargs; i++) {
+        char *slash = strchr(args[i], '/');
+        if (!slashed && i == 0) {
+            if (!(*kind = ctl_kind_arg(ctx, args[0])))
+                return CTL_EXIT_USAGE;
+            continue;
+        }
+        if (!slashed && slash)
+            return ctl_usage(ctx, "\"%s\": give KIND NAME... or KIND/NAME..., not both",
+                             args[i]);
+        if (slashed && !slash)
+            return ctl_usage(ctx, "\"%s\" has no KIND/: give KIND/NAME for every object, "
+                                  "or KIND NAME...",
+                             args[i]);
+        const funcd_kind *k = *kind;
+        const char *name = args[i];
+        if (slashed) {
+            *slash = '\0'; /* argv is ours to cut */
+            k = ctl_kind_arg(ctx, args[i]);
+            *slash = '/';
+            if (!k)
+                return CTL_EXIT_USAGE;
+            name = slash + 1;
+        }
+        if (!*name || strchr(name, '/'))
+            return ctl_usage(ctx, "\"%s\" is not KIND/NAME", args[i]);
+        if (add_ref(refs, nrefs, k, name) != 0)
+            return CTL_EXIT_ERROR;
+    }
+    return 0;
+}
+
 static int parse_output(ctl_ctx *ctx, const char *value)
 {
-    static const char *const names[] = {"table", "wide", "json", "yaml", "name"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+    const char *const *names = output_names;
+    for (size_t i = 0; i < 5; i++)
         if (!strcasecmp(value, names[i])) {
             ctx->output = (ctl_output)i;
             return 0;
@@ -317,7 +461,7 @@ static int parse_output(ctl_ctx *ctx, const char *value)
 
 /* Global flags out of argv[1..] into ctx; everything else into rest[]. */
 static int parse_globals(ctl_ctx *ctx, int argc, char **argv, char **rest, int *nrest,
-                         int *help)
+                         int *help, int *version)
 {
     const char *value;
     int r;
@@ -329,10 +473,13 @@ static int parse_globals(ctl_ctx *ctx, int argc, char **argv, char **rest, int *
         }
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             *help = 1;
+        } else if (!strcmp(argv[i], "--version")) {
+            *version = 1;
         } else if ((r = ctl_flag_value(ctx, argc, argv, &i, NULL, "--server", &value)) != 0) {
             if (r < 0)
                 return CTL_EXIT_USAGE;
             ctx->server = value;
+            ctx->server_explicit = 1;
         } else if ((r = ctl_flag_value(ctx, argc, argv, &i, NULL, "--token", &value)) != 0) {
             if (r < 0)
                 return CTL_EXIT_USAGE;
@@ -357,12 +504,16 @@ static int parse_globals(ctl_ctx *ctx, int argc, char **argv, char **rest, int *
 static int run(int argc, char **argv, ctl_ctx *ctx)
 {
     char **rest = calloc((size_t)argc + 1, sizeof(*rest));
-    int nrest = 0, help = 0, rc;
+    int nrest = 0, help = 0, version = 0, rc;
     if (!rest)
         return ctl_fail("out of memory");
-    rc = parse_globals(ctx, argc, argv, rest, &nrest, &help);
+    rc = parse_globals(ctx, argc, argv, rest, &nrest, &help, &version);
     if (rc != 0)
         goto out;
+    if (version && !help) {
+        printf("funcdctl %s\n", FUNCD_VERSION_STRING);
+        goto out;
+    }
     if (nrest > 0 && !strcmp(rest[0], "help")) {
         help = 1;
         memmove(rest, rest + 1, (size_t)nrest-- * sizeof(*rest));
@@ -384,6 +535,13 @@ static int run(int argc, char **argv, ctl_ctx *ctx)
         goto out;
     }
     ctx->command = cmd;
+    if (!(cmd->outputs & CTL_OUT_BIT(ctx->output))) {
+        char outs[64];
+        outputs_text(cmd->outputs, outs, sizeof(outs));
+        rc = ctl_usage(ctx, "%s prints %s, not -o %s", cmd->name, outs,
+                       output_names[ctx->output]);
+        goto out;
+    }
     rc = cmd->fn(ctx, nrest - 1, rest + 1);
 out:
     free(rest);
@@ -395,6 +553,7 @@ int main(int argc, char **argv)
     const char *server = getenv("FUNCD_SERVER");
     ctl_ctx ctx = {
         .server = server && *server ? server : DEFAULT_SERVER,
+        .server_explicit = server && *server,
         .token = getenv("FUNCD_TOKEN"),
         .ns = DEFAULT_NAMESPACE,
     };

@@ -46,15 +46,20 @@ int ctl_table_add(ctl_table *t, ctl_row *row)
     return 0;
 }
 
-void ctl_table_print(const ctl_table *t, const char *indent, FILE *out)
+void ctl_table_widths(const ctl_table *t, size_t *widths)
 {
-    size_t widths[CTL_MAX_COLUMNS] = {0};
     for (size_t r = 0; r < t->n; r++)
         for (size_t i = 0; i < t->rows[r].n; i++) {
             size_t len = strlen(t->rows[r].cells[i]);
             if (len > widths[i])
                 widths[i] = len;
         }
+}
+
+void ctl_table_print(const ctl_table *t, const char *indent, FILE *out)
+{
+    size_t widths[CTL_MAX_COLUMNS] = {0};
+    ctl_table_widths(t, widths);
     for (size_t r = 0; r < t->n; r++) {
         fputs(indent, out);
         ctl_row_print(&t->rows[r], widths, out);

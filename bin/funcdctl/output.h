@@ -11,7 +11,7 @@
 
 #include "api/api.h"
 
-#define CTL_MAX_COLUMNS 10
+#define CTL_MAX_COLUMNS 12
 
 /* One table row; cells are malloc()ed and owned by the row. */
 typedef struct ctl_row {
@@ -21,19 +21,32 @@ typedef struct ctl_row {
 
 void ctl_row_free(ctl_row *r);
 
+/* Which columns a table of objects has. */
+typedef struct ctl_cols {
+    int wide;             /* the kind's extra columns, GENERATION, RESOURCE-VERSION */
+    int namespace_column; /* -A: NAMESPACE first */
+    int labels_column;    /* --show-labels: LABELS last */
+    const char *url_base; /* wide Functions: the data plane's URL (NULL: unknown) */
+} ctl_cols;
+
 /*
- * The column headers for `kind` (NAME ... AGE; wide adds the kind's extra
- * columns, GENERATION and RESOURCE-VERSION), after an optional first column `first` (watch's
- * "EVENT"). 0 or -1 on OOM.
+ * The column headers for `kind` ([NAMESPACE] NAME ... AGE; wide adds the
+ * kind's extra columns, GENERATION and RESOURCE-VERSION; [LABELS]), after an
+ * optional first column `first` (watch's "EVENT"). 0 or -1 on OOM.
  */
-int ctl_row_header(ctl_row *out, const funcd_kind *kind, int wide, const char *first);
+int ctl_row_header(ctl_row *out, const funcd_kind *kind, const ctl_cols *cols,
+                   const char *first);
 /* The same columns filled from `obj`; ages are relative to `now_ms`. */
-int ctl_row_object(ctl_row *out, const funcd_kind *kind, int wide, const cJSON *obj,
+int ctl_row_object(ctl_row *out, const funcd_kind *kind, const ctl_cols *cols, const cJSON *obj,
                    int64_t now_ms, const char *first);
 
 /* Starting widths for rows printed one at a time (watch), so that most stay
  * aligned with the header; `has_first`: an extra first column. */
-void ctl_row_typical_widths(const funcd_kind *kind, int has_first, size_t *widths);
+void ctl_row_typical_widths(const funcd_kind *kind, const ctl_cols *cols, int has_first,
+                            size_t *widths);
+
+/* A Function's URL on the data plane at `base`: BASE/fn/NS/NAME/ (malloc()ed). */
+char *ctl_function_url(const char *base, const cJSON *fn);
 
 /* Rows printed with columns padded to `widths` (one per column, grown to fit
  * this row), three spaces apart, no trailing blanks. */
@@ -48,6 +61,8 @@ typedef struct ctl_table {
 #define CTL_TABLE_INIT {NULL, 0, 0}
 
 int ctl_table_add(ctl_table *t, ctl_row *row);
+/* Grows widths[] (CTL_MAX_COLUMNS) to fit every cell of the table. */
+void ctl_table_widths(const ctl_table *t, size_t *widths);
 /* Every line starts with `indent` (""). */
 void ctl_table_print(const ctl_table *t, const char *indent, FILE *out);
 void ctl_table_free(ctl_table *t);

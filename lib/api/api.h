@@ -99,6 +99,28 @@ int funcd_parse_cpu_millis(const char *s, uint64_t *out);
  * suffix), at most FUNCD_API_MAX_REVISION. 0, or FUNCD_EINVAL. */
 int funcd_api_parse_revision(const char *s, size_t len, uint64_t *out);
 
+/* ---- label selectors (equality-based, as Kubernetes') ----------------------- */
+
+#define FUNCD_SELECTOR_MAX_TERMS 16
+
+typedef struct funcd_label_term {
+    char key[320]; /* [prefix/]name */
+    char value[64];
+    enum { FUNCD_SEL_EQ, FUNCD_SEL_NE, FUNCD_SEL_EXISTS, FUNCD_SEL_ABSENT } op;
+} funcd_label_term;
+
+typedef struct funcd_label_selector {
+    size_t n;
+    funcd_label_term terms[FUNCD_SELECTOR_MAX_TERMS];
+} funcd_label_selector;
+
+/* "k=v,k==v,k!=v,k,!k": every term must hold. "" selects everything.
+ * 0, or FUNCD_EINVAL with err->message saying what is wrong. */
+int funcd_label_selector_parse(funcd_label_selector *out, const char *text,
+                               funcd_api_error *err);
+/* Whether the object's metadata.labels satisfy `sel`. */
+int funcd_label_selector_matches(const funcd_label_selector *sel, const cJSON *obj);
+
 /* Appends `obj` as a block-style YAML document (no leading "---"). */
 int funcd_api_to_yaml(const cJSON *obj, funcd_buf *out);
 

@@ -176,7 +176,16 @@ static void upload_bundle(funcd_cp *cp, const funcd_cp_request *req, const route
 static void function_logs(funcd_cp *cp, const funcd_cp_request *req, const route *r,
                           funcd_cp_response *resp);
 
-static void list_objects(funcd_cp *cp, const route *r, funcd_cp_response *resp);
+/* The objects a list keeps: those matching `labelSelector`, and (a list
+ * across namespaces by a token confined to some) the token's namespaces. */
+typedef struct list_filter {
+    funcd_label_selector sel;
+    const funcd_token *only_ns_of; /* NULL: every namespace the route names */
+} list_filter;
+
+static int parse_selector(const funcd_cp_request *req, list_filter *f, funcd_cp_response *resp);
+static void list_objects(funcd_cp *cp, const route *r, const list_filter *f,
+                         funcd_cp_response *resp);
 static void create_object(funcd_cp *cp, const funcd_cp_request *req, const route *r,
                           funcd_cp_response *resp);
 static void replace_object(funcd_cp *cp, const funcd_cp_request *req, const route *r,
@@ -309,14 +318,24 @@ static void handle_collection(funcd_cp *cp, const funcd_cp_request *req, const r
 {
     char watch[16];
     if (method_is(req, "GET")) {
-        if (!authorize(t, r, 0, resp))
+        int is_watch = query_get(req, "watch", watch, sizeof(watch)) &&
+                       (strcmp(watch, "true") == 0 || strcmp(watch, "1") == 0);
+        list_filter f = {0};
+        /* A list across namespaces by a token confined to some lists those. */
+        if (!r->ns && !is_watch && funcd_token_allows(t, NULL, 0) == 0)
+            f.only_ns_of = t;
+        else if (!authorize(t, r, 0, resp))
             return;
         uint64_t rv;
-        if (query_get(req, "watch", watch, sizeof(watch)) &&
-            (strcmp(watch, "true") == 0 || strcmp(watch, "1") == 0))
+        if (parse_selector(req, &f, resp) < 0)
+            return;
+        if (is_watch && f.sel.n > 0)
+            funcd_cp_status(resp, 400, "BadRequest", "labelSelector",
+                            "labelSelector applies to lists, not to watches: filter the events");
+        else if (is_watch)
             start_watch(req, r, resp);
         else if (query_revision(req, &rv, resp)) /* checked; a list is always current */
-            list_objects(cp, r, resp);
+            list_objects(cp, r, &f, resp);
     } else if (method_is(req, "POST") && r->ns) {
         if (authorize(t, r, 1, resp))
             create_object(cp, req, r, resp);
@@ -415,16 +434,62 @@ void funcd_cp_handle(funcd_cp *cp, const funcd_cp_request *req, funcd_cp_respons
 
 /* ---- list ------------------------------------------------------------- */
 
+/* %XX decoded in place; -1 on a malformed escape. */
+static int percent_decode(char *s)
+{
+    char *out = s;
+    for (const char *in = s; *in; in++) {
+        if (*in != '%') {
+            *out++ = *in;
+            continue;
+        }
+        unsigned v;
+        if (!isxdigit((unsigned char)in[1]) || !isxdigit((unsigned char)in[2]) ||
+            sscanf(in + 1, "%2x", &v) != 1 || v == 0)
+            return -1;
+        *out++ = (char)v;
+        in += 2;
+    }
+    *out = '\0';
+    return 0;
+}
+
+static int parse_selector(const funcd_cp_request *req, list_filter *f, funcd_cp_response *resp)
+{
+    char text[2048];
+    funcd_api_error err = {{0}, {0}};
+    if (!query_get(req, "labelSelector", text, sizeof(text)))
+        return 0;
+    if (strlen(text) >= sizeof(text) - 1)
+        snprintf(err.message, sizeof(err.message), "labelSelector is longer than %zu bytes",
+                 sizeof(text) - 2);
+    else if (percent_decode(text) < 0)
+        snprintf(err.message, sizeof(err.message), "labelSelector has a malformed %%-escape");
+    else if (funcd_label_selector_parse(&f->sel, text, &err) == 0)
+        return 0;
+    funcd_cp_status(resp, 400, "BadRequest", "labelSelector", "%s", err.message);
+    return -1;
+}
+
 typedef struct list_ctx {
     funcd_buf *out;
     int count;
     int failed;
+    const list_filter *filter;
 } list_ctx;
 
 static int list_one(const funcd_store_kv *kv, void *payload)
 {
     list_ctx *lc = payload;
     cJSON *obj = funcd_registry_decode(kv->value, kv->len, kv->revision);
+    const char *ns = cJSON_GetStringValue(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "metadata"),
+                                         "namespace"));
+    if (obj && (!funcd_label_selector_matches(&lc->filter->sel, obj) ||
+                (lc->filter->only_ns_of && !funcd_token_allows(lc->filter->only_ns_of, ns, 0)))) {
+        cJSON_Delete(obj);
+        return 0;
+    }
     char *text = obj ? cJSON_PrintUnformatted(obj) : NULL;
     cJSON_Delete(obj);
     if (!text) {
@@ -438,10 +503,11 @@ static int list_one(const funcd_store_kv *kv, void *payload)
     return 0;
 }
 
-static void list_objects(funcd_cp *cp, const route *r, funcd_cp_response *resp)
+static void list_objects(funcd_cp *cp, const route *r, const list_filter *f,
+                         funcd_cp_response *resp)
 {
     funcd_buf prefix = FUNCD_BUF_INIT, items = FUNCD_BUF_INIT;
-    list_ctx lc = {&items, 0, 0};
+    list_ctx lc = {&items, 0, 0, f};
     uint64_t rev = 0;
     int rc = funcd_registry_prefix(&prefix, r->kind, r->ns);
     if (rc == 0)

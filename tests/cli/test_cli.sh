@@ -11,119 +11,8 @@ set -u
 FUNCD=${1:?usage: test_cli.sh FUNCD FUNCDCTL}
 CTL=${2:?usage: test_cli.sh FUNCD FUNCDCTL}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/funcdctl-test.XXXXXX")
-FUNCD_PID=
-WATCH_PID=
-PASSED=0
-FAILED=0
-
-cleanup() {
-    for pid in $WATCH_PID $FUNCD_PID; do
-        kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-    done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-ok() { echo "ok - $1"; PASSED=$((PASSED + 1)); }
-fail() {
-    echo "FAIL - $1"
-    FAILED=$((FAILED + 1))
-    echo "    command: funcdctl ${LAST_ARGS:-}"
-    echo "    exit status: ${RC:-}"
-    sed 's/^/    stdout: /' "$WORK/out" 2>/dev/null | head -40
-    sed 's/^/    stderr: /' "$WORK/err" 2>/dev/null | head -40
-}
-
-# Streaming commands run in the background under `timeout --foreground`: the
-# Ctrl-C the test sends must reach funcdctl alone. Plain `timeout` also sends
-# SIGCONT to its whole process group, which can cancel the SIGSTOP that
-# LeakSanitizer's tracer uses to stop the exiting process, and both then
-# wait for each other forever.
-bg_ctl() {
-    local out=$1 err=$2
-    shift 2
-    timeout --foreground 30 "$CTL" "$@" >"$out" 2>"$err" &
-    WATCH_PID=$!
-}
-
-# ctl ARGS...: runs funcdctl (stdin passed through); sets RC, OUT, ERR.
-ctl() {
-    LAST_ARGS="$*"
-    timeout 20 "$CTL" "$@" >"$WORK/out" 2>"$WORK/err"
-    RC=$?
-    OUT=$(cat "$WORK/out")
-    ERR=$(cat "$WORK/err")
-}
-
-# expect DESCRIPTION STATUS [out|err PATTERN]...: checks the last ctl run.
-expect() {
-    local what=$1 status=$2
-    shift 2
-    if [ "$RC" != "$status" ]; then
-        fail "$what (want exit status $status)"
-        return
-    fi
-    while [ $# -ge 2 ]; do
-        local text=$OUT
-        [ "$1" = err ] && text=$ERR
-        if ! grep -qE -- "$2" <<<"$text"; then
-            fail "$what (want $1 to match /$2/)"
-            return
-        fi
-        shift 2
-    done
-    ok "$what"
-}
-
-# The shims (language workers) live in the build tree's shims/ folder; FUNCD
-# is BUILD/bin/funcd/funcd.
-BUILD=${FUNCD_BUILD_ROOT:-$(cd "$(dirname "$FUNCD")/../.." && pwd)}
-SHIMS_ARGS=()
-if "$FUNCD" --help 2>&1 | grep -q -- --shims && [ -d "$BUILD/shims" ]; then
-    SHIMS_ARGS=(--shims "$BUILD/shims")
-fi
-
-# The function runner, when this funcd has one: its functions directory is
-# filled by write_test_functions, its address read from the log.
-FN_RUNNER_ARGS=()
-FN_RUNNER=
-if "$FUNCD" --help 2>&1 | grep -q -- --fn-runner-listen; then
-    mkdir -p "$WORK/functions"
-    FN_RUNNER_ARGS=(--fn-runner-listen 127.0.0.1:0 --functions-dir "$WORK/functions")
-fi
-
-start_funcd() {
-    "$FUNCD" --memory --dev --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 \
-        "${SHIMS_ARGS[@]}" "${FN_RUNNER_ARGS[@]}" 2>"$WORK/funcd.log" &
-    FUNCD_PID=$!
-    local addr=
-    for _ in $(seq 150); do
-        addr=$(sed -n 's/^funcd: control plane listening on //p' "$WORK/funcd.log" | head -n 1)
-        [ -n "$addr" ] && break
-        if ! kill -0 "$FUNCD_PID" 2>/dev/null; then
-            break
-        fi
-        sleep 0.1
-    done
-    if [ -z "$addr" ]; then
-        echo "FAIL - funcd did not print its control-plane address; its log:"
-        sed 's/^/    /' "$WORK/funcd.log"
-        echo "0 passed, 1 failed"
-        exit 1
-    fi
-    export FUNCD_SERVER="http://$addr" FUNCD_TOKEN=funcd-dev-token
-    echo "# funcd (pid $FUNCD_PID) at $FUNCD_SERVER"
-    if [ ${#FN_RUNNER_ARGS[@]} -gt 0 ]; then
-        for _ in $(seq 50); do
-            FN_RUNNER=$(sed -n 's/^funcd: function runner listening on //p' "$WORK/funcd.log" |
-                head -n 1)
-            [ -n "$FN_RUNNER" ] && break
-            sleep 0.1
-        done
-        echo "# function runner at ${FN_RUNNER:-<not printed>}"
-    fi
-}
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
 
 test_usage() {
     ctl
@@ -204,7 +93,7 @@ test_fn_usage() {
     ctl fn eval a b -f "$HERE/fn-resources.yaml"
     expect "fn eval takes one IMAGE" 2 err "takes one IMAGE"
     ctl fn eval set-namespace -f "$HERE/fn-resources.yaml" -o json
-    expect "fn eval refuses -o" 2 err "drop -o"
+    expect "fn eval refuses -o" 2 err "fn prints table, not -o json"
     ctl fn eval set-namespace -f "$HERE/fn-resources.yaml" --frob
     expect "fn eval rejects unknown flags" 2 err 'unknown flag "--frob"'
     ctl fn eval --help
@@ -243,7 +132,7 @@ test_get() {
         out "^hello +(True|False|Unknown) +[0-9]+/[0-9]+ +[0-9]+[smhd]$"
     ctl get fn hello -o wide
     expect "get -o wide adds reason, generation and revision" 0 \
-        out "^NAME +READY +REPLICAS +AGE +REASON +GENERATION +RESOURCE-VERSION$" \
+        out "^NAME +READY +REPLICAS +AGE +REASON +URL +GENERATION +RESOURCE-VERSION$" \
         out "^hello .* 2 +[0-9]+$"
     ctl get fn hello -o json
     expect "get -o json" 0 out '"kind": "Function"' out '"name": "hello"' out '"GREETING": "hello"'
