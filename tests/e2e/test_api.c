@@ -1,5 +1,5 @@
 /*
- * The control-plane HTTP API over real HTTP (DESIGN.md section 3): every
+ * The control-plane HTTP API over real HTTP (docs/api.md): every
  * route, status code and error shape, authentication and authorization,
  * and the three kinds. Each test embeds its own platform.
  */
@@ -492,11 +492,19 @@ E2E_TEST(roles_and_namespaces_are_enforced_with_403)
               201);
     CHECK_STR(jstr(e->r.json, "metadata.namespace"), "team-b");
 
-    /* developers cannot list across namespaces; admin can, and sees both */
-    CHECK_INT(REQ("GET", API "/functions", TEAM_B_TOKEN, NULL), 403);
+    /* a list across namespaces shows a confined token its own namespaces
+     * (funcdctl get -A); watching across them needs admin or "*" */
+    CHECK_INT(REQ("GET", API "/functions", TEAM_B_TOKEN, NULL), 200);
+    CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 1);
+    CHECK_STR(jstr(cJSON_GetArrayItem(jget(e->r.json, "items"), 0), "metadata.namespace"),
+              "team-b");
+    CHECK_INT(REQ("GET", API "/functions", DEV_TOKEN, NULL), 200);
+    CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 1);
+    CHECK_STR(jstr(cJSON_GetArrayItem(jget(e->r.json, "items"), 0), "metadata.namespace"),
+              "default");
+    CHECK_INT(REQ("GET", API "/functions", VIEWER_TOKEN, NULL), 200);
+    CHECK_INT(REQ("GET", API "/functions?watch=true", TEAM_B_TOKEN, NULL), 403);
     CHECK_STATUS(403, "Forbidden", NULL);
-    CHECK_INT(REQ("GET", API "/functions", DEV_TOKEN, NULL), 403);
-    CHECK_INT(REQ("GET", API "/functions", VIEWER_TOKEN, NULL), 403);
     CHECK_INT(REQ("GET", API "/functions", ADMIN_TOKEN, NULL), 200);
     CHECK_STR(jstr(e->r.json, "kind"), "FunctionList");
     const cJSON *items = jget(e->r.json, "items");
@@ -509,6 +517,56 @@ E2E_TEST(roles_and_namespaces_are_enforced_with_403)
     CHECK_INT(REQ("DELETE", FN_HELLO, ADMIN_TOKEN, NULL), 200);
     /* A 403 leaks nothing about existence: same answer for absent objects. */
     CHECK_INT(REQ("GET", NS("team-b") "/functions/absent", VIEWER_TOKEN, NULL), 403);
+}
+
+E2E_TEST(list_label_selector)
+{
+    static const char *const labels[][2] = {
+        {"red", "{\"team\":\"a\",\"tier\":\"web\"}"},
+        {"green", "{\"team\":\"a\"}"},
+        {"blue", "{\"team\":\"b\"}"},
+        {"plain", "{}"},
+    };
+    char body[512];
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(body, sizeof(body),
+                 "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Secret\",\"metadata\":"
+                 "{\"name\":\"%s\",\"labels\":%s},\"stringData\":{\"k\":\"v\"}}",
+                 labels[i][0], labels[i][1]);
+        CHECK_INT(REQ("POST", NS("default") "/secrets", DEV_TOKEN, body), 201);
+    }
+    static const struct {
+        const char *query;
+        int count;
+    } cases[] = {
+        {"labelSelector=team%3Da", 2},         {"labelSelector=team=a,tier=web", 1},
+        {"labelSelector=team==b", 1},          {"labelSelector=team%21%3Da", 2},
+        {"labelSelector=team", 3},             {"labelSelector=%21team", 1},
+        {"labelSelector=", 4},                 {"labelSelector=team=nobody", 0},
+    };
+    char path[256];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(path, sizeof(path), "%s?%s", NS("default") "/secrets", cases[i].query);
+        CHECK_INT(REQ("GET", path, DEV_TOKEN, NULL), 200);
+        if (cJSON_GetArraySize(jget(e->r.json, "items")) != cases[i].count)
+            FAILF("%s: %d items, want %d", cases[i].query,
+                  cJSON_GetArraySize(jget(e->r.json, "items")), cases[i].count);
+    }
+    CHECK_INT(REQ("GET", API "/secrets?labelSelector=tier%3Dweb", ADMIN_TOKEN, NULL), 200);
+    CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 1);
+    static const char *const bad[] = {
+        "labelSelector=team+in+(a,b)", "labelSelector=%3Da", "labelSelector=a%3D%3D%3Db",
+        "labelSelector=a,,b", "labelSelector=%zz",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(path, sizeof(path), "%s?%s", NS("default") "/secrets", bad[i]);
+        CHECK_INT(REQ("GET", path, DEV_TOKEN, NULL), 400);
+        CHECK_STATUS(400, "BadRequest", "labelSelector");
+    }
+    CHECK_INT(REQ("GET", NS("default") "/secrets?watch=true&labelSelector=team%3Da", DEV_TOKEN,
+                  NULL),
+              400);
+    CHECK_STATUS(400, "BadRequest", "labelSelector");
 }
 
 /* ---- the other kinds ----------------------------------------------------------- */
@@ -657,6 +715,7 @@ int main(void)
     RUN_ISOLATED(unknown_paths_are_404);
     RUN_ISOLATED(unauthenticated_requests_are_401);
     RUN_ISOLATED(roles_and_namespaces_are_enforced_with_403);
+    RUN_ISOLATED(list_label_selector);
     RUN_ISOLATED(functionconfigs_roundtrip);
     RUN_ISOLATED(secret_string_data_is_stored_as_base64);
     RUN_ISOLATED(server_fields_in_the_body_are_ignored);
