@@ -1,17 +1,22 @@
 # The two commands of the quick start: `make run` and `make test`.
-# Both install what they need on a fresh Debian 12 machine first.
+# Both install what they need on a fresh Debian 12 machine first: `make run`
+# what building and running funcd needs, `make test` that and the test and
+# benchmark tools (scripts/install-deps.sh runtime|test).
 
 BUILD      ?= build
 TEST_BUILD ?= build-test
 DATA_DIR   ?= $(CURDIR)/.funcd-data
 MESON_OPTS ?=
 
-.PHONY: all deps build run test bench fuzz clean
+.PHONY: all deps test-deps build run test bench fuzz clean
 
 all: build
 
 deps:
-	@bash scripts/install-deps.sh
+	@bash scripts/install-deps.sh runtime
+
+test-deps:
+	@bash scripts/install-deps.sh test
 
 $(BUILD)/build.ninja:
 	meson setup $(BUILD) --buildtype=release -Dwerror=true -Dtests=disabled $(MESON_OPTS)
@@ -26,10 +31,10 @@ run: build
 	./$(BUILD)/bin/funcd/funcd --data-dir $(DATA_DIR) --dev
 
 # The whole suite under ASan+UBSan; the last line is "N passed, N failed".
-test: deps
+test: test-deps
 	@bash scripts/test.sh $(TEST_BUILD)
 
-bench: build
+bench: test-deps build
 	@bash bench/run.sh $(BUILD)
 	@bash bench/serving.sh $(BUILD)
 	@bash bench/fnrunner.sh $(BUILD)

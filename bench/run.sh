@@ -19,7 +19,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh test
 if ! command -v nginx >/dev/null; then
   echo "bench: installing nginx-light (the peer)" >&2
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo

@@ -1,21 +1,38 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages funcd builds, tests and benchmarks with.
+# Installs the Debian 12 packages funcd needs, in two sets:
+#   runtime   building and running funcd (make run): the compiler, meson,
+#             the libraries, and what the runtimes and sources call at run
+#             time (node, git)
+#   test      also what the tests and benchmarks use (make test, CI): clang
+#             for the fuzz targets, wrk, docker-registry, skopeo, ab, sqlite3
+# Usage: install-deps.sh [runtime|test] (default: runtime).
 # Idempotent: asks apt only for what dpkg says is missing.
 set -euo pipefail
 
-pkgs=(
-  build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
+set_name=${1:-runtime}
+runtime=(
+  build-essential meson ninja-build pkg-config
   libevent-dev libh2o-evloop-dev libssl-dev libcjson-dev libyaml-dev
   libcurl4-openssl-dev libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev
   libmbedtls-dev libsqlite3-dev libgit2-dev libarchive-dev libseccomp-dev
-  curl wrk
-  docker-registry skopeo apache2-utils openssl git sqlite3 util-linux
+  python3 git util-linux
+)
+test=(
+  clang libclang-rt-14-dev
+  curl wrk docker-registry skopeo apache2-utils openssl sqlite3
 )
 
-# node and npm run the node runtime and the gRPC test client; the machine
-# image usually has them (not from Debian), so ask apt only when absent.
+case $set_name in
+runtime) pkgs=("${runtime[@]}") ;;
+test) pkgs=("${runtime[@]}" "${test[@]}") ;;
+*) echo "usage: $0 [runtime|test]" >&2; exit 2 ;;
+esac
+
+# node runs the node runtime (and, for the tests, the gRPC test client with
+# npm); the machine image usually has them (not from Debian), so ask apt
+# only when absent.
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
-command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+[ "$set_name" = test ] && { command -v npm >/dev/null 2>&1 || pkgs+=(npm); }
 
 missing=()
 for p in "${pkgs[@]}"; do
