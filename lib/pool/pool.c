@@ -50,6 +50,11 @@ struct funcd_pool {
     double last_cold_start_millis;
 };
 
+static int64_t now_ms(const funcd_pool *p)
+{
+    return p->ops.now_ms ? p->ops.now_ms(p->ops.payload) : funcd_mono_ms();
+}
+
 /* ---- references ------------------------------------------------------- */
 
 void funcd_pool_ref(funcd_pool *p)
@@ -126,7 +131,7 @@ static void take_slot(funcd_pool_worker *w)
 {
     w->in_flight++;
     w->pool->n_in_flight++;
-    w->last_used_ms = funcd_mono_ms();
+    w->last_used_ms = now_ms(w->pool);
     atomic_fetch_add(&w->refs, 1);
 }
 
@@ -221,7 +226,7 @@ void funcd_pool_release(funcd_pool *p, funcd_pool_worker *w, int failed)
     pthread_mutex_lock(&p->lock);
     w->in_flight--;
     p->n_in_flight--;
-    w->last_used_ms = funcd_mono_ms();
+    w->last_used_ms = now_ms(w->pool);
     if (failed && w->state == W_READY) {
         w->state = W_STOPPING; /* evicted: the loop stops it and replaces it */
         p->n_ready--;
@@ -280,7 +285,7 @@ static void mark_stopping(funcd_pool *p, funcd_pool_worker *w, work *wk)
 
 static void plan_locked(funcd_pool *p, work *wk)
 {
-    int64_t now = funcd_mono_ms();
+    int64_t now = now_ms(p);
     /* Evicted workers still to be stopped. */
     for (funcd_pool_worker *w = p->workers; w; w = w->next)
         if (w->state == W_STOPPING && !w->stop_called && wk->n_stop < 64) {
@@ -406,7 +411,7 @@ void funcd_pool_worker_ready(funcd_pool_worker *w)
     pthread_mutex_lock(&p->lock);
     funcd_pool_waiter *granted = NULL;
     if (w->state == W_STARTING) {
-        int64_t now = funcd_mono_ms();
+        int64_t now = now_ms(p);
         w->state = W_READY;
         p->n_starting--;
         p->n_ready++;
@@ -429,7 +434,7 @@ static void note_failure_locked(funcd_pool *p, const char *why)
     int64_t backoff = BACKOFF_MIN_MS;
     for (unsigned i = 1; i < p->failures && backoff < BACKOFF_MAX_MS; i++)
         backoff *= 2;
-    p->backoff_until_ms = funcd_mono_ms() + (backoff < BACKOFF_MAX_MS ? backoff : BACKOFF_MAX_MS);
+    p->backoff_until_ms = now_ms(p) + (backoff < BACKOFF_MAX_MS ? backoff : BACKOFF_MAX_MS);
 }
 
 void funcd_pool_worker_failed(funcd_pool_worker *w, const char *why)

@@ -48,6 +48,9 @@ typedef struct funcd_pool_ops {
     /* Replica counts or the last cold start changed (on the loop). */
     void (*changed)(funcd_pool *p, void *payload);
     void *payload;
+    /* The monotonic clock in ms the pool decides by (idle TTL, start
+     * timeouts, backoff); NULL: the system's. Tests pass their own. */
+    int64_t (*now_ms)(void *payload);
 } funcd_pool_ops;
 
 /* A request waiting for a slot. `granted` gets the worker (slot taken) or
