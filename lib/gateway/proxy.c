@@ -15,30 +15,12 @@
 #include "funcd/sys/error.h"
 #include "gateway/gateway.h"
 #include "http/httpd.h"
+#include "http/phr.h"
 #include "serving/serving.h"
 #include "util/buf.h"
 #include "util/misc.h"
 
 #define MAX_CONNECT_ATTEMPTS 3
-
-/* picohttpparser, as libh2o-evloop exports it (no header is installed). */
-struct phr_header {
-    const char *name;
-    size_t name_len;
-    const char *value;
-    size_t value_len;
-};
-struct phr_chunked_decoder {
-    size_t bytes_left_in_chunk;
-    char consume_trailer;
-    char _hex_count;
-    char _state;
-    uint64_t _reserved[4]; /* room for fields newer versions add */
-};
-int phr_parse_response(const char *buf, size_t len, int *minor_version, int *status,
-                       const char **msg, size_t *msg_len, struct phr_header *headers,
-                       size_t *num_headers, size_t last_len);
-ssize_t phr_decode_chunked(struct phr_chunked_decoder *decoder, char *buf, size_t *bufsz);
 
 
 struct gw_timeouts {

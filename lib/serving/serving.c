@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -16,6 +17,7 @@
 #include "api/api.h"
 #include "artifact/bundle.h"
 #include "funcd/sys/error.h"
+#include "http/phr.h"
 #include "source/resolver.h"
 #include "util/misc.h"
 
@@ -72,8 +74,13 @@ typedef struct worker_ctx {
     struct event *probe_timer;
     unsigned probe_delay_us;
     unsigned probe_attempts;
-    char probe_buf[64];
+    char probe_buf[2048]; /* the answer's head */
     size_t probe_len;
+    int probe_has_head;   /* the head is in: probe_status and how the body ends are known */
+    int probe_status;
+    size_t probe_body_left; /* SIZE_MAX: the body ends with the connection */
+    int probe_chunked;
+    struct phr_chunked_decoder probe_chunks;
     char last_stderr[400];
 } worker_ctx;
 
@@ -621,25 +628,115 @@ static void probe_stop(worker_ctx *wc)
 
 static void probe_again(worker_ctx *wc);
 
-static void on_probe_read(evutil_socket_t fd, short what, void *arg)
+/* The head of the probe's answer is in probe_buf: its length when it is
+ * complete (the status and how the body ends are noted), 0 for more, -1
+ * when it is not HTTP. */
+static int probe_head(worker_ctx *wc)
 {
-    worker_ctx *wc = arg;
-    ssize_t n = read(fd, wc->probe_buf + wc->probe_len, sizeof(wc->probe_buf) - 1 - wc->probe_len);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
-    if (n > 0) {
-        wc->probe_len += (size_t)n;
-        wc->probe_buf[wc->probe_len] = '\0';
-        if (wc->probe_len < 12 && wc->probe_len < sizeof(wc->probe_buf) - 1)
-            return; /* the status line is not complete yet */
+    struct phr_header headers[64];
+    size_t nh = 64, msg_len;
+    int minor, status;
+    const char *msg;
+    int n = phr_parse_response(wc->probe_buf, wc->probe_len, &minor, &status, &msg, &msg_len,
+                               headers, &nh, 0);
+    if (n == -2)
+        return wc->probe_len < sizeof(wc->probe_buf) ? 0 : -1;
+    if (n < 0)
+        return -1;
+    wc->probe_has_head = 1;
+    wc->probe_status = status;
+    wc->probe_body_left = SIZE_MAX;
+    for (size_t i = 0; i < nh; i++) {
+        const struct phr_header *h = &headers[i];
+        if (h->name_len == 14 && strncasecmp(h->name, "content-length", 14) == 0) {
+            char num[32];
+            snprintf(num, sizeof(num), "%.*s", (int)(h->value_len < 31 ? h->value_len : 31),
+                     h->value);
+            char *end;
+            unsigned long long v = strtoull(num, &end, 10);
+            wc->probe_body_left = end != num ? (size_t)v : SIZE_MAX;
+        } else if (h->name_len == 17 && strncasecmp(h->name, "transfer-encoding", 17) == 0) {
+            wc->probe_chunked = 1;
+        }
     }
-    int status = 0;
-    if (sscanf(wc->probe_buf, "HTTP/1.%*d %d", &status) == 1 && (status == 200 || status == 404)) {
+    if (status == 204 || status == 304 || (status >= 100 && status < 200))
+        wc->probe_body_left = 0;
+    return n;
+}
+
+/* Counts body bytes of the probe's answer; 1 when the body is complete. */
+static int probe_body(worker_ctx *wc, char *data, size_t len)
+{
+    if (wc->probe_chunked) {
+        size_t size = len;
+        return phr_decode_chunked(&wc->probe_chunks, data, &size) >= 0;
+    }
+    if (wc->probe_body_left == SIZE_MAX)
+        return 0; /* until the worker closes */
+    wc->probe_body_left -= len < wc->probe_body_left ? len : wc->probe_body_left;
+    return wc->probe_body_left == 0;
+}
+
+static void probe_done(worker_ctx *wc)
+{
+    int status = wc->probe_status;
+    if (status == 200 || status == 404) {
         probe_stop(wc);
         funcd_pool_worker_ready(wc->pw);
         return;
     }
-    probe_again(wc); /* not ready yet (or not HTTP yet): try again shortly */
+    probe_again(wc); /* not ready yet: try again shortly */
+}
+
+/*
+ * The probe reads the whole answer before it closes its connection: a
+ * worker still writing its body to a connection closed under it gets
+ * EPIPE, and one that leaves SIGPIPE at its default (most hand-written
+ * servers) dies of it -- with the first real request already on its way
+ * to it (docs/adr/0019-first-request.md).
+ */
+static void on_probe_read(evutil_socket_t fd, short what, void *arg)
+{
+    worker_ctx *wc = arg;
+    char scratch[4096];
+    for (;;) {
+        int in_head = !wc->probe_has_head;
+        char *dst = in_head ? wc->probe_buf + wc->probe_len : scratch;
+        size_t room = in_head ? sizeof(wc->probe_buf) - 1 - wc->probe_len : sizeof(scratch);
+        ssize_t n = read(fd, dst, room);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n <= 0) {
+            if (n == 0 && !in_head)
+                probe_done(wc); /* the body ended with the connection */
+            else
+                probe_again(wc); /* closed before a whole head: not ready */
+            return;
+        }
+        int done;
+        if (in_head) {
+            wc->probe_len += (size_t)n;
+            wc->probe_buf[wc->probe_len] = '\0';
+            int head = probe_head(wc);
+            if (head < 0) {
+                probe_again(wc); /* not HTTP (yet) */
+                return;
+            }
+            if (head == 0)
+                continue;
+            size_t rest = wc->probe_len - (size_t)head; /* body bytes that came with the head */
+            done = wc->probe_body_left == 0 ||
+                   (rest && probe_body(wc, wc->probe_buf + head, rest));
+        } else {
+            done = probe_body(wc, scratch, (size_t)n);
+        }
+        if (done) {
+            probe_done(wc);
+            return;
+        }
+    }
 }
 
 static void on_probe_timer(evutil_socket_t fd, short what, void *arg)
@@ -663,6 +760,9 @@ static void on_probe_timer(evutil_socket_t fd, short what, void *arg)
     }
     wc->probe_fd = s;
     wc->probe_len = 0;
+    wc->probe_has_head = 0;
+    wc->probe_chunked = 0;
+    memset(&wc->probe_chunks, 0, sizeof(wc->probe_chunks));
     wc->probe_ev = event_new(wc->ln->s->cfg.loop, s,
                              EV_READ | EV_PERSIST, on_probe_read, wc);
     event_add(wc->probe_ev, NULL);
