@@ -5,8 +5,17 @@
  * keep-alive connection this thread keeps for that worker, and stream the
  * answer back. Every failure is a JSON Status: 502 when the worker failed,
  * 503 when there is no capacity, 504 when the function took too long.
+ *
+ * A request is tried again (once, on a ready worker) only when the worker
+ * cannot have taken it: the connection failed, or was refused or reset
+ * before any byte of an answer with the request unread. A worker that read
+ * it and then closed or died is not given it twice; the caller is told why
+ * it ended (OOMKilled, its exit status, its signal) once the worker's end is
+ * known (docs/serving.md, docs/adr/0019-first-request.md).
  */
+#include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +30,8 @@
 #include "util/misc.h"
 
 #define MAX_CONNECT_ATTEMPTS 3
-
+#define EXIT_POLL_MS 10   /* how often a failed request looks whether its worker ended */
+#define EXIT_POLLS 100    /* and for how long (1 s), before it answers without knowing why */
 
 struct gw_timeouts {
     uint64_t ms;
@@ -58,6 +68,10 @@ struct invocation {
     struct phr_chunked_decoder decoder;
     size_t content_left;          /* body bytes still to come, SIZE_MAX: unknown */
     int chunked, keepalive, is_head, paused, reused, retried, began;
+    h2o_timeout_entry_t exit_entry; /* waiting to learn how a failed worker ended */
+    gw_timeouts *exit_tmo;
+    unsigned exit_polls;
+    char why[160]; /* the connection error of a failed exchange */
     funcd_buf head;
     h2o_iovec_t reqbufs[2];
     funcd_buf pending, sending;
@@ -159,9 +173,13 @@ static int is_hop_by_hop(const h2o_iovec_t *name)
 
 static void release_slot(invocation *inv, int failed)
 {
+    if (h2o_timeout_is_linked(&inv->exit_entry))
+        h2o_timeout_unlink(&inv->exit_entry);
     if (!inv->worker)
         return;
-    funcd_serving_worker_end(funcd_pool_worker_data(inv->worker));
+    if (inv->began)
+        funcd_serving_worker_end(funcd_pool_worker_data(inv->worker));
+    inv->began = 0;
     funcd_pool_release(inv->pool, inv->worker, failed);
     inv->worker = NULL;
 }
@@ -300,6 +318,7 @@ void funcd_gw_thread_close_idle(gw_thread *t)
 
 static void start_proxy(invocation *inv);
 static void acquire(invocation *inv);
+static void connect_failed(invocation *inv, const char *err);
 
 static void io_timer_touch(invocation *inv)
 {
@@ -339,7 +358,7 @@ static void on_proceed(h2o_generator_t *gen, h2o_req_t *req)
 static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
 {
     invocation *inv = (invocation *)gen;
-    inv->finished = 1;
+    inv->finished = 1; /* (release_slot ends a wait for the worker's end, too) */
     drop_upstream(inv); /* the client left: drop the worker's side too */
     release_slot(inv, 0);
 }
@@ -361,17 +380,77 @@ static void upstream_complete(invocation *inv)
     flush(inv);
 }
 
+/* Answers a request whose worker failed before its answer began: why, in
+ * the words of the worker's end when it is known. */
+static void fail_with_worker_end(invocation *inv)
+{
+    const funcd_serving_worker *ws = funcd_pool_worker_data(inv->worker);
+    int ended = atomic_load(&ws->ended);
+    char end[sizeof(ws->end_message)];
+    int oom = ended && strcmp(ws->end_reason, "OOMKilled") == 0;
+    snprintf(end, sizeof(end), "%s", ended ? ws->end_message : inv->why);
+    release_slot(inv, 1);
+    if (oom)
+        fail(inv, 502, "OOMKilled", "function %s ran out of memory while handling the request: "
+             "%s", inv->name, end);
+    else
+        fail(inv, 502, "BadGateway", "function %s failed while handling the request: %s",
+             inv->name, end);
+}
+
+static void on_exit_poll(h2o_timeout_entry_t *entry)
+{
+    invocation *inv = H2O_STRUCT_FROM_MEMBER(invocation, exit_entry, entry);
+    const funcd_serving_worker *ws = funcd_pool_worker_data(inv->worker);
+    if (!atomic_load(&ws->ended) && ++inv->exit_polls < EXIT_POLLS) {
+        h2o_timeout_link(inv->t->ctx->loop, &inv->exit_tmo->timeout, &inv->exit_entry);
+        return;
+    }
+    fail_with_worker_end(inv);
+}
+
 static void upstream_failed(invocation *inv, const char *why)
 {
     drop_upstream(inv);
-    release_slot(inv, 1);
-    if (!inv->started)
-        fail(inv, 502, "BadGateway", "function %s failed while handling the request: %s",
-             inv->name, why);
-    else {
+    if (inv->started) {
+        release_slot(inv, 1);
         inv->upstream_error = 1;
         flush(inv);
+        return;
     }
+    /* The worker closed or died with the request taken: the slot (and so
+     * the worker's data) is held until its end is known, for a little while. */
+    snprintf(inv->why, sizeof(inv->why), "%s", why);
+    const funcd_serving_worker *ws = funcd_pool_worker_data(inv->worker);
+    inv->exit_tmo = atomic_load(&ws->ended) ? NULL : timeouts_for(inv->t, EXIT_POLL_MS);
+    if (!inv->exit_tmo) {
+        fail_with_worker_end(inv);
+        return;
+    }
+    inv->exit_polls = 0;
+    inv->exit_entry.cb = on_exit_poll;
+    h2o_timeout_link(inv->t->ctx->loop, &inv->exit_tmo->timeout, &inv->exit_entry);
+}
+
+/* Methods a request of which may be repeated (RFC 9110, 9.2.2). */
+static int idempotent(const h2o_req_t *req)
+{
+    static const char *const methods[] = {"GET", "HEAD", "OPTIONS", "PUT", "DELETE", NULL};
+    for (const char *const *m = methods; *m; m++)
+        if (h2o_memis(req->method.base, req->method.len, *m, strlen(*m)))
+            return 1;
+    return 0;
+}
+
+/* The worker did not take the request (refused or reset with it unread):
+ * try once more, on a ready worker. A kept-alive connection it had closed
+ * says nothing against the worker; a fresh one does: it is going. */
+static void retry_elsewhere(invocation *inv)
+{
+    inv->retried = 1;
+    drop_upstream(inv);
+    release_slot(inv, !inv->reused);
+    acquire(inv);
 }
 
 static void on_io_timeout(h2o_timeout_entry_t *entry)
@@ -469,12 +548,16 @@ static void on_up_read(h2o_socket_t *sock, const char *err)
     upconn *c = sock->data;
     invocation *inv = c->inv;
     if (err) {
-        if (!inv->started && inv->reused && !inv->retried && sock->input->size == 0) {
-            /* A kept-alive connection the worker had closed: nothing was
-             * processed, try a fresh one to the same worker. */
-            inv->retried = 1;
-            drop_upstream(inv);
-            start_proxy(inv);
+        if (!inv->started && !inv->retried && sock->input->size == 0 &&
+            (err == h2o_socket_error_io || (inv->reused && idempotent(inv->req)))) {
+            /* Reset or broken pipe before any byte of an answer: on a Unix
+             * socket that means the worker closed (or died) with the
+             * request unread. A close after reading it is an EOF instead,
+             * and is not retried (the worker may have acted on it) -- except
+             * on a kept-alive connection for a method that may be repeated:
+             * a worker that half-closes an idle connection as the request
+             * arrives shows the same EOF. */
+            retry_elsewhere(inv);
             return;
         }
         if (inv->started && !inv->chunked && inv->content_left == SIZE_MAX) {
@@ -533,19 +616,24 @@ static void send_request(invocation *inv)
     h2o_socket_write(c->sock, inv->reqbufs, inv->reqbufs[1].len ? 2 : 1, on_up_written);
 }
 
+/* Connecting failed: nothing was sent, the worker is gone (or going).
+ * Evict it and try another. */
+static void connect_failed(invocation *inv, const char *err)
+{
+    drop_upstream(inv);
+    release_slot(inv, 1);
+    if (inv->attempts < MAX_CONNECT_ATTEMPTS)
+        acquire(inv);
+    else
+        fail(inv, 502, "BadGateway", "cannot reach a worker of function %s: %s", inv->name, err);
+}
+
 static void on_up_connected(h2o_socket_t *sock, const char *err)
 {
     upconn *c = sock->data;
     invocation *inv = c->inv;
     if (err) {
-        /* Nothing was sent: the worker is gone. Evict it, try another. */
-        drop_upstream(inv);
-        release_slot(inv, 1);
-        if (inv->attempts < MAX_CONNECT_ATTEMPTS)
-            acquire(inv);
-        else
-            fail(inv, 502, "BadGateway", "cannot reach a worker of function %s: %s", inv->name,
-                 err);
+        connect_failed(inv, err);
         return;
     }
     send_request(inv);
@@ -562,6 +650,10 @@ static void start_proxy(invocation *inv)
     inv->reqbufs[0] = h2o_iovec_init(inv->head.data, inv->head.len);
     inv->reqbufs[1] = inv->req->entity.base ? inv->req->entity : h2o_iovec_init(NULL, 0);
     inv->is_head = h2o_memis(inv->req->method.base, inv->req->method.len, H2O_STRLIT("HEAD"));
+    if (atomic_load(&ws->ended)) { /* gone, and the pool not told yet: never use its connections */
+        connect_failed(inv, ws->end_message);
+        return;
+    }
     upconn *c = inv->retried ? NULL : up_take(inv->t, ws->id);
     inv->reused = c != NULL;
     if (c) {
@@ -571,14 +663,18 @@ static void start_proxy(invocation *inv)
         return;
     }
     c = calloc(1, sizeof(*c));
-    h2o_socket_t *sock =
-        c ? h2o_socket_connect(inv->t->ctx->loop, (struct sockaddr *)&ws->addr, sizeof(ws->addr),
-                               on_up_connected)
-          : NULL;
+    if (!c) {
+        release_slot(inv, 0);
+        fail(inv, 503, "ServiceUnavailable", "out of memory");
+        return;
+    }
+    /* On a Unix socket connect() fails at once (refused, no such socket):
+     * the same case as a failure reported later. */
+    h2o_socket_t *sock = h2o_socket_connect(inv->t->ctx->loop, (struct sockaddr *)&ws->addr,
+                                            sizeof(ws->addr), on_up_connected);
     if (!sock) {
         free(c);
-        release_slot(inv, 1);
-        fail(inv, 502, "BadGateway", "cannot reach a worker of function %s", inv->name);
+        connect_failed(inv, strerror(errno));
         return;
     }
     c->sock = sock;

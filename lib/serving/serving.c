@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -869,6 +870,21 @@ static void on_worker_exit(funcd_worker *proc, int status, void *payload)
     else
         snprintf(why, sizeof(why), "replica %s was killed by signal %d%s%s", wc->pub.replica,
                  WTERMSIG(status), wc->last_stderr[0] ? ": " : "", wc->last_stderr);
+    /* For the callers of requests it took with it: no output, no host path. */
+    int oom = reason && strcmp(reason, "OOMKilled") == 0;
+    snprintf(wc->pub.end_reason, sizeof(wc->pub.end_reason), "%s", oom ? "OOMKilled" : "");
+    if (oom)
+        snprintf(wc->pub.end_message, sizeof(wc->pub.end_message),
+                 "replica %s was OOMKilled: it reached its memory limit (spec.resources.memory)",
+                 wc->pub.replica);
+    else if (WIFEXITED(status))
+        snprintf(wc->pub.end_message, sizeof(wc->pub.end_message),
+                 "replica %s exited with status %d", wc->pub.replica, WEXITSTATUS(status));
+    else
+        snprintf(wc->pub.end_message, sizeof(wc->pub.end_message),
+                 "replica %s was killed by signal %d (SIG%s)", wc->pub.replica, WTERMSIG(status),
+                 sigabbrev_np(WTERMSIG(status)) ? sigabbrev_np(WTERMSIG(status)) : "?");
+    atomic_store(&wc->pub.ended, 1);
     wc->ln->s->cfg.runtime->release(wc->ln->s->cfg.runtime, proc);
     wc->proc = NULL;
     wc->ln->s->live_workers--;

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 #include <event2/event.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/un.h>
 
 #include "funcd/funcd.h"
@@ -58,6 +59,11 @@ typedef struct funcd_serving_worker {
     char invocation[40]; /* the request in flight (or the last one), for log lines without an id */
     unsigned in_flight;
     int64_t ended_ms;    /* when the last request ended (monotonic) */
+    /* Set once the process is gone (any thread may look; the two strings are
+     * final once it is): what the callers of requests it took are told. */
+    atomic_int ended;
+    char end_reason[32];   /* "OOMKilled", or "" */
+    char end_message[160]; /* "replica f-3 exited with status 3"; never its output */
 } funcd_serving_worker;
 
 int funcd_serving_new(funcd_serving **out, const funcd_serving_config *cfg);

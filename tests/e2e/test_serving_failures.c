@@ -86,6 +86,10 @@ SV_TEST(worker_killed)
     int64_t slowest = 0;
     for (int i = 0; i < 3; i++) {
         problems[i] = dp_error_problem(&calls[i].r, 502, "BadGateway");
+        /* The caller is told how the worker ended (and no host path). */
+        const char *msg = problems[i] ? NULL : jstr(calls[i].r.json, "message");
+        if (!problems[i] && (!msg || !strstr(msg, "was killed by signal 9") || strstr(msg, dir)))
+            problems[i] = "the message does not say the worker was killed by signal 9";
         if (problems[i])
             fprintf(stderr, "  in-flight request %d: %s: HTTP %ld %.300s\n", i, problems[i],
                     calls[i].r.status, calls[i].r.body);
@@ -109,6 +113,30 @@ SV_TEST(worker_killed)
     CHECK(sv_wait_procs_gone(&victim, 1, 2000));
     CHECK(!sandboxed || sv_wait_procs_gone(&init, 1, 2000));
     CHECK(sv_wait_total(e, "victim", 1, 1, 3000, NULL));
+}
+
+/* A worker that exits while it handles a request: the caller gets 502
+ * naming the exit status (not its output, not a host path), the request
+ * is not tried again on another worker, and the next one is served. */
+SV_TEST(worker_exit_status)
+{
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    CHECK_INT(sv_create(e, "quitter",
+                        NATIVE_SPEC(",\"scaling\":{\"minReplicas\":0,\"maxReplicas\":2}"), dir),
+              201);
+    if (!sv_wait_ready(e, "quitter", 5000))
+        FAILF("not Ready: %.500s", e->r.body);
+    CHECK_INT(sv_invoke(e, "GET", DP_PATH("quitter") "/exit?code=3", NULL), 502);
+    const char *p = dp_error_problem(&e->r, 502, "BadGateway");
+    if (p)
+        FAILF("%s: HTTP %ld %.300s", p, e->r.status, e->r.body);
+    const char *msg = jstr(e->r.json, "message");
+    CHECK_CONTAINS(msg, "replica quitter-1 exited with status 3");
+    CHECK(!strstr(msg, dir));
+    CHECK(!strstr(msg, "listening")); /* the worker's stderr is for the logs, not the caller */
+    CHECK_INT(sv_invoke(e, "GET", DP_PATH("quitter") "/after", NULL), 200);
+    CHECK_STR(jstr(e->r.json, "replica"), "quitter-2"); /* one worker took the exit, not two */
 }
 
 /* A handler that takes longer than spec.timeout gets 504; the function
@@ -335,6 +363,7 @@ int main(int argc, char **argv)
     const char *only = argc > 1 ? argv[1] : NULL;
     int ran = 0;
     SV_RUN(only, ran, worker_killed);
+    SV_RUN(only, ran, worker_exit_status);
     SV_RUN(only, ran, timeout);
     SV_RUN(only, ran, queue_overflow);
     SV_RUN(only, ran, bad_bundles);

@@ -191,6 +191,11 @@ static void memory_hog_attack(attack_ctx *c)
     long status = sv_invoke(c->e, "GET", DP_PATH("hostile") "/hog?mb=512", NULL);
     fprintf(stderr, "    /hog?mb=512 -> HTTP %ld %.300s\n", status, c->e->r.body);
     CHECK_INT(status, 502);
+    /* The caller is told why: a Status with reason OOMKilled, naming the
+     * replica and the limit, not a host path. */
+    CHECK_STR(jstr(c->e->r.json, "reason"), "OOMKilled");
+    CHECK_CONTAINS(jstr(c->e->r.json, "message"), "was OOMKilled");
+    CHECK(!strstr(jstr(c->e->r.json, "message"), c->dir));
     if (!env_poll(c->e, 5000, oom_in_status, NULL))
         FAILF("the Function's status does not say OOMKilled: %.800s", c->e->r.body);
     /* Replaced: the next request is served by a new worker. */
