@@ -432,16 +432,6 @@ static void upstream_failed(invocation *inv, const char *why)
     h2o_timeout_link(inv->t->ctx->loop, &inv->exit_tmo->timeout, &inv->exit_entry);
 }
 
-/* Methods a request of which may be repeated (RFC 9110, 9.2.2). */
-static int idempotent(const h2o_req_t *req)
-{
-    static const char *const methods[] = {"GET", "HEAD", "OPTIONS", "PUT", "DELETE", NULL};
-    for (const char *const *m = methods; *m; m++)
-        if (h2o_memis(req->method.base, req->method.len, *m, strlen(*m)))
-            return 1;
-    return 0;
-}
-
 /* The worker did not take the request (refused or reset with it unread):
  * try once more, on a ready worker. A kept-alive connection it had closed
  * says nothing against the worker; a fresh one does: it is going. */
@@ -549,14 +539,12 @@ static void on_up_read(h2o_socket_t *sock, const char *err)
     invocation *inv = c->inv;
     if (err) {
         if (!inv->started && !inv->retried && sock->input->size == 0 &&
-            (err == h2o_socket_error_io || (inv->reused && idempotent(inv->req)))) {
+            err == h2o_socket_error_io) {
             /* Reset or broken pipe before any byte of an answer: on a Unix
              * socket that means the worker closed (or died) with the
              * request unread. A close after reading it is an EOF instead,
-             * and is not retried (the worker may have acted on it) -- except
-             * on a kept-alive connection for a method that may be repeated:
-             * a worker that half-closes an idle connection as the request
-             * arrives shows the same EOF. */
+             * and is not retried, whatever the method: the worker may have
+             * acted on it, and its caller is told how it ended. */
             retry_elsewhere(inv);
             return;
         }
