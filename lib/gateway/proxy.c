@@ -11,7 +11,7 @@
  * before any byte of an answer with the request unread. A worker that read
  * it and then closed or died is not given it twice; the caller is told why
  * it ended (OOMKilled, its exit status, its signal) once the worker's end is
- * known (docs/serving.md, docs/adr/0019-first-request.md).
+ * known (docs/serving.md, docs/adr/0021-first-request.md).
  */
 #include <errno.h>
 #include <stdarg.h>

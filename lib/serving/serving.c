@@ -694,7 +694,7 @@ static void probe_done(worker_ctx *wc)
  * worker still writing its body to a connection closed under it gets
  * EPIPE, and one that leaves SIGPIPE at its default (most hand-written
  * servers) dies of it -- with the first real request already on its way
- * to it (docs/adr/0019-first-request.md).
+ * to it (docs/adr/0021-first-request.md).
  */
 static void on_probe_read(evutil_socket_t fd, short what, void *arg)
 {

@@ -2,7 +2,7 @@
  * Serving, end to end: the *same* Function taken from zero to one worker
  * and back, over and over, and bursts at zero on the same Function. Every
  * request must be answered 200: the first request after a scale to zero
- * is an ordinary request (issue 12; docs/adr/0019-first-request.md).
+ * is an ordinary request (issue 12; docs/adr/0021-first-request.md).
  *
  * Three workers, each a way real servers behave (fixtures/native/worker.c):
  *   plain    one thread per connection, head and body in two write(2)
