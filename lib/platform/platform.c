@@ -132,8 +132,8 @@ static int state_instance_id(const char *state_dir, char *out, size_t len)
             line[strcspn(line, "\n")] = '\0';
             if (!ok || !funcd_cgroup_instance_id_ok(line))
                 return funcd_error_set(FUNCD_EINVAL, "%s does not hold an instance id (1 to 32 "
-                                       "lowercase letters and digits); remove it while funcd is "
-                                       "stopped to make a new one", path);
+                                       "lowercase letters and digits, a letter first); remove it "
+                                       "while funcd is stopped to make a new one", path);
             snprintf(out, len, "%s", line);
             return 0;
         }

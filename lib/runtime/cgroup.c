@@ -133,7 +133,8 @@ static void remove_stale(const char *own, const char *instance)
 int funcd_cgroup_instance_id_ok(const char *id)
 {
     size_t n = id ? strlen(id) : 0;
-    if (n == 0 || n > FUNCD_CGROUP_MAX_INSTANCE_ID)
+    /* A letter first: "funcd-<digits>-<n>" is an older version's pid name. */
+    if (n == 0 || n > FUNCD_CGROUP_MAX_INSTANCE_ID || id[0] < 'a' || id[0] > 'z')
         return 0;
     for (size_t i = 0; i < n; i++)
         if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9')))
@@ -147,7 +148,7 @@ int funcd_cgroup_random_instance_id(char *out, size_t len)
     if (len < 2 * sizeof(raw) + 2 || getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
         return funcd_error_set(FUNCD_EIO, "cannot make an instance id: %s", strerror(errno));
     /* A letter first: older funcd versions read "funcd-<digits>-" as a
-     * pid and would clean such a directory up. */
+     * pid and would clean such a directory up (and we theirs). */
     out[0] = 'i';
     for (size_t i = 0; i < sizeof(raw); i++)
         snprintf(out + 1 + 2 * i, 3, "%02x", raw[i]);

@@ -23,7 +23,7 @@ typedef struct funcd_cgroups {
     char instance[FUNCD_CGROUP_MAX_INSTANCE_ID + 1];
 } funcd_cgroups;
 
-/* 1 when `id` is 1 to 32 lowercase letters and digits. */
+/* 1 when `id` is 1 to 32 lowercase letters and digits, a letter first. */
 int funcd_cgroup_instance_id_ok(const char *id);
 /* "i" and 16 random hex digits into `out` (at least 18 bytes). 0 or
  * FUNCD_EIO. */
@@ -31,7 +31,7 @@ int funcd_cgroup_random_instance_id(char *out, size_t len);
 
 /* Finds the controllers and makes this runtime's directories, first
  * removing (tasks killed) the "funcd-<instance_id>-*" a previous run of the
- * same instance left. `instance_id` NULL or not valid: a random one, so
+ * same instance left. `instance_id` NULL (or not valid): a random one, so
  * nothing is removed. Never fails: a controller that is not writable is
  * left out (funcd_cgroup_make then refuses limits on it). */
 void funcd_cgroups_init(funcd_cgroups *cg, const char *instance_id);

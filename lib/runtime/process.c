@@ -526,6 +526,10 @@ int funcd_runtime_process_new(funcd_runtime **out)
 int funcd_runtime_process_new_with(funcd_runtime **out, const funcd_process_options *opts)
 {
     *out = NULL;
+    if (opts && opts->instance_id && !funcd_cgroup_instance_id_ok(opts->instance_id))
+        return funcd_error_set(FUNCD_EINVAL, "funcd_process_options.instance_id \"%.40s\" must "
+                               "be 1 to 32 lowercase letters and digits, a letter first",
+                               opts->instance_id);
     proc_runtime *rt = calloc(1, sizeof(*rt));
     if (!rt)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the process runtime");

@@ -18,11 +18,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "funcd/funcd.h"
 #include "funcd/sys/error.h"
 #include "funcd/sys/runtime.h"
 #include "harness.h"
 #include "runtime/pidfile.h"
 #include "runtime/seccomp.h"
+#include "util/misc.h"
 
 typedef struct loop_ctx {
     struct event_base *base;
@@ -350,6 +352,39 @@ TEST(only_our_instances_cgroups_are_cleaned_up)
     CHECK(worker_alive);
 }
 
+/* An id that could read as an older version's pid, or that is no name. */
+TEST(a_bad_instance_id_is_refused)
+{
+    static const char *const bad[] = {"", "123", "9abc", "Abc", "a-b", "a/b",
+                                      "a123456789012345678901234567890123"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        funcd_runtime *rt = NULL;
+        int rc = funcd_runtime_process_new_with(
+            &rt, &(funcd_process_options){-1, NULL, .instance_id = bad[i]});
+        if (rt)
+            rt->free(rt);
+        if (rc != FUNCD_EINVAL)
+            FAILF("instance id \"%s\": rc %d, expected FUNCD_EINVAL", bad[i], rc);
+    }
+    CHECK_CONTAINS(funcd_error_last()->message, "instance_id");
+    /* The platform reads it from the state directory: a bad file stops it. */
+    char dir[64], path[128];
+    CHECK(make_tempdir(dir, sizeof(dir)) != NULL);
+    snprintf(path, sizeof(path), "%s/instance-id", dir);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs("12345\n", f);
+    fclose(f);
+    funcd_platform *p = NULL;
+    int rc = funcd_platform_new(&p, funcd_in_memory(), funcd_with_state_dir(dir));
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", funcd_error_last()->message);
+    funcd_platform_free(p);
+    funcd_remove_tree(dir);
+    CHECK_INT(rc, FUNCD_EINVAL);
+    CHECK_CONTAINS(msg, "instance-id");
+}
+
 TEST(a_failed_step_is_named)
 {
     loop_ctx l = {event_base_new(), 0, 0};
@@ -512,6 +547,7 @@ int main(void)
     snprintf(instance, sizeof(instance), "t%ld", (long)getpid());
     RUN(pid_file_follows_the_worker);
     RUN(only_our_instances_cgroups_are_cleaned_up);
+    RUN(a_bad_instance_id_is_refused);
     RUN(a_crashed_runs_workers_are_ended);
     RUN(a_failed_step_is_named);
     RUN(an_image_root_is_the_root);

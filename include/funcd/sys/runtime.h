@@ -148,7 +148,7 @@ typedef struct funcd_process_options {
      *  Never 0 (root). */
     unsigned host_uid;
     /** The funcd instance these workers belong to: 1 to 32 lowercase
-     *  letters and digits. Its cgroups are named after it, and at creation
+     *  letters and digits, a letter first. Its cgroups are named after it, and at creation
      *  the runtime removes (tasks killed) those a previous run of the same
      *  id left; another instance's are never touched. NULL: a random id, so
      *  nothing of an earlier run is removed. funcd keeps the id in its state
