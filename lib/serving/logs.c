@@ -1,6 +1,8 @@
 #include "serving/logs.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -317,9 +319,11 @@ static int query_param(funcd_log_query *q, const char *name, const char *value, 
         q->follow = !strcmp(value, "true") || !strcmp(value, "1");
     } else if (!strcmp(name, "tailLines") && value[0]) {
         char *end;
+        errno = 0;
         long long n = strtoll(value, &end, 10);
-        if (*end || n < 0 || value[0] == '-') {
-            funcd_error_set(FUNCD_EINVAL, "tailLines \"%s\" is not a non-negative number", value);
+        if (*end || n < 0 || errno || strspn(value, "0123456789") != strlen(value)) {
+            funcd_error_set(FUNCD_EINVAL, "tailLines \"%.32s\" is not a non-negative number "
+                            "(at most %lld)", value, LLONG_MAX);
             return bad(bad_field, "tailLines");
         }
         q->tail = n == 0 ? SIZE_MAX : (size_t)n; /* 0: no history, just what comes next */

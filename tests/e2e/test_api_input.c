@@ -176,6 +176,24 @@ E2E_TEST(body_resource_version_is_strict)
     CHECK_STATUS(409, "Conflict", "metadata.resourceVersion");
 }
 
+/* ---- log query numbers --------------------------------------------------------- */
+
+E2E_TEST(log_tail_lines_beyond_range_are_400)
+{
+    CHECK_INT(REQ("POST", FNS, DEV_TOKEN, FUNCTION_JSON("abc", "main.handler")), 201);
+    static const char *const bad[] = {"99999999999999999999", "9223372036854775808", "-1", "1x",
+                                      "+1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char path[256];
+        snprintf(path, sizeof(path), FNS "/abc/logs?tailLines=%s", bad[i]);
+        REQ("GET", path, DEV_TOKEN, NULL);
+        const char *why = status_problem(&e->r, 400, "BadRequest", "tailLines");
+        if (why)
+            FAILF("GET %s: %s; HTTP %ld: %.300s", path, why, e->r.status, e->r.body);
+    }
+    CHECK_INT(REQ("GET", FNS "/abc/logs?tailLines=9223372036854775807", DEV_TOKEN, NULL), 200);
+}
+
 /* ---- names with control bytes ------------------------------------------------ */
 
 E2E_TEST(names_with_control_bytes_are_400)
@@ -236,6 +254,7 @@ int main(void)
     RUN_ISOLATED(list_resource_version_is_strict);
     RUN_ISOLATED(body_resource_version_is_strict);
     RUN_ISOLATED(names_with_control_bytes_are_400);
+    RUN_ISOLATED(log_tail_lines_beyond_range_are_400);
     e2e_client_global_cleanup();
     return HARNESS_END();
 }
