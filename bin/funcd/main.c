@@ -68,6 +68,8 @@ static void usage(FILE *out)
             "  --shutdown-grace DURATION  wait for requests in flight at SIGTERM (default 10s)\n"
             "  --stream-buffer-limit BYTES  what a watch or log stream may hold for a slow\n"
             "                             client (default 2097152); beyond it the stream ends\n"
+            "  --max-connections N        connections each listener holds open (default 1024);\n"
+            "                             more wait in the kernel's backlog\n"
             "  --shims DIR                where the runtime shims are (default: next to\n"
             "                             this binary in a build tree, else the installed ones)\n"
             "  --state-dir DIR            worker sockets and extracted artifacts (default:\n"
@@ -103,7 +105,7 @@ typedef struct flags {
     size_t n_seccomp;
     const char *node_platform;
     uint64_t image_cache, tag_refresh, git_poll, seal_age, seal_size, retention, grace;
-    uint64_t stream_buffer;
+    uint64_t stream_buffer, max_conns;
     funcd_log_level level;
 } flags;
 
@@ -145,7 +147,7 @@ static int parse_duration(const char *name, const char *s, uint64_t *out)
 enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_VERSION, O_SHIMS,
        O_STATE, O_FNRUN, O_FNDIR, O_FNMAX, O_CONFIG, O_NO_SANDBOX, O_AUTH, O_CERTS, O_INSECURE,
        O_PLATFORM, O_CACHE, O_TAG, O_GIT, O_SEAL_AGE, O_SEAL_SIZE, O_RETENTION, O_GRACE,
-       O_HOST_NET, O_SECCOMP, O_FAVOR, O_STREAM_BUF };
+       O_HOST_NET, O_SECCOMP, O_FAVOR, O_STREAM_BUF, O_MAX_CONNS };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -178,6 +180,7 @@ static const struct option long_opts[] = {
     {"log-retention", required_argument, 0, O_RETENTION},
     {"shutdown-grace", required_argument, 0, O_GRACE},
     {"stream-buffer-limit", required_argument, 0, O_STREAM_BUF},
+    {"max-connections", required_argument, 0, O_MAX_CONNS},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -239,6 +242,18 @@ static int parse_one(int c, const char *arg, flags *f)
     case O_GRACE: return parse_duration("shutdown-grace", arg, &f->grace) ? 2 : -1;
     case O_STREAM_BUF:
         return parse_bytes("stream-buffer-limit", arg, 65536, &f->stream_buffer) ? 2 : -1;
+    case O_MAX_CONNS: {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(arg, &end, 10);
+        if (errno || end == arg || *end || *arg == '-' || n < 1 || n > 1000000) {
+            fprintf(stderr, "funcd: --max-connections takes a count from 1 to 1000000, not "
+                            "\"%s\"\n", arg);
+            return 2;
+        }
+        f->max_conns = n;
+        return -1;
+    }
     case O_VERSION: printf("funcd %s\n", funcd_version()); return 0;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -457,6 +472,7 @@ static int build_platform(const flags *f, const char *shims)
             : NULL,
         f->grace ? funcd_with_shutdown_grace(f->grace) : NULL,
         f->stream_buffer ? funcd_with_stream_buffer_limit((size_t)f->stream_buffer) : NULL,
+        f->max_conns ? funcd_with_max_connections((unsigned)f->max_conns) : NULL,
         funcd_with_logger(NULL, f->level, NULL),
     };
     size_t n = sizeof(opts) / sizeof(opts[0]);

@@ -186,6 +186,11 @@ FUNCD_EXTERN funcd_option *funcd_with_shutdown_grace(uint64_t ms);
  *  stream ends with an ERROR event (code 429). docs/operating.md. */
 FUNCD_EXTERN funcd_option *funcd_with_stream_buffer_limit(size_t bytes);
 
+/** Connections each listener (control plane, and data plane when the
+ *  gateway is the embedded one) holds open at once (default 1024); more
+ *  wait in the kernel's listen backlog until one closes. */
+FUNCD_EXTERN funcd_option *funcd_with_max_connections(unsigned n);
+
 /* ---- authentication ----------------------------------------------------- */
 
 /** Roles: "admin" (everything), "developer" (read/write in its namespaces),

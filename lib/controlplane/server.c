@@ -511,6 +511,7 @@ int funcd_cp_server_new(funcd_cp_server **out, funcd_cp *cp, const char *addr,
         free(srv);
         return rc;
     }
+    funcd_httpd_set_max_connections(srv->httpd, limits ? limits->max_connections : 0);
     *out = srv;
     return 0;
 }

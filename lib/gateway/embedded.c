@@ -16,6 +16,7 @@
 
 #include "funcd/sys/error.h"
 #include "funcd/sys/gateway.h"
+#include "gateway/embedded.h"
 #include "gateway/gateway.h"
 #include "http/httpd.h"
 #include "util/misc.h"
@@ -34,6 +35,7 @@ typedef struct route_entry {
 typedef struct embedded {
     funcd_gateway base;
     unsigned threads;
+    unsigned max_connections; /* 0: the httpd default */
     funcd_httpd *httpd;
     pthread_rwlock_t lock;
     route_entry *buckets[BUCKETS];
@@ -157,7 +159,18 @@ static int gw_listen(funcd_gateway *base, const char *addr, char *bound, size_t 
 {
     embedded *g = (embedded *)base;
     funcd_httpd_hooks hooks = {on_req, on_thread_init, NULL, on_thread_exit, g};
-    return funcd_httpd_new(&g->httpd, addr, g->threads, MAX_BODY, &hooks, bound, bound_len);
+    int rc = funcd_httpd_new(&g->httpd, addr, g->threads, MAX_BODY, &hooks, bound, bound_len);
+    if (rc == 0)
+        funcd_httpd_set_max_connections(g->httpd, g->max_connections);
+    return rc;
+}
+
+int funcd_gateway_embedded_set_max_connections(funcd_gateway *gw, unsigned n)
+{
+    if (!gw || gw->listen != gw_listen)
+        return -1;
+    ((embedded *)gw)->max_connections = n;
+    return 0;
 }
 
 static int gw_start(funcd_gateway *base)

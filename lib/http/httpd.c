@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -15,10 +16,16 @@
 
 #define FLUSH_MS 100  /* responses in flight may finish */
 #define DRAIN_MS 1000 /* connections close after the hang-up */
+/* Accepting pauses this long when descriptors run out or the connection
+ * cap is reached (sooner when one of this thread's connections closes). */
+#define PAUSE_MS 100
+
+struct worker;
 
 /* An accepted connection, tracked so shutdown can close idle ones. */
 typedef struct conn_ref {
     h2o_socket_t *sock;
+    struct worker *w;
     struct conn_ref *prev, *next;
 } conn_ref;
 
@@ -33,6 +40,10 @@ typedef struct worker {
     h2o_context_t ctx;
     h2o_accept_ctx_t accept;
     h2o_socket_t *listener;
+    int paused;                     /* the listener's reads are stopped */
+    h2o_timeout_t pause_timeout;    /* PAUSE_MS */
+    h2o_timeout_entry_t resume;     /* linked while paused */
+    int said_out_of_fds;            /* logged once per thread */
     h2o_multithread_receiver_t stop_receiver;
     h2o_multithread_message_t stop_msg;
     h2o_multithread_receiver_t quiesce_receiver;
@@ -53,6 +64,8 @@ struct funcd_httpd {
     atomic_int stopping;
     int stopped;
     int quiesced;
+    unsigned max_connections;
+    atomic_uint connections; /* open on every thread */
 };
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
@@ -61,27 +74,81 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     return srv->hooks.on_req(srv->hooks.payload, req);
 }
 
+static void on_accept(h2o_socket_t *listener, const char *err);
+
+/* Stops taking connections for PAUSE_MS: the listener stays readable while
+ * connections wait in its backlog, so accepting again at once would spin. */
+static void pause_accepting(worker *w)
+{
+    if (w->paused || !w->listener)
+        return;
+    w->paused = 1;
+    h2o_socket_read_stop(w->listener);
+    h2o_timeout_link(w->ctx.loop, &w->pause_timeout, &w->resume);
+}
+
+static void resume_accepting(worker *w)
+{
+    if (!w->paused)
+        return;
+    w->paused = 0;
+    if (h2o_timeout_is_linked(&w->resume))
+        h2o_timeout_unlink(&w->resume);
+    if (w->listener)
+        h2o_socket_read_start(w->listener, on_accept);
+}
+
+static void on_resume(h2o_timeout_entry_t *entry)
+{
+    resume_accepting(H2O_STRUCT_FROM_MEMBER(worker, resume, entry));
+}
+
 static void on_conn_close(void *data)
 {
     conn_ref *ref = data;
+    worker *w = ref->w;
     ref->prev->next = ref->next;
     ref->next->prev = ref->prev;
     free(ref);
+    atomic_fetch_sub(&w->srv->connections, 1);
+    resume_accepting(w); /* a descriptor and a slot are free again */
 }
 
 static void on_accept(h2o_socket_t *listener, const char *err)
 {
     worker *w = listener->data;
+    funcd_httpd *srv = w->srv;
     if (err)
         return;
-    h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
-    if (!sock)
+    /* At the cap, new connections wait in the kernel's backlog. */
+    if (atomic_load(&srv->connections) >= srv->max_connections) {
+        pause_accepting(w);
         return;
+    }
+    h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
+    if (!sock) {
+        int e = errno;
+        /* h2o leaves the listener readable: without a pause the loop would
+         * call us again at once, for as long as descriptors are short. */
+        if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+            if (!w->said_out_of_fds) {
+                w->said_out_of_fds = 1;
+                fprintf(stderr, "funcd: cannot accept a connection: %s; accepting pauses for "
+                                "%d ms at a time until descriptors are free (raise the limit: "
+                                "ulimit -n, LimitNOFILE=)\n",
+                        strerror(e), PAUSE_MS);
+            }
+            pause_accepting(w);
+        }
+        return;
+    }
     conn_ref *ref = malloc(sizeof(*ref));
     if (!ref) {
         h2o_socket_close(sock);
         return;
     }
+    atomic_fetch_add(&srv->connections, 1);
+    ref->w = w;
     ref->sock = sock;
     ref->next = w->conns.next;
     ref->prev = &w->conns;
@@ -114,6 +181,7 @@ static void close_listener(worker *w)
 {
     if (!w->listener)
         return;
+    resume_accepting(w); /* unlinks the timer */
     h2o_socket_read_stop(w->listener);
     h2o_socket_close(w->listener); /* closes w->fd, this thread's dup */
     w->listener = NULL;
@@ -186,6 +254,8 @@ static void *worker_main(void *arg)
         srv->hooks.on_thread_init(srv->hooks.payload, &w->ctx);
     atomic_store(&w->ready, 1);
 
+    h2o_timeout_init(loop, &w->pause_timeout, PAUSE_MS);
+    w->resume.cb = on_resume;
     w->listener = h2o_evloop_socket_create(loop, w->fd, H2O_SOCKET_FLAG_DONT_READ);
     w->listener->data = w;
     h2o_socket_read_start(w->listener, on_accept);
@@ -216,6 +286,7 @@ static void *worker_main(void *arg)
     h2o_multithread_unregister_receiver(w->ctx.queue, &w->quiesce_receiver);
     h2o_context_dispose(&w->ctx);
     h2o_evloop_run(loop, 0); /* frees the sockets whose close was deferred */
+    h2o_timeout_dispose(loop, &w->pause_timeout);
     h2o_evloop_destroy(loop);
     drain_recycled_buffers();
     return NULL;
@@ -237,6 +308,7 @@ int funcd_httpd_new(funcd_httpd **out, const char *addr, unsigned nthreads, size
     srv->workers = workers;
     srv->nthreads = nthreads;
     srv->hooks = *hooks;
+    srv->max_connections = FUNCD_HTTPD_MAX_CONNECTIONS_DEFAULT;
     for (unsigned i = 0; i < nthreads; i++)
         workers[i].fd = -1;
 
@@ -280,6 +352,11 @@ fail:
     free(workers);
     free(srv);
     return rc;
+}
+
+void funcd_httpd_set_max_connections(funcd_httpd *srv, unsigned n)
+{
+    srv->max_connections = n ? n : FUNCD_HTTPD_MAX_CONNECTIONS_DEFAULT;
 }
 
 int funcd_httpd_start(funcd_httpd *srv)

@@ -29,6 +29,11 @@ typedef struct funcd_httpd_hooks {
  * `max_body` bounds request bodies (h2o answers 413 beyond it). */
 int funcd_httpd_new(funcd_httpd **out, const char *addr, unsigned nthreads, size_t max_body,
                     const funcd_httpd_hooks *hooks, char *bound, size_t bound_len);
+/* Connections open at once on this listener (all threads); beyond it new
+ * ones wait in the kernel's listen backlog. Call before start; 0: the
+ * default. */
+#define FUNCD_HTTPD_MAX_CONNECTIONS_DEFAULT 1024u
+void funcd_httpd_set_max_connections(funcd_httpd *s, unsigned n);
 int funcd_httpd_start(funcd_httpd *s);
 /* Stops accepting, lets hooks end streams, drains connections (bounded
  * wait), and joins the threads. Idempotent. */

@@ -218,6 +218,14 @@ funcd_option *funcd_with_stream_buffer_limit(size_t bytes)
     return o;
 }
 
+funcd_option *funcd_with_max_connections(unsigned n)
+{
+    funcd_option *o = opt_new(OPT_MAX_CONNECTIONS);
+    if (o != &oom_option)
+        o->n[0] = n;
+    return o;
+}
+
 funcd_option *funcd_with_seccomp_allow(const char *syscall_name)
 {
     return string_option(OPT_SECCOMP_ALLOW, syscall_name);
@@ -384,6 +392,12 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
             return funcd_error_set(FUNCD_EINVAL, "funcd_with_stream_buffer_limit: %zu bytes is "
                                    "too small (at least 65536)", o->size);
         cfg->stream_buffer = o->size;
+        break;
+    case OPT_MAX_CONNECTIONS:
+        if (o->n[0] == 0)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_max_connections: 0 connections; "
+                                   "give at least 1");
+        cfg->max_connections = (unsigned)o->n[0];
         break;
     case OPT_TOKEN:
         if (!o->role)

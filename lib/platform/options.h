@@ -41,6 +41,7 @@ typedef enum option_kind {
     OPT_SECCOMP_ALLOW,
     OPT_CGROUP_FAVORDYNMODS,
     OPT_STREAM_BUFFER,
+    OPT_MAX_CONNECTIONS,
 } option_kind;
 
 struct funcd_option {
@@ -103,6 +104,7 @@ typedef struct funcd_config {
     uint64_t log_retention_ms;    /* 0: the default */
     uint64_t shutdown_grace_ms;   /* 0: the default */
     size_t stream_buffer;         /* 0: the default */
+    unsigned max_connections;     /* 0: the default */
 } funcd_config;
 
 /* Applies presets first, then the rest in order; frees every option. */

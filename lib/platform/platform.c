@@ -23,6 +23,7 @@
 #include "controlplane/server.h"
 #include "funcd/funcd.h"
 #include "funcd/sys/error.h"
+#include "gateway/embedded.h"
 #include "platform/options.h"
 #include "runtime/cgroup.h"
 #include "fnrunner/service.h"
@@ -353,6 +354,8 @@ static int build(funcd_platform *p)
     if (p->cfg.functions_dir && (rc = make_absolute(&p->cfg.functions_dir)) < 0)
         return rc;
 
+    /* A gateway of the embedder's own takes no limit from us. */
+    funcd_gateway_embedded_set_max_connections(p->cfg.gateway, p->cfg.max_connections);
     rc = p->cfg.gateway->listen(p->cfg.gateway, p->cfg.data_plane_addr, p->data_plane_addr,
                                 sizeof(p->data_plane_addr));
     if (rc < 0)
@@ -396,7 +399,7 @@ static int build(funcd_platform *p)
     char vj[768];
     version_json(p, vj, sizeof(vj));
     funcd_cp_init(&p->cp, p->cfg.store, &p->cfg.auth, vj);
-    funcd_cp_server_limits cl = {p->cfg.stream_buffer, 0};
+    funcd_cp_server_limits cl = {p->cfg.stream_buffer, p->cfg.max_connections};
     rc = funcd_cp_server_new(&p->cp_server, &p->cp, p->cfg.listen_addr, &cl, p->addr,
                              sizeof(p->addr));
     if (rc < 0)

@@ -615,7 +615,7 @@ static void fd_exhaustion_body(lim_test *t, int *flood)
     dd_sleep_ms(1000); /* funcd meets EMFILE */
     double c0 = cpu_seconds(t->d.pid);
     int64_t w0 = e2e_now_ms();
-    dd_sleep_ms(2000);
+    dd_sleep_ms(3000);
     double used = cpu_seconds(t->d.pid) - c0;
     double wall = (double)(e2e_now_ms() - w0) / 1000.0;
     int health = get_on(keeper, "/healthz", 5000);
@@ -623,7 +623,9 @@ static void fd_exhaustion_body(lim_test *t, int *flood)
                     "open connection: %d\n",
             opened, used, wall, health);
     CHECK(opened > 100);
-    CHECK(used >= 0 && used < 0.25 * wall);
+    /* Idle, funcd uses well under 1% here; spinning on accept, all the
+     * scheduler gives it (seen: 21% of a core on a machine loaded 10x). */
+    CHECK(used >= 0 && used < 0.05 * wall);
     CHECK_INT(health, 200);
     /* Descriptors free again: accepting resumes. */
     for (int i = 0; i < FLOOD; i++)

@@ -339,6 +339,25 @@ TEST(malformed_address_is_an_error)
     CHECK(p == NULL);
 }
 
+TEST(limits_out_of_range_are_EINVAL)
+{
+    funcd_platform *p = NOT_SET;
+    CHECK_INT(funcd_platform_new(&p, funcd_in_memory(), funcd_with_stream_buffer_limit(1000)),
+              FUNCD_EINVAL);
+    CHECK(p == NULL);
+    CHECK_CONTAINS(funcd_error_last()->message, "funcd_with_stream_buffer_limit");
+    p = NOT_SET;
+    CHECK_INT(funcd_platform_new(&p, funcd_in_memory(), funcd_with_max_connections(0)),
+              FUNCD_EINVAL);
+    CHECK(p == NULL);
+    CHECK_CONTAINS(funcd_error_last()->message, "funcd_with_max_connections");
+    p = NOT_SET;
+    CHECK_INT(funcd_platform_new(&p, funcd_in_memory(), funcd_with_stream_buffer_limit(65536),
+                                 funcd_with_max_connections(4)),
+              0);
+    funcd_platform_free(p);
+}
+
 TEST(operator_settings_of_the_sandbox_are_checked)
 {
     funcd_platform *p = NOT_SET;
@@ -951,6 +970,7 @@ int main(void)
     RUN_ISOLATED(concurrent_shutdown_returns_only_after_teardown);
     RUN_ISOLATED(run_or_start_after_shutdown_is_ESTATE);
     RUN_ISOLATED(null_platform_is_harmless);
+    RUN_ISOLATED(limits_out_of_range_are_EINVAL);
     RUN_ISOLATED(error_last_is_never_null);
     e2e_client_global_cleanup();
     return HARNESS_END();
