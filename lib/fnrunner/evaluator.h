@@ -165,4 +165,25 @@ int funcd_eval_find_config(funcd_store *store, const char *ns, const char *image
 /* Whether `cfg_spec` (a FunctionConfig spec) serves `image` with `executor`. */
 int funcd_eval_config_matches(const cJSON *spec, const char *executor, const char *image);
 
+/* The image a FunctionConfig's worker is warmed with: the first prefix
+ * (none when there are no prefixes, or it is "") + "/" + spec.image, with
+ * the podExecutor's first tag when it lists tags. NULL on a bad spec or
+ * out of memory; free() it. */
+char *funcd_eval_warm_image(const cJSON *spec);
+
+/* What of podExecutor.templateOverrides (a pod template: {metadata, spec:
+ * {containers: [...], ...}}) a sandboxed worker honours: the container named
+ * "function"'s resources.limits.memory and .cpu, and its env entries with a
+ * name and a string value. Everything else is listed in `ignored` (paths
+ * relative to templateOverrides, e.g. "spec.nodeSelector"). */
+typedef struct funcd_eval_overrides {
+    funcd_worker_limits limits;
+    char **env;     /* "NAME=value", NULL-terminated (never NULL after a success) */
+    cJSON *ignored; /* an array of strings */
+} funcd_eval_overrides;
+
+/* 0, or FUNCD_ENOMEM. `tmpl` may be NULL (nothing to honour). */
+int funcd_eval_overrides_parse(const cJSON *tmpl, funcd_eval_overrides *out);
+void funcd_eval_overrides_clear(funcd_eval_overrides *o);
+
 #endif

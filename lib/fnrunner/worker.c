@@ -53,6 +53,7 @@
 #include "api/api.h"
 #include "funcd/sys/error.h"
 #include "pool/pool.h"
+#include "registry/registry.h"
 #include "source/resolver.h"
 #include "util/misc.h"
 
@@ -84,6 +85,10 @@ typedef struct launch {
     char *rootfs;
     char **argv, **env; /* NULL-terminated */
     char *cwd;
+    /* From podExecutor.templateOverrides: the function container's limits
+     * and env (NULL-terminated, never NULL). */
+    funcd_worker_limits limits;
+    char **ov_env;
 } launch;
 
 /* An evaluation waiting for its image to be pulled. */
@@ -94,9 +99,13 @@ typedef struct parked {
     struct parked *prev, *next;
 } parked;
 
-/* One podExecutor FunctionConfig and its pool. */
+/* The workers of one podExecutor FunctionConfig running one image: a
+ * FunctionConfig has a pool per image digest its requests named. */
 typedef struct image_pool {
     char *config; /* metadata.name */
+    char *key;    /* what runs: a pulled image's digest, or "dir:<name>" */
+    char *ref;    /* the image a request named that made it */
+    char *sig;    /* the spec it was made from (launch_sig) */
     launch *ln;
     funcd_pool *pool;
     funcd_pool_config pc;
@@ -511,6 +520,9 @@ static void launch_unref(launch *ln)
     for (char **p = ln->env; p && *p; p++)
         free(*p);
     free(ln->env);
+    for (char **p = ln->ov_env; p && *p; p++)
+        free(*p);
+    free(ln->ov_env);
     free(ln->cwd);
     free(ln);
 }
@@ -656,6 +668,21 @@ static void live_link(worker_eval *we, worker_ctx *wc)
     evtimer_add(wc->probe_timer, &tv);
 }
 
+/* Appends the entries of `from` to `env` (holding `n`) whose names are not
+ * in it yet; returns the new count. */
+static size_t add_env(const char **env, size_t n, const char *const *from)
+{
+    for (const char *const *p = from; p && *p; p++) {
+        size_t len = strcspn(*p, "=");
+        int dup = 0;
+        for (size_t i = 0; i < n && !dup; i++)
+            dup = strncmp(env[i], *p, len) == 0 && env[i][len] == '=';
+        if (!dup)
+            env[n++] = *p;
+    }
+    return n;
+}
+
 /* A pulled image's worker: the static exec shim, copied into its runtime
  * directory (seen at IMAGE_RUN_DIR), runs the image's program inside the
  * image's root once per evaluation. */
@@ -666,13 +693,15 @@ static int start_image_worker(worker_eval *we, worker_ctx *wc)
     snprintf(from, sizeof(from), "%s-static", we->shim);
     snprintf(to, sizeof(to), "%s/funcd-exec", wc->dir);
     int rc = funcd_link_or_copy(from, to, 0755);
-    size_t n_args = 0, n_env = 0;
+    size_t n_args = 0, n_env = 0, n_ov = 0;
     while (ln->argv[n_args])
         n_args++;
     while (ln->env && ln->env[n_env])
         n_env++;
+    while (ln->ov_env[n_ov])
+        n_ov++;
     const char **argv = calloc(n_args + 3, sizeof(char *));
-    const char **env = calloc(n_env + 5, sizeof(char *));
+    const char **env = calloc(n_ov + n_env + 5, sizeof(char *));
     char replica[128], function[160], ns[160];
     snprintf(replica, sizeof(replica), "FUNCD_REPLICA=%s", wc->replica);
     snprintf(function, sizeof(function), "FUNCD_FUNCTION=%s", ln->image);
@@ -683,13 +712,15 @@ static int start_image_worker(worker_eval *we, worker_ctx *wc)
         argv[0] = IMAGE_RUN_DIR "/funcd-exec";
         argv[1] = "--";
         memcpy(argv + 2, ln->argv, n_args * sizeof(char *));
-        memcpy(env, ln->env, n_env * sizeof(char *));
-        env[n_env] = "FUNCD_LISTEN=" IMAGE_RUN_DIR "/worker.sock";
-        env[n_env + 1] = replica;
-        env[n_env + 2] = function;
-        env[n_env + 3] = ns;
+        /* The overrides first: the first of two equal names counts. */
+        size_t k = add_env(env, 0, (const char *const *)ln->ov_env);
+        k = add_env(env, k, (const char *const *)ln->env);
+        env[k] = "FUNCD_LISTEN=" IMAGE_RUN_DIR "/worker.sock";
+        env[k + 1] = replica;
+        env[k + 2] = function;
+        env[k + 3] = ns;
         const funcd_worker_bind binds[] = {{wc->dir, IMAGE_RUN_DIR, 1}};
-        funcd_worker_spec spec = {argv, env, ln->cwd, ln->rootfs, {0, 0, 0}, binds, 1,
+        funcd_worker_spec spec = {argv, env, ln->cwd, ln->rootfs, ln->limits, binds, 1,
                                   FUNCD_WORKER_NETWORK_NONE};
         funcd_worker_events ev = {on_worker_output, on_worker_exit, wc};
         wc->probe_timer = evtimer_new(we->loop, on_probe_timer, wc);
@@ -731,18 +762,31 @@ static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
     snprintf(function, sizeof(function), "FUNCD_FUNCTION=%s", ln->image);
     snprintf(ns, sizeof(ns), "FUNCD_NAMESPACE=%s", we->ns);
     const char *const argv[] = {we->shim, "--", ln->program, NULL};
-    const char *const env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", listen,
-                               replica, function, ns, NULL};
+    static const char *const defaults[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
+                                           NULL};
+    size_t n_ov = 0;
+    while (ln->ov_env[n_ov])
+        n_ov++;
+    const char **env = calloc(n_ov + 7, sizeof(char *));
+    if (env) {
+        size_t k = add_env(env, 0, (const char *const *)ln->ov_env);
+        k = add_env(env, k, defaults);
+        env[k] = listen;
+        env[k + 1] = replica;
+        env[k + 2] = function;
+        env[k + 3] = ns;
+    }
     /* What a sandboxed worker sees: the function, the shim, its socket's directory. */
     const funcd_worker_bind binds[] = {{ln->dir, NULL, 0}, {we->shim, NULL, 0}, {wc->dir, NULL, 1}};
-    funcd_worker_spec spec = {argv, env, ln->dir, NULL, {0, 0, 0}, binds, 3,
+    funcd_worker_spec spec = {argv, env, ln->dir, NULL, ln->limits, binds, 3,
                               FUNCD_WORKER_NETWORK_NONE};
     funcd_worker_events ev = {on_worker_output, on_worker_exit, wc};
     wc->probe_timer = evtimer_new(we->loop, on_probe_timer, wc);
-    if (!wc->probe_timer)
+    if (!wc->probe_timer || !env)
         rc = funcd_error_set(FUNCD_ENOMEM, "out of memory starting a worker for %s", ln->image);
     else
         rc = we->runtime->start(we->runtime, &spec, &ev, &wc->proc);
+    free(env);
     if (rc < 0) {
         probe_stop(wc);
         remove_worker_dir(wc);
@@ -823,19 +867,29 @@ static int image_dir_name(const char *image, char *out, size_t len)
     return 0;
 }
 
-static launch *launch_new(worker_eval *we, const char *image, const char *name)
+/* Takes the overrides' limits and env into `ln` (the env moves). */
+static void launch_take_overrides(launch *ln, funcd_eval_overrides *ov)
+{
+    ln->limits = ov->limits;
+    ln->ov_env = ov->env;
+    ov->env = NULL;
+}
+
+static launch *launch_new(worker_eval *we, const char *image, const char *name,
+                          funcd_eval_overrides *ov)
 {
     launch *ln = calloc(1, sizeof(*ln));
     if (!ln)
         return NULL;
     atomic_init(&ln->refs, 1);
     ln->we = we;
+    launch_take_overrides(ln, ov);
     ln->image = funcd_strdup(image);
     if (asprintf(&ln->dir, "%s/%s", we->functions_dir, name) < 0)
         ln->dir = NULL;
     if (asprintf(&ln->program, "%s/%s/function", we->functions_dir, name) < 0)
         ln->program = NULL;
-    if (!ln->image || !ln->dir || !ln->program) {
+    if (!ln->image || !ln->dir || !ln->program || !ln->ov_env) {
         launch_unref(ln);
         return NULL;
     }
@@ -843,13 +897,15 @@ static launch *launch_new(worker_eval *we, const char *image, const char *name)
 }
 
 /* The launch of a pulled image: its entrypoint and cmd, run in its root. */
-static launch *launch_new_image(worker_eval *we, const char *image, const funcd_source_result *r)
+static launch *launch_new_image(worker_eval *we, const char *image, const funcd_source_result *r,
+                                funcd_eval_overrides *ov)
 {
     launch *ln = calloc(1, sizeof(*ln));
     if (!ln)
         return NULL;
     atomic_init(&ln->refs, 1);
     ln->we = we;
+    launch_take_overrides(ln, ov);
     ln->image = funcd_strdup(image);
     ln->rootfs = funcd_strdup(r->dir);
     ln->dir = funcd_strdup(r->dir);
@@ -867,7 +923,8 @@ static launch *launch_new_image(worker_eval *we, const char *image, const funcd_
     ln->env = funcd_strv_dup((const char *const *)r->env);
     ln->cwd = funcd_strdup(r->working_dir && *r->working_dir ? r->working_dir : "/");
     ln->program = ln->argv && n ? funcd_strdup(ln->argv[0]) : NULL;
-    int ok = ln->image && ln->rootfs && ln->dir && ln->argv && ln->env && ln->cwd && ln->program;
+    int ok = ln->image && ln->rootfs && ln->dir && ln->argv && ln->env && ln->cwd &&
+             ln->program && ln->ov_env;
     for (size_t i = 0; ok && i < n; i++)
         ok = ln->argv[i] != NULL;
     if (!ok) {
@@ -877,12 +934,16 @@ static launch *launch_new_image(worker_eval *we, const char *image, const funcd_
     return ln;
 }
 
+static int executable_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
 static int program_ok(const launch *ln)
 {
-    if (ln->rootfs)
-        return 1; /* the image names its program; a bad one fails its worker's start */
-    struct stat st;
-    return stat(ln->program, &st) == 0 && S_ISREG(st.st_mode) && access(ln->program, X_OK) == 0;
+    /* A pulled image names its program; a bad one fails its worker's start. */
+    return ln->rootfs || executable_file(ln->program);
 }
 
 static void on_warm_granted(funcd_pool_waiter *wt, funcd_pool_worker *w, const char *error)
@@ -895,7 +956,7 @@ static void on_warm_granted(funcd_pool_waiter *wt, funcd_pool_worker *w, const c
     }
     if (!ip->dropping)
         funcd_log(ip->ln->we->logger, FUNCD_LOG_WARN, "warming a worker for %s failed: %s",
-                  ip->ln->image, error ? error : "unknown error");
+                  ip->ref, error ? error : "unknown error");
 }
 
 static void warm(worker_eval *we, image_pool *ip)
@@ -904,7 +965,7 @@ static void warm(worker_eval *we, image_pool *ip)
         return;
     if (!program_ok(ip->ln)) {
         funcd_log(we->logger, FUNCD_LOG_WARN, "FunctionConfig %s: %s is not an executable file; "
-                  "no worker is warmed for %s", ip->config, ip->ln->program, ip->ln->image);
+                  "no worker is warmed for %s", ip->config, ip->ln->program, ip->ref);
         return;
     }
     funcd_pool_worker *w = NULL;
@@ -932,13 +993,16 @@ static void image_pool_free(image_pool *ip, const char *why)
 {
     drop_pool(ip, why);
     free(ip->config);
+    free(ip->key);
+    free(ip->ref);
+    free(ip->sig);
     free(ip);
 }
 
-static image_pool *find_pool(worker_eval *we, const char *config)
+static image_pool *find_pool(worker_eval *we, const char *config, const char *key)
 {
     for (image_pool *ip = we->pools; ip; ip = ip->next)
-        if (strcmp(ip->config, config) == 0)
+        if (strcmp(ip->config, config) == 0 && strcmp(ip->key, key) == 0)
             return ip;
     return NULL;
 }
@@ -971,51 +1035,123 @@ static int names_registry(const char *image)
            (n == 9 && strncmp(image, "localhost", 9) == 0);
 }
 
+/* What the workers of one requested image run. */
+typedef struct resolved {
+    char key[96];           /* a pulled image's digest, or "dir:<name>" */
+    int pulled;             /* `img` is filled */
+    funcd_source_result img;
+} resolved;
+
 /*
- * The launch of `image`: its directory under FUNCTIONS_DIR when that holds
- * one, else the image pulled from its registry. NULL with `why` filled, and
- * `*pending` set when the pull is under way (`cb(payload)` runs when it ends).
+ * What `ref` (the image a request names, PREFIX/IMAGE:TAG) runs: the
+ * directory FUNCTIONS_DIR/<name> when it holds a program (or `ref` could not
+ * come from a registry anyway), else the image `ref` pulled from its
+ * registry, tag resolved to digest. 0; or -1 with `why` filled and
+ * `*pending` set while the pull is under way (`cb(payload)` runs when it
+ * ends).
  */
-static launch *launch_for(worker_eval *we, const char *image, const char *name, int *pending,
-                          funcd_sources_cb cb, void *payload, char *why, size_t why_len)
+static int resolve_ref(worker_eval *we, const char *ref, const char *name, resolved *out,
+                       int *pending, funcd_sources_cb cb, void *payload, char *why,
+                       size_t why_len)
 {
+    memset(out, 0, sizeof(*out));
     *pending = 0;
-    launch *ln = we->functions_dir ? launch_new(we, image, name) : NULL;
-    if (ln && (program_ok(ln) || !we->sources || !names_registry(image)))
-        return ln;
-    launch_unref(ln);
-    if (!we->sources) {
-        snprintf(why, why_len, "out of memory preparing the workers of %s", image);
-        return NULL;
+    if (we->functions_dir) {
+        char program[1024];
+        snprintf(program, sizeof(program), "%s/%s/function", we->functions_dir, name);
+        if (executable_file(program) || !we->sources || !names_registry(ref)) {
+            snprintf(out->key, sizeof(out->key), "dir:%s", name);
+            return 0;
+        }
     }
-    funcd_source_result r;
     char msg[512];
-    int rc = funcd_sources_image(we->sources, we->ns, image, &r, msg, sizeof(msg), cb, payload);
+    int rc = funcd_sources_image(we->sources, we->ns, ref, &out->img, msg, sizeof(msg), cb,
+                                 payload);
     if (rc == FUNCD_SOURCE_PENDING) {
         *pending = 1;
         snprintf(why, why_len, "%s", msg);
-        return NULL;
+        return -1;
     }
     if (rc < 0) {
-        snprintf(why, why_len, "%s: %s", image, msg);
+        snprintf(why, why_len, "%s: %s", ref, msg);
+        return -1;
+    }
+    out->pulled = 1;
+    snprintf(out->key, sizeof(out->key), "%s", out->img.resolved);
+    return 0;
+}
+
+/* What of a FunctionConfig's spec its workers are made from: when it
+ * changes, they are replaced (the pool knobs only reconfigure them). */
+static char *launch_sig(const cJSON *spec)
+{
+    const cJSON *pod = cJSON_GetObjectItemCaseSensitive(spec, "podExecutor");
+    static const char *const from_spec[] = {"image", "prefixes"};
+    static const char *const from_pod[] = {"tags", "templateOverrides"};
+    cJSON *sig = cJSON_CreateObject();
+    for (size_t i = 0; sig && i < 2; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(spec, from_spec[i]);
+        if (v)
+            cJSON_AddItemReferenceToObject(sig, from_spec[i], (cJSON *)v);
+        v = cJSON_GetObjectItemCaseSensitive(pod, from_pod[i]);
+        if (v)
+            cJSON_AddItemReferenceToObject(sig, from_pod[i], (cJSON *)v);
+    }
+    char *text = sig ? cJSON_PrintUnformatted(sig) : NULL;
+    cJSON_Delete(sig);
+    return text;
+}
+
+/* Drops the pools of `config` that the image `ref` resolving to `key`
+ * supersedes: the one of `key` (made from another spec), and the one `ref`
+ * made before it moved to another digest. Their workers drain. */
+static void drop_superseded(worker_eval *we, const char *config, const char *key,
+                            const char *ref)
+{
+    for (image_pool **pp = &we->pools; *pp;) {
+        image_pool *ip = *pp;
+        if (strcmp(ip->config, config) != 0 ||
+            (strcmp(ip->key, key) != 0 && strcmp(ip->ref, ref) != 0)) {
+            pp = &ip->next;
+            continue;
+        }
+        *pp = ip->next;
+        image_pool_free(ip, "the FunctionConfig or its image changed");
+    }
+}
+
+static image_pool *new_image_pool(worker_eval *we, const char *config, const char *key,
+                                  const char *ref, const char *sig, launch *ln,
+                                  const funcd_pool_config *pc)
+{
+    image_pool *ip = calloc(1, sizeof(*ip));
+    if (!ip || !(ip->config = funcd_strdup(config)) || !(ip->key = funcd_strdup(key)) ||
+        !(ip->ref = funcd_strdup(ref)) || !(ip->sig = funcd_strdup(sig))) {
+        launch_unref(ln);
+        if (ip)
+            image_pool_free(ip, "out of memory");
         return NULL;
     }
-    ln = launch_new_image(we, image, &r);
-    funcd_source_result_clear(&r);
-    if (!ln)
-        snprintf(why, why_len, "out of memory preparing the workers of %s", image);
-    return ln;
+    if (replace_pool(we, ip, ln, pc) < 0) { /* it let go of `ln` */
+        image_pool_free(ip, "out of memory");
+        return NULL;
+    }
+    ip->next = we->pools;
+    we->pools = ip;
+    return ip;
 }
 
 /*
- * The pool of the podExecutor FunctionConfig `fc`, brought to its spec:
- * created (and warmed, with `warm_new`), given new limits, or replaced when
- * it names another image. NULL with `why` filled when it cannot serve, and
- * `*pending` set while its image is being pulled (then `cb(payload)` runs
- * once it is done).
+ * The pool of the podExecutor FunctionConfig `fc` for the image `ref` (the
+ * one a request names, PREFIX/IMAGE:TAG, or the config's warm image),
+ * brought to its spec: found by the digest `ref` resolves to, or created
+ * (and warmed, with `warm_new`), or given new limits. NULL with `why` filled
+ * when it cannot serve, and `*pending` set while its image is being pulled
+ * (then `cb(payload)` runs once it is done).
  */
-static image_pool *pool_for(worker_eval *we, const cJSON *fc, int warm_new, int *pending,
-                            funcd_sources_cb cb, void *payload, char *why, size_t why_len)
+static image_pool *pool_for(worker_eval *we, const cJSON *fc, const char *ref, int warm_new,
+                            int *pending, funcd_sources_cb cb, void *payload, char *why,
+                            size_t why_len)
 {
     *pending = 0;
     const cJSON *meta = cJSON_GetObjectItemCaseSensitive(fc, "metadata");
@@ -1024,50 +1160,52 @@ static image_pool *pool_for(worker_eval *we, const cJSON *fc, int warm_new, int 
     const char *image = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "image"));
     const cJSON *pod = cJSON_GetObjectItemCaseSensitive(spec, "podExecutor");
     char name[256];
-    if (!config || !image || !cJSON_IsObject(pod) ||
-        image_dir_name(image, name, sizeof(name)) < 0) {
-        snprintf(why, why_len, "FunctionConfig %s: spec.image %s names no function directory",
-                 config ? config : "?", image ? image : "(none)");
+    if (!config || !image || !ref || !cJSON_IsObject(pod) ||
+        image_dir_name(ref, name, sizeof(name)) < 0) {
+        snprintf(why, why_len, "FunctionConfig %s: image %s names no function directory",
+                 config ? config : "?", ref ? ref : image ? image : "(none)");
         return NULL;
     }
+    resolved rs;
+    if (resolve_ref(we, ref, name, &rs, pending, cb, payload, why, why_len) < 0)
+        return NULL;
+    char *sig = launch_sig(spec);
+    funcd_eval_overrides ov = {0};
+    image_pool *ip = sig ? find_pool(we, config, rs.key) : NULL;
     funcd_pool_config pc = pool_config(pod);
-    image_pool *ip = find_pool(we, config);
-    if (ip && strcmp(ip->ln->image, image) == 0) {
+    if (ip && strcmp(ip->sig, sig) == 0) {
         if (!same_config(&ip->pc, &pc)) {
             ip->pc = pc;
             funcd_pool_configure(ip->pool, &pc);
         }
-        return ip;
+        goto out;
     }
-    launch *ln = launch_for(we, image, name, pending, cb, payload, why, why_len);
+    ip = NULL;
+    launch *ln = NULL;
+    if (sig && funcd_eval_overrides_parse(
+                   cJSON_GetObjectItemCaseSensitive(pod, "templateOverrides"), &ov) == 0)
+        ln = rs.pulled ? launch_new_image(we, image, &rs.img, &ov)
+                       : launch_new(we, image, name, &ov);
     if (!ln)
-        return NULL;
-    if (!ip) {
-        if (!(ip = calloc(1, sizeof(*ip))) || !(ip->config = funcd_strdup(config))) {
-            free(ip);
-            launch_unref(ln);
-            goto oom;
-        }
-        if (replace_pool(we, ip, ln, &pc) < 0) {
-            free(ip->config);
-            free(ip);
-            goto oom;
-        }
-        ip->next = we->pools;
-        we->pools = ip;
-    } else if (replace_pool(we, ip, ln, &pc) < 0) { /* another image: other workers */
         goto oom;
-    }
+    drop_superseded(we, config, rs.key, ref);
+    if (!(ip = new_image_pool(we, config, rs.key, ref, sig, ln, &pc)))
+        goto oom;
     if (warm_new)
         warm(we, ip);
-    return ip;
+    goto out;
 oom:
-    snprintf(why, why_len, "out of memory preparing the workers of %s", image);
-    return NULL;
+    snprintf(why, why_len, "out of memory preparing the workers of %s", ref);
+out:
+    funcd_eval_overrides_clear(&ov);
+    funcd_source_result_clear(&rs.img);
+    free(sig);
+    return ip;
 }
 
 typedef struct config_list {
     cJSON **v;
+    uint64_t *rev; /* each one's revision in the store */
     size_t n, cap;
 } config_list;
 
@@ -1083,13 +1221,17 @@ static int collect_config(const funcd_store_kv *kv, void *payload)
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 16;
         cJSON **v = realloc(l->v, cap * sizeof(*v));
-        if (!v) {
+        if (v)
+            l->v = v;
+        uint64_t *rev = v ? realloc(l->rev, cap * sizeof(*rev)) : NULL;
+        if (!rev) {
             cJSON_Delete(obj);
             return 1;
         }
-        l->v = v;
+        l->rev = rev;
         l->cap = cap;
     }
+    l->rev[l->n] = kv->revision;
     l->v[l->n++] = obj;
     return 0;
 }
@@ -1101,8 +1243,42 @@ static void on_config_image(void *payload)
     event_active(we->reconcile_ev, 0, 0);
 }
 
+/* status.ignoredOverrides of a podExecutor FunctionConfig: what of its
+ * templateOverrides its workers do not honour. Written only when it
+ * changes, so the write's own store event changes nothing more. */
+static void put_status(worker_eval *we, const cJSON *fc, uint64_t revision)
+{
+    const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(fc, "spec"),
+                                         "podExecutor"),
+        "templateOverrides");
+    const cJSON *status = cJSON_GetObjectItemCaseSensitive(fc, "status");
+    const cJSON *had = cJSON_GetObjectItemCaseSensitive(status, "ignoredOverrides");
+    const char *name = cJSON_GetStringValue(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(fc, "metadata"), "name"));
+    const funcd_kind *kind = funcd_kind_by_plural("functionconfigs");
+    funcd_eval_overrides ov;
+    if (!name || !kind || (!tmpl && !had) || funcd_eval_overrides_parse(tmpl, &ov) < 0)
+        return;
+    if (tmpl ? !had || !cJSON_Compare(had, ov.ignored, 1) : had != NULL) {
+        cJSON *next = cJSON_IsObject(status) ? cJSON_Duplicate(status, 1) : cJSON_CreateObject();
+        cJSON_DeleteItemFromObjectCaseSensitive(next, "ignoredOverrides");
+        if (tmpl && next) {
+            cJSON_AddItemToObject(next, "ignoredOverrides", ov.ignored);
+            ov.ignored = NULL;
+        }
+        if (next && funcd_registry_put_status(we->store, kind, we->ns, name, revision, next) < 0 &&
+            funcd_error_last()->code != FUNCD_ECONFLICT) /* a newer version comes our way */
+            funcd_log(we->logger, FUNCD_LOG_WARN, "FunctionConfig %s: cannot write its status: %s",
+                      name, funcd_error_last()->message);
+        cJSON_Delete(next);
+    }
+    funcd_eval_overrides_clear(&ov);
+}
+
 /* Brings the pools to the podExecutor FunctionConfigs in the store: new ones
- * start warm, changed ones are reconfigured, deleted ones drained. */
+ * start warm (with their first prefix and tag), changed ones are
+ * reconfigured or replaced, deleted ones drained. */
 static void reconcile(worker_eval *we)
 {
     if (we->closed || we->off || !we->store)
@@ -1115,6 +1291,7 @@ static void reconcile(worker_eval *we)
         for (size_t i = 0; i < l.n; i++)
             cJSON_Delete(l.v[i]);
         free(l.v);
+        free(l.rev);
         return;
     }
     for (image_pool *ip = we->pools; ip; ip = ip->next)
@@ -1122,18 +1299,36 @@ static void reconcile(worker_eval *we)
     for (size_t i = 0; i < l.n; i++) {
         char why[512];
         int pending;
-        image_pool *ip = pool_for(we, l.v[i], 1, &pending, on_config_image, we, why, sizeof(why));
+        const cJSON *spec = cJSON_GetObjectItemCaseSensitive(l.v[i], "spec");
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(l.v[i], "metadata"), "name"));
-        if (ip)
-            ip->seen = 1;
-        else if (pending && name && (ip = find_pool(we, name)))
-            ip->seen = 1; /* the old pool serves until the new image is here */
-        else if (!pending)
+        char *ref = funcd_eval_warm_image(spec);
+        image_pool *warmed = pool_for(we, l.v[i], ref, 1, &pending, on_config_image, we, why,
+                                      sizeof(why));
+        if (!warmed && !pending)
             funcd_log(we->logger, FUNCD_LOG_WARN, "%s", why);
+        char *sig = launch_sig(spec);
+        funcd_pool_config pc =
+            pool_config(cJSON_GetObjectItemCaseSensitive(spec, "podExecutor"));
+        for (image_pool *ip = we->pools; ip && name; ip = ip->next) {
+            if (strcmp(ip->config, name) != 0)
+                continue;
+            /* Pools of other tags live on while the spec is the same; while a
+             * new image is pulled the old pools serve. */
+            if (ip == warmed || pending || (sig && strcmp(ip->sig, sig) == 0))
+                ip->seen = 1;
+            if (ip->seen && sig && strcmp(ip->sig, sig) == 0 && !same_config(&ip->pc, &pc)) {
+                ip->pc = pc;
+                funcd_pool_configure(ip->pool, &pc);
+            }
+        }
+        put_status(we, l.v[i], l.rev[i]);
+        free(sig);
+        free(ref);
         cJSON_Delete(l.v[i]);
     }
     free(l.v);
+    free(l.rev);
     for (image_pool **pp = &we->pools; *pp;) {
         image_pool *ip = *pp;
         if (ip->seen) {
@@ -1460,7 +1655,8 @@ static int find_pool_for(worker_eval *we, funcd_eval_job *job, parked *pk, image
         return FUNCD_EVAL_NOT_FOUND;
     }
     int pending;
-    *out = pool_for(we, fc, 0, &pending, on_image_pulled, pk, res->message, sizeof(res->message));
+    *out = pool_for(we, fc, job->req.image, 0, &pending, on_image_pulled, pk, res->message,
+                    sizeof(res->message));
     cJSON_Delete(fc);
     if (!*out && pending)
         return EVAL_PULLING;

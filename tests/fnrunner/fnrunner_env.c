@@ -233,6 +233,7 @@ static const struct {
     {"passthrough.sh", NULL, "warm-a"},
     {"passthrough.sh", NULL, "warm-b"},
     {"passthrough.sh", NULL, "late"},
+    {"overrides.sh", NULL, "overrides"},
 };
 
 static int populate(const char *fns)

@@ -411,6 +411,104 @@ FR_TEST(warming_at_start, FR_PREWARM)
     CHECK(wait_workers("late", 1, 5000, late, 4));
 }
 
+/* status.ignoredOverrides of FunctionConfig `name` once the runner wrote it
+ * (printed unformatted into `out`); 1 when it did within the deadline. */
+static int ignored_overrides(fr *f, const char *name, char *out, size_t n)
+{
+    char path[256];
+    snprintf(path, sizeof(path), NS("default") "/functionconfigs/%s", name);
+    int64_t end = e2e_now_ms() + 10000;
+    out[0] = '\0';
+    do {
+        e2e_resp r = E2E_RESP_INIT;
+        long status = e2e_http_do(f->h, "GET", path, DEV_TOKEN, NULL, &r);
+        const cJSON *ign = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(r.json, "status"), "ignoredOverrides");
+        char *text = ign ? cJSON_PrintUnformatted(ign) : NULL;
+        if (text)
+            snprintf(out, n, "%s", text);
+        free(text);
+        if (status != 200 || !ign)
+            snprintf(out, n, "HTTP %ld: %.800s", status, r.body ? r.body : "");
+        e2e_resp_free(&r);
+        if (status == 200 && ign)
+            return 1;
+        env_sleep_ms(50);
+    } while (e2e_now_ms() < end);
+    return 0;
+}
+
+/* A ResourceList that makes the overrides function fill `mib` MiB. */
+static const char *alloc_input(fr *f, int mib)
+{
+    static char path[PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/alloc-%d.yaml", f->fns, mib);
+    FILE *out = fopen(path, "w");
+    if (!out)
+        return NULL;
+    fprintf(out, "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n"
+                 "- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: hog\n"
+                 "  data:\n    allocate-mib: \"%d\"\n", mib);
+    return fclose(out) == 0 ? path : NULL;
+}
+
+/*
+ * podExecutor.templateOverrides (issue 12): the "function" container's env
+ * reaches the function and its memory limit is the worker's (a function
+ * filling more is killed, the same one under a config without the limit
+ * succeeds); what is not honoured is listed in status.ignoredOverrides.
+ */
+FR_TEST(template_overrides, 0)
+{
+    CHECK_INT(fr_config(f, "pod-limited",
+                        "{\"image\":\"overrides\",\"prefixes\":[\"example.com/limited\"],"
+                        "\"podExecutor\":{\"tags\":[\"v1\"],\"templateOverrides\":{"
+                        "\"metadata\":{\"labels\":{\"team\":\"a\"}},"
+                        "\"spec\":{\"nodeSelector\":{\"disk\":\"ssd\"},\"containers\":["
+                        "{\"name\":\"function\",\"env\":[{\"name\":\"OVERRIDE_GREETING\","
+                        "\"value\":\"hello-from-override\"}],\"resources\":{\"limits\":"
+                        "{\"memory\":\"64Mi\",\"cpu\":\"500m\"},\"requests\":{\"cpu\":\"100m\"}},"
+                        "\"securityContext\":{\"runAsUser\":1000}},"
+                        "{\"name\":\"sidecar\",\"image\":\"busybox\"}]}}}}"),
+              0);
+    CHECK_INT(fr_config(f, "pod-free",
+                        "{\"image\":\"overrides\",\"prefixes\":[\"example.com/free\"],"
+                        "\"podExecutor\":{\"tags\":[\"v1\"],\"templateOverrides\":{"
+                        "\"spec\":{\"containers\":[{\"name\":\"function\",\"env\":["
+                        "{\"name\":\"OVERRIDE_GREETING\",\"value\":\"unlimited\"}]}]}}}}"),
+              0);
+    /* The override's env is the function's. */
+    cJSON *a = fr_call(f, "eval", "--image", "example.com/limited/overrides:v1", "--in",
+                       fr_fixture_input("passthrough"), "--retry-not-found", SETTLE, NULL);
+    CHECK_FIXTURE(a, "passthrough");
+    CHECK_CONTAINS(fr_log(a), "greeting=hello-from-override");
+    /* 160 MiB: past the 64 MiB limit the kernel kills it; without the
+     * limit the same function fills them. */
+    const char *hog = alloc_input(f, 160);
+    CHECK(hog != NULL);
+    a = fr_call(f, "eval", "--image", "example.com/free/overrides:v1", "--in", hog,
+                "--retry-not-found", SETTLE, NULL);
+    CHECK_GRPC(a, OK);
+    CHECK_CONTAINS(fr_log(a), "greeting=unlimited");
+    CHECK_CONTAINS(fr_log(a), "filled 160 MiB");
+    a = fr_call(f, "eval", "--image", "example.com/limited/overrides:v1", "--in", hog, NULL);
+    CHECK_GRPC(a, 13); /* INTERNAL */
+    /* SIGKILLed: python by the OOM killer, so its shell exits 128 + 9 */
+    if (!strstr(fr_details(a), "status 137") && !strstr(fr_details(a), "signal 9"))
+        FAILF("not killed at the memory limit: %s", fr_details(a));
+    /* What was not honoured is listed. */
+    char ignored[1024];
+    if (!ignored_overrides(f, "pod-limited", ignored, sizeof(ignored)))
+        FAILF("pod-limited has no status.ignoredOverrides: %s", ignored);
+    CHECK_STR(ignored, "[\"metadata\",\"spec.nodeSelector\","
+                       "\"spec.containers[function].resources.requests\","
+                       "\"spec.containers[function].securityContext.runAsUser\","
+                       "\"spec.containers[sidecar]\"]");
+    if (!ignored_overrides(f, "pod-free", ignored, sizeof(ignored)))
+        FAILF("pod-free has no status.ignoredOverrides: %s", ignored);
+    CHECK_STR(ignored, "[]");
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 #define CASES(X)                                                                                   \
@@ -426,7 +524,8 @@ FR_TEST(warming_at_start, FR_PREWARM)
     X(concurrent_calls)                                                                            \
     X(worker_killed_is_replaced)                                                                   \
     X(worker_gone_after_ttl)                                                                       \
-    X(warming_at_start)
+    X(warming_at_start)                                                                            \
+    X(template_overrides)
 
 int main(int argc, char **argv)
 {

@@ -365,6 +365,43 @@ static void eval_image(env *e, const char *repo_tag)
     CHECK_STR(out, resource_list);
 }
 
+/*
+ * Porch's prefixes (issue 12): the FunctionConfig names the bare image "krm"
+ * and the prefix ADDR/test, so the runner pulls the image the request names,
+ * ADDR/test/krm:v1, not "krm". The same image under a prefix the config does
+ * not list is no function of it: NOT_FOUND, though the registry has it.
+ */
+static void eval_prefixed(env *e)
+{
+    char layout[400], body[768], ref[256], other[256], out[4096], err[4096];
+    snprintf(layout, sizeof(layout), "%s/krm", layouts);
+    CHECK(registry_env_push(&reg, layout, "test/krm:v1", 0) == 0);
+    CHECK(registry_env_push(&reg, layout, "other/krm:v1", 0) == 0);
+    snprintf(body, sizeof(body),
+             "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"FunctionConfig\",\"metadata\":"
+             "{\"name\":\"krm-prefixed\"},\"spec\":{\"image\":\"krm\",\"prefixes\":"
+             "[\"%s/test\"],\"podExecutor\":{\"tags\":[\"v1\"]}}}",
+             reg.addr);
+    CHECK_INT(env_req(e, "POST", NS("default") "/functionconfigs", DEV_TOKEN, body), 201);
+    image_ref(ref, sizeof(ref), "test/krm:v1");
+    int rc = -1;
+    for (int i = 0; i < 20; i++) {
+        rc = funcdctl_eval(e, ref, out, sizeof(out), err, sizeof(err));
+        if (rc == 0 || !strstr(err, "has a podExecutor for image"))
+            break; /* only the instant before the runner saw the config is retried */
+        env_sleep_ms(100);
+    }
+    if (rc != 0)
+        FAILF("funcdctl fn eval %s exited %d; stderr: %s", ref, rc, err);
+    CHECK_STR(out, resource_list);
+    image_ref(other, sizeof(other), "other/krm:v1");
+    rc = funcdctl_eval(e, other, out, sizeof(out), err, sizeof(err));
+    if (rc == 0)
+        FAILF("%s is under no prefix of the FunctionConfig, yet it ran", other);
+    CHECK_CONTAINS(err, "NOT_FOUND");
+    CHECK_CONTAINS(err, "no FunctionConfig in namespace default has a podExecutor");
+}
+
 /* ---- cases --------------------------------------------------------------------- */
 
 /*
@@ -407,6 +444,11 @@ static void serve_and_eval(env *e)
 static void plain(void)
 {
     on_platform(NULL, NULL, NULL, serve_and_eval);
+}
+
+static void prefixes(void)
+{
+    on_platform(NULL, NULL, NULL, eval_prefixed);
 }
 
 static void tls(void)
@@ -623,6 +665,7 @@ static const image_case cases[] = {
     {"tampered-blob", REGISTRY_PLAIN, tampered_blob},
     {"restart", REGISTRY_PLAIN, restart},
     {"exec-mode", REGISTRY_PLAIN, exec_mode},
+    {"prefixes", REGISTRY_PLAIN, prefixes},
 };
 
 /* A registry of its own per case; after the case no process may be left. */
