@@ -545,6 +545,21 @@ TEST(functionconfig)
             "spec.podExecutor.templateOverrides", "must be an object");
     INVALID("FunctionConfig", FC("  podExecutor: {tags: [1]}\n"), "spec.podExecutor.tags[0]",
             "must be a string");
+    /* The function container's limits are honoured by the runner: quantities only. */
+    VALID("FunctionConfig", FC("  podExecutor: {templateOverrides: {spec: {containers: ["
+                               "{name: sidecar, resources: {limits: {memory: lots}}}, "
+                               "{name: function, resources: {limits: {memory: 64Mi, cpu: 500m, "
+                               "nvidia.com/gpu: 1}}}]}}}\n"));
+    INVALID("FunctionConfig",
+            FC("  podExecutor: {templateOverrides: {spec: {containers: [{name: sidecar}, "
+               "{name: function, resources: {limits: {memory: lots}}}]}}}\n"),
+            "spec.podExecutor.templateOverrides.spec.containers[1].resources.limits.memory",
+            "quantity of bytes");
+    INVALID("FunctionConfig",
+            FC("  podExecutor: {templateOverrides: {spec: {containers: [{name: function, "
+               "resources: {limits: {cpu: \"-1\"}}}]}}}\n"),
+            "spec.podExecutor.templateOverrides.spec.containers[0].resources.limits.cpu",
+            "CPU quantity");
     INVALID("FunctionConfig", FC("  podExecutor: {}\n  runtime: node\n"), "spec.runtime",
             "unknown field");
 }
