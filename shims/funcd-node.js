@@ -16,6 +16,9 @@ const path = require('path');
 const MAX_HEAD = 64 * 1024;
 const MAX_BODY = 64 << 20;
 const READY_PATH = '/_/ready';
+// The exit status that tells the platform the handler could not be loaded
+// (docs/worker-contract.md): the Function becomes HandlerLoadFailed.
+const EXIT_HANDLER_LOAD = 3;
 const FRAMING = new Set(['content-length', 'transfer-encoding', 'connection']);
 const EMPTY = Buffer.alloc(0);
 
@@ -244,7 +247,7 @@ async function main() {
         handler = await loadHandler(spec, codeDir);
     } catch (err) {
         log('ERROR', `cannot load handler ${spec} from ${codeDir}: ${describe(err)}`, { stack: err ? err.stack : undefined });
-        process.exit(1);
+        process.exit(EXIT_HANDLER_LOAD);
     }
     process.on('unhandledRejection', (err) => {
         log('ERROR', `unhandled promise rejection: ${describe(err)}`, { stack: err && err.stack });

@@ -17,6 +17,9 @@ from time import sleep
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 << 20
 READY_PATH = '/_/ready'
+# The exit status that tells the platform the handler could not be loaded
+# (docs/worker-contract.md): the Function becomes HandlerLoadFailed.
+EXIT_HANDLER_LOAD = 3
 
 _ESCAPES = {i: '\\u%04x' % i for i in range(32)}
 _ESCAPES.update({ord('"'): '\\"', ord('\\'): '\\\\', ord('\n'): '\\n', ord('\r'): '\\r', ord('\t'): '\\t'})
@@ -371,7 +374,7 @@ def main():
     except BaseException as e:
         log('ERROR', 'cannot load handler %s from %s: %s: %s' % (spec, code_dir, type(e).__name__, e),
             traceback=_format_traceback(e))
-        return 1
+        return EXIT_HANDLER_LOAD
     try:
         sock = _listen(path)
     except OSError as e:

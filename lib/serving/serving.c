@@ -42,7 +42,16 @@ typedef struct launch {
     funcd_worker_network network; /* spec.network */
     funcd_log_ring *logs;
     int generic;       /* a GENERIC_* runtime whose warm generic worker may become ours, or -1 */
+    /* The python3 and node shims load the handler before they listen: such
+     * a version is Ready once a worker did (docs/serving.md). */
+    int load_check;
+    atomic_int load_state;  /* LOAD_* */
+    char load_error[512];   /* HandlerLoadFailed: the first line of the error */
 } launch;
+
+enum { LOAD_PENDING, LOAD_OK, LOAD_FAILED, LOAD_ABORTED };
+/* A shim's exit status when it cannot load the handler (docs/worker-contract.md). */
+#define EXIT_HANDLER_LOAD 3
 
 /* Interpreted runtimes whose shims can start generic and be told later
  * which function to become (FUNCD_GENERIC=1). */
@@ -83,6 +92,8 @@ typedef struct worker_ctx {
     int probe_chunked;
     struct phr_chunked_decoder probe_chunks;
     char last_stderr[400];
+    int ready;           /* it answered the readiness probe */
+    char load_msg[512];  /* before that: the msg of its last ERROR log line */
 } worker_ctx;
 
 /* A generic interpreter worker started ahead of need (node takes ~30 ms to
@@ -573,6 +584,9 @@ static launch *build_launch(funcd_serving *s, const char *ns, const char *name, 
         funcd_log_ring_ref(logs);
         ln->logs = logs;
         const char *mode = str_at(spec, "mode");
+        ln->load_check = !rootfs && !(mode && strcmp(mode, "exec") == 0) &&
+                         (strcmp(str_at(spec, "runtime"), "python3") == 0 ||
+                          strcmp(str_at(spec, "runtime"), "node") == 0);
         ln->generic = -1;
         for (int k = 0; k < GENERIC_KINDS && !rootfs && !(mode && strcmp(mode, "exec") == 0); k++)
             if (strcmp(str_at(spec, "runtime"), generic_runtime[k]) == 0)
@@ -683,6 +697,9 @@ static void probe_done(worker_ctx *wc)
     int status = wc->probe_status;
     if (status == 200 || status == 404) {
         probe_stop(wc);
+        wc->ready = 1;
+        if (wc->ln->load_check) /* any worker that loaded the handler proves it loads */
+            atomic_store(&wc->ln->load_state, LOAD_OK);
         funcd_pool_worker_ready(wc->pw);
         return;
     }
@@ -801,12 +818,89 @@ static int invocation_of(const char *line, size_t len, char *out, size_t out_len
     return found;
 }
 
+/* ---- the handler load check ------------------------------------------ */
+
+/* Before it is ready, a shim's structured ERROR line says why it could not
+ * load the handler: keep the first line of its msg. */
+static void note_load_line(worker_ctx *wc, const char *line, size_t len)
+{
+    if (len < 2 || line[0] != '{')
+        return;
+    cJSON *j = cJSON_ParseWithLength(line, len);
+    const char *sev = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "severity"));
+    const char *msg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "msg"));
+    if (sev && msg && strcmp(sev, "ERROR") == 0)
+        snprintf(wc->load_msg, sizeof(wc->load_msg), "%.*s", (int)strcspn(msg, "\r\n"), msg);
+    cJSON_Delete(j);
+}
+
+/* A worker that exits with EXIT_HANDLER_LOAD before it was ready could not
+ * load the handler: that version is HandlerLoadFailed. */
+static void note_load_exit(worker_ctx *wc, int status)
+{
+    launch *ln = wc->ln;
+    if (!ln->load_check || wc->ready || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != EXIT_HANDLER_LOAD)
+        return;
+    snprintf(ln->load_error, sizeof(ln->load_error), "%s",
+             wc->load_msg[0] ? wc->load_msg : wc->last_stderr[0] ? wc->last_stderr
+                                                                 : "the handler could not be loaded");
+    atomic_store(&ln->load_state, LOAD_FAILED);
+}
+
+typedef struct load_check {
+    funcd_pool_waiter wt; /* first: the pool hands it back */
+    launch *ln;           /* a reference */
+} load_check;
+
+/* The check's worker is ready (it loaded the handler), or none could start.
+ * Any thread. */
+static void on_load_granted(funcd_pool_waiter *wt, funcd_pool_worker *w, const char *error)
+{
+    load_check *lc = (load_check *)wt;
+    launch *ln = lc->ln;
+    int pending = LOAD_PENDING;
+    if (w) {
+        atomic_store(&ln->load_state, LOAD_OK);
+        funcd_pool_release(funcd_pool_worker_pool(w), w, 0); /* it stays, warm, until idle */
+    } else { /* the status says why: HandlerLoadFailed, WorkerFailed, or it was replaced */
+        atomic_compare_exchange_strong(&ln->load_state, &pending, LOAD_ABORTED);
+    }
+    if (ln->s->cfg.changed && !ln->s->closing)
+        ln->s->cfg.changed(ln->ns, ln->name, ln->s->cfg.changed_payload);
+    launch_unref(ln);
+    free(lc);
+}
+
+/* Starts one worker of a new version of a function whose shim loads its
+ * handler; until it is ready the function is not. */
+static void start_load_check(launch *ln, funcd_pool *pool)
+{
+    load_check *lc = calloc(1, sizeof(*lc));
+    funcd_pool_worker *w = NULL;
+    atomic_store(&ln->load_state, LOAD_PENDING);
+    if (!lc) {
+        atomic_store(&ln->load_state, LOAD_ABORTED);
+        return;
+    }
+    atomic_fetch_add(&ln->refs, 1);
+    lc->ln = ln;
+    lc->wt.granted = on_load_granted;
+    int rc = funcd_pool_acquire(pool, &lc->wt, &w);
+    if (rc == 0)
+        on_load_granted(&lc->wt, w, NULL);
+    else if (rc < 0)
+        on_load_granted(&lc->wt, NULL, "the pool refused");
+}
+
 static void on_worker_output(funcd_worker *proc, funcd_worker_stream stream, const char *line,
                              size_t len, void *payload)
 {
     worker_ctx *wc = payload;
     funcd_serving *s = wc->ln->s;
     char inv[40] = "";
+    if (stream == FUNCD_WORKER_STDERR && !wc->ready && wc->ln->load_check)
+        note_load_line(wc, line, len);
     if (!invocation_of(line, len, inv, sizeof(inv))) {
         /* One request in flight: the line is its. None: a line read just
          * after the request ended (the pipe lags the socket) is still its. */
@@ -891,6 +985,7 @@ static void on_worker_exit(funcd_worker *proc, int status, void *payload)
     remove_tree_dir(wc->dir);
     if (reason && strcmp(reason, "OOMKilled") == 0)
         note_oom(wc);
+    note_load_exit(wc, status);
     funcd_pool_worker_exited(wc->pw, why);
 }
 
@@ -1206,10 +1301,21 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
         if (old)
             funcd_pool_close(old, "the function was updated");
         launch_unref(old_ln);
+        if (ln->load_check)
+            start_load_check(ln, e->pool);
     }
     route(s, e);
     st->has_pool = 1;
     funcd_pool_stats_get(e->pool, &st->stats);
+    int load = e->ln->load_check ? atomic_load(&e->ln->load_state) : LOAD_OK;
+    if (load == LOAD_FAILED) {
+        fail(st, "HandlerLoadFailed", "%s", e->ln->load_error);
+        return;
+    }
+    if (load == LOAD_PENDING) {
+        fail(st, "Starting", "starting a worker to load the handler");
+        return;
+    }
     if (st->stats.failures && !st->stats.ready) {
         /* It is routed (requests still try, with backoff), but say why it fails. */
         fail(st, "WorkerFailed", "the last %u start(s) failed: %s", st->stats.failures,

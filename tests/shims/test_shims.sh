@@ -188,7 +188,7 @@ check_broken() {
     start_worker "$label-broken" "$@"
     wait "$WPID"
     local rc=$?
-    check "$label: a handler that fails to load exits 1" eq "$rc" 1
+    check "$label: a handler that fails to load exits 3" eq "$rc" 3
     check "$label: ... and says why on stderr" grep -q 'broken on purpose' "$WORK/$label-broken.err"
 }
 
@@ -212,7 +212,7 @@ if [ -x "$PY" ]; then
     check_broken python "$WORK/py" broken.handler "$PY" "$SHIMS/funcd-python.py"
     start_worker python-missing "$WORK/py" app.nope "$PY" "$SHIMS/funcd-python.py"
     wait "$WPID"
-    check "python: a missing function exits 1 naming it" eq "$? $(grep -c "no attribute 'nope'" "$WORK/python-missing.err")" "1 1"
+    check "python: a missing function exits 3 naming it" eq "$? $(grep -c "no attribute 'nope'" "$WORK/python-missing.err")" "3 1"
 else
     skip "python: $PY is not installed"
 fi
