@@ -49,7 +49,9 @@ typedef struct launch {
     char load_error[512];   /* HandlerLoadFailed: the first line of the error */
 } launch;
 
-enum { LOAD_PENDING, LOAD_OK, LOAD_FAILED, LOAD_ABORTED };
+/* PENDING -> STOPPING (its worker loaded the handler, and is stopped again
+ * so that nothing runs before the first request) -> OK; or -> FAILED. */
+enum { LOAD_PENDING, LOAD_STOPPING, LOAD_OK, LOAD_FAILED, LOAD_ABORTED };
 /* A shim's exit status when it cannot load the handler (docs/worker-contract.md). */
 #define EXIT_HANDLER_LOAD 3
 
@@ -94,6 +96,7 @@ typedef struct worker_ctx {
     char last_stderr[400];
     int ready;           /* it answered the readiness probe */
     char load_msg[512];  /* before that: the msg of its last ERROR log line */
+    atomic_int load_checked; /* the handler load check's worker, evicted once ready */
 } worker_ctx;
 
 /* A generic interpreter worker started ahead of need (node takes ~30 ms to
@@ -698,8 +701,9 @@ static void probe_done(worker_ctx *wc)
     if (status == 200 || status == 404) {
         probe_stop(wc);
         wc->ready = 1;
-        if (wc->ln->load_check) /* any worker that loaded the handler proves it loads */
-            atomic_store(&wc->ln->load_state, LOAD_OK);
+        int failed = LOAD_FAILED; /* any worker that loads the handler proves it loads */
+        if (wc->ln->load_check)
+            atomic_compare_exchange_strong(&wc->ln->load_state, &failed, LOAD_OK);
         funcd_pool_worker_ready(wc->pw);
         return;
     }
@@ -839,6 +843,9 @@ static void note_load_line(worker_ctx *wc, const char *line, size_t len)
 static void note_load_exit(worker_ctx *wc, int status)
 {
     launch *ln = wc->ln;
+    int stopping = LOAD_STOPPING;
+    if (atomic_load(&wc->load_checked)) /* it loaded the handler and was stopped */
+        atomic_compare_exchange_strong(&ln->load_state, &stopping, LOAD_OK);
     if (!ln->load_check || wc->ready || !WIFEXITED(status) ||
         WEXITSTATUS(status) != EXIT_HANDLER_LOAD)
         return;
@@ -861,8 +868,20 @@ static void on_load_granted(funcd_pool_waiter *wt, funcd_pool_worker *w, const c
     launch *ln = lc->ln;
     int pending = LOAD_PENDING;
     if (w) {
-        atomic_store(&ln->load_state, LOAD_OK);
-        funcd_pool_release(funcd_pool_worker_pool(w), w, 0); /* it stays, warm, until idle */
+        funcd_pool *pool = funcd_pool_worker_pool(w);
+        funcd_pool_stats st;
+        funcd_pool_stats_get(pool, &st);
+        /* Nothing runs before the first request: unless requests came
+         * meanwhile, the worker is stopped, and the version is Ready once
+         * it is gone (on_worker_exit). */
+        int evict = st.in_flight <= 1 && st.waiting == 0;
+        if (evict) {
+            atomic_store(&((worker_ctx *)funcd_pool_worker_data(w))->load_checked, 1);
+            atomic_store(&ln->load_state, LOAD_STOPPING);
+        } else {
+            atomic_store(&ln->load_state, LOAD_OK);
+        }
+        funcd_pool_release(pool, w, evict);
     } else { /* the status says why: HandlerLoadFailed, WorkerFailed, or it was replaced */
         atomic_compare_exchange_strong(&ln->load_state, &pending, LOAD_ABORTED);
     }
@@ -1312,7 +1331,7 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
         fail(st, "HandlerLoadFailed", "%s", e->ln->load_error);
         return;
     }
-    if (load == LOAD_PENDING) {
+    if (load == LOAD_PENDING || load == LOAD_STOPPING) {
         fail(st, "Starting", "starting a worker to load the handler");
         return;
     }
