@@ -58,6 +58,8 @@ static void usage(FILE *out)
             "  --registry-auth-file FILE  registry credentials (Docker config JSON)\n"
             "  --registry-certs-dir DIR   custom CAs: DIR/<host[:port]>/ca.crt\n"
             "  --insecure-registry H:P    plain-HTTP loopback registry (repeatable)\n"
+            "  --allowed-registry H[:P]   pull only from these registries (repeatable;\n"
+            "                             default: any at a non-loopback, non-link-local address)\n"
             "  --node-platform OS/ARCH    the platform images are picked for (default: this host)\n"
             "  --image-cache-size BYTES   cap of extracted images (default 4294967296)\n"
             "  --tag-refresh DURATION     re-resolve image tags (default 5m)\n"
@@ -101,6 +103,8 @@ typedef struct flags {
     const char *certs_dir;
     const char *insecure[16];
     size_t n_insecure;
+    const char *allowed[16];
+    size_t n_allowed;
     const char *seccomp_allow[16];
     size_t n_seccomp;
     const char *node_platform;
@@ -147,7 +151,7 @@ static int parse_duration(const char *name, const char *s, uint64_t *out)
 enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_VERSION, O_SHIMS,
        O_STATE, O_FNRUN, O_FNDIR, O_FNMAX, O_CONFIG, O_NO_SANDBOX, O_AUTH, O_CERTS, O_INSECURE,
        O_PLATFORM, O_CACHE, O_TAG, O_GIT, O_SEAL_AGE, O_SEAL_SIZE, O_RETENTION, O_GRACE,
-       O_HOST_NET, O_SECCOMP, O_FAVOR, O_STREAM_BUF, O_MAX_CONNS };
+       O_HOST_NET, O_SECCOMP, O_FAVOR, O_STREAM_BUF, O_MAX_CONNS, O_ALLOWED };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -171,6 +175,7 @@ static const struct option long_opts[] = {
     {"registry-auth-file", required_argument, 0, O_AUTH},
     {"registry-certs-dir", required_argument, 0, O_CERTS},
     {"insecure-registry", required_argument, 0, O_INSECURE},
+    {"allowed-registry", required_argument, 0, O_ALLOWED},
     {"node-platform", required_argument, 0, O_PLATFORM},
     {"image-cache-size", required_argument, 0, O_CACHE},
     {"tag-refresh", required_argument, 0, O_TAG},
@@ -231,6 +236,13 @@ static int parse_one(int c, const char *arg, flags *f)
             return 2;
         }
         f->insecure[f->n_insecure++] = arg;
+        break;
+    case O_ALLOWED:
+        if (f->n_allowed == sizeof(f->allowed) / sizeof(f->allowed[0])) {
+            fprintf(stderr, "funcd: too many --allowed-registry flags\n");
+            return 2;
+        }
+        f->allowed[f->n_allowed++] = arg;
         break;
     case O_PLATFORM: f->node_platform = arg; break;
     case O_CACHE: return parse_bytes("image-cache-size", arg, 1 << 20, &f->image_cache) ? 2 : -1;
@@ -437,11 +449,13 @@ static int build_platform(const flags *f, const char *shims)
         blob->free(blob);
         return -1;
     }
-    funcd_option *lists[32] = {0}; /* repeatable flags */
+    funcd_option *lists[48] = {0}; /* repeatable flags */
     for (size_t i = 0; i < f->n_insecure; i++)
         lists[i] = funcd_with_insecure_registry(f->insecure[i]);
     for (size_t i = 0; i < f->n_seccomp; i++)
         lists[16 + i] = funcd_with_seccomp_allow(f->seccomp_allow[i]);
+    for (size_t i = 0; i < f->n_allowed; i++)
+        lists[32 + i] = funcd_with_allowed_registry(f->allowed[i]);
     const char *state_dir = f->state_dir ? f->state_dir : state[0] ? state : NULL;
     funcd_option *opts[] = {
         f->data_dir ? funcd_production() : funcd_in_memory(),
@@ -476,10 +490,10 @@ static int build_platform(const flags *f, const char *shims)
         funcd_with_logger(NULL, f->level, NULL),
     };
     size_t n = sizeof(opts) / sizeof(opts[0]);
-    funcd_option *all[sizeof(opts) / sizeof(opts[0]) + 32];
+    funcd_option *all[sizeof(opts) / sizeof(opts[0]) + sizeof(lists) / sizeof(lists[0])];
     memcpy(all, opts, sizeof(opts));
     memcpy(all + n, lists, sizeof(lists));
-    if (funcd_platform_new_n(&running, all, n + 32) < 0) {
+    if (funcd_platform_new_n(&running, all, n + sizeof(lists) / sizeof(lists[0])) < 0) {
         fprintf(stderr, "funcd: %s\n", funcd_error_last()->message);
         return -1;
     }

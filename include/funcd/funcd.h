@@ -161,6 +161,12 @@ FUNCD_EXTERN funcd_option *funcd_with_registry_certs_dir(const char *dir);
 /** A loopback registry spoken to over plain HTTP ("127.0.0.1:5000"); repeatable. */
 FUNCD_EXTERN funcd_option *funcd_with_insecure_registry(const char *host_port);
 
+/** A registry pulls may go to ("registry.example.com", "10.0.0.5:5000"; no port: 443);
+ *  repeatable. Once one is named, pulls go only to these (and insecure registries), at
+ *  whatever address they resolve to. Without any, pulls go to any registry whose
+ *  address is not loopback or link-local. */
+FUNCD_EXTERN funcd_option *funcd_with_allowed_registry(const char *host_port);
+
 /** The size cap of extracted images (default 4 GiB); least recently used go first. */
 FUNCD_EXTERN funcd_option *funcd_with_image_cache_size(uint64_t bytes);
 

@@ -1,10 +1,15 @@
 /*
  * The images API: the image metadata cache and pulls asked for by clients.
  *
- *   GET  /apis/funcd.dev/v1/images                              the cache
+ *   GET  /apis/funcd.dev/v1/images                              the cache (what
+ *        the caller's namespaces pulled or run; an admin sees everything)
  *   POST /apis/funcd.dev/v1/namespaces/{ns}/imagepulls          start a pull
  *        {"image": REF, "imagePullSecrets": [NAME...]} -> 202 {"id": ...}
+ *   GET  /apis/funcd.dev/v1/namespaces/{ns}/imagepulls          the namespace's pulls
  *   GET  /apis/funcd.dev/v1/namespaces/{ns}/imagepulls/{id}     its progress
+ *
+ * A pull belongs to the namespace it was started in: another namespace's
+ * token neither reads nor lists it.
  *
  * A pull runs on the platform loop; clients poll its progress (funcdctl
  * draws a bar from it).
@@ -14,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/internal.h"
 #include "controlplane/api.h"
 #include "controlplane/auth.h"
 #include "funcd/sys/error.h"
@@ -54,15 +60,32 @@ static int pulls_path(const funcd_cp_request *req, char *ns, size_t ns_len, char
     return 1;
 }
 
-static void list_images(funcd_cp *cp, funcd_cp_response *resp)
+static int token_sees(const char *ns, void *payload)
 {
-    if (funcd_sources_list_images(cp->sources, &resp->body) < 0) {
+    return funcd_token_allows(payload, ns, 0);
+}
+
+static void list_images(funcd_cp *cp, const funcd_token *t, funcd_cp_response *resp)
+{
+    int all = t->role == FUNCD_ROLE_ADMIN;
+    if (funcd_sources_list_images(cp->sources, all ? NULL : token_sees, (void *)t,
+                                  &resp->body) < 0) {
         funcd_buf_reset(&resp->body);
         funcd_cp_status(resp, 500, "InternalError", NULL, "listing images: %s",
                         funcd_error_last()->message);
         return;
     }
     resp->status = 200;
+}
+
+/* `s` with anything outside printable ASCII shown as '?', cut to fit. */
+static const char *printable(const char *s, char *out, size_t n)
+{
+    size_t i = 0;
+    for (; s[i] && i + 1 < n; i++)
+        out[i] = s[i] >= 0x20 && s[i] < 0x7f && s[i] != '"' && s[i] != '\\' ? s[i] : '?';
+    out[i] = 0;
+    return out;
 }
 
 static void start_pull(funcd_cp *cp, const funcd_cp_request *req, const char *ns,
@@ -75,14 +98,17 @@ static void start_pull(funcd_cp *cp, const funcd_cp_request *req, const char *ns
     size_t n = 0;
     const cJSON *s;
     int bad_secrets = secrets && !cJSON_IsArray(secrets);
+    const char *bad_name = NULL;
     cJSON_ArrayForEach(s, secrets)
     {
         if (!cJSON_IsString(s) || n == MAX_SECRETS)
             bad_secrets = 1;
+        else if (!funcd__api_is_dns_label(s->valuestring))
+            bad_name = bad_name ? bad_name : s->valuestring;
         else
             names[n++] = s->valuestring;
     }
-    char id[40];
+    char id[40], why[400];
     if (!body || !cJSON_IsObject(body)) {
         funcd_cp_status(resp, 400, "BadRequest", NULL, "the body must be a JSON object "
                         "{\"image\": REF, \"imagePullSecrets\": [NAME...]}");
@@ -92,6 +118,14 @@ static void start_pull(funcd_cp *cp, const funcd_cp_request *req, const char *ns
     } else if (bad_secrets) {
         funcd_cp_status(resp, 400, "BadRequest", "imagePullSecrets", "imagePullSecrets must "
                         "be a list of at most %d Secret names", MAX_SECRETS);
+    } else if (bad_name) {
+        char shown[80];
+        funcd_cp_status(resp, 400, "BadRequest", "imagePullSecrets", "imagePullSecrets: \"%s\" "
+                        "is not a Secret name (a DNS label: at most 63 lowercase letters, digits "
+                        "and '-', starting and ending with a letter or digit)",
+                        printable(bad_name, shown, sizeof(shown)));
+    } else if (!funcd_sources_registry_allowed(cp->sources, image, why, sizeof(why))) {
+        funcd_cp_status(resp, 403, "Forbidden", "image", "%s", why);
     } else if (funcd_sources_pull_start(cp->sources, ns, image, names, id) < 0) {
         funcd_cp_status(resp, 400, "BadRequest", "image", "%s", funcd_error_last()->message);
     } else {
@@ -107,24 +141,50 @@ static void start_pull(funcd_cp *cp, const funcd_cp_request *req, const char *ns
     cJSON_Delete(body);
 }
 
-static void get_pull(funcd_cp *cp, const char *id, funcd_cp_response *resp)
+static cJSON *pull_json(const char *id, const char *ref, const funcd_pull_state *st)
+{
+    cJSON *out = cJSON_CreateObject();
+    cJSON_AddStringToObject(out, "id", id);
+    if (ref)
+        cJSON_AddStringToObject(out, "image", ref);
+    cJSON_AddStringToObject(out, "phase", !st->done ? "Pulling" : st->failed ? "Failed" : "Done");
+    cJSON_AddNumberToObject(out, "bytesDone", (double)st->bytes_done);
+    cJSON_AddNumberToObject(out, "bytesTotal", (double)st->bytes_total);
+    cJSON_AddNumberToObject(out, "layersDone", st->layers_done);
+    cJSON_AddNumberToObject(out, "layersTotal", st->layers_total);
+    if (st->digest[0])
+        cJSON_AddStringToObject(out, "digest", st->digest);
+    if (st->message[0])
+        cJSON_AddStringToObject(out, "message", st->message);
+    return out;
+}
+
+static void add_pull(const char *id, const char *ref, const funcd_pull_state *st, void *payload)
+{
+    cJSON_AddItemToArray(payload, pull_json(id, ref, st));
+}
+
+static void list_pulls(funcd_cp *cp, const char *ns, funcd_cp_response *resp)
+{
+    cJSON *out = cJSON_CreateObject();
+    cJSON *items = cJSON_AddArrayToObject(out, "items");
+    if (items)
+        funcd_sources_pull_list(cp->sources, ns, add_pull, items);
+    char *text = cJSON_PrintUnformatted(out);
+    funcd_buf_puts(&resp->body, text ? text : "{\"items\":[]}");
+    free(text);
+    cJSON_Delete(out);
+    resp->status = 200;
+}
+
+static void get_pull(funcd_cp *cp, const char *ns, const char *id, funcd_cp_response *resp)
 {
     funcd_pull_state st;
-    if (funcd_sources_pull_get(cp->sources, id, &st) < 0) {
+    if (funcd_sources_pull_get(cp->sources, ns, id, &st) < 0) {
         funcd_cp_status(resp, 404, "NotFound", NULL, "%s", funcd_error_last()->message);
         return;
     }
-    cJSON *out = cJSON_CreateObject();
-    cJSON_AddStringToObject(out, "id", id);
-    cJSON_AddStringToObject(out, "phase", !st.done ? "Pulling" : st.failed ? "Failed" : "Done");
-    cJSON_AddNumberToObject(out, "bytesDone", (double)st.bytes_done);
-    cJSON_AddNumberToObject(out, "bytesTotal", (double)st.bytes_total);
-    cJSON_AddNumberToObject(out, "layersDone", st.layers_done);
-    cJSON_AddNumberToObject(out, "layersTotal", st.layers_total);
-    if (st.digest[0])
-        cJSON_AddStringToObject(out, "digest", st.digest);
-    if (st.message[0])
-        cJSON_AddStringToObject(out, "message", st.message);
+    cJSON *out = pull_json(id, NULL, &st);
     char *text = cJSON_PrintUnformatted(out);
     funcd_buf_puts(&resp->body, text ? text : "{}");
     free(text);
@@ -159,10 +219,15 @@ int funcd_cp_images(funcd_cp *cp, const funcd_cp_request *req, const funcd_token
             funcd_cp_status(resp, 405, "MethodNotAllowed", NULL, "images are read with GET; "
                             "pull one with POST .../namespaces/{ns}/imagepulls");
         else
-            list_images(cp, resp);
+            list_images(cp, t, resp);
         return 1;
     }
-    int write = !id[0];
+    if (!funcd__api_is_dns_label(ns)) {
+        funcd_cp_status(resp, 404, "NotFound", NULL, "no such namespace (a namespace is a DNS "
+                        "label)");
+        return 1;
+    }
+    int write = !id[0] && method_is(req, "POST");
     if (!funcd_token_allows(t, ns, write)) {
         funcd_cp_status(resp, 403, "Forbidden", NULL, "role %s may not %s image pulls in "
                         "namespace \"%s\"", funcd_role_name(t->role), write ? "start" : "read",
@@ -172,9 +237,12 @@ int funcd_cp_images(funcd_cp *cp, const funcd_cp_request *req, const funcd_token
     if (!id[0] && method_is(req, "POST"))
         start_pull(cp, req, ns, resp);
     else if (id[0] && method_is(req, "GET"))
-        get_pull(cp, id, resp);
+        get_pull(cp, ns, id, resp);
+    else if (!id[0] && method_is(req, "GET"))
+        list_pulls(cp, ns, resp);
     else
         funcd_cp_status(resp, 405, "MethodNotAllowed", NULL, "start a pull with POST "
-                        ".../imagepulls and read it with GET .../imagepulls/{id}");
+                        ".../imagepulls, list them with GET .../imagepulls and read one with "
+                        "GET .../imagepulls/{id}");
     return 1;
 }

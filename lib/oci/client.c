@@ -12,6 +12,7 @@
 #include <event2/event.h>
 #include <event2/event_struct.h>
 #include <fcntl.h>
+#include <mbedtls/sha256.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,8 +69,30 @@ struct funcd_oci_pull_handle {
     uint64_t total, got;
     struct event finish;
     int finishing, rc, progress_dirty;
+    int from_registry; /* the first manifest came from the registry (not the cache) */
     char *msg;
     funcd_oci_image *img;
+};
+
+/* Credentials verified for a repository's manifest digest, and when. */
+typedef struct verified_entry {
+    unsigned char key[32]; /* sha256 of credentials, registry, repository, digest */
+    int64_t at_ms;
+} verified_entry;
+
+struct funcd_oci_verify_handle {
+    funcd_oci_client *c;
+    funcd_oci_verify_handle *prev, *next;
+    funcd_oci_ref ref;
+    oci_creds creds;
+    char *digest;
+    unsigned char key[32];
+    oci_req *req;
+    funcd_oci_verify_cb done;
+    void *payload;
+    struct event finish;
+    int rc;
+    char *msg;
 };
 
 struct funcd_oci_client {
@@ -78,9 +101,67 @@ struct funcd_oci_client {
     funcd_oci_stats stats;
     char *blob_dir, *auth_file, *os, *arch;
     funcd_oci_pull_handle *pulls;
+    funcd_oci_verify_handle *verifies;
     blob_fetch *fetches;
     struct event progress_ev;
+    verified_entry *verified; /* FUNCD_OCI_VERIFIED_MAX slots, unordered */
+    size_t n_verified;
 };
+
+/* ---- credentials verified per repository and digest ------------------------------------ */
+
+static int has_credentials(const oci_creds *cr)
+{
+    return (cr->user && cr->pass) || cr->identitytoken;
+}
+
+static void verified_key(const oci_creds *cr, const funcd_oci_ref *ref, const char *digest,
+                         unsigned char out[32])
+{
+    mbedtls_sha256_context h;
+    mbedtls_sha256_init(&h);
+    mbedtls_sha256_starts_ret(&h, 0);
+    const char *parts[] = {cr->user, cr->pass, cr->identitytoken, ref->registry,
+                           ref->repository, digest};
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+        mbedtls_sha256_update_ret(&h, (const unsigned char *)(parts[i] ? parts[i] : ""),
+                                  strlen(parts[i] ? parts[i] : "") + 1);
+    mbedtls_sha256_finish_ret(&h, out);
+    mbedtls_sha256_free(&h);
+}
+
+static verified_entry *verified_find(funcd_oci_client *c, const unsigned char key[32])
+{
+    int64_t now = funcd_mono_ms();
+    for (size_t i = 0; i < c->n_verified; i++)
+        if (memcmp(c->verified[i].key, key, 32) == 0)
+            return now - c->verified[i].at_ms < FUNCD_OCI_VERIFIED_TTL_MS ? &c->verified[i]
+                                                                          : NULL;
+    return NULL;
+}
+
+static void verified_put(funcd_oci_client *c, const unsigned char key[32])
+{
+    if (!c->verified && !(c->verified = calloc(FUNCD_OCI_VERIFIED_MAX, sizeof(*c->verified))))
+        return;
+    size_t slot = c->n_verified, oldest = 0;
+    for (size_t i = 0; i < c->n_verified; i++) {
+        if (memcmp(c->verified[i].key, key, 32) == 0) {
+            slot = i;
+            break;
+        }
+        if (c->verified[i].at_ms < c->verified[oldest].at_ms)
+            oldest = i;
+    }
+    if (slot == c->n_verified) {
+        if (c->n_verified < FUNCD_OCI_VERIFIED_MAX)
+            c->n_verified++;
+        else
+            slot = oldest; /* full: the oldest verification goes */
+    }
+    memcpy(c->verified[slot].key, key, 32);
+    c->verified[slot].at_ms = funcd_mono_ms();
+}
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
@@ -354,6 +435,13 @@ static void pull_assemble(funcd_oci_pull_handle *p)
         funcd_oci_image_free(img);
         pull_fail(p, FUNCD_ENOMEM, "%s: out of memory", p->display);
         return;
+    }
+    img->from_registry = p->from_registry;
+    img->with_credentials = has_credentials(&p->creds);
+    if (p->from_registry) { /* these credentials read this image's manifest just now */
+        unsigned char key[32];
+        verified_key(&p->creds, &p->ref, p->manifest_digest, key);
+        verified_put(c, key);
     }
     p->img = img;
     pull_finish(p, 0, NULL);
@@ -648,6 +736,8 @@ static void on_manifest(oci_req *r, int rc, const char *message, void *ctx)
     }
     size_t len;
     const char *body = oci_req_body(r, &len);
+    if (p->hops == 0)
+        p->from_registry = 1;
     cache_store(p->c, got, body, len);
     pull_got_manifest(p, body, len, oci_req_content_type(r), got);
 }
@@ -769,6 +859,137 @@ void funcd_oci_pull_cancel(funcd_oci_pull_handle *h)
     pull_free(h);
 }
 
+static void verify_free(funcd_oci_verify_handle *h)
+{
+    funcd_oci_client *c = h->c;
+    if (h->prev)
+        h->prev->next = h->next;
+    else if (c->verifies == h)
+        c->verifies = h->next;
+    if (h->next)
+        h->next->prev = h->prev;
+    if (h->req)
+        oci_req_cancel(h->req);
+    event_del(&h->finish);
+    funcd_oci_ref_free(&h->ref);
+    oci_creds_clear(&h->creds);
+    free(h->digest);
+    free(h->msg);
+    free(h);
+}
+
+static void on_verify_finish(evutil_socket_t fd, short what, void *arg)
+{
+    funcd_oci_verify_handle *h = arg;
+    funcd_oci_verify_cb done = h->done;
+    void *payload = h->payload;
+    int rc = h->rc;
+    char *msg = h->msg;
+    h->msg = NULL;
+    verify_free(h);
+    done(rc, msg, payload);
+    free(msg);
+}
+
+static void verify_finish(funcd_oci_verify_handle *h, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void verify_finish(funcd_oci_verify_handle *h, int rc, const char *fmt, ...)
+{
+    h->rc = rc;
+    if (fmt) {
+        funcd_buf m = FUNCD_BUF_INIT;
+        va_list ap;
+        va_start(ap, fmt);
+        funcd_buf_vprintf(&m, fmt, ap);
+        va_end(ap);
+        h->msg = funcd_buf_detach(&m, NULL);
+    }
+    event_active(&h->finish, EV_TIMEOUT, 1);
+}
+
+static void on_verify_head(oci_req *r, int rc, const char *message, void *ctx)
+{
+    funcd_oci_verify_handle *h = ctx;
+    h->req = NULL;
+    if (rc < 0) {
+        verify_finish(h, rc, "%s", message);
+        return;
+    }
+    long status = oci_req_status(r);
+    if (status == 200) {
+        verified_put(h->c, h->key);
+        verify_finish(h, 0, NULL);
+    } else if (status == 404) {
+        verify_finish(h, FUNCD_ENOTFOUND, "%s/%s@%s not found in registry", h->ref.registry,
+                      h->ref.repository, h->digest);
+    } else if (status == 403) {
+        verify_finish(h, FUNCD_EINVAL, "registry %s denied access to %s", h->ref.registry,
+                      h->ref.repository);
+    } else {
+        verify_finish(h, FUNCD_EIO, "registry %s answered %ld for the manifest of %s/%s@%s",
+                      h->ref.registry, status, h->ref.registry, h->ref.repository, h->digest);
+    }
+}
+
+int funcd_oci_verify(funcd_oci_client *c, const char *ref, const char *digest,
+                     const char *dockerconfigjson, funcd_oci_verify_cb done, void *payload,
+                     funcd_oci_verify_handle **handle)
+{
+    if (handle)
+        *handle = NULL;
+    if (!c || !ref || !digest || !done)
+        return funcd_error_set(FUNCD_EINVAL, "funcd_oci_verify: missing argument");
+    funcd_oci_verify_handle *h = calloc(1, sizeof(*h));
+    if (!h)
+        return funcd_error_set(FUNCD_ENOMEM, "funcd_oci_verify: out of memory");
+    h->c = c;
+    event_assign(&h->finish, c->loop, -1, 0, on_verify_finish, h);
+    h->next = c->verifies;
+    if (c->verifies)
+        c->verifies->prev = h;
+    c->verifies = h;
+    int rc = funcd_oci_ref_parse(&h->ref, ref);
+    if (rc == 0)
+        rc = resolve_creds(c, dockerconfigjson, h->ref.registry, &h->creds);
+    if (rc == 0 && !(h->digest = funcd_strdup(digest)))
+        rc = funcd_error_set(FUNCD_ENOMEM, "funcd_oci_verify: out of memory");
+    if (rc < 0) {
+        verify_free(h);
+        return rc;
+    }
+    h->done = done;
+    h->payload = payload;
+    verified_key(&h->creds, &h->ref, digest, h->key);
+    if (verified_find(c, h->key)) {
+        verify_finish(h, 0, NULL);
+    } else {
+        funcd_buf url = FUNCD_BUF_INIT;
+        funcd_buf_printf(&url, "%s://%s/v2/%s/manifests/%s",
+                         oci_transport_scheme(c->t, h->ref.registry), h->ref.registry,
+                         h->ref.repository, digest);
+        oci_req_spec s = {.url = url.data, .host = h->ref.registry,
+                          .repository = h->ref.repository, .accept = MANIFEST_ACCEPT,
+                          .creds = &h->creds, .fd = -1, .head = 1};
+        rc = url.data ? oci_req_start(c->t, &s, on_verify_head, h, &h->req)
+                      : funcd_error_set(FUNCD_ENOMEM, "funcd_oci_verify: out of memory");
+        funcd_buf_free(&url);
+        c->stats.verify_requests++;
+        if (rc < 0) {
+            verify_free(h);
+            return rc;
+        }
+    }
+    if (handle)
+        *handle = h;
+    return 0;
+}
+
+void funcd_oci_verify_cancel(funcd_oci_verify_handle *h)
+{
+    if (h)
+        verify_free(h);
+}
+
 static void remove_stale_temps(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -834,6 +1055,8 @@ void funcd_oci_client_free(funcd_oci_client *c)
         return;
     while (c->pulls)
         funcd_oci_pull_cancel(c->pulls);
+    while (c->verifies)
+        verify_free(c->verifies);
     while (c->fetches) {
         blob_fetch *f = c->fetches;
         c->fetches = f->next;
@@ -845,6 +1068,7 @@ void funcd_oci_client_free(funcd_oci_client *c)
     free(c->auth_file);
     free(c->os);
     free(c->arch);
+    free(c->verified);
     free(c);
 }
 

@@ -36,6 +36,22 @@ char *funcd_oci_ref_format(const funcd_oci_ref *r);
 /* 1 for "127.0.0.0/8", "[::1]" and "localhost" hosts (with or without a port). */
 int funcd_oci_host_is_loopback(const char *host_port);
 
+struct sockaddr;
+/* 1 when an allow-list entry "host[:port]" names `host_port` (no port: 443;
+ * hosts compared without case). */
+int funcd_oci_registry_matches(const char *entry, const char *host_port);
+/* 1 for addresses a pull never connects to unless the operator named the
+ * registry: loopback, link-local, unspecified, multicast (v4, v6, v4-mapped). */
+int funcd_oci_addr_is_internal(const struct sockaddr *sa);
+/*
+ * Whether a pull may go to registry `host_port`: one named in `insecure` or
+ * `allowed` may; with a non-empty `allowed` nothing else may; without one,
+ * any host but an internal address literal or localhost (names are checked
+ * again, resolved, when the connection is made). 0 with `why` naming the rule.
+ */
+int funcd_oci_registry_allowed(const char *host_port, const char *const *allowed,
+                               const char *const *insecure, char *why, size_t why_len);
+
 /* ---- manifests and configs --------------------------------------------------- */
 
 #define FUNCD_OCI_MT_OCI_MANIFEST "application/vnd.oci.image.manifest.v1+json"
@@ -112,6 +128,9 @@ typedef struct funcd_oci_image {
     char **layer_digests, **layer_media_types;
     char **layer_paths; /* verified files in the cache, in layer order */
     uint64_t *layer_sizes;
+    int from_registry;    /* 1: the registry served this pull's manifest, with its credentials;
+                             0: the manifest came from the cache (no request was made) */
+    int with_credentials; /* credentials for the registry were found (a Secret, the auth file) */
 } funcd_oci_image;
 
 void funcd_oci_image_free(funcd_oci_image *img);
@@ -125,6 +144,9 @@ typedef struct funcd_oci_client_options {
     const char *auth_file;            /* Docker config JSON for every pull, or NULL */
     const char *certs_dir;            /* DIR/<host[:port]>/ca.crt, or NULL */
     const char *const *insecure;      /* NULL-terminated "host:port" list (loopback only) */
+    const char *const *allowed;       /* NULL-terminated "host[:port]" allow-list, or NULL:
+                                         any host reached at a non-internal address */
+    const struct funcd_logger *logger; /* connection failures in detail (NULL: stderr) */
     const char *os, *arch;            /* NULL: this host's ("linux", "amd64") */
     unsigned max_connections_per_host; /* 0: 6 */
     long connect_timeout_ms;          /* 0: 10 s */
@@ -132,6 +154,7 @@ typedef struct funcd_oci_client_options {
 } funcd_oci_client_options;
 
 typedef struct funcd_oci_stats {
+    uint64_t verify_requests;   /* manifest HEADs sent by funcd_oci_verify (retries included) */
     uint64_t manifest_requests; /* manifest GETs sent (retries included) */
     uint64_t blob_transfers;    /* blob downloads started (single-flight shares one) */
     uint64_t blob_cache_hits;   /* blobs found verified in the cache */
@@ -187,5 +210,31 @@ void funcd_oci_pull_layers(const funcd_oci_pull_handle *h, unsigned *done, unsig
 /* Stops a pull; its done callback will not be called. Shared blob transfers
  * other pulls still wait for go on. Call only before done has run. */
 void funcd_oci_pull_cancel(funcd_oci_pull_handle *h);
+
+/* ---- credential checks of cached images (docs/adr/0019-cached-image-credentials.md) ---- */
+
+typedef struct funcd_oci_verify_handle funcd_oci_verify_handle;
+/* rc 0: the credentials may read `digest` of the reference's repository;
+ * rc < 0: `message` says why not (as a pull would: "registry R refused the
+ * credentials for REPO", "... requires credentials ...", "not found"). */
+typedef void (*funcd_oci_verify_cb)(int rc, const char *message, void *payload);
+
+/*
+ * Asks the registry whether the credentials a pull of `ref` would use
+ * (`dockerconfigjson` first, then the auth file; none: anonymous) may read
+ * the manifest `digest` of its repository: a HEAD of the manifest, answered
+ * from a table instead when the same credentials were verified for that
+ * repository and digest (by a pull or a check) within the last hour. The
+ * table is bounded (FUNCD_OCI_VERIFIED_MAX entries, the oldest go first).
+ * Returns 0 (done is called once, from its own loop event) or a negative
+ * code (a bad reference or secret; done is not called).
+ */
+#define FUNCD_OCI_VERIFIED_MAX 4096
+#define FUNCD_OCI_VERIFIED_TTL_MS (60 * 60 * 1000)
+int funcd_oci_verify(funcd_oci_client *c, const char *ref, const char *digest,
+                     const char *dockerconfigjson, funcd_oci_verify_cb done, void *payload,
+                     funcd_oci_verify_handle **handle);
+/* Stops a check; done will not be called. Call only before done has run. */
+void funcd_oci_verify_cancel(funcd_oci_verify_handle *h);
 
 #endif

@@ -1,10 +1,14 @@
 /* Image references: Docker's grammar and defaults, without regexes. */
 #include "oci/oci.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
 
 #include "funcd/sys/error.h"
 #include "util/buf.h"
@@ -233,4 +237,104 @@ int funcd_oci_host_is_loopback(const char *host_port)
     if (sscanf(host, "%u.%u.%u.%u%c", &a, &b, &c, &d, &tail) != 4)
         return 0;
     return a == 127 && b < 256 && c < 256 && d < 256;
+}
+
+/* host and port of "host[:port]" / "[v6]:port" (port 0: none given). */
+static int split_host_port(const char *host_port, char *host, size_t n, unsigned *port)
+{
+    const char *h = host_port, *end, *colon;
+    *port = 0;
+    if (*h == '[') {
+        if (!(end = strchr(h, ']')))
+            return -1;
+        h++;
+        colon = end[1] == ':' ? end + 1 : NULL;
+        if (end[1] && !colon)
+            return -1;
+    } else {
+        colon = strrchr(h, ':');
+        end = colon ? colon : h + strlen(h);
+    }
+    if ((size_t)(end - h) >= n || end == h)
+        return -1;
+    memcpy(host, h, (size_t)(end - h));
+    host[end - h] = 0;
+    if (colon) {
+        char *stop;
+        unsigned long v = strtoul(colon + 1, &stop, 10);
+        if (*stop || !colon[1] || v == 0 || v > 65535)
+            return -1;
+        *port = (unsigned)v;
+    }
+    return 0;
+}
+
+int funcd_oci_registry_matches(const char *entry, const char *host_port)
+{
+    char a[256], b[256];
+    unsigned pa, pb;
+    if (!entry || !host_port || split_host_port(entry, a, sizeof(a), &pa) < 0 ||
+        split_host_port(host_port, b, sizeof(b), &pb) < 0)
+        return 0;
+    return strcasecmp(a, b) == 0 && (pa ? pa : 443) == (pb ? pb : 443);
+}
+
+int funcd_oci_addr_is_internal(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET) {
+        uint32_t a = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
+        return (a >> 24) == 127 || (a >> 24) == 0 || (a >> 16) == 0xa9fe || /* 169.254/16 */
+               (a >> 28) == 0xe || a == 0xffffffffu;                      /* multicast, bcast */
+    }
+    if (sa->sa_family == AF_INET6) {
+        const unsigned char *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+        static const unsigned char zero[16], mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (memcmp(b, zero, 15) == 0 && (b[15] == 0 || b[15] == 1)) /* :: and ::1 */
+            return 1;
+        if (memcmp(b, mapped, 12) == 0) { /* ::ffff:a.b.c.d */
+            struct sockaddr_in v4 = {.sin_family = AF_INET};
+            memcpy(&v4.sin_addr, b + 12, 4);
+            return funcd_oci_addr_is_internal((const struct sockaddr *)&v4);
+        }
+        return (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) || b[0] == 0xff; /* fe80::/10, ff00::/8 */
+    }
+    return 1; /* not an internet address */
+}
+
+int funcd_oci_registry_allowed(const char *host_port, const char *const *allowed,
+                               const char *const *insecure, char *why, size_t why_len)
+{
+    for (const char *const *a = insecure; a && *a; a++)
+        if (funcd_oci_registry_matches(*a, host_port))
+            return 1;
+    int have_list = allowed && *allowed;
+    for (const char *const *a = allowed; a && *a; a++)
+        if (funcd_oci_registry_matches(*a, host_port))
+            return 1;
+    if (have_list) {
+        snprintf(why, why_len, "registry %s is not one this node may pull from (the operator "
+                 "allows them with funcd --allowed-registry)", host_port);
+        return 0;
+    }
+    char host[256];
+    unsigned port;
+    struct in6_addr a6;
+    struct in_addr a4;
+    int internal = split_host_port(host_port, host, sizeof(host), &port) < 0 ||
+                   strcasecmp(host, "localhost") == 0 ||
+                   (strlen(host) > 10 && strcasecmp(host + strlen(host) - 10, ".localhost") == 0);
+    if (!internal && inet_pton(AF_INET, host, &a4) == 1) {
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr = a4};
+        internal = funcd_oci_addr_is_internal((const struct sockaddr *)&sa);
+    } else if (!internal && inet_pton(AF_INET6, host, &a6) == 1) {
+        struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_addr = a6};
+        internal = funcd_oci_addr_is_internal((const struct sockaddr *)&sa);
+    }
+    if (internal) {
+        snprintf(why, why_len, "registry %s is a loopback or link-local address: pulls from it "
+                 "are refused unless the operator names it (funcd --insecure-registry or "
+                 "--allowed-registry)", host_port);
+        return 0;
+    }
+    return 1;
 }

@@ -18,12 +18,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "funcd/funcd.h"
 #include "funcd/sys/error.h"
 #include "util/buf.h"
+#include "util/log.h"
 #include "util/misc.h"
 
 #define ERRBODY_MAX 4096
@@ -48,6 +50,8 @@ struct oci_transport {
     struct event timer;
     char *certs_dir;
     char **insecure;
+    char **allowed; /* the operator's allow-list (empty: any non-internal address) */
+    funcd_logger logger;
     char **basic_hosts; /* hosts that challenged with Basic: send it up front */
     size_t n_basic;
     long connect_timeout_ms, low_speed_s;
@@ -69,7 +73,9 @@ struct oci_req {
     oci_req_data_fn on_data;
     oci_req_done_fn done;
     void *ctx;
-    int retried, completing, in_multi;
+    int retried, completing, in_multi, head;
+    int named;   /* the operator named this registry: it may be at any address */
+    int blocked; /* a connection to an internal address was refused */
     int in_callback, zombie; /* cancelled inside its own data callback */
     oci_req *token_req; /* the token request this one waits for */
     oci_req *waiter;    /* for a token request: who waits for it */
@@ -204,6 +210,14 @@ oci_transport *oci_transport_new(struct event_base *loop, const funcd_oci_client
     t->insecure = calloc(n + 1, sizeof(char *));
     for (size_t i = 0; t->insecure && i < n; i++)
         t->insecure[i] = funcd_strdup(o->insecure[i]);
+    n = 0;
+    while (o->allowed && o->allowed[n])
+        n++;
+    t->allowed = calloc(n + 1, sizeof(char *));
+    for (size_t i = 0; t->allowed && i < n; i++)
+        t->allowed[i] = funcd_strdup(o->allowed[i]);
+    if (o->logger)
+        t->logger = *o->logger;
     t->connect_timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 10000;
     t->low_speed_s = o->low_speed_timeout_s > 0 ? o->low_speed_timeout_s : 60;
     evtimer_assign(&t->timer, loop, on_timer, t);
@@ -236,6 +250,9 @@ void oci_transport_free(oci_transport *t)
     for (size_t i = 0; t->insecure && t->insecure[i]; i++)
         free(t->insecure[i]);
     free(t->insecure);
+    for (size_t i = 0; t->allowed && t->allowed[i]; i++)
+        free(t->allowed[i]);
+    free(t->allowed);
     for (size_t i = 0; i < t->n_basic; i++)
         free(t->basic_hosts[i]);
     free(t->basic_hosts);
@@ -533,6 +550,19 @@ static int req_submit(oci_req *r)
     return 0;
 }
 
+/* Every connection, redirects and token realms included: an address that
+ * is internal (loopback, link-local...) is refused unless the operator
+ * named the registry. The resolved address is checked, not the name. */
+static curl_socket_t open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    oci_req *r = clientp;
+    if (!r->named && funcd_oci_addr_is_internal(&a->addr)) {
+        r->blocked = 1;
+        return CURL_SOCKET_BAD;
+    }
+    return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
 static int req_setup(oci_req *r)
 {
     CURL *e = r->easy;
@@ -548,6 +578,8 @@ static int req_setup(oci_req *r)
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, r);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, r->t->connect_timeout_ms);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1024L);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, r->t->low_speed_s);
@@ -555,6 +587,8 @@ static int req_setup(oci_req *r)
     curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L * 1024);
     if (r->post)
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->post);
+    if (r->head)
+        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
     configure_tls(r);
     return 0;
 }
@@ -569,6 +603,7 @@ static oci_req *req_alloc(oci_transport *t, const oci_req_spec *s, oci_req_done_
     r->max_body = s->max_body ? s->max_body : 4u << 20;
     r->expect_size = s->expect_size;
     r->on_data = s->on_data;
+    r->head = s->head;
     r->done = done;
     r->ctx = ctx;
     mbedtls_sha256_init(&r->sha);
@@ -576,6 +611,10 @@ static oci_req *req_alloc(oci_transport *t, const oci_req_spec *s, oci_req_done_
     r->host = funcd_strdup(s->host);
     r->repository = funcd_strdup(s->repository);
     r->accept = s->accept ? funcd_strdup(s->accept) : NULL;
+    for (char **a = t->insecure; a && *a && !r->named; a++)
+        r->named = funcd_oci_registry_matches(*a, s->host);
+    for (char **a = t->allowed; a && *a && !r->named; a++)
+        r->named = funcd_oci_registry_matches(*a, s->host);
     r->easy = curl_easy_init();
     r->next = t->reqs;
     if (t->reqs)
@@ -592,6 +631,10 @@ static oci_req *req_alloc(oci_transport *t, const oci_req_spec *s, oci_req_done_
 int oci_req_start(oci_transport *t, const oci_req_spec *s, oci_req_done_fn done, void *ctx,
                   oci_req **out)
 {
+    char why[400];
+    if (!funcd_oci_registry_allowed(s->host, (const char *const *)t->allowed,
+                                    (const char *const *)t->insecure, why, sizeof(why)))
+        return funcd_error_set(FUNCD_EINVAL, "%s", why);
     oci_req *r = req_alloc(t, s, done, ctx);
     if (!r)
         return funcd_error_set(FUNCD_ENOMEM, "registry client: out of memory");
@@ -840,17 +883,25 @@ static void on_transfer_done(oci_req *r, CURLcode code)
         req_fail(r, FUNCD_EIO, "registry %s: %s: %s", r->host, r->url, r->sink_error);
         return;
     }
-    if (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE) {
-        req_fail(r, FUNCD_EIO,
-                 "registry %s: TLS certificate not trusted (%s); put its CA in "
-                 "<certs-dir>/%s/ca.crt (--registry-certs-dir)",
-                 r->host, r->errbuf[0] ? r->errbuf : curl_easy_strerror(code), r->host);
+    if (code != CURLE_OK && r->blocked) {
+        req_fail(r, FUNCD_EINVAL, "registry %s: a connection to a loopback or link-local "
+                 "address was refused (the operator names such a registry with funcd "
+                 "--insecure-registry or --allowed-registry)", r->host);
         return;
     }
     if (code != CURLE_OK) {
+        /* Whether the port was closed, silent, not TLS or TLS with another
+         * CA is the operator's to know, not the tenant's: a pull must not
+         * be a port scanner. The detail goes to funcd's log. */
+        const char *hint = code == CURLE_PEER_FAILED_VERIFICATION ||
+                                   code == CURLE_SSL_CACERT_BADFILE
+                               ? "; if its certificate is from a private CA, put the CA in "
+                                 "<certs-dir>/<host:port>/ca.crt (--registry-certs-dir)"
+                               : "";
+        funcd_log(&r->t->logger, FUNCD_LOG_WARN, "registry %s: %s (%s)%s", r->host,
+                  curl_easy_strerror(code), r->errbuf[0] ? r->errbuf : r->url, hint);
         req_fail(r, code == CURLE_OPERATION_TIMEDOUT ? FUNCD_ETIMEOUT : FUNCD_EIO,
-                 "registry %s: %s (%s)", r->host, curl_easy_strerror(code),
-                 r->errbuf[0] ? r->errbuf : r->url);
+                 "cannot reach registry %s", r->host);
         return;
     }
     if (r->status == 401 && !r->waiter) {

@@ -48,6 +48,7 @@ typedef struct oci_req_spec {
     size_t max_body;        /* memory bodies above this fail */
     uint64_t expect_size;   /* a file body over this fails; 0: no limit */
     oci_req_data_fn on_data;
+    int head;               /* a HEAD request (no body) */
 } oci_req_spec;
 
 int oci_req_start(oci_transport *t, const oci_req_spec *s, oci_req_done_fn done, void *ctx,

@@ -174,6 +174,10 @@ funcd_option *funcd_with_insecure_registry(const char *host_port)
 {
     return string_option(OPT_INSECURE_REGISTRY, host_port);
 }
+funcd_option *funcd_with_allowed_registry(const char *host_port)
+{
+    return string_option(OPT_ALLOWED_REGISTRY, host_port);
+}
 funcd_option *funcd_with_image_cache_size(uint64_t bytes)
 {
     return number_option(OPT_IMAGE_CACHE_SIZE, bytes, 0, 0);
@@ -374,6 +378,8 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
     case OPT_REGISTRY_CERTS_DIR: replace_str(&cfg->registry_certs_dir, &o->str); break;
     case OPT_INSECURE_REGISTRY:
         return add_to_list(&cfg->insecure_registries, o, "funcd_with_insecure_registry");
+    case OPT_ALLOWED_REGISTRY:
+        return add_to_list(&cfg->allowed_registries, o, "funcd_with_allowed_registry");
     case OPT_SECCOMP_ALLOW:
         return add_to_list(&cfg->seccomp_allow, o, "funcd_with_seccomp_allow");
     case OPT_IMAGE_CACHE_SIZE: keep_nonzero(&cfg->image_cache_bytes, o->n[0]); break;
@@ -462,6 +468,7 @@ void funcd_config_clear(funcd_config *cfg)
     free(cfg->registry_auth_file);
     free(cfg->registry_certs_dir);
     funcd_strv_free(cfg->insecure_registries);
+    funcd_strv_free(cfg->allowed_registries);
     funcd_strv_free(cfg->seccomp_allow);
     memset(cfg, 0, sizeof(*cfg));
 }

@@ -33,6 +33,7 @@ typedef enum option_kind {
     OPT_REGISTRY_AUTH_FILE,
     OPT_REGISTRY_CERTS_DIR,
     OPT_INSECURE_REGISTRY,
+    OPT_ALLOWED_REGISTRY,
     OPT_IMAGE_CACHE_SIZE,
     OPT_SOURCE_REFRESH,
     OPT_LOG_PERSISTENCE,
@@ -95,6 +96,7 @@ typedef struct funcd_config {
     char *registry_auth_file;
     char *registry_certs_dir;
     char **insecure_registries;   /* NULL-terminated, or NULL */
+    char **allowed_registries;    /* the pull allow-list: NULL-terminated, or NULL */
     char **seccomp_allow;         /* NULL-terminated, or NULL */
     uint64_t image_cache_bytes;   /* 0: the default */
     uint64_t tag_refresh_ms;      /* 0: the default */

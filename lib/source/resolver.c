@@ -26,6 +26,10 @@
 
 #define IMAGE_META_PREFIX "/images/"
 #define IMAGE_TAG_PREFIX "/imagetags/"
+#define IMAGE_NS_PREFIX "/imagens/" /* <ns>/<digest>: the namespace pulled or runs it */
+/* <registry>/<repository>@<digest>: pulled with no credentials, so no
+ * Function needs its own checked to get it from the cache */
+#define IMAGE_PUBLIC_PREFIX "/imagepublic/"
 #define RETRY_MIN_MS 2000
 #define RETRY_MAX_MS (5 * 60 * 1000)
 #define FINISHED_PULLS_KEPT 64
@@ -58,6 +62,9 @@ typedef struct entry {
     unsigned layers_done, layers_total;
     waiter *waiters;
     funcd_oci_pull_handle *pull;
+    funcd_oci_verify_handle *verify; /* checking this entry's credentials for `checking` */
+    funcd_oci_image *checking;       /* a cached image, until its check answers */
+    int checking_remembered;         /* it came from the store (not from a pull) */
     struct entry *next;
 } entry;
 
@@ -495,22 +502,12 @@ static void on_progress(uint64_t done, uint64_t total, void *payload)
     publish(e, 0);
 }
 
-static void on_pulled(int rc, const char *message, funcd_oci_image *img, void *payload)
+/* The image may run for this entry: what a pull brought, or what was
+ * remembered, once this entry's credentials are known to read it. */
+static void image_allowed(entry *e, funcd_oci_image *img, int remembered)
 {
-    entry *e = payload;
-    e->pull = NULL;
-    if (rc < 0) {
-        char msg[600];
-        snprintf(msg, sizeof(msg), "pulling %s: %s", e->ref, message ? message : "failed");
-        e->busy = 0;
-        if (e->state == E_READY) { /* a refresh failed: keep what runs */
-            funcd_log(e->s->cfg.logger, FUNCD_LOG_WARN, "%s", msg);
-            e->resolved_ms = funcd_mono_ms();
-        } else {
-            set_failure(e, "ImagePullFailed", msg);
-            notify(e);
-        }
-        publish(e, 1);
+    if (remembered) {
+        start_unpack(e, img);
         return;
     }
     if (e->state == E_READY && strcmp(img->digest, e->res.resolved) == 0) {
@@ -526,6 +523,116 @@ static void on_pulled(int rc, const char *message, funcd_oci_image *img, void *p
     start_unpack(e, img);
 }
 
+static void image_refused(entry *e, const char *message)
+{
+    char msg[600];
+    snprintf(msg, sizeof(msg), "pulling %s: %s", e->ref, message ? message : "failed");
+    e->busy = 0;
+    if (e->state == E_READY) { /* a refresh failed: keep what runs */
+        funcd_log(e->s->cfg.logger, FUNCD_LOG_WARN, "%s", msg);
+        e->resolved_ms = funcd_mono_ms();
+    } else {
+        set_failure(e, "ImagePullFailed", msg);
+        notify(e);
+    }
+    publish(e, 1);
+}
+
+/* "<registry>/<repository>@<digest>" of the entry's image, or "" */
+static void public_key(const entry *e, const char *digest, char *out, size_t n)
+{
+    funcd_oci_ref r;
+    out[0] = 0;
+    if (funcd_oci_ref_parse(&r, e->ref) == 0) {
+        snprintf(out, n, "%s/%s@%s", r.registry, r.repository, digest);
+        funcd_oci_ref_free(&r);
+    }
+}
+
+static int image_is_public(entry *e, const char *digest)
+{
+    char key[512];
+    public_key(e, digest, key, sizeof(key));
+    cJSON *o = key[0] ? load_json(e->s, IMAGE_PUBLIC_PREFIX, key) : NULL;
+    cJSON_Delete(o);
+    return o != NULL;
+}
+
+static void on_checked(int rc, const char *message, void *payload)
+{
+    entry *e = payload;
+    funcd_oci_image *img = e->checking;
+    e->verify = NULL;
+    e->checking = NULL;
+    if (rc < 0) {
+        funcd_log(e->s->cfg.logger, FUNCD_LOG_INFO, "image %s (%s) in namespace %s: cached "
+                  "copy refused: %s", e->ref, img->digest, e->ns, message ? message : "");
+        funcd_oci_image_free(img);
+        image_refused(e, message);
+        return;
+    }
+    image_allowed(e, img, e->checking_remembered);
+}
+
+static int ensure_client(funcd_sources *s)
+{
+    if (!s->oci && !(s->oci = funcd_oci_client_new(s->cfg.loop, &s->oci_opts)))
+        return -1;
+    return 0;
+}
+
+/*
+ * An image this entry did not just read from the registry itself (it was
+ * remembered, or its manifest was in the cache) runs only when it is
+ * public or the entry's own credentials read its manifest at the registry
+ * (funcd_oci_verify; docs/adr/0019-cached-image-credentials.md).
+ */
+static void check_image(entry *e, funcd_oci_image *img, int remembered)
+{
+    funcd_sources *s = e->s;
+    if (img->from_registry) {
+        if (!img->with_credentials) { /* anyone may read it */
+            char key[512];
+            public_key(e, img->digest, key, sizeof(key));
+            cJSON *o = cJSON_CreateObject();
+            if (key[0] && o)
+                store_json(s, IMAGE_PUBLIC_PREFIX, key, o);
+            cJSON_Delete(o);
+        }
+        image_allowed(e, img, remembered);
+        return;
+    }
+    if (image_is_public(e, img->digest)) {
+        image_allowed(e, img, remembered);
+        return;
+    }
+    char missing[128];
+    char *cfg = merged_secrets(s, e->ns, e->secrets, missing, sizeof(missing));
+    snprintf(e->reason, sizeof(e->reason), "Pulling");
+    e->checking = img;
+    e->checking_remembered = remembered;
+    int rc = ensure_client(s);
+    if (rc == 0)
+        rc = funcd_oci_verify(s->oci, e->ref, img->digest, cfg, on_checked, e, &e->verify);
+    free(cfg);
+    if (rc < 0) {
+        e->checking = NULL;
+        funcd_oci_image_free(img);
+        image_refused(e, funcd_error_last()->message);
+    }
+}
+
+static void on_pulled(int rc, const char *message, funcd_oci_image *img, void *payload)
+{
+    entry *e = payload;
+    e->pull = NULL;
+    if (rc < 0) {
+        image_refused(e, message);
+        return;
+    }
+    check_image(e, img, 0);
+}
+
 static void start_pull(entry *e)
 {
     funcd_sources *s = e->s;
@@ -538,7 +645,7 @@ static void start_pull(entry *e)
         funcd_log(s->cfg.logger, FUNCD_LOG_WARN, "image %s: %s", e->ref, msg);
     }
     snprintf(e->reason, sizeof(e->reason), "Pulling");
-    if (!s->oci && !(s->oci = funcd_oci_client_new(s->cfg.loop, &s->oci_opts))) {
+    if (ensure_client(s) < 0) {
         free(cfg);
         e->busy = 0;
         set_failure(e, "ImagePullFailed", funcd_error_last()->message);
@@ -581,7 +688,7 @@ static void start(entry *e)
     if (e->state != E_READY) { /* first resolution: what a previous run pulled will do */
         funcd_oci_image *img = remembered_image(e->s, e->ref);
         if (img) {
-            start_unpack(e, img);
+            check_image(e, img, 1);
             return;
         }
     }
@@ -606,6 +713,13 @@ static void image_ready(entry *e, job *j)
     e->res.env = strv_copy(img->env);
     e->res.working_dir = funcd_strdup(img->working_dir);
     e->res.user = funcd_strdup(img->user);
+    if (!old || strcmp(old, img->digest) != 0) { /* GET /images shows it to e->ns */
+        char key[400];
+        snprintf(key, sizeof(key), "%s/%s", e->ns, img->digest);
+        cJSON *o = cJSON_CreateObject();
+        store_json(s, IMAGE_NS_PREFIX, key, o);
+        cJSON_Delete(o);
+    }
     if (old) {
         funcd_rootfs_cache_put(s->rootfs, old);
         free(old);
@@ -703,6 +817,9 @@ static void entry_free(entry *e)
 {
     if (e->pull)
         funcd_oci_pull_cancel(e->pull);
+    if (e->verify)
+        funcd_oci_verify_cancel(e->verify);
+    funcd_oci_image_free(e->checking);
     while (e->waiters) {
         waiter *w = e->waiters;
         e->waiters = w->next;
@@ -939,21 +1056,49 @@ void funcd_sources_cancel(funcd_sources *s, void *payload)
 typedef struct list_ctx {
     funcd_buf *out;
     int n;
+    int (*visible)(const char *ns, void *payload);
+    void *payload;
+    funcd_buf digests; /* "|d1|d2|...|" of the images the caller may see */
 } list_ctx;
+
+/* /imagens/<ns>/<digest>: note the digest when the caller may see ns. */
+static int note_visible(const funcd_store_kv *kv, void *payload)
+{
+    list_ctx *c = payload;
+    const char *rest = kv->key + strlen(IMAGE_NS_PREFIX), *slash = strrchr(rest, '/');
+    if (!slash || slash == rest)
+        return 0;
+    char ns[256];
+    snprintf(ns, sizeof(ns), "%.*s", (int)(slash - rest), rest);
+    if (c->visible(ns, c->payload))
+        funcd_buf_printf(&c->digests, "%s%s|", c->digests.len ? "" : "|", slash + 1);
+    return 0;
+}
 
 static int list_one(const funcd_store_kv *kv, void *payload)
 {
     list_ctx *c = payload;
+    if (c->visible) {
+        char want[100];
+        snprintf(want, sizeof(want), "|%s|", kv->key + strlen(IMAGE_META_PREFIX));
+        if (!c->digests.data || !strstr(c->digests.data, want))
+            return 0;
+    }
     funcd_buf_printf(c->out, "%s%.*s", c->n++ ? "," : "", (int)kv->len, (const char *)kv->value);
     return 0;
 }
 
-int funcd_sources_list_images(funcd_sources *s, funcd_buf *out)
+int funcd_sources_list_images(funcd_sources *s, int (*visible)(const char *ns, void *payload),
+                              void *payload, funcd_buf *out)
 {
-    list_ctx c = {out, 0};
+    list_ctx c = {out, 0, visible, payload, FUNCD_BUF_INIT};
+    int rc = visible ? s->cfg.store->list(s->cfg.store, IMAGE_NS_PREFIX, note_visible, &c, NULL)
+                     : 0;
     funcd_buf_puts(out, "{\"items\":[");
-    int rc = s->cfg.store->list(s->cfg.store, IMAGE_META_PREFIX, list_one, &c, NULL);
+    if (rc == 0)
+        rc = s->cfg.store->list(s->cfg.store, IMAGE_META_PREFIX, list_one, &c, NULL);
     funcd_buf_puts(out, "]}");
+    funcd_buf_free(&c.digests);
     return rc;
 }
 
@@ -1009,6 +1154,16 @@ static void start_api_pulls(funcd_sources *s)
     }
 }
 
+int funcd_sources_registry_allowed(funcd_sources *s, const char *ref, char *why, size_t n)
+{
+    funcd_oci_ref r;
+    if (funcd_oci_ref_parse(&r, ref) < 0)
+        return 1; /* not a reference: the pull says what is wrong with it */
+    int ok = funcd_oci_registry_allowed(r.registry, s->cfg.allowed, s->cfg.insecure, why, n);
+    funcd_oci_ref_free(&r);
+    return ok;
+}
+
 int funcd_sources_pull_start(funcd_sources *s, const char *ns, const char *ref,
                              const char *const *secrets, char id[40])
 {
@@ -1042,20 +1197,34 @@ int funcd_sources_pull_start(funcd_sources *s, const char *ns, const char *ref,
     return 0;
 }
 
-int funcd_sources_pull_get(funcd_sources *s, const char *id, funcd_pull_state *out)
+int funcd_sources_pull_get(funcd_sources *s, const char *ns, const char *id,
+                           funcd_pull_state *out)
 {
     int rc = FUNCD_ENOTFOUND;
     pthread_mutex_lock(&s->lock);
     for (api_pull *p = s->pulls; p; p = p->next)
-        if (strcmp(p->id, id) == 0) {
+        if (strcmp(p->id, id) == 0 && strcmp(p->ns, ns) == 0) {
             *out = p->st;
             rc = 0;
             break;
         }
     pthread_mutex_unlock(&s->lock);
     if (rc < 0)
-        funcd_error_set(rc, "no pull %s (finished pulls are kept for 10 minutes)", id);
+        funcd_error_set(rc, "no pull %s in namespace %s (finished pulls are kept for 10 "
+                        "minutes)", id, ns);
     return rc;
+}
+
+void funcd_sources_pull_list(funcd_sources *s, const char *ns,
+                             void (*visit)(const char *id, const char *ref,
+                                           const funcd_pull_state *st, void *payload),
+                             void *payload)
+{
+    pthread_mutex_lock(&s->lock);
+    for (api_pull *p = s->pulls; p; p = p->next)
+        if (strcmp(p->ns, ns) == 0)
+            visit(p->id, p->ref, &p->st, payload);
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* ---- lifecycle ------------------------------------------------------------------ */
@@ -1093,6 +1262,8 @@ int funcd_sources_new(funcd_sources **out, const funcd_sources_config *cfg)
         .auth_file = cfg->auth_file,
         .certs_dir = cfg->certs_dir,
         .insecure = cfg->insecure,
+        .allowed = cfg->allowed,
+        .logger = cfg->logger,
         .os = cfg->os,
         .arch = cfg->arch,
     };
@@ -1105,6 +1276,12 @@ int funcd_sources_new(funcd_sources **out, const funcd_sources_config *cfg)
             return funcd_error_set(FUNCD_EINVAL, "insecure registry %s: plain HTTP is allowed "
                                    "only for a loopback registry (127.0.0.0/8, [::1], "
                                    "localhost)", *h);
+        }
+    for (const char *const *h = cfg->allowed; h && *h; h++)
+        if (!funcd_oci_registry_matches(*h, *h)) {
+            funcd_sources_free(s);
+            return funcd_error_set(FUNCD_EINVAL, "allowed registry \"%s\": expected HOST or "
+                                   "HOST:PORT", *h);
         }
     s->rootfs = funcd_rootfs_cache_new(rootfs_dir, cfg->image_cache_bytes
                                                        ? cfg->image_cache_bytes

@@ -38,6 +38,7 @@ typedef struct funcd_sources_config {
     const char *cache_dir; /* images/ (blobs, rootfs) and git/ go below it */
     const char *auth_file, *certs_dir;
     const char *const *insecure;
+    const char *const *allowed; /* the operator's registry allow-list, or NULL */
     const char *os, *arch;
     uint64_t image_cache_bytes; /* 0: 4 GiB */
     uint64_t tag_refresh_ms;    /* 0: 5 min */
@@ -93,8 +94,11 @@ void funcd_sources_cancel(funcd_sources *s, void *payload);
 
 /* ---- the images API (any thread) ------------------------------------------ */
 
-/* Appends {"items":[...]} of the image metadata cache to `out`. */
-int funcd_sources_list_images(funcd_sources *s, funcd_buf *out);
+/* Appends {"items":[...]} of the image metadata cache to `out`: every image
+ * when `visible` is NULL, else those of which a namespace for which
+ * visible(ns, payload) is 1 pulled or runs the image. */
+int funcd_sources_list_images(funcd_sources *s, int (*visible)(const char *ns, void *payload),
+                              void *payload, funcd_buf *out);
 
 typedef struct funcd_pull_state {
     int done;            /* 1: finished (ok or failed) */
@@ -105,11 +109,23 @@ typedef struct funcd_pull_state {
     char message[512];
 } funcd_pull_state;
 
+/* 1 when `ref` parses and names a registry pulls may go to; else 0 with
+ * `why` naming the rule (funcd_oci_registry_allowed). */
+int funcd_sources_registry_allowed(funcd_sources *s, const char *ref, char *why, size_t n);
+
 /* Starts pulling `ref` (with the pull secrets `secrets` of namespace `ns`,
  * NULL-terminated, may be NULL); writes an id to poll with. */
 int funcd_sources_pull_start(funcd_sources *s, const char *ns, const char *ref,
                              const char *const *secrets, char id[40]);
-/* FUNCD_ENOTFOUND for an unknown (or long finished) id. */
-int funcd_sources_pull_get(funcd_sources *s, const char *id, funcd_pull_state *out);
+/* FUNCD_ENOTFOUND for an unknown (or long finished) id, or one of another
+ * namespace than `ns`. */
+int funcd_sources_pull_get(funcd_sources *s, const char *ns, const char *id,
+                           funcd_pull_state *out);
+/* Calls `visit` (under the resolver's lock: format, do not call back) for
+ * each pull of namespace `ns`, newest first. */
+void funcd_sources_pull_list(funcd_sources *s, const char *ns,
+                             void (*visit)(const char *id, const char *ref,
+                                           const funcd_pull_state *st, void *payload),
+                             void *payload);
 
 #endif

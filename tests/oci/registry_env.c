@@ -93,7 +93,7 @@ static int write_config(registry_env *e)
 {
     char path[400], text[2048];
     int n = snprintf(text, sizeof(text),
-                     "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n"
+                     "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: false\n"
                      "storage:\n  filesystem:\n    rootdirectory: %s\n"
                      "http:\n  addr: %s\n",
                      e->storage, e->addr);

@@ -17,12 +17,15 @@
  * Exits 77 when a tool is missing. Every case stops its registry by pid and
  * fails if the platform left a process behind.
  */
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -148,22 +151,31 @@ static void docker_config(char *out, size_t n, const char *pass)
     snprintf(out, n, "{\"auths\":{\"%s\":{\"auth\":\"%s\"}}}", reg.addr, b64);
 }
 
-/* A kubernetes.io/dockerconfigjson Secret SECRET_NAME with that password. */
-static long create_pull_secret(env *e, const char *pass)
+/* A kubernetes.io/dockerconfigjson Secret `name` in namespace `ns` with that password. */
+static long create_named_secret(env *e, const char *ns, const char *token, const char *name,
+                                const char *pass)
 {
     char config[512];
     docker_config(config, sizeof(config), pass);
     cJSON *s = cJSON_CreateObject();
     cJSON_AddStringToObject(s, "apiVersion", "funcd.dev/v1");
     cJSON_AddStringToObject(s, "kind", "Secret");
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(s, "metadata"), "name", SECRET_NAME);
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(s, "metadata"), "name", name);
     cJSON_AddStringToObject(s, "type", "kubernetes.io/dockerconfigjson");
     cJSON_AddStringToObject(cJSON_AddObjectToObject(s, "stringData"), ".dockerconfigjson", config);
     char *body = cJSON_PrintUnformatted(s);
     cJSON_Delete(s);
-    long code = env_req(e, "POST", NS("default") "/secrets", DEV_TOKEN, body);
+    char path[256];
+    snprintf(path, sizeof(path), API "/namespaces/%s/secrets", ns);
+    long code = env_req(e, "POST", path, token, body);
     free(body);
     return code;
+}
+
+/* The Secret SECRET_NAME in "default" with that password. */
+static long create_pull_secret(env *e, const char *pass)
+{
+    return create_named_secret(e, "default", DEV_TOKEN, SECRET_NAME, pass);
 }
 
 /* The daemon-level auth file (funcd_with_registry_auth_file). */
@@ -451,9 +463,10 @@ static void prefixes(void)
     on_platform(NULL, NULL, NULL, eval_prefixed);
 }
 
+/* A TLS registry on loopback: the operator names it. */
 static void tls(void)
 {
-    on_platform(NULL, NULL, NULL, serve_and_eval);
+    on_platform(NULL, funcd_with_allowed_registry(reg.addr), NULL, serve_and_eval);
 }
 
 /* mode: exec runs the image's program once per request under the static
@@ -648,6 +661,338 @@ static void restart(void)
     on_platform(s, funcd_with_state_dir(state), NULL, serve_again);
 }
 
+
+/* ---- who sees what (issue 11) ---------------------------------------------------- */
+
+/* How many requests the registry's access log shows whose line contains
+ * `what` (e.g. "\"HEAD /v2/worker/manifests/"). */
+static int registry_requests(const char *what)
+{
+    char path[400], line[4096];
+    snprintf(path, sizeof(path), "%s/registry.log", reg.root);
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (strstr(line, what))
+            n++;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* POST .../namespaces/NS/imagepulls {"image": IMAGE (, secrets)}: the HTTP status; the id in `id`. */
+static long start_api_pull(env *e, const char *ns, const char *token, const char *image,
+                           const char *secrets_json, char id[64])
+{
+    char path[256], body[1024];
+    snprintf(path, sizeof(path), API "/namespaces/%s/imagepulls", ns);
+    snprintf(body, sizeof(body), "{\"image\":\"%s\"%s%s}", image,
+             secrets_json ? ",\"imagePullSecrets\":" : "", secrets_json ? secrets_json : "");
+    long code = env_req(e, "POST", path, token, body);
+    const char *got = jstr(e->r.json, "id");
+    snprintf(id, 64, "%s", got && code == 202 ? got : "");
+    return code;
+}
+
+/* Polls the pull until it is Done or Failed; its phase, e->r holding the last GET. */
+static const char *wait_api_pull(env *e, const char *ns, const char *token, const char *id)
+{
+    char path[256];
+    snprintf(path, sizeof(path), API "/namespaces/%s/imagepulls/%s", ns, id);
+    int64_t end = e2e_now_ms() + WAIT_MS;
+    do {
+        if (env_req(e, "GET", path, token, NULL) != 200)
+            return "(no answer)";
+        const char *phase = jstr(e->r.json, "phase");
+        if (phase && strcmp(phase, "Pulling") != 0)
+            return phase;
+        env_sleep_ms(20);
+    } while (e2e_now_ms() < end);
+    return "(still pulling)";
+}
+
+/*
+ * A pull belongs to its namespace: team-b's token reads neither team-a's
+ * ("default") pull by id nor in its list; names in imagePullSecrets are
+ * DNS labels. GET /images shows team-b only the images it pulled or runs.
+ */
+static void pulls_and_images_by_namespace(env *e)
+{
+    char ref[256], id[64], other[64], path[256], digest[80], item[128];
+    funcd_buf manifest = FUNCD_BUF_INIT;
+    int have = registry_manifest("worker:1", digest, &manifest) == 0;
+    funcd_buf_free(&manifest);
+    CHECK(have);
+    snprintf(item, sizeof(item), "\"digest\":\"%s\"", digest);
+    image_ref(ref, sizeof(ref), "worker:1");
+
+    CHECK_INT(start_api_pull(e, "default", DEV_TOKEN, ref, NULL, id), 202);
+    CHECK_STR(wait_api_pull(e, "default", DEV_TOKEN, id), "Done");
+    snprintf(path, sizeof(path), NS("team-b") "/imagepulls/%s", id);
+    CHECK_INT(env_req(e, "GET", path, TEAM_B_TOKEN, NULL), 404);
+    CHECK_INT(env_req(e, "GET", NS("team-b") "/imagepulls", TEAM_B_TOKEN, NULL), 200);
+    CHECK(cJSON_IsArray(jget(e->r.json, "items")));
+    if (strstr(e->r.body, id))
+        FAILF("team-b's list shows team-a's pull: %s", e->r.body);
+    CHECK_INT(env_req(e, "GET", NS("default") "/imagepulls", DEV_TOKEN, NULL), 200);
+    CHECK_CONTAINS(e->r.body, id);
+    CHECK_INT(start_api_pull(e, "team-b", TEAM_B_TOKEN, ref, NULL, other), 202);
+    CHECK_INT(env_req(e, "GET", NS("default") "/imagepulls", DEV_TOKEN, NULL), 200);
+    if (strstr(e->r.body, other))
+        FAILF("team-a's list shows team-b's pull: %s", e->r.body);
+    CHECK_STR(wait_api_pull(e, "team-b", TEAM_B_TOKEN, other), "Done");
+
+    /* Secret names: a newline would forge a log line; uppercase is no DNS label. */
+    CHECK_INT(start_api_pull(e, "default", DEV_TOKEN, ref, "[\"ok\",\"evil\\nINFO forged\"]", id),
+              400);
+    CHECK_STATUS(400, "BadRequest", "imagePullSecrets");
+    CHECK_INT(start_api_pull(e, "default", DEV_TOKEN, ref, "[\"Regcred\"]", id), 400);
+    CHECK_STATUS(400, "BadRequest", "imagePullSecrets");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "Regcred");
+}
+
+static void pull_scope(void)
+{
+    on_platform(NULL, NULL, NULL, pulls_and_images_by_namespace);
+}
+
+/* GET /images: team-a's image is not listed to team-b until team-b pulls it
+ * or runs a Function on it; the admin and team-a see it. */
+static void images_by_namespace(env *e)
+{
+    char ref[256], id[64], digest[80], item[128], body[768];
+    funcd_buf manifest = FUNCD_BUF_INIT;
+    int have = registry_manifest("worker:1", digest, &manifest) == 0;
+    funcd_buf_free(&manifest);
+    CHECK(have);
+    snprintf(item, sizeof(item), "\"digest\":\"%s\"", digest);
+    image_ref(ref, sizeof(ref), "worker:1");
+    CHECK_INT(start_api_pull(e, "default", DEV_TOKEN, ref, NULL, id), 202);
+    CHECK_STR(wait_api_pull(e, "default", DEV_TOKEN, id), "Done");
+    CHECK_INT(env_req(e, "GET", API "/images", DEV_TOKEN, NULL), 200);
+    CHECK_CONTAINS(e->r.body, item);
+    CHECK_INT(env_req(e, "GET", API "/images", ADMIN_TOKEN, NULL), 200);
+    CHECK_CONTAINS(e->r.body, item);
+    CHECK_INT(env_req(e, "GET", API "/images", TEAM_B_TOKEN, NULL), 200);
+    CHECK(cJSON_IsArray(jget(e->r.json, "items")));
+    if (strstr(e->r.body, item) || strstr(e->r.body, "worker"))
+        FAILF("team-b sees team-a's image: %s", e->r.body);
+    /* A Function of team-b on the image makes it team-b's too. */
+    snprintf(body, sizeof(body),
+             "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":"
+             "\"b-fn\"},\"spec\":{\"runtime\":\"native\",\"source\":{\"image\":\"%s\"}}}",
+             ref);
+    CHECK_INT(env_req(e, "POST", NS("team-b") "/functions", TEAM_B_TOKEN, body), 201);
+    int64_t end = e2e_now_ms() + WAIT_MS;
+    int seen = 0;
+    while (!seen && e2e_now_ms() < end) {
+        seen = env_req(e, "GET", API "/images", TEAM_B_TOKEN, NULL) == 200 &&
+               strstr(e->r.body, item) != NULL;
+        if (!seen)
+            env_sleep_ms(50);
+    }
+    if (!seen)
+        FAILF("team-b's Function runs the image, yet team-b's list lacks it: %s", e->r.body);
+}
+
+static void images_scope(void)
+{
+    on_platform(NULL, NULL, NULL, images_by_namespace);
+}
+
+/*
+ * A private image pulled with Function A's secret is on this node; B, whose
+ * secret has a wrong password, and C, with none, do not get it from the
+ * cache: their credentials are checked at the registry (a HEAD of the
+ * manifest) and refused. D and E (another namespace), with the right
+ * password in other Secrets, run it with no new request: those credentials
+ * were verified for that digest when A pulled.
+ */
+static void private_cached_image(env *e)
+{
+    char ref[256], body[768];
+    image_ref(ref, sizeof(ref), "worker:1");
+    CHECK_INT(create_named_secret(e, "default", DEV_TOKEN, "regcred", REGISTRY_PASS), 201);
+    CHECK_INT(create_named_secret(e, "default", DEV_TOKEN, "badcred", "not-the-password"), 201);
+    CHECK_INT(create_named_secret(e, "default", DEV_TOKEN, "goodcred", REGISTRY_PASS), 201);
+    CHECK_INT(create_named_secret(e, "team-b", TEAM_B_TOKEN, "goodcred", REGISTRY_PASS), 201);
+    serve_image(e, "fn-a", "worker:1", ",\"imagePullSecrets\":[\"regcred\"]");
+    if (harness_failed_now)
+        return;
+    int pushed = registry_requests("\"HEAD /v2/worker/manifests/"); /* skopeo's, fn-a's */
+
+    CHECK_INT(sv_create(e, "fn-b",
+                        "{\"runtime\":\"native\",\"source\":{\"image\":\"%s\"},"
+                        "\"imagePullSecrets\":[\"badcred\"]}",
+                        ref),
+              201);
+    CHECK(wait_failure(e, "fn-b", "ImagePullFailed", WAIT_MS));
+    CHECK_CONTAINS(jstr(sv_ready_condition(e->r.json), "message"), "refused the credentials");
+    CHECK(sv_invoke(e, "GET", DP_PATH("fn-b") "/", NULL) != 200);
+
+    CHECK_INT(sv_create(e, "fn-c", "{\"runtime\":\"native\",\"source\":{\"image\":\"%s\"}}", ref),
+              201);
+    CHECK(wait_failure(e, "fn-c", "ImagePullFailed", WAIT_MS));
+    CHECK_CONTAINS(jstr(sv_ready_condition(e->r.json), "message"), "credentials");
+    CHECK(sv_invoke(e, "GET", DP_PATH("fn-c") "/", NULL) != 200);
+
+    /* An API pull without credentials gets nothing from the cache either. */
+    char id[64];
+    CHECK_INT(start_api_pull(e, "team-b", TEAM_B_TOKEN, ref, NULL, id), 202);
+    CHECK_STR(wait_api_pull(e, "team-b", TEAM_B_TOKEN, id), "Failed");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "credentials");
+
+    int heads = registry_requests("\"HEAD /v2/worker/manifests/");
+    CHECK(heads > pushed); /* B's and C's credentials were asked about */
+    CHECK_INT(sv_create(e, "fn-d",
+                        "{\"runtime\":\"native\",\"source\":{\"image\":\"%s\"},"
+                        "\"imagePullSecrets\":[\"goodcred\"]}",
+                        ref),
+              201);
+    CHECK(wait_ready_verbose(e, "fn-d"));
+    CHECK_INT(sv_invoke(e, "GET", DP_PATH("fn-d") "/x", NULL), 200);
+    snprintf(body, sizeof(body),
+             "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":"
+             "\"fn-e\"},\"spec\":{\"runtime\":\"native\",\"source\":{\"image\":\"%s\"},"
+             "\"imagePullSecrets\":[\"goodcred\"]}}",
+             ref);
+    CHECK_INT(env_req(e, "POST", NS("team-b") "/functions", TEAM_B_TOKEN, body), 201);
+    int64_t end = e2e_now_ms() + WAIT_MS;
+    while (e2e_now_ms() < end) {
+        if (env_req(e, "GET", NS("team-b") "/functions/fn-e", TEAM_B_TOKEN, NULL) == 200 &&
+            jstr(sv_ready_condition(e->r.json), "status") &&
+            strcmp(jstr(sv_ready_condition(e->r.json), "status"), "True") == 0)
+            break;
+        env_sleep_ms(50);
+    }
+    CHECK_STR(jstr(sv_ready_condition(e->r.json), "status"), "True");
+    CHECK_INT(registry_requests("\"HEAD /v2/worker/manifests/"), heads);
+}
+
+static void private_cache(void)
+{
+    on_platform(NULL, NULL, NULL, private_cached_image);
+}
+
+/* An image pulled anonymously is public: other Functions get it from the
+ * cache with no request for their credentials. */
+static void public_cached_image(env *e)
+{
+    char ref[256];
+    image_ref(ref, sizeof(ref), "worker:1");
+    serve_image(e, "pub-a", "worker:1", "");
+    if (harness_failed_now)
+        return;
+    CHECK_INT(create_pull_secret(e, REGISTRY_PASS), 201);
+    int heads = registry_requests("\"HEAD /v2/worker/manifests/");
+    CHECK_INT(sv_create(e, "pub-b",
+                        "{\"runtime\":\"native\",\"source\":{\"image\":\"%s\"},"
+                        "\"imagePullSecrets\":[\"" SECRET_NAME "\"]}",
+                        ref),
+              201);
+    CHECK(wait_ready_verbose(e, "pub-b"));
+    CHECK_INT(sv_invoke(e, "GET", DP_PATH("pub-b") "/x", NULL), 200);
+    CHECK_INT(registry_requests("\"HEAD /v2/worker/manifests/"), heads);
+}
+
+static void public_cache(void)
+{
+    on_platform(NULL, NULL, NULL, public_cached_image);
+}
+
+/* A loopback port nothing listens on (bound, then closed). */
+static int closed_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/* `msg` with every `addr` replaced by "ADDR". */
+static void without_addr(const char *msg, const char *addr, char *out, size_t n)
+{
+    size_t used = 0, al = strlen(addr);
+    out[0] = '\0';
+    for (const char *p = msg; p && *p && used + 5 < n;) {
+        if (strncmp(p, addr, al) == 0) {
+            used += (size_t)snprintf(out + used, n - used, "ADDR");
+            p += al;
+        } else {
+            out[used++] = *p++;
+            out[used] = '\0';
+        }
+    }
+}
+
+/* Without the operator's word, a tenant's pull does not go to a loopback
+ * registry: refused at once, naming the rule. */
+static void loopback_refused(env *e)
+{
+    char ref[256], id[64];
+    snprintf(ref, sizeof(ref), "127.0.0.1:%d/x:1", closed_port());
+    CHECK_INT(start_api_pull(e, "default", DEV_TOKEN, ref, NULL, id), 403);
+    CHECK_STATUS(403, "Forbidden", "image");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "--insecure-registry");
+    CHECK_INT(start_api_pull(e, "default", DEV_TOKEN, "localhost:5000/x:1", NULL, id), 403);
+    /* A Function on such an image fails the same way, without a connection. */
+    CHECK_INT(sv_create(e, "loopback", "{\"runtime\":\"native\",\"source\":{\"image\":\"%s\"}}",
+                        ref),
+              201);
+    CHECK(wait_failure(e, "loopback", "ImagePullFailed", WAIT_MS));
+    CHECK_CONTAINS(jstr(sv_ready_condition(e->r.json), "message"), "--allowed-registry");
+}
+
+/* Allowed registries that cannot be reached fail alike, whatever the
+ * reason: here a closed port and a plain-HTTP one spoken to over TLS. */
+static char closed_addr[64];
+
+static void unreachable_alike(env *e)
+{
+    char ref[256], id[64], closed_msg[600], open_msg[600], a[600], b[600];
+    snprintf(ref, sizeof(ref), "%s/worker:1", closed_addr);
+    CHECK_INT(start_api_pull(e, "default", DEV_TOKEN, ref, NULL, id), 202);
+    CHECK_STR(wait_api_pull(e, "default", DEV_TOKEN, id), "Failed");
+    snprintf(closed_msg, sizeof(closed_msg), "%s", jstr(e->r.json, "message"));
+    image_ref(ref, sizeof(ref), "worker:1");
+    CHECK_INT(start_api_pull(e, "default", DEV_TOKEN, ref, NULL, id), 202);
+    CHECK_STR(wait_api_pull(e, "default", DEV_TOKEN, id), "Failed");
+    snprintf(open_msg, sizeof(open_msg), "%s", jstr(e->r.json, "message"));
+    CHECK_CONTAINS(closed_msg, "cannot reach registry");
+    without_addr(closed_msg, closed_addr, a, sizeof(a));
+    without_addr(open_msg, reg.addr, b, sizeof(b));
+    if (strcmp(a, b) != 0)
+        FAILF("the messages tell a closed port from an open one:\n  %s\n  %s", closed_msg,
+              open_msg);
+}
+
+static void allow_list(void)
+{
+    env e;
+    if (env_up_with(&e, NULL, NULL, NULL, NULL) < 0) {
+        env_down(&e);
+        FAILF("cannot start a platform: %s", funcd_error_last()->message);
+    }
+    loopback_refused(&e);
+    env_down(&e);
+    if (harness_failed_now)
+        return;
+    snprintf(closed_addr, sizeof(closed_addr), "127.0.0.1:%d", closed_port());
+    if (env_up_with(&e, NULL, funcd_with_allowed_registry(closed_addr),
+                    funcd_with_allowed_registry(reg.addr), NULL) < 0) {
+        env_down(&e);
+        FAILF("cannot start a platform: %s", funcd_error_last()->message);
+    }
+    unreachable_alike(&e);
+    env_down(&e);
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 typedef struct image_case {
@@ -666,6 +1011,11 @@ static const image_case cases[] = {
     {"restart", REGISTRY_PLAIN, restart},
     {"exec-mode", REGISTRY_PLAIN, exec_mode},
     {"prefixes", REGISTRY_PLAIN, prefixes},
+    {"pull-scope", REGISTRY_PLAIN, pull_scope},
+    {"images-scope", REGISTRY_PLAIN, images_scope},
+    {"private-cache", REGISTRY_HTPASSWD, private_cache},
+    {"public-cache", REGISTRY_PLAIN, public_cache},
+    {"allow-list", REGISTRY_PLAIN, allow_list},
 };
 
 /* A registry of its own per case; after the case no process may be left. */
