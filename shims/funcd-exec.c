@@ -365,6 +365,13 @@ static void keep_stderr_tail(outcome *o, const char *data, size_t n) {
     }
 }
 
+/* The command as answers name it: its file name, not where it lives on the
+ * host (the data plane answers anyone; issue 11). */
+static const char *cmd_name(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash && slash[1] ? slash + 1 : path;
+}
+
 /* Starts the command on the child ends of the pipes; -1 with o->err_line set on failure. */
 static pid_t spawn_command(const request *r, int in, int out, int err, outcome *o) {
     buf strs = {0};
@@ -389,7 +396,7 @@ static pid_t spawn_command(const request *r, int in, int out, int err, outcome *
     posix_spawnattr_destroy(&attr);
     free(envp);
     free(strs.p);
-    if (rc) buf_printf(&o->err_line, "cannot run %s: %s", cmd[0], strerror(rc));
+    if (rc) buf_printf(&o->err_line, "cannot run %s: %s", cmd_name(cmd[0]), strerror(rc));
     return rc ? -1 : pid;
 }
 
@@ -573,15 +580,15 @@ static bool serve_request(conn *c, request *r) {
     buf msg = {0};
     if (o.spawned && WIFEXITED(o.wait_status)) exit_code = WEXITSTATUS(o.wait_status);
     if (o.client_gone) {
-        buf_printf(&msg, "client closed the connection; %s killed", cmd[0]);
+        buf_printf(&msg, "client closed the connection; %s killed", cmd_name(cmd[0]));
         status = 499;
     } else if (o.too_large) {
-        buf_printf(&msg, "%s wrote more than %zu bytes to stdout", cmd[0], MAX_OUTPUT);
+        buf_printf(&msg, "%s wrote more than %zu bytes to stdout", cmd_name(cmd[0]), MAX_OUTPUT);
     } else if (!o.spawned) {
         buf_printf(&msg, "%s", o.err_line.p);
     } else if (exit_code != 0) {
-        if (exit_code > 0) buf_printf(&msg, "%s exited with status %d", cmd[0], exit_code);
-        else buf_printf(&msg, "%s was killed by signal %d", cmd[0], WTERMSIG(o.wait_status));
+        if (exit_code > 0) buf_printf(&msg, "%s exited with status %d", cmd_name(cmd[0]), exit_code);
+        else buf_printf(&msg, "%s was killed by signal %d", cmd_name(cmd[0]), WTERMSIG(o.wait_status));
         if (o.err_line.len) buf_printf(&msg, ": %s", o.err_line.p);
     }
     if (ok && r->krm) {

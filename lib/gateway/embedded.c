@@ -39,6 +39,7 @@ typedef struct embedded {
     funcd_httpd *httpd;
     pthread_rwlock_t lock;
     route_entry *buckets[BUCKETS];
+    funcd_logger logger;
 } embedded;
 
 static _Thread_local gw_thread *this_thread;
@@ -141,9 +142,12 @@ static int on_req(void *payload, h2o_req_t *req)
 
 static void on_thread_init(void *payload, h2o_context_t *ctx)
 {
+    embedded *g = payload;
     this_thread = calloc(1, sizeof(*this_thread));
-    if (this_thread)
+    if (this_thread) {
         funcd_gw_thread_init(this_thread, ctx);
+        this_thread->logger = &g->logger;
+    }
 }
 
 static void on_thread_exit(void *payload, h2o_context_t *ctx)
@@ -264,6 +268,12 @@ static void gw_free(funcd_gateway *base)
     free(g);
 }
 
+void funcd_gw_set_logger(funcd_gateway *gw, const funcd_logger *lg)
+{
+    if (gw && gw->free == gw_free && lg)
+        ((embedded *)gw)->logger = *lg;
+}
+
 int funcd_gateway_embedded_new(funcd_gateway **out, unsigned threads)
 {
     *out = NULL;
@@ -287,6 +297,7 @@ int funcd_gateway_embedded_new(funcd_gateway **out, unsigned threads)
     g->base.quiesce = gw_quiesce;
     g->base.free = gw_free;
     g->threads = threads;
+    g->logger.min = FUNCD_LOG_WARN;
     pthread_rwlock_init(&g->lock, NULL);
     *out = &g->base;
     return 0;

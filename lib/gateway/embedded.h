@@ -5,10 +5,16 @@
 #define FUNCD_GATEWAY_EMBEDDED_H
 
 #include "funcd/sys/gateway.h"
+#include "util/log.h"
 
 /* Connections the data plane holds open at once (0: the default); more
  * wait in the listen backlog. Call before `listen`. 0 when set; -1 when
  * `gw` is not the embedded gateway (nothing is changed). */
 int funcd_gateway_embedded_set_max_connections(funcd_gateway *gw, unsigned n);
+
+/* The embedded gateway logs to `lg` (copied) what its error answers leave
+ * out (why a worker did not start: host paths, cgroups, pids); a no-op for
+ * any other gateway. Call before it listens. */
+void funcd_gw_set_logger(funcd_gateway *gw, const funcd_logger *lg);
 
 #endif

@@ -7,7 +7,9 @@
 
 #include <h2o.h>
 
+#include "gateway/embedded.h"
 #include "pool/pool.h"
+#include "util/log.h"
 
 /* Per gateway thread (one h2o context each). */
 typedef struct gw_timeouts gw_timeouts;
@@ -19,6 +21,7 @@ typedef struct gw_thread {
     struct upconn *idle;                 /* idle worker connections (proxy.c) */
     unsigned n_idle;
     uint64_t rng[2];                     /* invocation ids */
+    const funcd_logger *logger;          /* funcd's log: what a caller is not told */
 } gw_thread;
 
 /* The thread's state (set by on_thread_init). */
@@ -36,6 +39,7 @@ void funcd_gw_send_status(h2o_req_t *req, int code, const char *reason, const ch
     __attribute__((format(printf, 4, 5)));
 
 void funcd_gw_thread_init(gw_thread *t, h2o_context_t *ctx);
+
 /* Closes the thread's idle worker connections. */
 void funcd_gw_thread_close_idle(gw_thread *t);
 /* Runs the loop until no grant is outstanding, then releases the thread's

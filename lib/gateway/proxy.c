@@ -709,10 +709,15 @@ static void on_grant_messages(h2o_multithread_receiver_t *receiver, h2o_linklist
         if (h2o_timeout_is_linked(&inv->wait_entry))
             h2o_timeout_unlink(&inv->wait_entry);
         inv->worker = tk->worker;
-        if (inv->worker)
+        if (inv->worker) {
             start_proxy(inv);
-        else
-            fail(inv, 502, "BadGateway", "function %s: %s", inv->name, tk->error);
+        } else {
+            /* Why is the operator's (host paths, cgroups, pids): funcd's log. */
+            funcd_log(inv->t->logger, FUNCD_LOG_WARN, "invocation %s of function %s: %s",
+                      inv->id, inv->name, tk->error);
+            fail(inv, 502, "BadGateway", "function %s: worker failed to start (see the "
+                 "function's logs and status, invocation %s)", inv->name, inv->id);
+        }
         free_ticket(tk);
     }
 }

@@ -27,6 +27,7 @@
 #include "platform/options.h"
 #include "runtime/cgroup.h"
 #include "fnrunner/service.h"
+#include "gateway/embedded.h"
 #include "serving/serving.h"
 #include "source/resolver.h"
 #include "util/misc.h"
@@ -356,6 +357,7 @@ static int build(funcd_platform *p)
 
     /* A gateway of the embedder's own takes no limit from us. */
     funcd_gateway_embedded_set_max_connections(p->cfg.gateway, p->cfg.max_connections);
+    funcd_gw_set_logger(p->cfg.gateway, &p->cfg.logger);
     rc = p->cfg.gateway->listen(p->cfg.gateway, p->cfg.data_plane_addr, p->data_plane_addr,
                                 sizeof(p->data_plane_addr));
     if (rc < 0)
@@ -367,6 +369,7 @@ static int build(funcd_platform *p)
         .auth_file = p->cfg.registry_auth_file,
         .certs_dir = p->cfg.registry_certs_dir,
         .insecure = (const char *const *)p->cfg.insecure_registries,
+        .allowed = (const char *const *)p->cfg.allowed_registries,
         .os = p->cfg.node_os,
         .arch = p->cfg.node_arch,
         .image_cache_bytes = p->cfg.image_cache_bytes,

@@ -9,6 +9,7 @@
  */
 #include "../harness.h"
 #include "test_serving_common.h"
+#include "util/misc.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -357,6 +358,56 @@ SV_TEST(shutdown)
     CHECK_INT(left, 0);
 }
 
+/*
+ * A worker that cannot start for a reason of the host (here: its runtime
+ * directory cannot be made, because the state directory's run/ became a
+ * file) fails the request with 502, and the body tells the caller what to
+ * do — not the host's paths, /sys, /proc, cgroups or funcd's pid (issue 11):
+ * the data plane answers anyone.
+ */
+TEST(host_failure)
+{
+    char state[64], run[96], dir[256], pid[32];
+    snprintf(state, sizeof(state), "/tmp/funcd-hostfail-XXXXXX");
+    CHECK(mkdtemp(state) != NULL);
+    env e_, *e = &e_;
+    if (env_up_with(e, NULL, funcd_with_state_dir(state), NULL, NULL) < 0) {
+        env_down(e);
+        funcd_remove_tree(state);
+        FAILF("cannot start a platform: %s", funcd_error_last()->message);
+    }
+    int ok = sv_fixture("native", dir, sizeof(dir)) == 0 &&
+             sv_create(e, "doomed", NATIVE_SPEC(",\"scaling\":{\"minReplicas\":0}"), dir) == 201 &&
+             sv_wait_ready(e, "doomed", 5000);
+    snprintf(run, sizeof(run), "%s/run", state);
+    ok = ok && funcd_remove_tree(run) == 0;
+    FILE *f = ok ? fopen(run, "w") : NULL;
+    if (f)
+        fclose(f);
+    long code = f ? sv_invoke(e, "GET", DP_PATH("doomed") "/", NULL) : 0;
+    const char *problem = dp_error_problem(&e->r, 502, "BadGateway");
+    char body[2048];
+    snprintf(body, sizeof(body), "%s", e->r.body ? e->r.body : "");
+    const char *id = sv_header(&e->r, "X-Funcd-Invocation-Id");
+    int names_id = id[0] && strstr(body, id) != NULL;
+    env_down(e);
+    unlink(run);
+    funcd_remove_tree(state);
+    sv_cleanup();
+    CHECK(ok && f);
+    if (problem)
+        FAILF("%s: HTTP %ld %s", problem, code, body);
+    snprintf(pid, sizeof(pid), "%d", (int)getpid());
+    static const char *const leaks[] = {"/sys/", "/proc", "/tmp", "cgroup", "run/w"};
+    for (size_t i = 0; i < sizeof(leaks) / sizeof(leaks[0]); i++)
+        if (strstr(body, leaks[i]))
+            FAILF("the body names \"%s\": %s", leaks[i], body);
+    if (strstr(body, state) || strstr(body, pid))
+        FAILF("the body names the state directory or funcd's pid: %s", body);
+    CHECK_CONTAINS(body, "failed to start");
+    CHECK(names_id);
+}
+
 int main(int argc, char **argv)
 {
     sv_init();
@@ -369,6 +420,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, bad_bundles);
     SV_RUN(only, ran, missing_bundle);
     SV_RUN(only, ran, shutdown);
+    SV_RUN(only, ran, host_failure);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no test case named %s\n", only);

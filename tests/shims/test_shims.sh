@@ -253,7 +253,7 @@ check "exec: plain stdout is the body" eq "$CODE $(header Content-Type) $BODY" \
 req -H 'X-Funcd-Invocation-Id: inv-fail' /fail
 check "exec: a non-zero exit answers 502 with the last stderr line" \
     eq "$CODE $(jget "d['reason']") $(jget "d['message']")" \
-    "502 FunctionFailed $WORK/exec/handler exited with status 3: last words"
+    "502 FunctionFailed handler exited with status 3: last words"
 check "exec: the command's stderr lines reach the worker's stderr" \
     eq "$(grep -c -e '^first stderr line$' -e '^last words$' "$WORK/exec.err")" 2
 check "exec: the failed invocation is logged with its id" has_log_line "$WORK/exec.out" ERROR inv-fail
@@ -286,7 +286,7 @@ start_worker exec-missing "$WORK/exec" nope "$SHIMS/funcd-exec" -- "$WORK/exec/n
 check "exec: ready even when the command is missing" wait_ready
 req /x
 check "exec: a command that cannot start answers 502 saying why" eq "$CODE $(jget "d['message']")" \
-    "502 cannot run $WORK/exec/nope: No such file or directory"
+    "502 cannot run nope: No such file or directory"
 if [ -x "$PY" ]; then # the python3 runtime's exec mode: [funcd-exec, --, python3, CODE_DIR/handler]
     printf '%s\n' 'import os, sys' \
         'sys.stdout.write("Content-Type: text/plain\n\npython saw " + os.environ["PATH_INFO"] + " " + sys.stdin.read())' \
