@@ -211,7 +211,7 @@ void funcd_oci_pull_layers(const funcd_oci_pull_handle *h, unsigned *done, unsig
  * other pulls still wait for go on. Call only before done has run. */
 void funcd_oci_pull_cancel(funcd_oci_pull_handle *h);
 
-/* ---- credential checks of cached images (docs/adr/0019-cached-image-credentials.md) ---- */
+/* ---- credential checks of cached images (docs/adr/0023-cached-image-credentials.md) ---- */
 
 typedef struct funcd_oci_verify_handle funcd_oci_verify_handle;
 /* rc 0: the credentials may read `digest` of the reference's repository;

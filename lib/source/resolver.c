@@ -585,7 +585,7 @@ static int ensure_client(funcd_sources *s)
  * An image this entry did not just read from the registry itself (it was
  * remembered, or its manifest was in the cache) runs only when it is
  * public or the entry's own credentials read its manifest at the registry
- * (funcd_oci_verify; docs/adr/0019-cached-image-credentials.md).
+ * (funcd_oci_verify; docs/adr/0023-cached-image-credentials.md).
  */
 static void check_image(entry *e, funcd_oci_image *img, int remembered)
 {
