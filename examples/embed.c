@@ -52,8 +52,16 @@ static long call(CURL *c, const char *method, const char *url, const char *json,
 
 int main(void)
 {
+    /* The embedding program is the operator: it lets the developer token
+     * (the in-memory preset's funcd-dev-token) run code from directories
+     * under its working directory (docs/security.md, "Host paths"). */
+    char cwd[1024];
+    if (!getcwd(cwd, sizeof(cwd))) {
+        perror("embed: getcwd");
+        return 1;
+    }
     funcd_platform *p;
-    if (funcd_platform_new(&p, funcd_in_memory()) < 0) {
+    if (funcd_platform_new(&p, funcd_in_memory(), funcd_with_source_root(cwd)) < 0) {
         fprintf(stderr, "embed: %s\n", funcd_error_last()->message);
         return 1;
     }
@@ -68,10 +76,13 @@ int main(void)
     char url[256];
     snprintf(url, sizeof(url), "http://%s/apis/funcd.dev/v1/namespaces/default/functions",
              funcd_platform_addr(p));
-    const char *fn = "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\","
-                     "\"metadata\":{\"name\":\"hello\"},"
-                     "\"spec\":{\"runtime\":\"python3\",\"handler\":\"main.handler\","
-                     "\"source\":{\"path\":\"/srv/hello\"}}}";
+    char fn[1400];
+    snprintf(fn, sizeof(fn),
+             "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\","
+             "\"metadata\":{\"name\":\"hello\"},"
+             "\"spec\":{\"runtime\":\"python3\",\"handler\":\"main.handler\","
+             "\"source\":{\"path\":\"%s\"}}}",
+             cwd);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     CURL *c = curl_easy_init();
     body b = {0};

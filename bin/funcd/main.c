@@ -47,7 +47,10 @@ static void usage(FILE *out)
             "  --functions-dir DIR        where binaryExecutor paths and worker images resolve\n"
             "  --fn-runner-max-message N  largest gRPC message in bytes (default 6291456)\n"
             "  --token-file FILE          lines `token role namespace[,namespace...]`\n"
-            "  --dev                      accept funcd-dev-token as developer of \"default\"\n"
+            "  --dev                      accept funcd-dev-token as developer of \"default\",\n"
+            "                             and the working directory as a source root\n"
+            "  --source-root DIR          developers may name host paths under DIR in\n"
+            "                             spec.source (repeatable; else admin only)\n"
             "  --no-sandbox               run workers as plain processes (development only)\n"
             "  --allow-host-network       Functions may ask for spec.network: host\n"
             "  --seccomp-allow SYSCALL    take a system call off the sandbox's deny list\n"
@@ -107,6 +110,8 @@ typedef struct flags {
     size_t n_allowed;
     const char *seccomp_allow[16];
     size_t n_seccomp;
+    const char *source_roots[16];
+    size_t n_roots;
     const char *node_platform;
     uint64_t image_cache, tag_refresh, git_poll, seal_age, seal_size, retention, grace;
     uint64_t stream_buffer, max_conns;
@@ -151,7 +156,8 @@ static int parse_duration(const char *name, const char *s, uint64_t *out)
 enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_VERSION, O_SHIMS,
        O_STATE, O_FNRUN, O_FNDIR, O_FNMAX, O_CONFIG, O_NO_SANDBOX, O_AUTH, O_CERTS, O_INSECURE,
        O_PLATFORM, O_CACHE, O_TAG, O_GIT, O_SEAL_AGE, O_SEAL_SIZE, O_RETENTION, O_GRACE,
-       O_HOST_NET, O_SECCOMP, O_FAVOR, O_STREAM_BUF, O_MAX_CONNS, O_ALLOWED };
+       O_HOST_NET, O_SECCOMP, O_FAVOR, O_STREAM_BUF, O_MAX_CONNS, O_ALLOWED,
+       O_SRCROOT };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -165,6 +171,7 @@ static const struct option long_opts[] = {
     {"allow-host-network", no_argument, 0, O_HOST_NET},
     {"seccomp-allow", required_argument, 0, O_SECCOMP},
     {"cgroup-favordynmods", no_argument, 0, O_FAVOR},
+    {"source-root", required_argument, 0, O_SRCROOT},
     {"shims", required_argument, 0, O_SHIMS},
     {"state-dir", required_argument, 0, O_STATE},
     {"log-level", required_argument, 0, O_LEVEL},
@@ -210,6 +217,13 @@ static int parse_one(int c, const char *arg, flags *f)
             return 2;
         }
         f->seccomp_allow[f->n_seccomp++] = arg;
+        break;
+    case O_SRCROOT:
+        if (f->n_roots == sizeof(f->source_roots) / sizeof(f->source_roots[0])) {
+            fprintf(stderr, "funcd: too many --source-root flags\n");
+            return 2;
+        }
+        f->source_roots[f->n_roots++] = arg;
         break;
     case O_SHIMS: f->shims = arg; break;
     case O_FNRUN: f->fn_runner = arg; break;
@@ -435,6 +449,9 @@ static funcd_option *node_platform_option(const char *os_arch)
     return funcd_with_node_platform(os, slash + 1);
 }
 
+/* Options of repeatable flags: 16 each, and --dev's source root. */
+#define LIST_SLOTS 65
+
 static int build_platform(const flags *f, const char *shims)
 {
     funcd_store *store = NULL;
@@ -449,13 +466,19 @@ static int build_platform(const flags *f, const char *shims)
         blob->free(blob);
         return -1;
     }
-    funcd_option *lists[48] = {0}; /* repeatable flags */
+    funcd_option *lists[LIST_SLOTS] = {0}; /* repeatable flags */
     for (size_t i = 0; i < f->n_insecure; i++)
         lists[i] = funcd_with_insecure_registry(f->insecure[i]);
     for (size_t i = 0; i < f->n_seccomp; i++)
         lists[16 + i] = funcd_with_seccomp_allow(f->seccomp_allow[i]);
     for (size_t i = 0; i < f->n_allowed; i++)
         lists[32 + i] = funcd_with_allowed_registry(f->allowed[i]);
+    for (size_t i = 0; i < f->n_roots; i++)
+        lists[48 + i] = funcd_with_source_root(f->source_roots[i]);
+    /* --dev: what a developer has checked out here may be run in place. */
+    char cwd[4096];
+    if (f->dev && getcwd(cwd, sizeof(cwd)))
+        lists[64] = funcd_with_source_root(cwd);
     const char *state_dir = f->state_dir ? f->state_dir : state[0] ? state : NULL;
     funcd_option *opts[] = {
         f->data_dir ? funcd_production() : funcd_in_memory(),
@@ -510,12 +533,20 @@ static void announce(const flags *f)
     if (f->no_sandbox)
         fprintf(stderr, "funcd: --no-sandbox: workers run as plain processes; never use it in "
                         "production\n");
-    if (f->dev)
+    if (f->dev) {
+        char cwd[4096];
         fprintf(stderr, "funcd: --dev: token funcd-dev-token is a developer of namespace "
                         "\"default\"; never use --dev in production\n");
+        if (getcwd(cwd, sizeof(cwd)))
+            fprintf(stderr, "funcd: --dev: spec.source.path may name directories under %s "
+                            "(the working directory)\n", cwd);
+    }
     else if (!f->token_file)
         fprintf(stderr, "funcd: no credentials configured: every API call will get 401; "
                         "pass --token-file FILE or --dev\n");
+    for (size_t i = 0; i < f->n_roots; i++)
+        fprintf(stderr, "funcd: source root %s: spec.source.path may name directories under it\n",
+                f->source_roots[i]);
     fprintf(stderr, "funcd: control plane listening on %s\n", funcd_platform_addr(running));
     fprintf(stderr, "funcd: data plane listening on %s\n", funcd_platform_data_plane_addr(running));
     fprintf(stderr, "funcd: function runner listening on %s\n",

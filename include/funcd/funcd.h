@@ -148,6 +148,13 @@ FUNCD_EXTERN funcd_option *funcd_with_seccomp_allow(const char *syscall_name);
  *  host-wide setting, so off by default: funcd then remounts nothing. */
 FUNCD_EXTERN funcd_option *funcd_with_cgroup_favordynmods(int enabled);
 
+/** A host directory under which a Function's `spec.source.path`, or the path
+ *  of a host-local git URL (`/dir`, `file:///dir`), may be named by roles other
+ *  than admin; repeatable. It must exist (it is resolved, symlinks and all, at
+ *  creation). Without one, only admin may name host paths (docs/security.md,
+ *  "Host paths"). */
+FUNCD_EXTERN funcd_option *funcd_with_source_root(const char *dir);
+
 /** The OS and architecture images are picked for (default: this host's,
  *  e.g. "linux", "amd64"). */
 FUNCD_EXTERN funcd_option *funcd_with_node_platform(const char *os, const char *arch);

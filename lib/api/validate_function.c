@@ -202,15 +202,15 @@ static int is_git_url(const char *s)
     if (!*s || has_space_or_control(s))
         return 0;
     return has_nonempty_rest(s, "https://") || has_nonempty_rest(s, "http://") ||
-           has_nonempty_rest(s, "ssh://") || has_nonempty_rest(s, "file://") || s[0] == '/' ||
-           is_scp_like(s);
+           has_nonempty_rest(s, "ssh://") || has_nonempty_rest(s, "git://") ||
+           has_nonempty_rest(s, "file://") || s[0] == '/' || is_scp_like(s);
 }
 
 static int check_git_url(funcd__api_ctx *c, const cJSON *item, const void *unused)
 {
     if (!cJSON_IsString(item) || !is_git_url(item->valuestring))
-        return funcd__api_fail(c, "must be a git URL: https://, http://, ssh://, file://, "
-                                  "git@host:path or an absolute path");
+        return funcd__api_fail(c, "must be a git URL: https://, http://, ssh://, git://, "
+                                  "git@host:path, or (admin only) file:// or an absolute path");
     return 0;
 }
 
@@ -433,7 +433,27 @@ static const funcd__api_field spec_fields[] = {
     {"network", 0, funcd__api_check_enum, networks},
 };
 
+/* The handler names a file of the artifact (native, exec mode; python3's
+ * module, node's file): relative, no ".." component, so that it resolves
+ * inside the code directory. An image's handler is a path inside the image,
+ * which is the worker's whole root. */
+static int check_handler_inside(funcd__api_ctx *c, const cJSON *spec)
+{
+    const cJSON *source = funcd__api_member(spec, "source");
+    const cJSON *handler = funcd__api_member(spec, "handler");
+    if (!cJSON_IsString(handler) || !*handler->valuestring || funcd__api_member(source, "image"))
+        return 0;
+    const char *h = handler->valuestring;
+    if (h[0] == '/' || !funcd__api_is_clean_path(h, 0)) {
+        funcd__api_push_field(c, "handler");
+        return funcd__api_fail(c, "must name a file inside the code directory: a relative path "
+                                  "without '..' components");
+    }
+    return 0;
+}
+
 int funcd__api_validate_function_spec(funcd__api_ctx *c, const cJSON *spec, const void *unused)
 {
-    return FUNCD__API_CHECK_OBJECT(c, spec, spec_fields);
+    int rc = FUNCD__API_CHECK_OBJECT(c, spec, spec_fields);
+    return rc < 0 ? rc : check_handler_inside(c, spec);
 }

@@ -187,9 +187,9 @@ static int parse_selector(const funcd_cp_request *req, list_filter *f, funcd_cp_
 static void list_objects(funcd_cp *cp, const route *r, const list_filter *f,
                          funcd_cp_response *resp);
 static void create_object(funcd_cp *cp, const funcd_cp_request *req, const route *r,
-                          funcd_cp_response *resp);
+                          const funcd_token *t, funcd_cp_response *resp);
 static void replace_object(funcd_cp *cp, const funcd_cp_request *req, const route *r,
-                           funcd_cp_response *resp);
+                           const funcd_token *t, funcd_cp_response *resp);
 
 static const funcd_token *authenticate(funcd_cp *cp, const funcd_cp_request *req,
                                        funcd_cp_response *resp)
@@ -338,7 +338,7 @@ static void handle_collection(funcd_cp *cp, const funcd_cp_request *req, const r
             list_objects(cp, r, &f, resp);
     } else if (method_is(req, "POST") && r->ns) {
         if (authorize(t, r, 1, resp))
-            create_object(cp, req, r, resp);
+            create_object(cp, req, r, t, resp);
     } else {
         funcd_cp_status(resp, 405, "MethodNotAllowed", NULL,
                         "%.*s is not allowed on %s; use GET%s", (int)req->method_len, req->method,
@@ -361,7 +361,7 @@ static void handle_object(funcd_cp *cp, const funcd_cp_request *req, const route
             send_object(resp, 200, obj);
     } else if (method_is(req, "PUT")) {
         if (authorize(t, r, 1, resp))
-            replace_object(cp, req, r, resp);
+            replace_object(cp, req, r, t, resp);
     } else if (method_is(req, "DELETE")) {
         if (!authorize(t, r, 1, resp))
             return;
@@ -573,11 +573,15 @@ static cJSON *decode_body(const funcd_cp_request *req, const route *r, funcd_cp_
 }
 
 static void create_object(funcd_cp *cp, const funcd_cp_request *req, const route *r,
-                          funcd_cp_response *resp)
+                          const funcd_token *t, funcd_cp_response *resp)
 {
     cJSON *obj = decode_body(req, r, resp), *out = NULL;
     if (!obj)
         return;
+    if (!funcd_cp_admit(cp, r->kind, t, obj, resp)) {
+        cJSON_Delete(obj);
+        return;
+    }
     int rc = funcd_registry_create(cp->store, r->kind, r->ns, obj, &out);
     if (rc < 0)
         status_from_error(resp, rc);
@@ -588,11 +592,15 @@ static void create_object(funcd_cp *cp, const funcd_cp_request *req, const route
 }
 
 static void replace_object(funcd_cp *cp, const funcd_cp_request *req, const route *r,
-                           funcd_cp_response *resp)
+                           const funcd_token *t, funcd_cp_response *resp)
 {
     cJSON *obj = decode_body(req, r, resp), *out = NULL;
     if (!obj)
         return;
+    if (!funcd_cp_admit(cp, r->kind, t, obj, resp)) {
+        cJSON_Delete(obj);
+        return;
+    }
     int created = 0;
     int rc = funcd_registry_replace(cp->store, r->kind, r->ns, r->name, obj, &created, &out);
     if (rc == FUNCD_EINVAL) /* the only caller-side error of a replace */

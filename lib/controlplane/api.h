@@ -26,6 +26,7 @@ typedef struct funcd_cp {
     struct funcd_serving *serving;   /* function logs; may be NULL */
     struct funcd_sources *sources;   /* images; may be NULL */
     const funcd_auth *auth;
+    const char *const *source_roots; /* resolved; NULL-terminated, or NULL (admission.c) */
     char version_json[512]; /* the body of GET /version */
 } funcd_cp;
 
@@ -73,6 +74,11 @@ void funcd_cp_response_free(funcd_cp_response *resp);
 struct funcd_token;
 int funcd_cp_images(funcd_cp *cp, const funcd_cp_request *req, const struct funcd_token *t,
                     funcd_cp_response *resp);
+
+/* Admission (admission.c): 1 when `t` may write `obj` (decoded and
+ * validated, of `kind`); 0 with `resp` set to a 403 naming the field. */
+int funcd_cp_admit(const funcd_cp *cp, const funcd_kind *kind, const funcd_token *t,
+                   const cJSON *obj, funcd_cp_response *resp);
 
 /* Sets `resp` to a JSON Status error. `field` may be NULL. */
 void funcd_cp_status(funcd_cp_response *resp, int code, const char *reason, const char *field,

@@ -3,8 +3,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "funcd/sys/error.h"
+#include "util/hostpath.h"
 #include "util/misc.h"
 
 /* Returned when an option cannot be allocated, so the option list keeps
@@ -235,6 +237,31 @@ funcd_option *funcd_with_seccomp_allow(const char *syscall_name)
     return string_option(OPT_SECCOMP_ALLOW, syscall_name);
 }
 
+funcd_option *funcd_with_source_root(const char *dir)
+{
+    return string_option(OPT_SOURCE_ROOT, dir);
+}
+
+/* A source root is kept resolved: paths are compared with it once resolved. */
+static int add_source_root(funcd_config *cfg, funcd_option *o)
+{
+    char real[FUNCD_HOSTPATH_MAX];
+    const char *why;
+    if (!o->str || !*o->str)
+        return funcd_error_set(FUNCD_EINVAL, "funcd_with_source_root needs a directory");
+    if (funcd_hostpath_resolve(o->str, real, sizeof(real), &why) < 0)
+        return funcd_error_set(FUNCD_EINVAL, "source root %s %s", o->str, why);
+    struct stat st;
+    if (stat(real, &st) != 0 || !S_ISDIR(st.st_mode))
+        return funcd_error_set(FUNCD_EINVAL, "source root %s is not a directory", o->str);
+    char *copy = strdup(real);
+    if (!copy)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory in funcd_with_source_root");
+    free(o->str);
+    o->str = copy;
+    return add_to_list(&cfg->source_roots, o, "funcd_with_source_root");
+}
+
 static int set_node_platform(funcd_config *cfg, funcd_option *o)
 {
     char *slash = o->str ? strchr(o->str, '/') : NULL;
@@ -382,6 +409,7 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
         return add_to_list(&cfg->allowed_registries, o, "funcd_with_allowed_registry");
     case OPT_SECCOMP_ALLOW:
         return add_to_list(&cfg->seccomp_allow, o, "funcd_with_seccomp_allow");
+    case OPT_SOURCE_ROOT: return add_source_root(cfg, o);
     case OPT_IMAGE_CACHE_SIZE: keep_nonzero(&cfg->image_cache_bytes, o->n[0]); break;
     case OPT_SOURCE_REFRESH:
         keep_nonzero(&cfg->tag_refresh_ms, o->n[0]);
@@ -470,5 +498,6 @@ void funcd_config_clear(funcd_config *cfg)
     funcd_strv_free(cfg->insecure_registries);
     funcd_strv_free(cfg->allowed_registries);
     funcd_strv_free(cfg->seccomp_allow);
+    funcd_strv_free(cfg->source_roots);
     memset(cfg, 0, sizeof(*cfg));
 }

@@ -43,6 +43,7 @@ typedef enum option_kind {
     OPT_CGROUP_FAVORDYNMODS,
     OPT_STREAM_BUFFER,
     OPT_MAX_CONNECTIONS,
+    OPT_SOURCE_ROOT,
 } option_kind;
 
 struct funcd_option {
@@ -98,6 +99,7 @@ typedef struct funcd_config {
     char **insecure_registries;   /* NULL-terminated, or NULL */
     char **allowed_registries;    /* the pull allow-list: NULL-terminated, or NULL */
     char **seccomp_allow;         /* NULL-terminated, or NULL */
+    char **source_roots;          /* resolved host directories; NULL-terminated, or NULL */
     uint64_t image_cache_bytes;   /* 0: the default */
     uint64_t tag_refresh_ms;      /* 0: the default */
     uint64_t git_poll_ms;         /* 0: the default */

@@ -402,6 +402,7 @@ static int build(funcd_platform *p)
     char vj[768];
     version_json(p, vj, sizeof(vj));
     funcd_cp_init(&p->cp, p->cfg.store, &p->cfg.auth, vj);
+    p->cp.source_roots = (const char *const *)p->cfg.source_roots;
     funcd_cp_server_limits cl = {p->cfg.stream_buffer, p->cfg.max_connections};
     rc = funcd_cp_server_new(&p->cp_server, &p->cp, p->cfg.listen_addr, &cl, p->addr,
                              sizeof(p->addr));

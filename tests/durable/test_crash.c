@@ -136,8 +136,9 @@ static char *body_for(int plural, const char *name, const char *content, uint64_
         n = asprintf(&s,
                      "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":"
                      "\"%s\",\"annotations\":{\"content\":\"%s\"}%s},\"spec\":{\"runtime\":"
-                     "\"native\",\"handler\":\"worker\",\"source\":{\"path\":"
-                     "\"/nonexistent/funcd-durable\"},\"env\":{\"CONTENT\":\"%s\"}}}",
+                     "\"native\",\"handler\":\"worker\",\"source\":{\"bundle\":"
+                     "\"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\"},"
+                     "\"env\":{\"CONTENT\":\"%s\"}}}",
                      name, content, pre, content);
     }
     return n < 0 ? NULL : s;

@@ -27,11 +27,15 @@
 #define VIEWER_TOKEN "e2e-viewer"   /* viewer of "default" */
 #define TEAM_B_TOKEN "e2e-team-b"   /* developer of "team-b" */
 
+/* A bundle nobody uploaded: a source any writer may name (a host path is
+ * the operator's: docs/security.md), which fails as ArtifactFailed. */
+#define NO_SUCH_BUNDLE "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
 /* Bodies. `name` and `handler` are string literals. */
 #define FUNCTION_JSON(name, handler)                                                               \
     "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":\"" name        \
-    "\"},\"spec\":{\"runtime\":\"python3\",\"handler\":\"" handler "\",\"source\":{\"path\":"      \
-    "\"/srv/functions/hello\"}}}"
+    "\"},\"spec\":{\"runtime\":\"python3\",\"handler\":\"" handler "\",\"source\":{\"bundle\":"    \
+    "\"" NO_SUCH_BUNDLE "\"}}}"
 #define FUNCTIONCONFIG_JSON(name, image)                                                           \
     "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"FunctionConfig\",\"metadata\":{\"name\":\"" name  \
     "\"},\"spec\":{\"image\":\"" image "\",\"binaryExecutor\":{\"path\":\"" image "\"}}}"

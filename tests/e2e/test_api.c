@@ -113,7 +113,7 @@ E2E_TEST(put_replaces_and_counts_generations)
     CHECK_INT(REQ("PUT", FN_HELLO, DEV_TOKEN,
                   "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":"
                   "\"hello\",\"labels\":{\"team\":\"a\"}},\"spec\":{\"runtime\":\"python3\","
-                  "\"handler\":\"main.other\",\"source\":{\"path\":\"/srv/functions/hello\"}}}"),
+                  "\"handler\":\"main.other\",\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"}}}"),
               200);
     CHECK(jnum(e->r.json, "metadata.generation") == 2);
     CHECK_STR(jstr(e->r.json, "metadata.labels.team"), "a");
@@ -136,7 +136,7 @@ E2E_TEST(put_with_stale_resource_version_conflicts)
     snprintf(body, sizeof(body),
              "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":"
              "\"hello\",\"resourceVersion\":\"%llu\"},\"spec\":{\"runtime\":\"python3\","
-             "\"handler\":\"main.three\",\"source\":{\"path\":\"/srv/functions/hello\"}}}",
+             "\"handler\":\"main.three\",\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"}}}",
              (unsigned long long)rv1);
     CHECK_INT(REQ("PUT", FN_HELLO, DEV_TOKEN, body), 409);
     CHECK_STATUS(409, "Conflict", "metadata.resourceVersion");
@@ -147,7 +147,7 @@ E2E_TEST(put_with_stale_resource_version_conflicts)
     snprintf(body, sizeof(body),
              "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":"
              "\"hello\",\"resourceVersion\":\"%llu\"},\"spec\":{\"runtime\":\"python3\","
-             "\"handler\":\"main.three\",\"source\":{\"path\":\"/srv/functions/hello\"}}}",
+             "\"handler\":\"main.three\",\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"}}}",
              (unsigned long long)jrv(e->r.json));
     CHECK_INT(REQ("PUT", FN_HELLO, DEV_TOKEN, body), 200);
     CHECK_STR(jstr(e->r.json, "spec.handler"), "main.three");
@@ -169,7 +169,7 @@ E2E_TEST(put_with_another_uid_conflicts)
     CHECK_INT(REQ("PUT", FN_HELLO, DEV_TOKEN,
                   "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":"
                   "\"hello\",\"uid\":\"11111111-2222-4333-8444-555555555555\"},\"spec\":{"
-                  "\"runtime\":\"python3\",\"handler\":\"m.x\",\"source\":{\"path\":\"/srv/a\"}}}"),
+                  "\"runtime\":\"python3\",\"handler\":\"m.x\",\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"}}}"),
               409);
     CHECK_STATUS(409, "Conflict", NULL);
     CHECK_INT(REQ("GET", FN_HELLO, DEV_TOKEN, NULL), 200);
@@ -205,7 +205,7 @@ static char *function_with_ballast(int id, int i)
     char tail[512];
     snprintf(tail, sizeof(tail),
              "\"}},\"spec\":{\"runtime\":\"python3\",\"handler\":\"main.h%d_%d\",\"source\":"
-             "{\"path\":\"/srv/functions/hello\"}}}",
+             "{\"bundle\":\"" NO_SUCH_BUNDLE "\"}}}",
              id, i);
     size_t hl = sizeof(head) - 1, tl = strlen(tail);
     char *body = malloc(hl + BALLAST_BYTES + tl + 1);
@@ -336,22 +336,22 @@ E2E_TEST(bad_requests_are_400_naming_the_field)
         {"POST", FNS, FUNCTION_JSON("Bad_Name", "main.handler"), "metadata.name"},
         {"POST", FNS,
          "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":\"a\"},"
-         "\"spec\":{\"runtime\":\"python3\",\"handler\":\"m.h\",\"bogus\":1,\"source\":{\"path\":"
-         "\"/srv/a\"}}}",
+         "\"spec\":{\"runtime\":\"python3\",\"handler\":\"m.h\",\"bogus\":1,\"source\":"
+         "{\"bundle\":\"" NO_SUCH_BUNDLE "\"}}}",
          "spec.bogus"},
         {"POST", FNS,
          "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":\"a\"},"
-         "\"spec\":{\"runtime\":\"cobol\",\"handler\":\"m.h\",\"source\":{\"path\":\"/srv/a\"}}}",
+         "\"spec\":{\"runtime\":\"cobol\",\"handler\":\"m.h\",\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"}}}",
          "spec.runtime"},
         {"POST", FNS,
          "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":\"a\"},"
-         "\"spec\":{\"runtime\":\"python3\",\"handler\":\"m.h\",\"source\":{\"path\":\"/srv/a\"},"
+         "\"spec\":{\"runtime\":\"python3\",\"handler\":\"m.h\",\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"},"
          "\"scaling\":{\"minReplicas\":3,\"maxReplicas\":2}}}",
          "spec.scaling.maxReplicas"},
         {"POST", FNS,
          "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":\"a\","
          "\"namespace\":\"other\"},\"spec\":{\"runtime\":\"python3\",\"handler\":\"m.h\","
-         "\"source\":{\"path\":\"/srv/a\"}}}",
+         "\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"}}}",
          "metadata.namespace"},
         {"PUT", FNS "/b", FUNCTION_JSON("a", "main.handler"), "metadata.name"},
         {"POST", NS("Not_A_Label") "/functions", FUNCTION_JSON("a", "main.handler"),
@@ -366,12 +366,12 @@ E2E_TEST(bad_requests_are_400_naming_the_field)
         {"PUT", FNS "/a",
          "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":\"a\","
          "\"resourceVersion\":\"abc\"},\"spec\":{\"runtime\":\"python3\",\"handler\":\"m.h\","
-         "\"source\":{\"path\":\"/srv/a\"}}}",
+         "\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"}}}",
          "metadata.resourceVersion"},
         {"PUT", FNS "/a",
          "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":\"a\","
          "\"resourceVersion\":7},\"spec\":{\"runtime\":\"python3\",\"handler\":\"m.h\","
-         "\"source\":{\"path\":\"/srv/a\"}}}",
+         "\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"}}}",
          "metadata.resourceVersion"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -398,7 +398,7 @@ E2E_TEST(yaml_body_is_accepted)
                   "  runtime: node\n"
                   "  handler: index.js#handler\n"
                   "  source:\n"
-                  "    path: /srv/functions/demo\n"
+                  "    bundle: \"" NO_SUCH_BUNDLE "\"\n"
                   "  scaling: {minReplicas: 0, maxReplicas: 3}\n"
                   "  timeout: 30s\n"),
               201);
@@ -649,7 +649,7 @@ E2E_TEST(server_fields_in_the_body_are_ignored)
                   "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":"
                   "\"hello\",\"uid\":\"00000000-0000-4000-8000-000000000000\",\"generation\":41,"
                   "\"creationTimestamp\":\"2000-01-01T00:00:00Z\"},\"spec\":{\"runtime\":"
-                  "\"python3\",\"handler\":\"m.h\",\"source\":{\"path\":\"/srv/a\"}},"
+                  "\"python3\",\"handler\":\"m.h\",\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"}},"
                   "\"status\":{\"observedGeneration\":41}}"),
               201);
     CHECK(jnum(e->r.json, "metadata.generation") == 1);

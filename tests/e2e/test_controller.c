@@ -60,7 +60,7 @@ E2E_TEST(controller_writes_status_and_follows_generations)
     CHECK(jnum(e->r.json, "metadata.generation") == 1);
     const cJSON *ready = condition(e->r.json, "Ready");
     CHECK_STR(jstr(ready, "status"), "False");
-    CHECK_STR(jstr(ready, "reason"), "ArtifactFailed"); /* its source.path does not exist */
+    CHECK_STR(jstr(ready, "reason"), "ArtifactFailed"); /* its bundle was never uploaded */
     CHECK(jstr(ready, "message") && *jstr(ready, "message"));
     const char *since = jstr(ready, "lastTransitionTime");
     CHECK(since && strlen(since) >= 20 && since[strlen(since) - 1] == 'Z');
@@ -74,7 +74,7 @@ E2E_TEST(controller_writes_status_and_follows_generations)
     if (!env_poll(e, POLL_MS, has_observed, &want))
         FAILF("observedGeneration did not follow to 2: %.400s", e->r.body);
     ready = condition(e->r.json, "Ready");
-    CHECK_STR(jstr(ready, "reason"), "ArtifactFailed"); /* its source.path does not exist */
+    CHECK_STR(jstr(ready, "reason"), "ArtifactFailed"); /* its bundle was never uploaded */
     /* Still False: no transition, so the time it last changed is kept. */
     CHECK_STR(jstr(ready, "lastTransitionTime"), first_since);
 
@@ -82,7 +82,7 @@ E2E_TEST(controller_writes_status_and_follows_generations)
     CHECK_INT(REQ("PUT", FNS "/hello", DEV_TOKEN,
                   "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":"
                   "\"hello\",\"labels\":{\"a\":\"b\"}},\"spec\":{\"runtime\":\"python3\","
-                  "\"handler\":\"main.other\",\"source\":{\"path\":\"/srv/functions/hello\"}},"
+                  "\"handler\":\"main.other\",\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"}},"
                   "\"status\":{\"observedGeneration\":99}}"),
               200);
     CHECK(jnum(e->r.json, "metadata.generation") == 2);
@@ -96,7 +96,7 @@ E2E_TEST(controller_handles_each_function)
         snprintf(body, sizeof(body),
                  "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":"
                  "\"fn%d\"},\"spec\":{\"runtime\":\"native\",\"handler\":\"bin/fn\",\"source\":"
-                 "{\"path\":\"/srv/fn\"}}}",
+                 "{\"bundle\":\"" NO_SUCH_BUNDLE "\"}}}",
                  i);
         CHECK_INT(REQ("POST", FNS, DEV_TOKEN, body), 201);
     }

@@ -23,7 +23,7 @@
 
 #define FN_BODY                                                                                    \
     "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":\"hello\"},"   \
-    "\"spec\":{\"runtime\":\"python3\",\"handler\":\"m.h\",\"source\":{\"path\":\"/srv/a\"}}}"
+    "\"spec\":{\"runtime\":\"python3\",\"handler\":\"m.h\",\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"}}}"
 
 /* Any non-NULL value: funcd_platform_new must overwrite it with NULL. */
 static char not_set_marker;

@@ -134,7 +134,8 @@ TEST(git)
              "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":"
              "\"from-git\"},\"spec\":" SPEC "}",
              repo, ",\"env\":{\"REDEPLOY\":\"1\"}");
-    CHECK_INT(env_req(e, "PUT", FN_PATH("from-git"), DEV_TOKEN, body), 200);
+    /* A repository on the host: the operator's (admin's) to name. */
+    CHECK_INT(env_req(e, "PUT", FN_PATH("from-git"), ADMIN_TOKEN, body), 200);
     CHECK(wait_commit(e, "from-git", c3, 3000));
     CHECK(answers(e, "v3"));
 

@@ -210,6 +210,28 @@ TEST(function_handler_length)
             "must be a string");
 }
 
+/* The handler names a file inside the code directory (issue 11). */
+TEST(function_handler_stays_inside)
+{
+    VALID("Function", FN_NOSRC("  source: {path: /a}\n  handler: bin/hello\n"));
+    VALID("Function", FN_NOSRC("  source: {path: /a}\n  handler: ./hello..sh\n"));
+    VALID("Function", FN_NOSRC("  source: {path: /a}\n  handler: main.handler\n"));
+    VALID("Function", FN_NOSRC("  source: {path: /a}\n  handler: \"index.js#handler\"\n"));
+    INVALID("Function", FN_NOSRC("  source: {path: /a}\n  handler: ../../bin/cat\n"),
+            "spec.handler", "relative path without '..' components");
+    INVALID("Function", FN_NOSRC("  source: {path: /a}\n  handler: bin/../../x\n"),
+            "spec.handler", "inside the code directory");
+    INVALID("Function", FN_NOSRC("  source: {path: /a}\n  handler: /bin/cat\n"),
+            "spec.handler", "inside the code directory");
+    INVALID("Function", FN_NOSRC("  source: {bundle: \"" SHA "\"}\n  handler: //bin/sh\n"),
+            "spec.handler", "inside the code directory");
+    INVALID("Function",
+            FN_NOSRC("  source: {git: {url: \"https://example.com/r.git\"}}\n  handler: ..\n"),
+            "spec.handler", "inside the code directory");
+    /* An image's handler is a path inside the image: its whole root. */
+    VALID("Function", FN_NOSRC("  source: {image: \"nginx:1\"}\n  handler: /usr/bin/env\n"));
+}
+
 TEST(function_args)
 {
     VALID("Function", FN("  args: [--port, \"8080\", \"\"]\n"));
@@ -319,7 +341,7 @@ TEST(function_source_git)
 {
     static const char *const good[] = {
         "https://github.com/o/r.git", "http://git.local/r", "ssh://git@host/r.git",
-        "git@github.com:o/r.git",     "file:///srv/repo",   "/srv/repo",
+        "git@github.com:o/r.git",     "file:///srv/repo",   "/srv/repo", "git://example.com/r.git",
     };
     static const char *const bad[] = {
         "github.com/o/r", "ftp://x/y", "https://", "git@:o/r", "git@host:", "-uhttps://x",
@@ -648,6 +670,7 @@ int main(void)
     RUN(function_args);
     RUN(function_source_one_of);
     RUN(function_source_path);
+    RUN(function_handler_stays_inside);
     RUN(function_source_bundle);
     RUN(function_source_image);
     RUN(function_source_git);

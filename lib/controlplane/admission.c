@@ -1,0 +1,48 @@
+/*
+ * Admission: what a role may write beyond what validation checks, decided
+ * where the caller's role is known (docs/security.md, "Host paths").
+ *
+ * A host path in a Function's source (spec.source.path, a git URL that is a
+ * path or file://) shows the host's files to the function: an operator
+ * feature. Admin may name any; other roles only directories that resolve
+ * under a source root the operator allows (funcd_with_source_root).
+ */
+#include <string.h>
+
+#include "controlplane/api.h"
+#include "util/hostpath.h"
+
+/* 1 when allowed; 0 with `resp` set to 403 naming `field`. */
+static int admit_host_path(const funcd_cp *cp, const funcd_token *t, const char *field,
+                           const char *shown, const char *path, funcd_cp_response *resp)
+{
+    char real[FUNCD_HOSTPATH_MAX];
+    const char *why = "is not an absolute path";
+    if (path[0] == '/' &&
+        funcd_hostpath_allowed(path, cp->source_roots, real, sizeof(real), &why) == 0)
+        return 1;
+    funcd_cp_status(resp, 403, "Forbidden", field,
+                    "%s: %s %s; host paths are for admin only, unless they lie under a source "
+                    "root the operator allows (funcd --source-root DIR), rule \"no tenant reads "
+                    "the host\" (role %s)",
+                    field, shown, why, funcd_role_name(t->role));
+    return 0;
+}
+
+int funcd_cp_admit(const funcd_cp *cp, const funcd_kind *kind, const funcd_token *t,
+                   const cJSON *obj, funcd_cp_response *resp)
+{
+    if (t->role == FUNCD_ROLE_ADMIN || strcmp(kind->kind, "Function") != 0)
+        return 1;
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
+    const cJSON *source = cJSON_GetObjectItemCaseSensitive(spec, "source");
+    const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(source, "path"));
+    if (path)
+        return admit_host_path(cp, t, "spec.source.path", path, path, resp);
+    const cJSON *git = cJSON_GetObjectItemCaseSensitive(source, "git");
+    const char *url = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(git, "url"));
+    const char *local = url ? funcd_git_url_host_path(url) : NULL;
+    if (local)
+        return admit_host_path(cp, t, "spec.source.git.url", url, local, resp);
+    return 1;
+}
