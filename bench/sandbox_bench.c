@@ -120,7 +120,9 @@ static int parse(bench *b, int argc, char **argv)
     snprintf(listen, sizeof(listen), "FUNCD_LISTEN=%s", b->sock);
     b->env[n_env++] = listen;
     b->env[n_env++] = "PATH=/usr/bin:/bin";
-    b->binds[b->n_binds++] = (funcd_worker_bind){argv[2], NULL, 1};
+    /* The run directory and the program's are what serving makes its own
+     * copies of (idmapped, as a bundle's code is); -b binds are host paths. */
+    b->binds[b->n_binds++] = (funcd_worker_bind){argv[2], NULL, 1, 1};
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         if (strcmp(argv[i], "-b") == 0 && i + 1 < argc && b->n_binds < MAX_BINDS)
             b->binds[b->n_binds++] = (funcd_worker_bind){argv[++i], NULL, 0};
@@ -134,7 +136,7 @@ static int parse(bench *b, int argc, char **argv)
     b->argv = argv + i + 1;
     static char prog_dir[4096];
     snprintf(prog_dir, sizeof(prog_dir), "%s", b->argv[0]);
-    b->binds[b->n_binds++] = (funcd_worker_bind){dirname(prog_dir), NULL, 0};
+    b->binds[b->n_binds++] = (funcd_worker_bind){dirname(prog_dir), NULL, 0, 1};
     return 0;
 }
 

@@ -719,7 +719,7 @@ static int start_image_worker(worker_eval *we, worker_ctx *wc)
         env[k + 1] = replica;
         env[k + 2] = function;
         env[k + 3] = ns;
-        const funcd_worker_bind binds[] = {{wc->dir, IMAGE_RUN_DIR, 1}};
+        const funcd_worker_bind binds[] = {{wc->dir, IMAGE_RUN_DIR, 1, 1}};
         funcd_worker_spec spec = {argv, env, ln->cwd, ln->rootfs, ln->limits, binds, 1,
                                   FUNCD_WORKER_NETWORK_NONE};
         funcd_worker_events ev = {on_worker_output, on_worker_exit, wc};
@@ -776,8 +776,10 @@ static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
         env[k + 2] = function;
         env[k + 3] = ns;
     }
-    /* What a sandboxed worker sees: the function, the shim, its socket's directory. */
-    const funcd_worker_bind binds[] = {{ln->dir, NULL, 0}, {we->shim, NULL, 0}, {wc->dir, NULL, 1}};
+    /* What a sandboxed worker sees: the function and the shim with their host
+     * owners (the operator's --functions-dir), its socket's directory as its own. */
+    const funcd_worker_bind binds[] = {
+        {ln->dir, NULL, 0, 0}, {we->shim, NULL, 0, 0}, {wc->dir, NULL, 1, 1}};
     funcd_worker_spec spec = {argv, env, ln->dir, NULL, ln->limits, binds, 3,
                               FUNCD_WORKER_NETWORK_NONE};
     funcd_worker_events ev = {on_worker_output, on_worker_exit, wc};

@@ -28,6 +28,9 @@
 #include "runtime/seccomp.h"
 
 #define DEFAULT_UID 65534
+/* The uid and gid a worker (and its init) has inside its user namespace:
+ * not root there either (ADR 0019). The only id mapped: to the host uid. */
+#define INSIDE_ID 1000
 #define DEFAULT_TMP_BYTES (64ull << 20)
 #define MAX_BINDS 32
 #define MAX_SYSTEM 16
@@ -128,15 +131,20 @@ typedef struct child_error {
 
 /* ---- helpers usable in the child (system calls only) -------------------- */
 
-/* setresgid and setresuid as system calls: glibc's wrappers would signal
+/* Takes the namespace's one mapped id (INSIDE_ID, the host uid outside).
+ * The capabilities the namespace's creator (or a process that joined it)
+ * has there stay: the old ids were not the namespace's root (it has none),
+ * so the change clears nothing; the worker loses them when it drops them
+ * and execs as a non-root uid.
+ * setresgid and setresuid as system calls: glibc's wrappers would signal
  * every other thread of funcd's to change them too, and in a clone made
  * from one thread of a threaded process those threads do not exist (a
  * half-created one even makes the wrapper wait forever). */
-static int become_root_in_ns(void)
+static int become_worker_user(void)
 {
-    if (syscall(SYS_setresgid, 0, 0, 0) != 0)
+    if (syscall(SYS_setresgid, INSIDE_ID, INSIDE_ID, INSIDE_ID) != 0)
         return -1;
-    return (int)syscall(SYS_setresuid, 0, 0, 0);
+    return (int)syscall(SYS_setresuid, INSIDE_ID, INSIDE_ID, INSIDE_ID);
 }
 
 static void put_step(char *out, size_t len, const char *a, const char *b)
@@ -496,7 +504,7 @@ static _Noreturn void init_main(plan *p)
     if (read(p->sync_r, &go, 1) != 1)
         _exit(0); /* the runtime gave up on this start */
     close(p->sync_r);
-    if (become_root_in_ns() != 0)
+    if (become_worker_user() != 0)
         child_fail(p->err_w, "become the mapped user", NULL, errno);
     /* A change of credentials clears the parent-death signal: arm it again,
      * so that funcd's death (kill -9 included) ends the sandbox (and with
@@ -530,20 +538,22 @@ static int write_proc(pid_t pid, const char *file, const char *text)
     return rc;
 }
 
-static int map_ids(pid_t pid, unsigned uid, unsigned gid)
+/* Maps `inside` in the namespace of `pid` to the host's `uid` / `gid`. */
+static int map_ids(pid_t pid, unsigned inside, unsigned uid, unsigned gid)
 {
     char umap[64], gmap[64];
-    snprintf(umap, sizeof(umap), "0 %u 1\n", uid);
-    snprintf(gmap, sizeof(gmap), "0 %u 1\n", gid);
+    snprintf(umap, sizeof(umap), "%u %u 1\n", inside, uid);
+    snprintf(gmap, sizeof(gmap), "%u %u 1\n", inside, gid);
     return write_proc(pid, "setgroups", "deny") == 0 && write_proc(pid, "uid_map", umap) == 0 &&
                    write_proc(pid, "gid_map", gmap) == 0
                ? 0
                : -1;
 }
 
-/* A user namespace mapping 0 to `uid`, kept as a descriptor: binds are
- * idmapped through it, so that what host root owns (a 0700 artifact
- * directory, a worker's run directory) is the worker's own inside. */
+/* A user namespace mapping 0 to `uid`, kept as a descriptor: funcd's own
+ * copies (binds marked `owned`, an image's root) are idmapped through it, so
+ * that what host root owns there (a 0700 artifact directory, a worker's run
+ * directory) is the worker's own inside. Nothing else is. */
 static int make_idmap_ns(unsigned uid, unsigned gid)
 {
     int sync[2];
@@ -559,7 +569,7 @@ static int make_idmap_ns(unsigned uid, unsigned gid)
     }
     close(sync[0]);
     int fd = -1;
-    if (pid > 0 && map_ids(pid, uid, gid) == 0) {
+    if (pid > 0 && map_ids(pid, 0, uid, gid) == 0) {
         char path[64];
         snprintf(path, sizeof(path), "/proc/%ld/ns/user", (long)pid);
         fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -653,9 +663,10 @@ void funcd_sandbox_free(funcd_sandbox *sb)
     free(sb);
 }
 
-/* A detached copy of `source`: read-only unless writable, idmapped where
- * the filesystem allows it. -1 with the error set. */
-static int make_tree(const funcd_sandbox *sb, const char *source, int writable)
+/* A detached copy of `source`: read-only unless writable; funcd's own
+ * copies (`owned`) idmapped where the filesystem allows it, everything else
+ * shown with its host owners. -1 with the error set. */
+static int make_tree(const funcd_sandbox *sb, const char *source, int writable, int owned)
 {
     int fd = (int)syscall(SYS_open_tree, AT_FDCWD, source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
     if (fd < 0 && errno == EPERM)
@@ -663,8 +674,8 @@ static int make_tree(const funcd_sandbox *sb, const char *source, int writable)
     if (fd < 0)
         return funcd_error_set(FUNCD_EIO, "sandbox: cannot bind %s: %s", source, strerror(errno));
     uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (writable ? 0 : MOUNT_ATTR_RDONLY);
-    if (sb->idmap_ns >= 0 && set_attr(fd, "", AT_EMPTY_PATH, attrs | MOUNT_ATTR_IDMAP,
-                                      sb->idmap_ns) == 0)
+    if (owned && sb->idmap_ns >= 0 &&
+        set_attr(fd, "", AT_EMPTY_PATH, attrs | MOUNT_ATTR_IDMAP, sb->idmap_ns) == 0)
         return fd;
     if (set_attr(fd, "", AT_EMPTY_PATH, attrs, 0) == 0)
         return fd;
@@ -703,7 +714,7 @@ static int plan_make(plan *p, funcd_sandbox *sb, const funcd_sandbox_job *job)
              (unsigned long long)sb->tmp_bytes);
     if (job->n_binds > MAX_BINDS)
         return funcd_error_set(FUNCD_EINVAL, "sandbox: at most %d binds", MAX_BINDS);
-    if (job->rootfs && (p->root_fd = make_tree(sb, job->rootfs, 0)) < 0)
+    if (job->rootfs && (p->root_fd = make_tree(sb, job->rootfs, 0, 1)) < 0)
         return p->root_fd == -2 ? funcd_error_set(FUNCD_ENOTSUP, "sandbox: an image root needs "
                                                   "funcd to run as root")
                                 : -1;
@@ -723,7 +734,7 @@ static int plan_make(plan *p, funcd_sandbox *sb, const funcd_sandbox_job *job)
         snprintf(m->target, sizeof(m->target), "%s", target);
         m->is_file = !S_ISDIR(st.st_mode);
         m->writable = b->writable;
-        if ((m->fd = make_tree(sb, b->source, b->writable)) == -1)
+        if ((m->fd = make_tree(sb, b->source, b->writable, b->owned != 0)) == -1)
             return -1;
         if (m->fd == -2) {
             m->fd = -1;
@@ -805,7 +816,7 @@ static pid_t spawn_planned(plan *p, int *status_fd)
     int rc = 0;
     if (pid < 0)
         rc = funcd_error_set(FUNCD_EIO, "sandbox: clone: %s", strerror(err));
-    else if (map_ids(pid, p->sb->uid, p->sb->gid) != 0)
+    else if (map_ids(pid, INSIDE_ID, p->sb->uid, p->sb->gid) != 0)
         rc = funcd_error_set(FUNCD_EIO, "sandbox: cannot map the worker's user: %s",
                              strerror(errno));
     else if (p->job->cg && funcd_cgroup_attach(p->job->cg, p->job->cg_id, pid) < 0)
@@ -966,7 +977,7 @@ static _Noreturn void blank_main(blank_shared *s, int ctl)
     char c;
     if (read(ctl, &c, 1) != 1)
         _exit(0); /* the ids were not mapped: the runtime gave up */
-    if (become_root_in_ns() != 0)
+    if (become_worker_user() != 0)
         _exit(126);
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* cleared by the change of credentials */
     const char *step;
@@ -1040,7 +1051,7 @@ static int blank_make(funcd_sandbox *sb, blank *b)
     if (pid > 0)
         setpgid(pid, pid);
     char c;
-    if (pid < 0 || map_ids(pid, sb->uid, sb->gid) != 0 ||
+    if (pid < 0 || map_ids(pid, INSIDE_ID, sb->uid, sb->gid) != 0 ||
         send(b->ctl, "m", 1, MSG_NOSIGNAL) != 1 || read(b->ctl, &c, 1) != 1) {
         blank_discard(b);
         return -1;
@@ -1234,7 +1245,7 @@ ON_SHARED_STACK static int expose_main(void *arg)
     int user_fd = a->user_fd, mnt_fd = a->mnt_fd;
     if (setns(user_fd, CLONE_NEWUSER) != 0)
         child_fail(p->err_w, "join the user namespace", NULL, errno);
-    if (become_root_in_ns() != 0)
+    if (become_worker_user() != 0)
         child_fail(p->err_w, "become the mapped user", NULL, errno);
     if (setns(mnt_fd, CLONE_NEWNS) != 0)
         child_fail(p->err_w, "join the mount namespace", NULL, errno);

@@ -8,9 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/openat2.h>
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +22,7 @@
 #include "funcd/sys/error.h"
 #include "http/phr.h"
 #include "source/resolver.h"
+#include "util/hostpath.h"
 #include "util/misc.h"
 
 #define STOP_GRACE_MS 10000 /* SIGTERM, then SIGKILL (docs/worker-contract.md) */
@@ -37,6 +40,7 @@ typedef struct launch {
     char **env;  /* NULL-terminated; FUNCD_LISTEN and FUNCD_REPLICA are added per worker */
     char *cwd;
     char *rootfs;      /* an image function's root: argv, env and cwd are paths inside it */
+    int code_owned;    /* cwd is funcd's own copy (bundle, git), not a host path (source.path) */
     char *fingerprint; /* argv, env, cwd, limits, network: a change means new workers */
     funcd_worker_limits limits;  /* spec.resources */
     funcd_worker_network network; /* spec.network */
@@ -197,16 +201,19 @@ static int remove_tree_dir(const char *dir)
 }
 
 /* A sandboxed worker sees only these host paths (docs/security.md): its
- * code and the shims read-only, its runtime directory (the socket) writable. */
-static size_t worker_binds(const funcd_serving *s, const char *code, const char *run_dir,
-                           funcd_worker_bind out[3])
+ * code and the shims read-only, its runtime directory (the socket) writable.
+ * Only funcd's own copies are shown as the worker's own (`owned`): its run
+ * directory, and code funcd extracted or checked out; a spec.source.path
+ * directory and the shims keep their host owners. */
+static size_t worker_binds(const funcd_serving *s, const char *code, int code_owned,
+                           const char *run_dir, funcd_worker_bind out[3])
 {
     size_t n = 0;
     if (code)
-        out[n++] = (funcd_worker_bind){code, NULL, 0};
+        out[n++] = (funcd_worker_bind){code, NULL, 0, code_owned};
     if (s->shim_dir[0])
-        out[n++] = (funcd_worker_bind){s->shim_dir, NULL, 0};
-    out[n++] = (funcd_worker_bind){run_dir, NULL, 1};
+        out[n++] = (funcd_worker_bind){s->shim_dir, NULL, 0, 0};
+    out[n++] = (funcd_worker_bind){run_dir, NULL, 1, 1};
     return n;
 }
 
@@ -218,7 +225,7 @@ static size_t worker_binds(const funcd_serving *s, const char *code, const char 
  * directory (the socket, and the exec shim in exec mode). */
 static size_t image_binds(const char *run_dir, funcd_worker_bind out[3])
 {
-    out[0] = (funcd_worker_bind){run_dir, IMAGE_RUN_DIR, 1};
+    out[0] = (funcd_worker_bind){run_dir, IMAGE_RUN_DIR, 1, 1};
     return 1;
 }
 
@@ -314,12 +321,21 @@ static char *materialize(funcd_serving *s, const char *ns, const char *name, con
     const char *bundle = str_at(source, "bundle");
     struct stat sb;
     if (path) {
-        if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        /* What the worker is shown is what the path resolves to now (a
+         * symlink or /proc/<pid>/root is followed here, never in the
+         * sandbox); admission checked the same resolution (docs/security.md). */
+        char real[FUNCD_HOSTPATH_MAX];
+        const char *why;
+        if (funcd_hostpath_resolve(path, real, sizeof(real), &why) < 0) {
+            fail(st, "ArtifactFailed", "spec.source.path %s %s", path, why);
+            return NULL;
+        }
+        if (stat(real, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
             fail(st, "ArtifactFailed", "spec.source.path %s is not a directory on the funcd host",
                  path);
             return NULL;
         }
-        return strdup(path);
+        return strdup(real);
     }
     if (bundle) {
         char dir[512], err[512];
@@ -362,6 +378,34 @@ static const char *interpreter(const char *runtime)
     return NULL;
 }
 
+/* 1 when `rel` (spec.handler) leads out of `dir`: through a symlink, or a
+ * ".." (refused by the API already). Resolved by the kernel beneath `dir`
+ * (openat2 RESOLVE_BENEATH); a missing file is not this check's business. */
+static int leads_outside(const char *dir, const char *rel)
+{
+    int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return 0;
+    struct open_how how = {.flags = O_PATH | O_CLOEXEC,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+    int fd = (int)syscall(SYS_openat2, dfd, rel, &how, sizeof(how));
+    int err = errno;
+    close(dfd);
+    if (fd >= 0) {
+        close(fd);
+        return 0;
+    }
+    if (err == ENOSYS) { /* before Linux 5.6: compare the resolved paths */
+        char full[FUNCD_HOSTPATH_MAX], real[FUNCD_HOSTPATH_MAX], root[FUNCD_HOSTPATH_MAX];
+        const char *why;
+        snprintf(full, sizeof(full), "%s/%s", dir, rel);
+        return funcd_hostpath_resolve(dir, root, sizeof(root), &why) == 0 &&
+               funcd_hostpath_resolve(full, real, sizeof(real), &why) == 0 &&
+               !funcd_hostpath_under(real, root);
+    }
+    return err == EXDEV || err == ELOOP;
+}
+
 static void add_args(strv *argv, const cJSON *spec)
 {
     const cJSON *a;
@@ -387,6 +431,11 @@ static int build_argv(funcd_serving *s, const cJSON *spec, const char *code, str
     if ((exec_mode || strcmp(runtime, "native") == 0) && (!handler || !*handler)) {
         fail(st, "BadSpec", "spec.handler must name the program to run, relative to the code "
              "directory");
+        return -1;
+    }
+    if ((exec_mode || strcmp(runtime, "native") == 0) && leads_outside(code, handler)) {
+        fail(st, "BadSpec", "spec.handler %s leads outside the code directory (a symlink out of "
+             "it, or '..'); the program must be a file inside it", handler);
         return -1;
     }
     if (exec_mode) {
@@ -579,6 +628,7 @@ static launch *build_launch(funcd_serving *s, const char *ns, const char *name, 
         ln->env = env.v;
         ln->cwd = code;
         ln->rootfs = rootfs;
+        ln->code_owned = !str_at(cJSON_GetObjectItemCaseSensitive(spec, "source"), "path");
         ln->limits = limits_of(spec);
         const char *network = str_at(spec, "network");
         ln->network = network && strcmp(network, "host") == 0 ? FUNCD_WORKER_NETWORK_HOST
@@ -1067,7 +1117,7 @@ static void ensure_spare(funcd_serving *s, int kind)
                                "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1",
                                "FUNCD_GENERIC=1", listen_env, NULL};
     funcd_worker_bind binds[3];
-    size_t n_binds = worker_binds(s, NULL, sp->dir, binds);
+    size_t n_binds = worker_binds(s, NULL, 0, sp->dir, binds);
     funcd_worker_spec spec = {argv, env, sp->dir, NULL, {0, 0, 0}, binds, n_binds,
                               FUNCD_WORKER_NETWORK_NONE};
     funcd_worker_events ev = {on_spare_output, on_spare_exit, sp};
@@ -1099,7 +1149,7 @@ static int claim_spare(funcd_serving *s, int kind, worker_ctx *wc, char **env)
      * directory yet. */
     funcd_runtime *rt = s->cfg.runtime;
     funcd_worker_bind binds[3];
-    size_t n_binds = worker_binds(s, wc->ln->cwd, wc->dir, binds);
+    size_t n_binds = worker_binds(s, wc->ln->cwd, wc->ln->code_owned, wc->dir, binds);
     if (runtime_has(rt, offsetof(funcd_runtime, specialize) + sizeof(rt->specialize)) &&
         rt->specialize && rt->specialize(rt, sp->proc, binds, n_binds, &wc->ln->limits) < 0) {
         funcd_log(s->cfg.logger, FUNCD_LOG_DEBUG, "generic %s worker not used: %s",
@@ -1179,7 +1229,7 @@ static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
     } else {
         funcd_worker_bind binds[3];
         size_t n_binds = ln->rootfs ? image_binds(wc->dir, binds)
-                                    : worker_binds(s, ln->cwd, wc->dir, binds);
+                                    : worker_binds(s, ln->cwd, ln->code_owned, wc->dir, binds);
         funcd_worker_spec spec = {(const char *const *)ln->argv, (const char *const *)env.v,
                                   ln->cwd, ln->rootfs, ln->limits, binds, n_binds, ln->network};
         funcd_worker_events ev = {on_worker_output, on_worker_exit, wc};

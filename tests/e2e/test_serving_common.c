@@ -74,7 +74,9 @@ int sv_tempdir(char *out, size_t out_len)
     if (n_made_dirs == MAX_DIRS)
         return -1;
     snprintf(out, out_len, "%s/funcd-serving-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(out))
+    /* 0755, as an operator's function directory would be: a sandboxed
+     * worker sees it with its host owners (docs/security.md). */
+    if (!mkdtemp(out) || chmod(out, 0755) != 0)
         return -1;
     made_dirs[n_made_dirs++] = strdup(out);
     return 0;
@@ -479,7 +481,9 @@ long sv_create(env *e, const char *name, const char *spec_fmt, ...)
     funcd_buf_puts(&body, spec ? spec : "{}");
     funcd_buf_puts(&body, "}");
     free(spec);
-    long status = env_req(e, "POST", NS("default") "/functions", DEV_TOKEN, body.data);
+    /* As admin: host paths (spec.source.path, a local git repository) are
+     * the operator's feature (docs/security.md, "Host paths"). */
+    long status = env_req(e, "POST", NS("default") "/functions", ADMIN_TOKEN, body.data);
     funcd_buf_free(&body);
     return status;
 }

@@ -391,7 +391,8 @@ int fr_up(fr *f, unsigned what)
     f->keep = cJSON_CreateArray();
     const char *tmp = getenv("TMPDIR");
     snprintf(f->fns, sizeof(f->fns), "%s/funcd-fnrun-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!f->keep || !mkdtemp(f->fns)) {
+    /* 0755: a sandboxed worker sees --functions-dir with its host owners. */
+    if (!f->keep || !mkdtemp(f->fns) || chmod(f->fns, 0755) != 0) {
         f->fns[0] = '\0';
         return funcd_error_set(FUNCD_EIO, "cannot make a functions directory: %s",
                                strerror(errno));

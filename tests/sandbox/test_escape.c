@@ -128,6 +128,29 @@ static void read_host_file_attack(attack_ctx *c)
         CHECK_INT(attempt(c->e, "/read?path=/etc/shadow"), 0);
 }
 
+/* Issue 11: the function's own source directory (spec.source.path, named by
+ * admin) holds a file only host root may read, as the daemon's token file
+ * was in the report. The worker is not root inside its namespace, and a
+ * host path is not idmapped: it reads only what an unprivileged user may. */
+static void read_root_file_in_source_attack(attack_ctx *c)
+{
+    char secret[512];
+    snprintf(secret, sizeof(secret), "%s/tokens", c->dir);
+    FILE *f = fopen(secret, "w");
+    CHECK(f != NULL);
+    fputs("admin-token admin", f);
+    fclose(f);
+    CHECK_INT(chown(secret, 0, 0), 0);
+    CHECK_INT(chmod(secret, 0600), 0);
+    CHECK_INT(attempt(c->e, "/read?path=%s", secret), !c->sandboxed);
+    if (!c->sandboxed)
+        return;
+    CHECK_CONTAINS(c->e->r.body, "Permission denied");
+    /* Nor as the worker's own uid 0 inside: it has none. */
+    CHECK_INT(attempt(c->e, "/whoami"), 0);
+    CHECK_CONTAINS(c->e->r.body, "uid=1000 ");
+}
+
 static void connect_control_plane_attack(attack_ctx *c)
 {
     CHECK_INT(attempt(c->e, "/connect?port=%d", api_port(c->e)), !c->sandboxed);
@@ -322,6 +345,7 @@ static int run_mode(void (*fn)(attack_ctx *), int sandboxed)
     }
 
 ESCAPE_TEST(read_host_file)
+ESCAPE_TEST(read_root_file_in_source)
 ESCAPE_TEST(connect_control_plane)
 ESCAPE_TEST(ptrace_other)
 ESCAPE_TEST(mount_fs)
@@ -342,6 +366,7 @@ int main(int argc, char **argv)
     const char *only = argc > 1 ? argv[1] : NULL;
     int ran = 0;
     SV_RUN(only, ran, read_host_file);
+    SV_RUN(only, ran, read_root_file_in_source);
     SV_RUN(only, ran, connect_control_plane);
     SV_RUN(only, ran, ptrace_other);
     SV_RUN(only, ran, mount_fs);

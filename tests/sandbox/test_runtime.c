@@ -486,7 +486,7 @@ TEST(an_image_root_is_the_root)
     CHECK_INT(rt->attach(rt, l.base), 0);
     static const char *const argv[] = {"/hostile", NULL};
     static const char *const env[] = {"FUNCD_LISTEN=/run/funcd/worker.sock", NULL};
-    funcd_worker_bind binds[] = {{run, "/run/funcd", 1}};
+    funcd_worker_bind binds[] = {{run, "/run/funcd", 1, 1}};
     funcd_worker_spec spec = {argv, env, "/", root, {0, 0, 0}, binds, 1,
                               FUNCD_WORKER_NETWORK_NONE};
     funcd_worker_events ev = {NULL, on_exit_cb, &l};

@@ -63,11 +63,11 @@ static int write_file(const char *path, const char *text, mode_t mode)
 static int make_images(void)
 {
     char path[256];
-    if (mkdir(E.fns, 0700) != 0)
+    if (mkdir(E.fns, 0755) != 0)
         return -1;
     for (size_t i = 0; i < sizeof(images) / sizeof(images[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", E.fns, images[i].name);
-        if (mkdir(path, 0700) != 0)
+        if (mkdir(path, 0755) != 0)
             return -1;
         snprintf(path, sizeof(path), "%s/%s/function", E.fns, images[i].name);
         if (write_file(path, images[i].script, 0755) != 0)
@@ -125,7 +125,8 @@ static int setup(void)
 {
     memset(&E, 0, sizeof(E));
     snprintf(E.tmp, sizeof(E.tmp), "/tmp/fnw.XXXXXX"); /* short: socket paths */
-    if (!mkdtemp(E.tmp))
+    /* 0755: a sandboxed worker sees --functions-dir with its host owners. */
+    if (!mkdtemp(E.tmp) || chmod(E.tmp, 0755) != 0)
         return -1;
     snprintf(E.fns, sizeof(E.fns), "%s/functions", E.tmp);
     snprintf(E.state, sizeof(E.state), "%s/state", E.tmp);

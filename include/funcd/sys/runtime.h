@@ -48,6 +48,13 @@ typedef struct funcd_worker_bind {
     const char *source; /**< absolute host path (a directory or a file) */
     const char *target; /**< absolute path inside the worker's view; NULL: same as source */
     int writable;       /**< 0: read-only */
+    /** Appended (in what was padding: the struct's size is unchanged).
+     *  1: a copy the platform made for workers (an extracted bundle, a git
+     *  checkout, an image's root, a worker's run directory): shown idmapped,
+     *  what host root owns there appears as the worker's own. 0 (a path the
+     *  host's users or operator named): shown with its host owners, so the
+     *  worker reads only what any unprivileged user may. */
+    int owned;
 } funcd_worker_bind;
 
 typedef enum funcd_worker_network {
