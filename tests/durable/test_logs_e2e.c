@@ -25,6 +25,7 @@ static int up(env *e, funcd_blob *blob)
 {
     memset(e, 0, sizeof(*e));
     int rc = funcd_platform_new(&e->p, funcd_in_memory(), funcd_with_blob(blob),
+                                funcd_with_token(ADMIN_TOKEN, "admin", NULL), /* sv_create's */
                                 funcd_with_logger(log_to_stderr, FUNCD_LOG_WARN, NULL));
     if (rc < 0 || (rc = funcd_platform_start(e->p)) < 0)
         return rc;
