@@ -540,8 +540,7 @@ static void announce(const flags *f)
         if (getcwd(cwd, sizeof(cwd)))
             fprintf(stderr, "funcd: --dev: spec.source.path may name directories under %s "
                             "(the working directory)\n", cwd);
-    }
-    else if (!f->token_file)
+    } else if (!f->token_file)
         fprintf(stderr, "funcd: no credentials configured: every API call will get 401; "
                         "pass --token-file FILE or --dev\n");
     for (size_t i = 0; i < f->n_roots; i++)

@@ -17,7 +17,7 @@
 
 #define FN_WITH(spec_extra)                                                                        \
     "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":\"q\"},"      \
-    "\"spec\":{\"runtime\":\"python3\",\"handler\":\"m.h\",\"source\":{\"path\":\"/srv/a\"}," \
+    "\"spec\":{\"runtime\":\"python3\",\"handler\":\"m.h\",\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"}," \
     spec_extra "}}"
 
 #define FC_WITH(pod)                                                                               \
@@ -154,7 +154,7 @@ E2E_TEST(list_resource_version_is_strict)
 #define FN_RV(rv)                                                                                  \
     "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":\"a\","        \
     "\"resourceVersion\":\"" rv "\"},\"spec\":{\"runtime\":\"python3\",\"handler\":\"m.h\","     \
-    "\"source\":{\"path\":\"/srv/a\"}}}"
+    "\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"}}}"
 
 E2E_TEST(body_resource_version_is_strict)
 {
@@ -238,7 +238,7 @@ E2E_TEST(names_with_control_bytes_are_400)
     CHECK_STATUS(400, "BadRequest", "metadata.name");
     REQ("POST", FNS, DEV_TOKEN,
         "apiVersion: funcd.dev/v1\nkind: Function\nmetadata: {name: \"abc\\0def\"}\n"
-        "spec: {runtime: python3, handler: m.h, source: {path: /srv/a}}\n");
+        "spec: {runtime: python3, handler: m.h, source: {bundle: \"" NO_SUCH_BUNDLE "\"}}\n");
     CHECK_STATUS(400, "BadRequest", NULL);
     CHECK_INT(REQ("GET", FNS, DEV_TOKEN, NULL), 200);
     CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 1);
