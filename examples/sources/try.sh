@@ -33,7 +33,7 @@ skopeo copy -q --dest-tls-verify=false "oci:$work/layouts/worker:1" "docker://$r
 
 echo "== funcd with its own data directory, told the registry is a loopback one"
 "$funcd" --data-dir "$work/data" --dev --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 \
-  --fn-runner-listen 127.0.0.1:0 --insecure-registry "$reg" 2>"$work/funcd.log" &
+  --fn-runner-listen 127.0.0.1:0 --insecure-registry "$reg" --source-root "$work" 2>"$work/funcd.log" &
 pids+=($!)
 for _ in $(seq 100); do grep -q "data plane listening" "$work/funcd.log" 2>/dev/null && break; sleep 0.05; done
 api=http://$(sed -n 's/.*control plane listening on //p' "$work/funcd.log")

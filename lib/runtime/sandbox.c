@@ -29,7 +29,7 @@
 
 #define DEFAULT_UID 65534
 /* The uid and gid a worker (and its init) has inside its user namespace:
- * not root there either (ADR 0019). The only id mapped: to the host uid. */
+ * not root there either (ADR 0024). The only id mapped: to the host uid. */
 #define INSIDE_ID 1000
 #define DEFAULT_TMP_BYTES (64ull << 20)
 #define MAX_BINDS 32
