@@ -163,6 +163,37 @@ E2E_TEST(admin_may_name_any_host_path)
     }
 }
 
+/* The Ready condition's reason, once the controller has written one. */
+static int has_ready_reason(env *e, void *arg)
+{
+    if (env_req(e, "GET", NS("default") "/functions/escape", ADMIN_TOKEN, NULL) != 200)
+        return 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, jget(e->r.json, "status.conditions"))
+        if (jstr(c, "type") && strcmp(jstr(c, "type"), "Ready") == 0 && jstr(c, "reason"))
+            return strcmp(jstr(c, "reason"), (const char *)arg) == 0;
+    return 0;
+}
+
+E2E_TEST(a_handler_symlink_out_of_the_artifact_is_refused_at_run_time)
+{
+    /* Admin may name the directory; its handler is a symlink to a host
+     * program, which the worker must not be started through. */
+    char dir[512], link[600];
+    snprintf(dir, sizeof(dir), "%s/out", tmp_top);
+    snprintf(link, sizeof(link), "%s/hello", dir);
+    unlink(link);
+    CHECK_INT(symlink("/bin/cat", link), 0);
+    char src[700];
+    snprintf(src, sizeof(src), "{\"path\":\"%s\"}", dir);
+    create_fn(e, ADMIN_TOKEN, "escape", src, "hello");
+    CHECK_CODE(201);
+    static char bad_spec[] = "BadSpec";
+    if (!env_poll(e, 10000, has_ready_reason, bad_spec))
+        FAILF("the function is not refused with BadSpec: %.600s", e->r.body);
+    CHECK_CONTAINS(e->r.body, "leads outside the code directory");
+}
+
 /* A platform whose operator allows `tmp_top/root`. */
 TEST(a_source_root_admits_paths_under_it)
 {
@@ -229,6 +260,7 @@ int main(void)
     RUN_ISOLATED(handlers_stay_inside_the_code_directory);
     RUN_ISOLATED(developer_host_git_urls_are_forbidden);
     RUN_ISOLATED(admin_may_name_any_host_path);
+    RUN_ISOLATED(a_handler_symlink_out_of_the_artifact_is_refused_at_run_time);
     RUN_ISOLATED(a_source_root_admits_paths_under_it);
     RUN_ISOLATED(a_source_root_must_exist);
     e2e_client_global_cleanup();
