@@ -55,7 +55,7 @@ static long replace(env *e, const char *name, const char *runtime, const char *h
              "\"%s\"}}}",
              name, runtime, handler, dir);
     snprintf(path, sizeof(path), FN_PATH("%s"), name);
-    return env_req(e, "PUT", path, DEV_TOKEN, body);
+    return env_req(e, "PUT", path, ADMIN_TOKEN, body); /* a host path: the operator's */
 }
 
 typedef struct want {
