@@ -19,7 +19,7 @@ test-deps:
 	@bash scripts/install-deps.sh test
 
 $(BUILD)/build.ninja:
-	meson setup $(BUILD) --buildtype=release -Dwerror=true -Dtests=disabled $(MESON_OPTS)
+	meson setup $(BUILD) --buildtype=release -Dtests=disabled $(MESON_OPTS)
 
 build: deps $(BUILD)/build.ninja
 	meson compile -C $(BUILD)

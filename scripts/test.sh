@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 
 if [ ! -f "$build/build.ninja" ]; then
   CC=${CC:-gcc} meson setup "$build" -Db_sanitize=address,undefined -Db_lundef=false \
-    -Dbuildtype=debug -Doptimization=1 -Dwerror=true -Dtests=enabled -Dexamples=enabled >/dev/null \
+    -Dbuildtype=debug -Doptimization=1 -Dwerror=true -Dtests=enabled -Dexamples=enabled \
+    --wrap-mode=nodownload >/dev/null \
     || { echo "meson setup failed"; echo "0 passed, 1 failed"; exit 1; }
 fi
 if ! meson compile -C "$build"; then
