@@ -11,7 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "api/api.h"
 #include "config_file.h"
 #include "funcd/funcd.h"
 

@@ -56,6 +56,14 @@ FUNCD_EXTERN void funcd_error_clear(void);
 /** A short constant name for an error code ("FUNCD_ENOTFOUND"). */
 FUNCD_EXTERN const char *funcd_error_name(int code);
 
+/**
+ * Parses a duration as the resource kinds write it ("500ms", "30s", "5m",
+ * "1h", "1h30m", "1.5s", or "0") into milliseconds in *out. Returns 0, or
+ * FUNCD_EINVAL (with funcd_error_last() naming the text) when it is not a
+ * duration or does not fit in 64 bits; *out is unchanged then.
+ */
+FUNCD_EXTERN int funcd_parse_duration_ms(const char *s, uint64_t *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "funcd/common.h"
 #include "util/buf.h"
 
 #define FUNCD_API_GROUP "funcd.dev"
@@ -85,8 +86,7 @@ int funcd_api_validate(const funcd_kind *kind, const cJSON *obj, funcd_api_error
  * stringData into data (base64) and removes stringData. 0 or FUNCD_ENOMEM. */
 int funcd_api_normalize(const funcd_kind *kind, cJSON *obj);
 
-/* "500ms", "30s", "5m", "1h", "1h30m" -> milliseconds. FUNCD_EINVAL if bad. */
-int funcd_parse_duration_ms(const char *s, uint64_t *out);
+/* Durations: funcd_parse_duration_ms() is public, in funcd/common.h. */
 /* Kubernetes quantities "256Mi", "1Gi", "512", "1k", "1M" -> bytes. */
 int funcd_parse_quantity(const char *s, uint64_t *out);
 /* CPU "1", "0.5", "500m" -> millicores. */
