@@ -42,10 +42,16 @@ static void usage(FILE *out)
             "                             repeatable flags); command-line flags win\n"
             "  --listen ADDR              control-plane API (default 127.0.0.1:8080)\n"
             "  --data-plane-listen ADDR   function traffic (default 127.0.0.1:8081)\n"
-            "  --fn-runner-listen ADDR    function runner gRPC (default 127.0.0.1:9445)\n"
+            "  --fn-runner-listen ADDR    function runner gRPC (default 127.0.0.1:9445;\n"
+            "                             unix:/PATH for a Unix socket)\n"
+            "  --fn-runner-token-file FILE  function runner calls need a bearer token of FILE\n"
+            "                             (the --token-file format)\n"
             "  --functions-dir DIR        where binaryExecutor paths and worker images resolve\n"
             "  --fn-runner-max-message N  largest gRPC message in bytes (default 6291456)\n"
             "  --token-file FILE          lines `token role namespace[,namespace...]`\n"
+            "                             (mode 0600: refused if group or others can read it)\n"
+            "  --encryption-key-file FILE key of the Secrets at rest (default with --data-dir:\n"
+            "                             DIR/encryption.key, created at first start)\n"
             "  --dev                      accept funcd-dev-token as developer of \"default\",\n"
             "                             and the working directory as a source root\n"
             "  --source-root DIR          developers may name host paths under DIR in\n"
@@ -92,6 +98,7 @@ typedef struct flags {
     const char *listen;
     const char *data_plane;
     const char *token_file;
+    const char *key_file, *fn_token_file;
     const char *shims;
     const char *state_dir;
     const char *fn_runner;
@@ -156,7 +163,7 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_STATE, O_FNRUN, O_FNDIR, O_FNMAX, O_CONFIG, O_NO_SANDBOX, O_AUTH, O_CERTS, O_INSECURE,
        O_PLATFORM, O_CACHE, O_TAG, O_GIT, O_SEAL_AGE, O_SEAL_SIZE, O_RETENTION, O_GRACE,
        O_HOST_NET, O_SECCOMP, O_FAVOR, O_STREAM_BUF, O_MAX_CONNS, O_ALLOWED,
-       O_SRCROOT };
+       O_SRCROOT, O_KEY_FILE, O_FN_TOKENS };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -165,6 +172,8 @@ static const struct option long_opts[] = {
     {"listen", required_argument, 0, O_LISTEN},
     {"data-plane-listen", required_argument, 0, O_DP},
     {"token-file", required_argument, 0, O_TOKENS},
+    {"encryption-key-file", required_argument, 0, O_KEY_FILE},
+    {"fn-runner-token-file", required_argument, 0, O_FN_TOKENS},
     {"dev", no_argument, 0, O_DEV},
     {"no-sandbox", no_argument, 0, O_NO_SANDBOX},
     {"allow-host-network", no_argument, 0, O_HOST_NET},
@@ -206,6 +215,8 @@ static int parse_one(int c, const char *arg, flags *f)
     case O_LISTEN: f->listen = arg; break;
     case O_DP: f->data_plane = arg; break;
     case O_TOKENS: f->token_file = arg; break;
+    case O_KEY_FILE: f->key_file = arg; break;
+    case O_FN_TOKENS: f->fn_token_file = arg; break;
     case O_DEV: f->dev = 1; break;
     case O_NO_SANDBOX: f->no_sandbox = 1; break;
     case O_HOST_NET: f->host_network = 1; break;
@@ -416,7 +427,7 @@ static const char *build_tree_shims(char *buf, size_t len)
 
 /* The durable substrate under DIR; NULL options (and a message) on failure. */
 static int open_data_dir(const char *dir, funcd_store **store, funcd_blob **blob, char *state,
-                         size_t state_len)
+                         size_t state_len, char *key, size_t key_len)
 {
     char path[4200];
     if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
@@ -435,6 +446,7 @@ static int open_data_dir(const char *dir, funcd_store **store, funcd_blob **blob
         return -1;
     }
     snprintf(state, state_len, "%s/state", dir);
+    snprintf(key, key_len, "%s/encryption.key", dir);
     return 0;
 }
 
@@ -455,10 +467,12 @@ static int build_platform(const flags *f, const char *shims)
 {
     funcd_store *store = NULL;
     funcd_blob *blob = NULL;
-    char state[4200] = "";
+    char state[4200] = "", key[4200] = "";
     funcd_bus *bus = NULL; /* one process: the memory bus is the whole bus */
-    if (f->data_dir && open_data_dir(f->data_dir, &store, &blob, state, sizeof(state)) < 0)
+    if (f->data_dir &&
+        open_data_dir(f->data_dir, &store, &blob, state, sizeof(state), key, sizeof(key)) < 0)
         return -1;
+    const char *key_file = f->key_file ? f->key_file : key[0] ? key : NULL;
     if (f->data_dir && funcd_bus_memory_new(&bus) < 0) {
         fprintf(stderr, "funcd: %s\n", funcd_error_last()->message);
         store->free(store);
@@ -494,6 +508,8 @@ static int build_platform(const flags *f, const char *shims)
         funcd_with_data_plane_addr(f->data_plane ? f->data_plane : "127.0.0.1:8081"),
         f->dev ? funcd_with_dev_auth("funcd-dev-token", "default") : NULL,
         f->token_file ? funcd_with_token_file(f->token_file) : NULL,
+        key_file ? funcd_with_encryption_key_file(key_file) : NULL,
+        f->fn_token_file ? funcd_with_fn_runner_token_file(f->fn_token_file) : NULL,
         f->no_sandbox ? funcd_with_sandbox(0) : NULL,
         f->host_network ? funcd_with_host_network_allowed(1) : NULL,
         f->favordynmods ? funcd_with_cgroup_favordynmods(1) : NULL,

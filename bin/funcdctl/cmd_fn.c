@@ -37,6 +37,7 @@
 typedef struct eval_opts {
     const char *image, *file, *exec_path, *runner;
     int64_t timeout_ms;
+    const char *token; /* --token / FUNCD_TOKEN, for a runner that asks for one */
 } eval_opts;
 
 /* ---- the command line ----------------------------------------------------- */
@@ -437,6 +438,7 @@ static int evaluate(const eval_opts *o, const char *runner, const funcd_buf *req
         .request_len = request->len,
         .timeout_ms = o->timeout_ms,
         .max_response = MAX_MESSAGE,
+        .token = o->token,
     };
     ctl_grpc_result res = CTL_GRPC_RESULT_INIT;
     eval_response resp;
@@ -454,7 +456,7 @@ static int evaluate(const eval_opts *o, const char *runner, const funcd_buf *req
 
 static int cmd_fn_eval(ctl_ctx *ctx, int argc, char **argv)
 {
-    eval_opts o = {0};
+    eval_opts o = {.token = ctx->token};
     funcd_buf input = FUNCD_BUF_INIT, request = FUNCD_BUF_INIT;
     char *runner = NULL;
     int rc = parse_eval(ctx, argc, argv, &o);

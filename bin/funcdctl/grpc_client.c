@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "funcd/funcd.h"
@@ -172,11 +173,20 @@ typedef struct endpoint {
     char host[256];
     char port[16];
     char authority[300];
+    char unix_path[108]; /* "unix:/path": a Unix socket, host and port unused */
 } endpoint;
 
 static int parse_addr(const char *addr, endpoint *ep)
 {
     const char *s = addr;
+    if (!strncmp(s, "unix:", 5)) {
+        if (!s[5] || strlen(s + 5) >= sizeof(ep->unix_path))
+            return -1;
+        snprintf(ep->unix_path, sizeof(ep->unix_path), "%s", s + 5);
+        snprintf(ep->authority, sizeof(ep->authority), "localhost");
+        return 0;
+    }
+    ep->unix_path[0] = '\0';
     if (!strncmp(s, "http://", 7))
         s += 7;
     size_t n = strcspn(s, "/");
@@ -254,6 +264,17 @@ static int connect_one(const struct addrinfo *ai, int64_t deadline, int *err)
 static int dial(const endpoint *ep, int64_t deadline, funcd_buf *why)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *list = NULL;
+    if (ep->unix_path[0]) {
+        struct sockaddr_un sun = {.sun_family = AF_UNIX};
+        memcpy(sun.sun_path, ep->unix_path, strlen(ep->unix_path) + 1);
+        struct addrinfo ai = {.ai_family = AF_UNIX, .ai_socktype = SOCK_STREAM,
+                              .ai_addr = (struct sockaddr *)&sun, .ai_addrlen = sizeof(sun)};
+        int err = 0, fd = connect_one(&ai, deadline ? deadline : funcd_mono_ms() +
+                                      CONNECT_TIMEOUT_MS, &err);
+        if (fd < 0)
+            funcd_buf_printf(why, "%s: %s", ep->unix_path, strerror(err));
+        return fd;
+    }
     int rc = getaddrinfo(ep->host, ep->port, &hints, &list);
     if (rc != 0) {
         funcd_buf_printf(why, "cannot resolve %s: %s", ep->host, gai_strerror(rc));
@@ -387,6 +408,10 @@ static int submit(nghttp2_session *session, call_state *st, const endpoint *ep)
     char timeout[16] = "";
     if (st->call->timeout_ms > 0)
         ctl_grpc_timeout_value(st->call->timeout_ms, timeout, sizeof(timeout));
+    funcd_buf bearer = FUNCD_BUF_INIT;
+    if (st->call->token && *st->call->token &&
+        funcd_buf_printf(&bearer, "Bearer %s", st->call->token) < 0)
+        return -1;
 #define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE}
     nghttp2_nv headers[] = {
         NV(":method", "POST"),
@@ -397,11 +422,17 @@ static int submit(nghttp2_session *session, call_state *st, const endpoint *ep)
         NV("te", "trailers"),
         NV("user-agent", "funcdctl/" FUNCD_VERSION_STRING),
         NV("grpc-timeout", timeout),
+        NV("authorization", bearer.data ? bearer.data : ""),
     };
 #undef NV
-    size_t n = sizeof(headers) / sizeof(headers[0]) - (timeout[0] ? 0 : 1);
+    size_t n = sizeof(headers) / sizeof(headers[0]) - 2;
+    if (timeout[0])
+        n++;
+    if (bearer.data) /* after grpc-timeout, or in its place */
+        headers[n++] = headers[sizeof(headers) / sizeof(headers[0]) - 1];
     nghttp2_data_provider body = {.read_callback = read_request};
-    st->stream_id = nghttp2_submit_request(session, NULL, headers, n, &body, st);
+    st->stream_id = nghttp2_submit_request(session, NULL, headers, n, &body, st); /* copies */
+    funcd_buf_free(&bearer);
     return st->stream_id < 0 ? -1 : 0;
 }
 

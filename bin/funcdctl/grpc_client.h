@@ -25,12 +25,13 @@
 #define CTL_GRPC_TRANSPORT (-1)
 
 typedef struct ctl_grpc_call {
-    const char *addr;         /* "host:port", "[v6]:port" or "http://host:port" */
+    const char *addr;         /* "host:port", "[v6]:port", "http://host:port" or "unix:/path" */
     const char *path;         /* "/package.Service/Method" */
     const uint8_t *request;   /* the serialized request message */
     size_t request_len;
     int64_t timeout_ms;       /* sent as grpc-timeout; the call gives up a second later. 0: none */
     size_t max_response;      /* a larger response message fails the call (RESOURCE_EXHAUSTED) */
+    const char *token;        /* sent as `authorization: Bearer TOKEN`; NULL or "": none */
 } ctl_grpc_call;
 
 typedef struct ctl_grpc_result {

@@ -109,6 +109,12 @@ FUNCD_EXTERN funcd_option *funcd_with_fn_runner_addr(const char *addr);
  *  6 MiB, like Porch); larger ones get RESOURCE_EXHAUSTED. */
 FUNCD_EXTERN funcd_option *funcd_with_fn_runner_max_message(size_t bytes);
 
+/** Requires a bearer token on every function-runner call (gRPC metadata
+ *  `authorization: Bearer TOKEN`; UNAUTHENTICATED otherwise): the tokens of a
+ *  file in the token-file format (funcd_with_token_file), mode 0600. The
+ *  health check stays open. Default: no authentication. */
+FUNCD_EXTERN funcd_option *funcd_with_fn_runner_token_file(const char *path);
+
 /** Where binaryExecutor paths (and exec_path) resolve; unset: exec is off. */
 FUNCD_EXTERN funcd_option *funcd_with_functions_dir(const char *dir);
 
@@ -189,6 +195,13 @@ FUNCD_EXTERN funcd_option *funcd_with_source_refresh(uint64_t tag_ms, uint64_t g
 FUNCD_EXTERN funcd_option *funcd_with_log_persistence(uint64_t seal_ms, uint64_t seal_bytes,
                                                       uint64_t retention_ms);
 
+/** Secrets are encrypted at rest (AES-256-GCM) with the key in `path`: 32
+ *  bytes or their base64, mode 0600; created with 32 random bytes when
+ *  missing. Without it, funcd_in_memory()'s memory store uses a random key
+ *  of the process, and any other store keeps Secrets unencrypted (with a
+ *  warning). docs/security.md. */
+FUNCD_EXTERN funcd_option *funcd_with_encryption_key_file(const char *path);
+
 /** How long shutdown waits for requests in flight (default 10 s). */
 FUNCD_EXTERN funcd_option *funcd_with_shutdown_grace(uint64_t ms);
 
@@ -211,7 +224,8 @@ FUNCD_EXTERN funcd_option *funcd_with_max_connections(unsigned n);
 FUNCD_EXTERN funcd_option *funcd_with_token(const char *token, const char *role,
                                             const char *const *namespaces);
 
-/** Tokens from a file of lines `token role namespace[,namespace...]`. */
+/** Tokens from a file of lines `token role namespace[,namespace...]`; the
+ *  file must not be accessible by group or others (chmod 600). */
 FUNCD_EXTERN funcd_option *funcd_with_token_file(const char *path);
 
 /** A developer token for the given namespaces:

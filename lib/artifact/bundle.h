@@ -65,6 +65,16 @@ int funcd_bundle_digest(const void *data, size_t len, char out[FUNCD_BUNDLE_DIGE
 /* 1 when `digest` is "sha256:" followed by 64 lowercase hex digits. */
 int funcd_bundle_digest_valid(const char *digest);
 
+/*
+ * Bundles belong to the namespaces that uploaded them: the bytes are stored
+ * once under their digest, and a marker "bundles/<ns>/<digest>" in the same
+ * blob store says that `ns` uploaded them. Only a namespace with the marker
+ * may run the bundle, and an upload answers "already there" only to it.
+ */
+int funcd_bundle_grant(funcd_blob *b, const char *ns, const char *digest);
+/* 1 when `ns` uploaded `digest`, else 0. */
+int funcd_bundle_visible(funcd_blob *b, const char *ns, const char *digest);
+
 /* Validates a bundle in memory without writing anything. */
 int funcd_bundle_check(const void *data, size_t len, const funcd_bundle_limits *lim, char *err,
                        size_t errlen);

@@ -63,6 +63,30 @@ int funcd_bundle_digest_valid(const char *digest)
     return h[HEX_LEN] == '\0';
 }
 
+/* ---- per-namespace visibility -------------------------------------------------------------- */
+
+static int grant_key(char *out, size_t len, const char *ns, const char *digest)
+{
+    int n = snprintf(out, len, "bundles/%s/%s", ns ? ns : "", digest ? digest : "");
+    return ns && *ns && funcd_bundle_digest_valid(digest) && n > 0 && (size_t)n < len ? 0 : -1;
+}
+
+int funcd_bundle_grant(funcd_blob *b, const char *ns, const char *digest)
+{
+    char key[256];
+    if (grant_key(key, sizeof(key), ns, digest) < 0)
+        return funcd_error_set(FUNCD_EINVAL, "bundle %s: not a digest of namespace \"%s\"",
+                               digest ? digest : "", ns ? ns : "");
+    return b->put(b, key, digest, strlen(digest));
+}
+
+int funcd_bundle_visible(funcd_blob *b, const char *ns, const char *digest)
+{
+    char key[256];
+    funcd_blob_stat st;
+    return grant_key(key, sizeof(key), ns, digest) == 0 && b->stat(b, key, &st) == 0;
+}
+
 /* ---- removing trees ------------------------------------------------------------------------ */
 
 static int remove_contents(int fd, int depth);

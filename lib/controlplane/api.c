@@ -181,11 +181,13 @@ static void function_logs(funcd_cp *cp, const funcd_cp_request *req, const route
 typedef struct list_filter {
     funcd_label_selector sel;
     const funcd_token *only_ns_of; /* NULL: every namespace the route names */
+    int redact;                    /* Secrets for a viewer: funcd_cp_redact each */
 } list_filter;
 
 static int parse_selector(const funcd_cp_request *req, list_filter *f, funcd_cp_response *resp);
 static void list_objects(funcd_cp *cp, const route *r, const list_filter *f,
                          funcd_cp_response *resp);
+static int redacts(const funcd_token *t, const route *r);
 static void create_object(funcd_cp *cp, const funcd_cp_request *req, const route *r,
                           const funcd_token *t, funcd_cp_response *resp);
 static void replace_object(funcd_cp *cp, const funcd_cp_request *req, const route *r,
@@ -320,7 +322,7 @@ static void handle_collection(funcd_cp *cp, const funcd_cp_request *req, const r
     if (method_is(req, "GET")) {
         int is_watch = query_get(req, "watch", watch, sizeof(watch)) &&
                        (strcmp(watch, "true") == 0 || strcmp(watch, "1") == 0);
-        list_filter f = {0};
+        list_filter f = {.redact = redacts(t, r)};
         /* A list across namespaces by a token confined to some lists those. */
         if (!r->ns && !is_watch && funcd_token_allows(t, NULL, 0) == 0)
             f.only_ns_of = t;
@@ -336,6 +338,8 @@ static void handle_collection(funcd_cp *cp, const funcd_cp_request *req, const r
             start_watch(req, r, resp);
         else if (query_revision(req, &rv, resp)) /* checked; a list is always current */
             list_objects(cp, r, &f, resp);
+        if (resp->watch)
+            resp->w.redact = redacts(t, r);
     } else if (method_is(req, "POST") && r->ns) {
         if (authorize(t, r, 1, resp))
             create_object(cp, req, r, t, resp);
@@ -355,6 +359,8 @@ static void handle_object(funcd_cp *cp, const funcd_cp_request *req, const route
         if (!authorize(t, r, 0, resp))
             return;
         rc = funcd_registry_get(cp->store, r->kind, r->ns, r->name, &obj, NULL);
+        if (rc == 0 && redacts(t, r))
+            funcd_cp_redact(obj);
         if (rc < 0)
             status_from_error(resp, rc);
         else
@@ -490,6 +496,8 @@ static int list_one(const funcd_store_kv *kv, void *payload)
         cJSON_Delete(obj);
         return 0;
     }
+    if (obj && lc->filter->redact)
+        funcd_cp_redact(obj);
     char *text = obj ? cJSON_PrintUnformatted(obj) : NULL;
     cJSON_Delete(obj);
     if (!text) {
@@ -614,10 +622,54 @@ static void replace_object(funcd_cp *cp, const funcd_cp_request *req, const rout
     cJSON_Delete(out);
 }
 
+#define REDACTED_ANNOTATION "funcd.dev/data-redacted"
+
+void funcd_cp_redact(cJSON *secret)
+{
+    cJSON *data = cJSON_GetObjectItemCaseSensitive(secret, "data");
+    cJSON *item;
+    if (cJSON_IsObject(data)) {
+        cJSON_ArrayForEach(item, data) {
+            if (cJSON_IsString(item) && cJSON_SetValuestring(item, "")) {
+                continue;
+            }
+            /* not a string (validation keeps them out), or no memory: no values at all */
+            cJSON_DeleteItemFromObjectCaseSensitive(secret, "data");
+            break;
+        }
+    } else if (data) {
+        cJSON_DeleteItemFromObjectCaseSensitive(secret, "data");
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(secret, "stringData");
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(secret, "metadata");
+    if (!cJSON_IsObject(md))
+        return;
+    cJSON *ann = cJSON_GetObjectItemCaseSensitive(md, "annotations");
+    if (!cJSON_IsObject(ann)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(md, "annotations");
+        ann = cJSON_AddObjectToObject(md, "annotations");
+    }
+    if (!ann)
+        return;
+    cJSON_DeleteItemFromObjectCaseSensitive(ann,
+                                            "kubectl.kubernetes.io/last-applied-configuration");
+    cJSON_DeleteItemFromObjectCaseSensitive(ann, REDACTED_ANNOTATION);
+    cJSON_AddStringToObject(ann, REDACTED_ANNOTATION, "true");
+}
+
+/* A viewer reads a Secret's metadata, type and keys, not its values
+ * (Kubernetes' `view` role does not read Secrets at all). */
+static int redacts(const funcd_token *t, const route *r)
+{
+    return t->role == FUNCD_ROLE_VIEWER && strcmp(r->kind->kind, "Secret") == 0;
+}
+
 int funcd_cp_watch_line(funcd_buf *out, const char *type, const void *value, size_t len,
-                        uint64_t revision)
+                        uint64_t revision, int redact)
 {
     cJSON *obj = funcd_registry_decode(value, len, revision);
+    if (obj && redact)
+        funcd_cp_redact(obj);
     char *text = obj ? cJSON_PrintUnformatted(obj) : NULL;
     cJSON_Delete(obj);
     if (!text)
@@ -653,9 +705,12 @@ static void upload_bundle(funcd_cp *cp, const funcd_cp_request *req, const route
         return;
     }
     funcd_bundle_digest(req->body, req->body_len, digest);
-    funcd_blob_stat st;
-    int exists = cp->blob->stat(cp->blob, digest, &st) == 0 && st.size == req->body_len;
-    if (!exists && cp->blob->put(cp->blob, digest, req->body, req->body_len) < 0) {
+    /* Only the namespace's own uploads count: whether another namespace
+     * has these bytes shows neither in the answer nor in its timing (the
+     * bytes are written again, under the same digest). */
+    int exists = funcd_bundle_visible(cp->blob, r->ns, digest);
+    if (!exists && (cp->blob->put(cp->blob, digest, req->body, req->body_len) < 0 ||
+                    funcd_bundle_grant(cp->blob, r->ns, digest) < 0)) {
         funcd_cp_status(resp, 500, "InternalError", NULL, "storing the bundle: %s",
                         funcd_error_last()->message);
         return;

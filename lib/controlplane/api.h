@@ -53,6 +53,7 @@ typedef struct funcd_cp_watch {
     int logs;       /* follow the logs of function `name` */
     char name[64];
     size_t tail;    /* logs: records to send first (0: all kept) */
+    int redact;     /* Secrets for a viewer: funcd_cp_redact each object */
 } funcd_cp_watch;
 
 typedef struct funcd_cp_response {
@@ -85,8 +86,14 @@ void funcd_cp_status(funcd_cp_response *resp, int code, const char *reason, cons
                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* One NDJSON watch line ({"type":..,"object":..}\n) for a store event, or
- * for a listed object (`added`); appended to `out`. */
+ * for a listed object (`added`); appended to `out`; `redact`: the object
+ * through funcd_cp_redact. */
 int funcd_cp_watch_line(funcd_buf *out, const char *type, const void *value, size_t len,
-                        uint64_t revision);
+                        uint64_t revision, int redact);
+
+/* What a viewer sees of a Secret (docs/security.md): every value of `data`
+ * becomes "" (the keys stay), stringData and the kubectl last-applied
+ * annotation go, and the annotation funcd.dev/data-redacted is "true". */
+void funcd_cp_redact(cJSON *secret);
 
 #endif

@@ -1,11 +1,14 @@
 #include "controlplane/auth.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "funcd/sys/error.h"
+#include "registry/encryption.h"
 
 int funcd_role_parse(const char *s, funcd_role *out)
 {
@@ -115,11 +118,18 @@ static int load_line(funcd_auth *a, char *line, const char *path, int lineno)
 
 int funcd_auth_load_file(funcd_auth *a, const char *path)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return funcd_error_set(FUNCD_EIO, "cannot read token file %s: %s", path, strerror(errno));
+    /* Bearer tokens: a file others may read gives their roles away. */
+    int rc = funcd_check_private_file(fd, path, "token file");
+    FILE *f = rc == 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        close(fd);
+        return rc < 0 ? rc : funcd_error_set(FUNCD_ENOMEM, "cannot read token file %s", path);
+    }
     char line[4096];
-    int lineno = 0, rc = 0;
+    int lineno = 0;
     while (rc == 0 && fgets(line, sizeof(line), f)) {
         lineno++;
         rc = load_line(a, line, path, lineno);

@@ -69,6 +69,7 @@ struct stream {
     int closed;        /* the client went away */
     int finishing;     /* shutting down: end after what is pending */
     int finished;
+    int redact; /* a viewer's watch of Secrets: values elided */
 };
 
 /* ---- plain requests --------------------------------------------------- */
@@ -134,7 +135,7 @@ static void on_store_event(const funcd_store_event *ev, void *payload)
                        : ev->create_revision == ev->revision ? "ADDED"
                                                              : "MODIFIED";
     funcd_buf line = FUNCD_BUF_INIT;
-    if (funcd_cp_watch_line(&line, type, ev->value, ev->len, ev->revision) < 0) {
+    if (funcd_cp_watch_line(&line, type, ev->value, ev->len, ev->revision, st->redact) < 0) {
         funcd_buf_free(&line);
         return;
     }
@@ -293,7 +294,8 @@ typedef struct added_ctx {
 static int list_added(const funcd_store_kv *kv, void *payload)
 {
     added_ctx *ac = payload;
-    if (funcd_cp_watch_line(&ac->st->pending, "ADDED", kv->value, kv->len, kv->revision) < 0)
+    if (funcd_cp_watch_line(&ac->st->pending, "ADDED", kv->value, kv->len, kv->revision,
+                            ac->st->redact) < 0)
         ac->failed = 1;
     return ac->failed;
 }
@@ -312,6 +314,7 @@ static void start_stream(funcd_cp_server *srv, h2o_req_t *req, funcd_cp_response
     st->srv = srv;
     st->gen.proceed = on_proceed;
     st->gen.stop = on_stop;
+    st->redact = resp->w.redact;
 
     if (resp->w.logs) {
         start_log_stream(srv, req, st, resp);

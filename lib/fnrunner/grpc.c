@@ -22,6 +22,7 @@
  */
 #include "fnrunner/grpc.h"
 
+#include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -33,9 +34,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include "controlplane/auth.h"
 #include "funcd/sys/error.h"
 #include "util/misc.h"
 
@@ -58,6 +63,7 @@ struct funcd_grpc_server {
     nghttp2_option *option;
     conn *conns;
     unsigned n_conns;
+    char *unix_path; /* the Unix socket we made, removed at free */
 };
 
 struct conn {
@@ -82,6 +88,7 @@ struct funcd_grpc_call {
     unsigned is_post : 1;
     unsigned grpc_type : 1; /* content-type application/grpc[+...;...] */
     unsigned bad_timeout : 1;
+    unsigned authorized : 1; /* a valid bearer token came (or none is needed) */
     char *path;
     int64_t timeout_ms; /* -1: none */
     int64_t deadline_ms;
@@ -288,6 +295,11 @@ static void call_begin(funcd_grpc_call *call)
         respond_headers_only(call, "405", FUNCD_GRPC_INTERNAL, "method must be POST");
     else if (!path_ok(call->path))
         respond_headers_only(call, "200", FUNCD_GRPC_UNIMPLEMENTED, "malformed method name");
+    else if (!call->authorized && strcmp(call->path, FUNCD_GRPC_HEALTH_CHECK_PATH) != 0)
+        respond_headers_only(call, "200", FUNCD_GRPC_UNAUTHENTICATED,
+                             "missing or invalid bearer token: send the metadata "
+                             "`authorization: Bearer <token>` with a token of funcd's "
+                             "--fn-runner-token-file (funcdctl: --token or FUNCD_TOKEN)");
     else if (call->bad_timeout)
         respond_headers_only(call, "200", FUNCD_GRPC_INTERNAL, "malformed grpc-timeout");
     else if (start_deadline(call) < 0)
@@ -393,6 +405,7 @@ static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *frame, voi
     call->stream_id = frame->hd.stream_id;
     call->stream_open = 1;
     call->timeout_ms = -1;
+    call->authorized = c->srv->cfg.auth == NULL;
     funcd_grpc_frame_init(&call->frame, c->srv->cfg.max_message);
     if (nghttp2_session_set_stream_user_data(h2, call->stream_id, call) != 0) {
         call_free(call);
@@ -433,6 +446,12 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *frame, const uint
     } else if (NAME_IS("grpc-timeout")) {
         call->timeout_ms = funcd_grpc_parse_timeout((const char *)value, valuelen);
         call->bad_timeout = call->timeout_ms < 0;
+    } else if (NAME_IS("authorization") && call->conn->srv->cfg.auth) {
+        static const char bearer[] = "Bearer ";
+        const size_t bl = sizeof(bearer) - 1;
+        call->authorized = valuelen > bl && strncasecmp((const char *)value, bearer, bl) == 0 &&
+                           funcd_auth_find(call->conn->srv->cfg.auth, (const char *)value + bl,
+                                           valuelen - bl) != NULL;
     }
     return 0;
 }
@@ -654,6 +673,40 @@ static void on_accept_retry(evutil_socket_t fd, short what, void *arg)
 
 /* ---- the server --------------------------------------------------------- */
 
+/* A listening Unix socket at `path`, mode 0600 from the start (fchmod
+ * before bind sets the mode bind gives the file). */
+static int listen_unix(funcd_grpc_server *s, const char *path, char *bound, size_t bound_len)
+{
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    struct stat st;
+    if (!*path || strlen(path) >= sizeof(sun.sun_path))
+        return funcd_error_set(FUNCD_EINVAL, "unix socket path \"%s\" is empty or longer than "
+                               "%zu bytes", path, sizeof(sun.sun_path) - 1);
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode))
+            return funcd_error_set(FUNCD_EBIND, "cannot listen on unix:%s: a file that is not a "
+                                   "socket is there", path);
+        unlink(path); /* a socket left by an earlier run */
+    }
+    memcpy(sun.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || fchmod(fd, 0600) != 0 ||
+        bind(fd, (struct sockaddr *)&sun, sizeof(sun)) != 0 || chmod(path, 0600) != 0 ||
+        listen(fd, SOMAXCONN) != 0) {
+        int err = errno;
+        if (fd >= 0)
+            close(fd);
+        return funcd_error_set(FUNCD_EBIND, "cannot listen on unix:%s: %s", path, strerror(err));
+    }
+    if (!(s->unix_path = strdup(path))) {
+        close(fd);
+        unlink(path);
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory");
+    }
+    snprintf(bound, bound_len, "unix:%s", path);
+    return fd;
+}
+
 int funcd_grpc_server_new(funcd_grpc_server **out, const funcd_grpc_config *cfg, const char *addr,
                           char *bound, size_t bound_len)
 {
@@ -673,7 +726,8 @@ int funcd_grpc_server_new(funcd_grpc_server **out, const funcd_grpc_config *cfg,
         return funcd_error_set(FUNCD_ENOMEM, "out of memory for the gRPC server");
     }
     if (addr) {
-        int fd = funcd_listen_tcp(addr, 0, bound, bound_len);
+        int fd = strncmp(addr, "unix:", 5) == 0 ? listen_unix(s, addr + 5, bound, bound_len)
+                                               : funcd_listen_tcp(addr, 0, bound, bound_len);
         if (fd < 0) {
             funcd_grpc_server_free(s);
             return fd;
@@ -727,6 +781,9 @@ void funcd_grpc_server_free(funcd_grpc_server *s)
     }
     nghttp2_session_callbacks_del(s->callbacks);
     nghttp2_option_del(s->option);
+    if (s->unix_path)
+        unlink(s->unix_path);
+    free(s->unix_path);
     free(s);
 }
 

@@ -29,6 +29,7 @@
 
 struct event_base;
 struct bufferevent;
+struct funcd_auth;
 
 /* gRPC status codes the platform uses. */
 enum funcd_grpc_status {
@@ -42,6 +43,7 @@ enum funcd_grpc_status {
     FUNCD_GRPC_UNIMPLEMENTED = 12,
     FUNCD_GRPC_INTERNAL = 13,
     FUNCD_GRPC_UNAVAILABLE = 14,
+    FUNCD_GRPC_UNAUTHENTICATED = 16,
 };
 
 #define FUNCD_GRPC_DEFAULT_MAX_MESSAGE ((size_t)6 << 20)
@@ -66,10 +68,16 @@ typedef struct funcd_grpc_config {
     funcd_grpc_handler handler; /* every path except grpc.health.v1.Health/Check; NULL: none */
     void *payload;
     const funcd_logger *logger;
+    /* Set: every call but the health check needs `authorization: Bearer T`
+     * with a token of it, else UNAUTHENTICATED. Borrowed. NULL: none. */
+    const struct funcd_auth *auth;
 } funcd_grpc_config;
 
-/* Listens on `addr` ("host:port", port 0: ephemeral) and writes the bound
- * address into `bound`. `addr` NULL: no listener (connections come only
+/* Listens on `addr`: "host:port" (port 0: ephemeral), or "unix:/path" (a
+ * Unix socket of mode 0600; a stale socket there is replaced, anything
+ * else is refused; removed again by funcd_grpc_server_free). */
+
+/* Writes the bound address ("host:port" or "unix:/path") into `bound`. `addr` NULL: no listener (connections come only
  * through funcd_grpc_server_adopt). Fails with FUNCD_EBIND / FUNCD_EINVAL. */
 int funcd_grpc_server_new(funcd_grpc_server **out, const funcd_grpc_config *cfg, const char *addr,
                           char *bound, size_t bound_len);

@@ -168,6 +168,14 @@ funcd_option *funcd_with_registry_auth_file(const char *path)
 {
     return string_option(OPT_REGISTRY_AUTH_FILE, path);
 }
+funcd_option *funcd_with_encryption_key_file(const char *path)
+{
+    return string_option(OPT_ENCRYPTION_KEY_FILE, path);
+}
+funcd_option *funcd_with_fn_runner_token_file(const char *path)
+{
+    return string_option(OPT_FN_RUNNER_TOKEN_FILE, path);
+}
 funcd_option *funcd_with_registry_certs_dir(const char *dir)
 {
     return string_option(OPT_REGISTRY_CERTS_DIR, dir);
@@ -442,6 +450,16 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
         if (!o->str)
             return funcd_error_set(FUNCD_EINVAL, "funcd_with_token_file: path is NULL");
         return funcd_auth_load_file(&cfg->auth, o->str);
+    case OPT_ENCRYPTION_KEY_FILE:
+        if (!o->str || !*o->str)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_encryption_key_file: no path");
+        replace_str(&cfg->encryption_key_file, &o->str);
+        break;
+    case OPT_FN_RUNNER_TOKEN_FILE:
+        if (!o->str)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_fn_runner_token_file: path is NULL");
+        cfg->fn_runner_auth_on = 1;
+        return funcd_auth_load_file(&cfg->fn_runner_auth, o->str);
     case OPT_LOGGER:
         cfg->logger.fn = o->log_fn;
         cfg->logger.min = o->log_min;
@@ -499,5 +517,7 @@ void funcd_config_clear(funcd_config *cfg)
     funcd_strv_free(cfg->allowed_registries);
     funcd_strv_free(cfg->seccomp_allow);
     funcd_strv_free(cfg->source_roots);
+    free(cfg->encryption_key_file);
+    funcd_auth_clear(&cfg->fn_runner_auth);
     memset(cfg, 0, sizeof(*cfg));
 }

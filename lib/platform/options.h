@@ -44,6 +44,8 @@ typedef enum option_kind {
     OPT_STREAM_BUFFER,
     OPT_MAX_CONNECTIONS,
     OPT_SOURCE_ROOT,
+    OPT_ENCRYPTION_KEY_FILE,
+    OPT_FN_RUNNER_TOKEN_FILE,
 } option_kind;
 
 struct funcd_option {
@@ -109,6 +111,9 @@ typedef struct funcd_config {
     uint64_t shutdown_grace_ms;   /* 0: the default */
     size_t stream_buffer;         /* 0: the default */
     unsigned max_connections;     /* 0: the default */
+    char *encryption_key_file;    /* Secrets at rest; NULL: see platform.c */
+    funcd_auth fn_runner_auth;    /* tokens the function runner takes */
+    int fn_runner_auth_on;        /* 1: calls without one of them are refused */
 } funcd_config;
 
 /* Applies presets first, then the rest in order; frees every option. */

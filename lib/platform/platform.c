@@ -28,6 +28,8 @@
 #include "runtime/cgroup.h"
 #include "fnrunner/service.h"
 #include "gateway/embedded.h"
+#include "registry/encryption.h"
+#include "store/sqlite_private.h"
 #include "serving/serving.h"
 #include "source/resolver.h"
 #include "util/misc.h"
@@ -290,6 +292,54 @@ static int make_absolute(char **path)
     return 0;
 }
 
+/* Secrets at rest (docs/adr/0019-secret-encryption.md): the store is wrapped
+ * so Secrets are sealed before any driver sees them, with the key file's
+ * key, or a random key of the process for the memory store; a sqlite store
+ * also drops a deleted Secret's history. A key that does not open the
+ * stored Secrets stops the start. */
+static int setup_secrets(funcd_platform *p)
+{
+    funcd_config *c = &p->cfg;
+    uint8_t key[FUNCD_ENC_KEY_LEN];
+    int created = 0, rc = 0;
+    if (funcd__store_sqlite_db(c->store) &&
+        (rc = funcd__store_sqlite_purge_prefix(c->store, FUNCD_SECRETS_PREFIX)) < 0)
+        return rc;
+    if (c->encryption_key_file) {
+        rc = funcd_enc_key_file(c->encryption_key_file, 1, key, &created);
+    } else if (c->store->name && strcmp(c->store->name, "memory") == 0) {
+        rc = funcd_enc_random_key(key);
+    } else {
+        funcd_log(&c->logger, FUNCD_LOG_WARN,
+                  "Secrets are stored unencrypted in the %s store: give an encryption key file "
+                  "(funcd_with_encryption_key_file, funcd --encryption-key-file)",
+                  c->store->name ? c->store->name : "injected");
+        return 0;
+    }
+    if (rc < 0)
+        return rc;
+    if (created)
+        funcd_log(&c->logger, FUNCD_LOG_INFO,
+                  "created encryption key file %s: back it up; without it the Secrets in the "
+                  "store cannot be read", c->encryption_key_file);
+    funcd_store *inner = c->store;
+    c->store = NULL;
+    rc = funcd_store_encrypting_new(&c->store, inner, key, FUNCD_SECRETS_PREFIX);
+    memset(key, 0, sizeof(key));
+    size_t sealed = 0;
+    if (rc == 0 && (rc = funcd_store_encrypting_check(c->store, &sealed)) < 0) {
+        char msg[1100];
+        snprintf(msg, sizeof(msg), "%s", funcd_error_last()->message);
+        return funcd_error_set(rc, "%s (encryption key: %s)", msg,
+                               c->encryption_key_file ? c->encryption_key_file
+                                                      : "a random key of this process");
+    }
+    if (sealed)
+        funcd_log(&c->logger, FUNCD_LOG_INFO, "encrypted %zu Secrets stored before encryption "
+                  "was on", sealed);
+    return rc;
+}
+
 static void on_log_tick(evutil_socket_t fd, short what, void *arg)
 {
     funcd_platform *p = arg;
@@ -327,7 +377,7 @@ static void restore_favor_dynmods(funcd_platform *p)
 static int build(funcd_platform *p)
 {
     int rc = complete_config(&p->cfg);
-    if (rc < 0)
+    if (rc < 0 || (rc = setup_secrets(p)) < 0)
         return rc;
     if (p->cfg.cgroup_favordynmods)
         favor_dynmods(p);
@@ -394,6 +444,7 @@ static int build(funcd_platform *p)
         .n_builtins = p->cfg.n_builtins,
         .logger = &p->cfg.logger,
         .sources = p->sources,
+        .auth = p->cfg.fn_runner_auth_on ? &p->cfg.fn_runner_auth : NULL,
     };
     rc = funcd_fnrunner_new(&p->fnrunner, &fc, p->cfg.fn_runner_addr, p->fn_runner_addr,
                             sizeof(p->fn_runner_addr));

@@ -343,6 +343,12 @@ static char *materialize(funcd_serving *s, const char *ns, const char *name, con
             fail(st, "ArtifactFailed", "this platform has no blob store for bundles");
             return NULL;
         }
+        if (!funcd_bundle_visible(s->cfg.blob, ns, bundle)) {
+            fail(st, "ArtifactFailed", "bundle %s was not uploaded to namespace \"%s\": upload "
+                 "it there (funcdctl deploy -n %s, or POST .../namespaces/%s/bundles)", bundle, ns,
+                 ns, ns);
+            return NULL;
+        }
         if (funcd_bundle_materialize(s->cfg.blob, bundle, s->cache_dir, dir, sizeof(dir), err,
                                      sizeof(err)) < 0) {
             fail(st, "ArtifactFailed", "bundle %s: %s", bundle, err);

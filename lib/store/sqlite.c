@@ -15,13 +15,16 @@
  * unwatch (the mutex is recursive) but not write.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "funcd/sys/error.h"
 #include "store/watchers.h"
@@ -33,7 +36,7 @@
 /* The change log is trimmed once it holds this many rows beyond `history`,
  * so most commits touch no extra page for compaction. */
 #define COMPACT_BATCH 1024
-#define SCHEMA_VERSION 1
+#define SCHEMA_VERSION 2
 
 enum stmt_id {
     S_BEGIN_WRITE,
@@ -52,6 +55,11 @@ enum stmt_id {
     S_LIST_ALL,
     S_REPLAY,
     S_REPLAY_ALL,
+    S_PURGE,
+    S_PURGE_MARK,
+    S_PURGED,
+    S_PURGED_ALL,
+    S_COMPACT_PURGED,
     S_COUNT
 };
 
@@ -81,6 +89,12 @@ static const char *const stmt_sql[S_COUNT] = {
                  "WHERE revision > ?1 AND key >= ?2 AND key < ?3 ORDER BY revision",
     [S_REPLAY_ALL] = "SELECT type, key, value, revision, create_revision FROM changes "
                      "WHERE revision > ?1 AND key >= ?2 ORDER BY revision",
+    [S_PURGE] = "DELETE FROM changes WHERE key = ?1 AND revision <= ?2",
+    [S_PURGE_MARK] = "INSERT OR REPLACE INTO purged(key, revision) VALUES (?1, ?2)",
+    [S_PURGED] = "SELECT key, revision FROM purged "
+                 "WHERE revision > ?1 AND key >= ?2 AND key < ?3 LIMIT 1",
+    [S_PURGED_ALL] = "SELECT key, revision FROM purged WHERE revision > ?1 AND key >= ?2 LIMIT 1",
+    [S_COMPACT_PURGED] = "DELETE FROM purged WHERE revision <= ?1",
 };
 
 /* Migrations, one per schema version; migration[i] takes version i to i + 1. */
@@ -92,6 +106,8 @@ static const char *const migration[SCHEMA_VERSION] = {
     "  revision INTEGER NOT NULL, create_revision INTEGER NOT NULL) WITHOUT ROWID;"
     "CREATE TABLE changes(revision INTEGER PRIMARY KEY, type INTEGER NOT NULL,"
     "  key TEXT NOT NULL, value BLOB NOT NULL, create_revision INTEGER NOT NULL);",
+    /* 2: keys whose history was purged when they were deleted (purge_prefix) */
+    "CREATE TABLE purged(key TEXT NOT NULL PRIMARY KEY, revision INTEGER NOT NULL) WITHOUT ROWID;",
 };
 
 typedef struct sqlite_store {
@@ -103,6 +119,7 @@ typedef struct sqlite_store {
     uint64_t history;
     unsigned busy_timeout_ms;
     uint64_t last_revision; /* answered by revision() if the database cannot be read */
+    char *purge_prefix;     /* deleting a key under it removes its history; NULL: none */
 
     funcd_watch_list watches; /* its in_callback also refuses writes from callbacks */
 } sqlite_store;
@@ -358,6 +375,10 @@ static int write_meta(sqlite_store *st, const meta *before)
         compacted = revision - st->history;
         bind_u64(st->stmt[S_COMPACT], 1, compacted);
         rc = run(st, S_COMPACT);
+        if (rc == SQLITE_OK) {
+            bind_u64(st->stmt[S_COMPACT_PURGED], 1, compacted);
+            rc = run(st, S_COMPACT_PURGED);
+        }
     }
     if (rc != SQLITE_OK)
         return rc;
@@ -366,11 +387,34 @@ static int write_meta(sqlite_store *st, const meta *before)
     return run(st, S_SET_META);
 }
 
+static int purges(const sqlite_store *st, const funcd_store_event *ev)
+{
+    return ev->type == FUNCD_STORE_EVENT_DELETE && st->purge_prefix &&
+           strncmp(ev->key, st->purge_prefix, strlen(st->purge_prefix)) == 0;
+}
+
+/* A deleted key under purge_prefix leaves no value in the log: its rows up
+ * to the delete go, and `purged` remembers that replays from before the
+ * delete cannot be complete for it. */
+static int purge(sqlite_store *st, const funcd_store_event *ev)
+{
+    bind_text(st->stmt[S_PURGE], 1, ev->key);
+    bind_u64(st->stmt[S_PURGE], 2, ev->revision);
+    int rc = run(st, S_PURGE);
+    if (rc != SQLITE_OK)
+        return rc;
+    bind_text(st->stmt[S_PURGE_MARK], 1, ev->key);
+    bind_u64(st->stmt[S_PURGE_MARK], 2, ev->revision);
+    return run(st, S_PURGE_MARK);
+}
+
 /* kv, changes and meta for `ev`, whose revision is before->revision + 1. */
 static int apply(sqlite_store *st, const funcd_store_event *ev, const meta *before)
 {
     int rc;
     if ((rc = write_kv(st, ev)) != SQLITE_OK || (rc = write_log(st, ev)) != SQLITE_OK)
+        return rc;
+    if (purges(st, ev) && (rc = purge(st, ev)) != SQLITE_OK)
         return rc;
     return write_meta(st, before);
 }
@@ -435,6 +479,10 @@ static int write_locked(sqlite_store *st, const write_req *req, uint64_t *revisi
         return rc;
     }
     st->last_revision = ev.revision;
+    /* The purged rows' pages were zeroed (secure_delete); older copies of
+     * them may still sit in the write-ahead log: empty it (best effort). */
+    if (purges(st, &ev))
+        sqlite3_wal_checkpoint_v2(st->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
     dispatch(st, &ev);
     free(cur.value);
     if (revision)
@@ -621,6 +669,35 @@ static int gone(const char *prefix, uint64_t after, uint64_t compacted)
                            prefix, after, compacted);
 }
 
+/* A key under the watch's prefix whose history was purged after `after`
+ * (FUNCD_EGONE), or 0. */
+static int check_purged(sqlite_store *st, funcd_store_watch *w, uint64_t after, int *err)
+{
+    char *upper = malloc(w->prefix_len + 1);
+    sqlite3_stmt *stmt = NULL;
+    int temporary = 0, rc;
+    *err = 0;
+    if (!upper)
+        return SQLITE_NOMEM;
+    if ((rc = open_range(st, S_PURGED, w->prefix, 2, upper, &stmt, &temporary)) != SQLITE_OK) {
+        free(upper);
+        return rc;
+    }
+    bind_u64(stmt, 1, after);
+    rc = sqlite3_step(stmt);
+    if (rc == SQLITE_ROW)
+        *err = funcd_error_set(FUNCD_EGONE,
+                               "store: cannot watch prefix \"%s\" from revision %" PRIu64
+                               ": the history of \"%s\" up to revision %" PRIu64
+                               " was purged when it was deleted; list the prefix again and "
+                               "watch from the list's revision",
+                               w->prefix, after, (const char *)sqlite3_column_text(stmt, 0),
+                               column_u64(stmt, 1));
+    release(stmt, temporary);
+    free(upper);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
 /* Replays, then links the watch: both under the lock writers commit under,
  * so no write falls between the two. */
 static int watch_locked(sqlite_store *st, funcd_store_watch *w, uint64_t after)
@@ -631,7 +708,7 @@ static int watch_locked(sqlite_store *st, funcd_store_watch *w, uint64_t after)
     if (rc == SQLITE_OK && (rc = read_meta(st, &m)) == SQLITE_OK) {
         if (after < m.compacted)
             err = gone(w->prefix, after, m.compacted);
-        else
+        else if ((rc = check_purged(st, w, after, &err)) == SQLITE_OK && err == 0)
             rc = replay(st, w, after);
     }
     if (rc != SQLITE_OK)
@@ -697,6 +774,7 @@ static void sq_free(funcd_store *s)
         sqlite3_finalize(st->stmt[i]);
     sqlite3_close(st->db);
     pthread_mutex_destroy(&st->lock);
+    free(st->purge_prefix);
     free(st->path);
     free(st);
 }
@@ -807,10 +885,38 @@ static int prepare_all(sqlite_store *st)
     return 0;
 }
 
+/* The database and its -wal and -shm hold every object: owner only. A new
+ * file is made 0600 before SQLite opens it (SQLite gives -wal and -shm the
+ * database's mode); older files are narrowed to it. */
+static int make_private(const sqlite_store *st)
+{
+    int fd = open(st->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return funcd_error_set(FUNCD_EIO,
+                               "store: cannot open sqlite database %s: %s; its directory must "
+                               "exist and be writable",
+                               st->path, strerror(errno));
+    close(fd);
+    static const char *const suffix[] = {"", "-wal", "-shm", "-journal"};
+    for (size_t i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
+        char path[4200];
+        struct stat sb;
+        snprintf(path, sizeof(path), "%s%s", st->path, suffix[i]);
+        if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (sb.st_mode & 077) &&
+            chmod(path, sb.st_mode & 0700) != 0)
+            return funcd_error_set(FUNCD_EIO, "store: cannot make %s private (chmod 600): %s",
+                                   path, strerror(errno));
+    }
+    return 0;
+}
+
 static int open_db(sqlite_store *st)
 {
+    int rc = make_private(st);
+    if (rc < 0)
+        return rc;
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
-    int rc = sqlite3_open_v2(st->path, &st->db, flags, NULL);
+    rc = sqlite3_open_v2(st->path, &st->db, flags, NULL);
     if (rc != SQLITE_OK)
         return funcd_error_set(rc == SQLITE_NOMEM ? FUNCD_ENOMEM : FUNCD_EIO,
                                "store: cannot open sqlite database %s: %s; its directory must "
@@ -819,7 +925,8 @@ static int open_db(sqlite_store *st)
     sqlite3_extended_result_codes(st->db, 1);
     sqlite3_busy_timeout(st->db, (int)st->busy_timeout_ms);
     if ((rc = enable_wal(st)) < 0 ||
-        (rc = exec_sql(st, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=OFF",
+        (rc = exec_sql(st, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=OFF; "
+                           "PRAGMA secure_delete=ON",
                        "open (setting pragmas)")) < 0 ||
         (rc = migrate(st)) < 0 || (rc = prepare_all(st)) < 0)
         return rc;
@@ -886,5 +993,20 @@ FUNCD_EXTERN int funcd_store_sqlite_new(funcd_store **out, const char *path,
 
 sqlite3 *funcd__store_sqlite_db(funcd_store *s)
 {
-    return s && s->name && strcmp(s->name, "sqlite") == 0 ? sq(s)->db : NULL;
+    return s && s->get == sq_get ? sq(s)->db : NULL;
+}
+
+int funcd__store_sqlite_purge_prefix(funcd_store *s, const char *prefix)
+{
+    if (!s || s->get != sq_get)
+        return funcd_error_set(FUNCD_EINVAL, "store: not a sqlite store");
+    sqlite_store *st = sq(s);
+    char *copy = prefix ? strdup(prefix) : NULL;
+    if (prefix && !copy)
+        return funcd_error_set(FUNCD_ENOMEM, "store: out of memory");
+    pthread_mutex_lock(&st->lock);
+    free(st->purge_prefix);
+    st->purge_prefix = copy;
+    pthread_mutex_unlock(&st->lock);
+    return 0;
 }

@@ -209,6 +209,99 @@ TEST(compacted_history_is_gone)
     CHECK(rows >= 8 && rows < 16);
 }
 
+/* A deleted key under the purge prefix leaves nothing of its values in the
+ * log or the files; watches from before the delete that cover it get
+ * FUNCD_EGONE, the others replay as before. */
+TEST(deleted_secrets_are_purged_from_history)
+{
+    static const char secret_value[] = "purge-me-7c1d9e";
+    funcd_store *s = open_store("purge.db", 0, 0);
+    funcd_store_watch *w = NULL;
+    counting c = {0, 0, 0};
+    CHECK(s != NULL);
+    CHECK_INT(funcd__store_sqlite_purge_prefix(s, "/registry/secrets/"), 0);
+    uint64_t rev = 0, del_rev = 0;
+    s->put(s, "/registry/functions/ns/f", "fn", 2, ANY, NULL);
+    for (int i = 0; i < 3; i++)
+        s->put(s, "/registry/secrets/ns/db", secret_value, sizeof(secret_value) - 1, ANY, &rev);
+    s->put(s, "/registry/secrets/ns/kept", "kept", 4, ANY, NULL);
+    int del = s->del(s, "/registry/secrets/ns/db", ANY, &del_rev);
+    int gone = s->watch(s, "/registry/", rev, count_cb, &c, &w);
+    char message[512];
+    snprintf(message, sizeof(message), "%s", funcd_error_last()->message);
+    int other = s->watch(s, "/registry/functions/", 0, count_cb, &c, &w);
+    if (other == 0)
+        s->unwatch(s, w);
+    int functions_replayed = c.n;
+    int after = s->watch(s, "/registry/", del_rev, count_cb, &c, &w);
+    if (after == 0)
+        s->unwatch(s, w);
+    s->free(s);
+    CHECK_INT(del, 0);
+    CHECK_INT(gone, FUNCD_EGONE);
+    CHECK_CONTAINS(message, "purged");
+    CHECK_CONTAINS(message, "list the prefix again");
+    CHECK_INT(other, 0);
+    CHECK_INT(functions_replayed, 1);
+    CHECK_INT(after, 0);
+    CHECK_INT(query_int("purge.db", "SELECT count(*) FROM changes WHERE key = "
+                                    "'/registry/secrets/ns/db'"), 0);
+    CHECK_INT(query_int("purge.db", "SELECT count(*) FROM changes WHERE key = "
+                                    "'/registry/secrets/ns/kept'"), 1);
+    /* not in any file of the database either */
+    static const char *const suffix[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) {
+        char path[300];
+        db_path(path, sizeof(path), "purge.db");
+        strcat(path, suffix[i]);
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            continue;
+        static char buf[1 << 20];
+        size_t n = fread(buf, 1, sizeof(buf), f);
+        fclose(f);
+        if (memmem(buf, n, secret_value, sizeof(secret_value) - 1))
+            FAILF("%s still holds the deleted value", path);
+    }
+    /* the purge survives a reopen */
+    s = open_store("purge.db", 0, 0);
+    CHECK(s != NULL);
+    gone = s->watch(s, "/registry/secrets/", 0, count_cb, &c, &w);
+    if (gone == 0)
+        s->unwatch(s, w);
+    s->free(s);
+    CHECK_INT(gone, FUNCD_EGONE);
+}
+
+TEST(database_files_are_private)
+{
+    char path[300];
+    umask(022);
+    funcd_store *s = open_store("modes.db", 0, 0);
+    CHECK(s != NULL);
+    s->put(s, "/k", "v", 1, ANY, NULL); /* makes -wal and -shm */
+    static const char *const suffix[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) {
+        struct stat sb;
+        db_path(path, sizeof(path), "modes.db");
+        strcat(path, suffix[i]);
+        if (stat(path, &sb) != 0)
+            FAILF("%s: %s", path, strerror(errno));
+        if ((sb.st_mode & 07777) != 0600)
+            FAILF("%s has mode %04o", path, (unsigned)(sb.st_mode & 07777));
+    }
+    s->free(s);
+    /* a database made 0644 by an older funcd is narrowed when opened */
+    db_path(path, sizeof(path), "modes.db");
+    CHECK(chmod(path, 0644) == 0);
+    s = open_store("modes.db", 0, 0);
+    CHECK(s != NULL);
+    s->free(s);
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0);
+    CHECK_INT(sb.st_mode & 07777, 0600);
+}
+
 typedef struct reentrant {
     funcd_store *s;
     int put_rc, get_rc, list_rc, listed;
@@ -539,6 +632,8 @@ int main(void)
     RUN(conformance);
     RUN(reopen_finds_every_key_and_the_revision);
     RUN(compacted_history_is_gone);
+    RUN(deleted_secrets_are_purged_from_history);
+    RUN(database_files_are_private);
     RUN(callbacks_may_read_and_watch_but_not_write);
     RUN(prefixes_are_byte_ranges_not_patterns);
     RUN(disk_full_gives_enospc_and_keeps_earlier_data);

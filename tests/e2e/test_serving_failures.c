@@ -280,6 +280,73 @@ SV_TEST(missing_bundle)
     CHECK(sv_header(&e->r, "Retry-After")[0] != '\0');
 }
 
+/* Bundles belong to the namespace that uploaded them (issue 11, finding 10):
+ * team-b uploading bytes default already has gets 201 like any fresh
+ * upload, and a Function in team-b naming a bundle only default uploaded is
+ * not Ready, while the same spec in default is. */
+SV_TEST(foreign_bundle)
+{
+    static const char *const gzip[] = {"Content-Type: application/gzip", NULL};
+    static const char main_py[] = "def handler(req):\n    return 'ok'\n";
+    sv_entry shared[] = {{"main.py", main_py, 0644}};
+    sv_entry only_a[] = {{"main.py", main_py, 0644}, {"a.txt", "default only\n", 0644}};
+    void *s = NULL, *a = NULL;
+    size_t sl = 0, al = 0;
+    CHECK(sv_targz(shared, 1, &s, &sl) == 0);
+    if (sv_targz(only_a, 2, &a, &al) < 0) {
+        free(s);
+        FAILF("cannot build the bundle");
+    }
+    long first = sv_upload(e, s, sl);
+    long again = sv_upload(e, s, sl);
+    long other = e2e_http_send(e->h, "POST", NS("team-b") "/bundles", TEAM_B_TOKEN, gzip, s, sl,
+                               &e->r);
+    long other_again = e2e_http_send(e->h, "POST", NS("team-b") "/bundles", TEAM_B_TOKEN, gzip,
+                                     s, sl, &e->r);
+    long a_up = sv_upload(e, a, al);
+    char digest[100];
+    snprintf(digest, sizeof(digest), "%s", jstr(e->r.json, "digest") ? jstr(e->r.json, "digest")
+                                                                      : "");
+    free(s);
+    free(a);
+    CHECK_INT(first, 201);
+    CHECK_INT(again, 200);
+    CHECK_INT(other, 201); /* nothing tells team-b that default has these bytes */
+    CHECK_INT(other_again, 200);
+    CHECK_INT(a_up, 201);
+    CHECK(digest[0]);
+
+    char body[512];
+    snprintf(body, sizeof(body),
+             "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":"
+             "\"borrow\"},\"spec\":{\"runtime\":\"python3\",\"handler\":\"main.handler\","
+             "\"source\":{\"bundle\":\"%s\"}}}",
+             digest);
+    CHECK_INT(env_req(e, "POST", NS("team-b") "/functions", TEAM_B_TOKEN, body), 201);
+    int64_t deadline = e2e_now_ms() + 5000;
+    const char *status = NULL;
+    for (;;) {
+        if (env_req(e, "GET", NS("team-b") "/functions/borrow", TEAM_B_TOKEN, NULL) == 200 &&
+            jnum(e->r.json, "status.observedGeneration") == jnum(e->r.json, "metadata.generation"))
+            status = jstr(sv_ready_condition(e->r.json), "status");
+        if (status || e2e_now_ms() >= deadline)
+            break;
+        env_sleep_ms(20);
+    }
+    CHECK_STR(status, "False");
+    const cJSON *ready = sv_ready_condition(e->r.json);
+    CHECK_STR(jstr(ready, "reason"), "ArtifactFailed");
+    CHECK_CONTAINS(jstr(ready, "message"), "team-b");
+    /* the owner's Function with the same spec is Ready */
+    CHECK_INT(sv_create(e, "own",
+                        "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":"
+                        "{\"bundle\":\"%s\"}}",
+                        digest),
+              201);
+    if (!sv_wait_ready(e, "own", 5000))
+        FAILF("the uploader's Function is not Ready: %.500s", e->r.body);
+}
+
 /* How many of `procs` still exist, each reported. */
 static size_t count_alive(const sv_proc *procs, size_t n, const char *when)
 {
@@ -419,6 +486,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, queue_overflow);
     SV_RUN(only, ran, bad_bundles);
     SV_RUN(only, ran, missing_bundle);
+    SV_RUN(only, ran, foreign_bundle);
     SV_RUN(only, ran, shutdown);
     SV_RUN(only, ran, host_failure);
     e2e_client_global_cleanup();
