@@ -203,6 +203,26 @@ TEST(envelope_refuses_tampering_wrong_key_and_truncation)
     free(sealed);
 }
 
+/* A value sealed by another AES-GCM implementation (Python's cryptography,
+ * key 07*8 09 00*23, nonce 00..0b, AAD /registry/secrets/fuzz/s) opens. */
+TEST(envelope_known_answer)
+{
+    static const uint8_t k[32] = {7, 7, 7, 7, 7, 7, 7, 7, 9};
+    static const char sealed[] =
+        "\x6b\x38\x73\x3a\x65\x6e\x63\x3a\x61\x65\x73\x67\x63\x6d\x3a\x76"
+        "\x31\x3a\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0d\x99"
+        "\xf0\x1d\x3b\xa4\xde\x6d\x47\xeb\xa1\x7b\x13\x1f\xc4\xb7\x62\xb8"
+        "\x13\xa3\x3b\x1c\x52\x7e\xef\x8c\xa5\xe5\xe8\xdc\xd1\x68\x6f\x20"
+        "\x42\x43\x78\x53\x55\x30\xf4\xc7\xac\x4e\xdc\x3c\x36\xe6\x2b\xaf"
+        "\xce\xe3\xba";
+    void *out = NULL;
+    size_t n = 0;
+    CHECK_INT(funcd_enc_open(k, "/registry/secrets/fuzz/s", sealed, sizeof(sealed) - 1, &out, &n),
+              0);
+    CHECK_STR((char *)out, "{\"kind\":\"Secret\",\"data\":{\"k\":\"dg==\"}}");
+    free(out);
+}
+
 TEST(envelope_without_prefix_is_legacy_plaintext)
 {
     void *opened = NULL;
@@ -386,6 +406,7 @@ int main(void)
     RUN(token_file_hostile_lines);
     RUN(envelope_round_trip_and_format);
     RUN(envelope_refuses_tampering_wrong_key_and_truncation);
+    RUN(envelope_known_answer);
     RUN(envelope_without_prefix_is_legacy_plaintext);
     RUN(key_file_created_0600_and_read_back);
     RUN(key_file_hostile);
