@@ -292,7 +292,7 @@ static int make_absolute(char **path)
     return 0;
 }
 
-/* Secrets at rest (docs/adr/0019-secret-encryption.md): the store is wrapped
+/* Secrets at rest (docs/adr/0025-secret-encryption.md): the store is wrapped
  * so Secrets are sealed before any driver sees them, with the key file's
  * key, or a random key of the process for the memory store; a sqlite store
  * also drops a deleted Secret's history. A key that does not open the

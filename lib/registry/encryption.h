@@ -1,5 +1,5 @@
 /*
- * Secrets at rest (docs/adr/0019-secret-encryption.md): the values of keys
+ * Secrets at rest (docs/adr/0025-secret-encryption.md): the values of keys
  * under a prefix (the Secrets', "/registry/secrets/") are sealed with
  * AES-256-GCM before they reach the store driver and opened when read back,
  * as Kubernetes' EncryptionConfiguration aesgcm provider does.

@@ -15,7 +15,7 @@ sqlite3 *funcd__store_sqlite_db(funcd_store *s);
  * removes the key's rows from the change log, up to the delete itself, and
  * empties the write-ahead log; a watch from before such a delete whose
  * prefix covers the key gets FUNCD_EGONE. The platform sets it to the
- * Secrets' prefix (docs/adr/0019-secret-encryption.md). FUNCD_EINVAL if `s`
+ * Secrets' prefix (docs/adr/0025-secret-encryption.md). FUNCD_EINVAL if `s`
  * is not a sqlite store. */
 int funcd__store_sqlite_purge_prefix(funcd_store *s, const char *prefix);
 
