@@ -33,6 +33,11 @@ int main(void)
         printf("1h30m -> %llu\n", (unsigned long long)ms);
         return 1;
     }
+    if (funcd_parse_duration_ms("1.5s", &ms) != 0 || ms != 1500) {
+        printf("1.5s -> %llu\n", (unsigned long long)ms);
+        return 1;
+    }
+    ms = 5400000;
     if (funcd_parse_duration_ms("soon", &ms) != FUNCD_EINVAL || ms != 5400000 ||
         !strstr(funcd_error_last()->message, "soon")) {
         printf("soon accepted or message \"%s\"\n", funcd_error_last()->message);
