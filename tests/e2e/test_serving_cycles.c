@@ -82,6 +82,7 @@ static int run_cycles(env *e, int rounds)
             return -1;
     long last[N_WORKERS] = {0};
     int bad = 0, shown = 0;
+    int64_t slowest = 0;
     int64_t start = e2e_now_ms();
     for (int i = 0; i < rounds; i++) {
         for (size_t w = 0; w < N_WORKERS; w++) {
@@ -93,20 +94,34 @@ static int run_cycles(env *e, int rounds)
             }
             char path[128];
             snprintf(path, sizeof(path), "/fn/default/%s/cold?round=%d", name, i);
+            int64_t t0 = e2e_now_ms();
             long status = sv_invoke(e, "GET", path, NULL);
+            int64_t took = e2e_now_ms() - t0;
+            slowest = took > slowest ? took : slowest;
             long replica = status == 200 ? replica_number(&e->r) : -1;
             if (status != 200 || replica <= last[w]) {
                 bad++;
-                if (shown++ < 10)
-                    fprintf(stderr, "  round %d, %s: HTTP %ld (replica %ld after %ld): %.300s\n",
-                            i, name, status, replica, last[w], e->r.body);
+                if (shown++ < 10) {
+                    fprintf(stderr, "  round %d, %s: HTTP %ld after %lld ms (replica %ld after "
+                            "%ld): %.300s\n", i, name, status, (long long)took, replica, last[w],
+                            e->r.body);
+                    char fn[128];
+                    snprintf(fn, sizeof(fn), FN_PATH("%s"), name);
+                    char *st = env_req(e, "GET", fn, DEV_TOKEN, NULL) == 200
+                                   ? cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(
+                                         e->r.json, "status"))
+                                   : NULL;
+                    fprintf(stderr, "    its status now: %.400s\n", st ? st : "?");
+                    free(st);
+                }
             }
             if (replica > 0)
                 last[w] = replica;
         }
     }
     fprintf(stderr, "  %d rounds x %zu workers from zero in %lld ms: %d not 200 from a new "
-            "worker\n", rounds, N_WORKERS, (long long)(e2e_now_ms() - start), bad);
+            "worker (slowest first request %lld ms)\n", rounds, N_WORKERS,
+            (long long)(e2e_now_ms() - start), bad, (long long)slowest);
     return bad;
 }
 
