@@ -29,6 +29,8 @@
 #define PROBE_FIRST_US 100
 #define PROBE_FAST_ATTEMPTS 100 /* 10 ms at PROBE_FIRST_US */
 #define PROBE_MAX_US 2000
+#define PROBE_READS 16            /* reads per wakeup: a worker cannot hold the loop */
+#define PROBE_MAX_BODY (64 * 1024) /* a longer answer to /_/ready is not read to its end */
 #define LOG_GRACE_MS 200 /* lines read this soon after a request ended are its */
 
 /* What every worker of one version of a function is started with. */
@@ -95,6 +97,7 @@ typedef struct worker_ctx {
     int probe_has_head;   /* the head is in: probe_status and how the body ends are known */
     int probe_status;
     size_t probe_body_left; /* SIZE_MAX: the body ends with the connection */
+    size_t probe_body_read;
     int probe_chunked;
     struct phr_chunked_decoder probe_chunks;
     char last_stderr[400];
@@ -741,6 +744,9 @@ static int probe_head(worker_ctx *wc)
 /* Counts body bytes of the probe's answer; 1 when the body is complete. */
 static int probe_body(worker_ctx *wc, char *data, size_t len)
 {
+    wc->probe_body_read += len;
+    if (wc->probe_body_read > PROBE_MAX_BODY)
+        return 1; /* enough: what is left is the worker's problem */
     if (wc->probe_chunked) {
         size_t size = len;
         return phr_decode_chunked(&wc->probe_chunks, data, &size) >= 0;
@@ -777,7 +783,7 @@ static void on_probe_read(evutil_socket_t fd, short what, void *arg)
 {
     worker_ctx *wc = arg;
     char scratch[4096];
-    for (;;) {
+    for (int reads = 0; reads < PROBE_READS; reads++) { /* then again on the next wakeup */
         int in_head = !wc->probe_has_head;
         char *dst = in_head ? wc->probe_buf + wc->probe_len : scratch;
         size_t room = in_head ? sizeof(wc->probe_buf) - 1 - wc->probe_len : sizeof(scratch);
@@ -840,6 +846,7 @@ static void on_probe_timer(evutil_socket_t fd, short what, void *arg)
     wc->probe_len = 0;
     wc->probe_has_head = 0;
     wc->probe_chunked = 0;
+    wc->probe_body_read = 0;
     memset(&wc->probe_chunks, 0, sizeof(wc->probe_chunks));
     wc->probe_ev = event_new(wc->ln->s->cfg.loop, s,
                              EV_READ | EV_PERSIST, on_probe_read, wc);
