@@ -249,6 +249,44 @@ static int query_revision(const funcd_cp_request *req, uint64_t *rv, funcd_cp_re
     return 0;
 }
 
+int funcd_cp_admit_body(funcd_cp *cp, const funcd_cp_request *req, funcd_cp_response *resp)
+{
+    funcd_buf_reset(&resp->body);
+    resp->watch = 0;
+    const funcd_token *t = authenticate(cp, req, resp);
+    if (!t)
+        return 0;
+    /* A namespace in the path: the body is for a write there. */
+    static const char ns_prefix[] = API_PREFIX "namespaces/";
+    const size_t pl = sizeof(ns_prefix) - 1;
+    if (req->path_len <= pl || memcmp(req->path, ns_prefix, pl) != 0)
+        return 1;
+    const char *ns = req->path + pl;
+    size_t nl = 0;
+    while (pl + nl < req->path_len && ns[nl] != '/')
+        nl++;
+    char name[72];
+    if (nl == 0 || nl >= sizeof(name))
+        return 1; /* not a namespace: the handler answers 400 or 404 */
+    memcpy(name, ns, nl);
+    name[nl] = '\0';
+    if (funcd_token_allows(t, name, 1))
+        return 1;
+    funcd_cp_status(resp, 403, "Forbidden", NULL,
+                    "role %s may not write in namespace \"%s\"; ask an admin for a token that "
+                    "covers it",
+                    funcd_role_name(t->role), name);
+    return 0;
+}
+
+int funcd_cp_authenticated(funcd_cp *cp, const funcd_cp_request *req)
+{
+    funcd_cp_response resp = FUNCD_CP_RESPONSE_INIT;
+    int ok = authenticate(cp, req, &resp) != NULL;
+    funcd_cp_response_free(&resp);
+    return ok;
+}
+
 static void start_watch(const funcd_cp_request *req, const route *r, funcd_cp_response *resp)
 {
     resp->watch = 1;

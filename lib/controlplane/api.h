@@ -71,6 +71,13 @@ void funcd_cp_init(funcd_cp *cp, funcd_store *store, const funcd_auth *auth,
 void funcd_cp_handle(funcd_cp *cp, const funcd_cp_request *req, funcd_cp_response *resp);
 void funcd_cp_response_free(funcd_cp_response *resp);
 
+/* Whether a request may send its body (method, path and authorization
+ * set; no body yet): its token must be valid and, for a path in a
+ * namespace, allow writing there. 1 yes; 0 with `resp` the 401/403. */
+int funcd_cp_admit_body(funcd_cp *cp, const funcd_cp_request *req, funcd_cp_response *resp);
+/* 1 when the request carries a valid token. */
+int funcd_cp_authenticated(funcd_cp *cp, const funcd_cp_request *req);
+
 /* The images API (images.c); 0 when the path is not one of its own. */
 struct funcd_token;
 int funcd_cp_images(funcd_cp *cp, const funcd_cp_request *req, const struct funcd_token *t,

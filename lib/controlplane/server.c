@@ -436,6 +436,11 @@ static int on_req(void *payload, h2o_req_t *req)
         r.query = req->path.base + req->query_at + 1;
         r.query_len = req->path.len - req->query_at - 1;
     }
+    /* Only a request with a valid token keeps its connection open: the
+     * head of a later request is not shown to on_head, and h2o reads its
+     * body before this handler runs. */
+    if (!funcd_cp_authenticated(srv->cp, &r))
+        req->http1_is_persistent = 0;
     funcd_cp_response resp = FUNCD_CP_RESPONSE_INIT;
     if (r.body_len > MAX_BODY && !is_bundle_upload(&r))
         funcd_cp_status(&resp, 413, "RequestEntityTooLarge", NULL,
@@ -449,6 +454,35 @@ static int on_req(void *payload, h2o_req_t *req)
         send_response(req, &resp);
     funcd_cp_response_free(&resp);
     return 0;
+}
+
+/* Before a body is read: a valid token, and the right to write in the
+ * namespace the path names (the path normalized as h2o will route it). */
+static int on_head(void *payload, const funcd_httpd_head *head, funcd_buf *body)
+{
+    funcd_cp_server *srv = payload;
+    h2o_mem_pool_t pool;
+    h2o_mem_init_pool(&pool);
+    size_t query_at = SIZE_MAX, *norm_indexes = NULL;
+    h2o_iovec_t path =
+        h2o_url_normalize_path(&pool, head->target, head->target_len, &query_at, &norm_indexes);
+    funcd_cp_request r = {
+        .method = head->method,
+        .method_len = head->method_len,
+        .path = path.base,
+        .path_len = path.len,
+        .authorization = head->authorization,
+        .authorization_len = head->authorization_len,
+    };
+    funcd_cp_response resp = FUNCD_CP_RESPONSE_INIT;
+    int status = 0;
+    if (!funcd_cp_admit_body(srv->cp, &r, &resp)) {
+        status = resp.status;
+        funcd_buf_append(body, resp.body.data ? resp.body.data : "", resp.body.len);
+    }
+    funcd_cp_response_free(&resp);
+    h2o_mem_clear_pool(&pool);
+    return status;
 }
 
 static void on_thread_init(void *payload, h2o_context_t *ctx)
@@ -507,7 +541,8 @@ int funcd_cp_server_new(funcd_cp_server **out, funcd_cp *cp, const char *addr,
     srv->stream_limit = limits && limits->stream_buffer ? limits->stream_buffer
                                                         : FUNCD_CP_STREAM_BUFFER_DEFAULT;
     pthread_mutex_init(&srv->lock, NULL);
-    funcd_httpd_hooks hooks = {on_req, on_thread_init, on_thread_stopping, on_thread_exit, srv};
+    funcd_httpd_hooks hooks = {on_req,         on_thread_init, on_thread_stopping,
+                               on_thread_exit, srv,            on_head};
     int rc = funcd_httpd_new(&srv->httpd, addr, 1, MAX_BUFFERED_BODY, &hooks, bound, bound_len);
     if (rc < 0) {
         pthread_mutex_destroy(&srv->lock);

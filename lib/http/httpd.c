@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "funcd/sys/error.h"
@@ -22,11 +24,31 @@
 
 struct worker;
 
+/* h2o 2.2.5 parses request heads with picohttpparser, which its library
+ * exports but whose header Debian does not ship: its documented API. */
+struct phr_header {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+};
+int phr_parse_request(const char *buf, size_t len, const char **method, size_t *method_len,
+                      const char **path, size_t *path_len, int *minor_version,
+                      struct phr_header *headers, size_t *num_headers, size_t last_len);
+
+#define MAX_HEAD_FIELDS 100
+/* Bytes of a refused request's body read (and dropped) before the
+ * connection closes: enough for the answer to get out ahead of a reset. */
+#define REFUSED_DRAIN (1024 * 1024)
+
 /* An accepted connection, tracked so shutdown can close idle ones. */
 typedef struct conn_ref {
     h2o_socket_t *sock;
     struct worker *w;
     struct conn_ref *prev, *next;
+    h2o_socket_cb h2o_read; /* h2o's read callback, while on_head checks */
+    int refused;            /* answered before its body; draining */
+    size_t drained;
 } conn_ref;
 
 typedef struct worker {
@@ -114,6 +136,97 @@ static void on_conn_close(void *data)
     resume_accepting(w); /* a descriptor and a slot are free again */
 }
 
+/* Hands the connection back to h2o's own reading. */
+static void unwrap_read(conn_ref *ref, h2o_socket_t *sock)
+{
+    sock->_cb.read = ref->h2o_read;
+    ref->h2o_read = NULL;
+}
+
+/* A refused request's connection: its answer is out and its write side
+ * shut; what the client still sends is dropped, up to REFUSED_DRAIN, then
+ * h2o closes it (as it does on EOF, or at its request timeout). */
+static void on_read_refused(h2o_socket_t *sock, const char *err)
+{
+    conn_ref *ref = sock->on_close.data;
+    ref->drained += sock->input->size;
+    h2o_buffer_consume(&sock->input, sock->input->size);
+    if (err || ref->drained >= REFUSED_DRAIN) {
+        h2o_socket_cb h2o_read = ref->h2o_read;
+        unwrap_read(ref, sock);
+        h2o_read(sock, err ? err : "refused before its body");
+    }
+}
+
+/* Answers `status` with `body` (JSON) and closes, without reading the
+ * request's body. h2o has not seen the request: the answer goes straight
+ * to the socket, which has nothing else to write. */
+static void refuse(conn_ref *ref, h2o_socket_t *sock, int status, const funcd_buf *body)
+{
+    char head[256];
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\nServer: funcd\r\n\r\n",
+                     status, funcd_httpd_reason(status), body->len);
+    int fd = h2o_socket_get_fd(sock);
+    struct iovec iov[2] = {{head, (size_t)n}, {body->data, body->len}};
+    ssize_t w = writev(fd, iov, body->len ? 2 : 1);
+    (void)w; /* an empty socket takes a few hundred bytes; if not, it closes */
+    shutdown(fd, SHUT_WR);
+    ref->refused = 1;
+    sock->_cb.read = on_read_refused;
+    on_read_refused(sock, NULL);
+}
+
+/* Reads the head of a connection's first request before h2o does: a
+ * request with a body goes on only if on_head lets it (h2o 2.2.5 would read
+ * the whole body before any handler runs). */
+static void on_read_head(h2o_socket_t *sock, const char *err)
+{
+    conn_ref *ref = sock->on_close.data;
+    funcd_httpd *srv = ref->w->srv;
+    h2o_socket_cb h2o_read = ref->h2o_read;
+    if (err) {
+        unwrap_read(ref, sock);
+        h2o_read(sock, err);
+        return;
+    }
+    const char *method, *path;
+    size_t method_len, path_len, nfields = MAX_HEAD_FIELDS;
+    int minor;
+    struct phr_header fields[MAX_HEAD_FIELDS];
+    int len = phr_parse_request(sock->input->bytes, sock->input->size, &method, &method_len, &path,
+                                &path_len, &minor, fields, &nfields, 0);
+    if (len == -2 && sock->input->size < H2O_MAX_REQLEN)
+        return; /* more of the head to come */
+    if (len < 0) {
+        unwrap_read(ref, sock); /* h2o answers or closes */
+        h2o_read(sock, NULL);
+        return;
+    }
+    funcd_httpd_head head = {method, method_len, path, path_len, NULL, 0, 0};
+    for (size_t i = 0; i < nfields; i++) {
+        const struct phr_header *f = &fields[i];
+        if (f->name_len == 13 && strncasecmp(f->name, "authorization", 13) == 0) {
+            head.authorization = f->value;
+            head.authorization_len = f->value_len;
+        } else if ((f->name_len == 14 && strncasecmp(f->name, "content-length", 14) == 0 &&
+                    !(f->value_len == 1 && f->value[0] == '0')) ||
+                   (f->name_len == 17 && strncasecmp(f->name, "transfer-encoding", 17) == 0)) {
+            head.has_body = 1;
+        }
+    }
+    funcd_buf body = FUNCD_BUF_INIT;
+    int status = head.has_body ? srv->hooks.on_head(srv->hooks.payload, &head, &body) : 0;
+    if (status) {
+        refuse(ref, sock, status, &body);
+    } else {
+        unwrap_read(ref, sock);
+        h2o_read(sock, NULL);
+    }
+    funcd_buf_free(&body);
+}
+
 static void on_accept(h2o_socket_t *listener, const char *err)
 {
     worker *w = listener->data;
@@ -156,7 +269,15 @@ static void on_accept(h2o_socket_t *listener, const char *err)
     w->conns.next = ref;
     sock->on_close.cb = on_conn_close;
     sock->on_close.data = ref;
+    ref->h2o_read = NULL;
+    ref->refused = 0;
+    ref->drained = 0;
     h2o_accept(&w->accept, sock);
+    /* h2o now waits for the first request: look at its head first. */
+    if (srv->hooks.on_head && h2o_socket_is_reading(sock)) {
+        ref->h2o_read = sock->_cb.read;
+        sock->_cb.read = on_read_head;
+    }
 }
 
 static void on_stop_message(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
@@ -333,6 +454,9 @@ int funcd_httpd_new(funcd_httpd **out, const char *addr, unsigned nthreads, size
     signal(SIGPIPE, SIG_IGN);
     h2o_config_init(&srv->config);
     srv->config.max_request_entity_size = max_body;
+    /* HTTP/2 bodies are read before any hook sees the request. */
+    if (hooks->on_head)
+        srv->config.http1.upgrade_to_http2 = 0;
     srv->config.server_name = h2o_iovec_init(H2O_STRLIT("funcd"));
     h2o_hostconf_t *host =
         h2o_config_register_host(&srv->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);

@@ -11,7 +11,21 @@
 
 #include <h2o.h>
 
+#include "util/buf.h"
+
 typedef struct funcd_httpd funcd_httpd;
+
+/* The head of a connection's first request, as on_head sees it (raw: the
+ * target is not decoded; values point into the connection's buffer). */
+typedef struct funcd_httpd_head {
+    const char *method;
+    size_t method_len;
+    const char *target; /* path and query, as sent */
+    size_t target_len;
+    const char *authorization; /* the header's value, or NULL */
+    size_t authorization_len;
+    int has_body; /* Content-Length > 0 or Transfer-Encoding */
+} funcd_httpd_head;
 
 typedef struct funcd_httpd_hooks {
     /* Handles a request (h2o on_req contract: 0 when handled). */
@@ -23,6 +37,13 @@ typedef struct funcd_httpd_hooks {
     /* Per-thread exit, after connections drained, before the context goes. */
     void (*on_thread_exit)(void *payload, h2o_context_t *ctx);
     void *payload;
+    /* Optional, on the server's threads: the head of a connection's first
+     * request that carries a body, before any of it is read. 0 lets it be
+     * read; else the HTTP status to answer at once with `body` (JSON) and
+     * close. A server with it speaks HTTP/1.1 only. Later requests on the
+     * connection are not shown: the handler decides (req->
+     * http1_is_persistent = 0) whether a connection may carry another. */
+    int (*on_head)(void *payload, const funcd_httpd_head *head, funcd_buf *body);
 } funcd_httpd_hooks;
 
 /* Binds `addr` for `nthreads` threads; writes the bound address to `bound`.

@@ -19,7 +19,7 @@
  * and its allocator returning freed pages: otherwise ASan itself holds up to
  * 256 MiB of freed memory, which says nothing about funcd's buffers. The
  * assertions still fail on unbounded stream buffers (measured: hundreds of
- * MiB), see docs/adr/0019-front-door-limits.md.
+ * MiB), see docs/adr/0027-front-door-limits.md.
  */
 #include <arpa/inet.h>
 #include <dirent.h>
