@@ -454,9 +454,6 @@ int funcd_httpd_new(funcd_httpd **out, const char *addr, unsigned nthreads, size
     signal(SIGPIPE, SIG_IGN);
     h2o_config_init(&srv->config);
     srv->config.max_request_entity_size = max_body;
-    /* HTTP/2 bodies are read before any hook sees the request. */
-    if (hooks->on_head)
-        srv->config.http1.upgrade_to_http2 = 0;
     srv->config.server_name = h2o_iovec_init(H2O_STRLIT("funcd"));
     h2o_hostconf_t *host =
         h2o_config_register_host(&srv->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);

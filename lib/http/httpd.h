@@ -40,7 +40,8 @@ typedef struct funcd_httpd_hooks {
     /* Optional, on the server's threads: the head of a connection's first
      * request that carries a body, before any of it is read. 0 lets it be
      * read; else the HTTP status to answer at once with `body` (JSON) and
-     * close. A server with it speaks HTTP/1.1 only. Later requests on the
+     * close. HTTP/1.1 only: an HTTP/2 connection goes to h2o unchecked
+     * (h2o reads its bodies before any hook). Later requests on the
      * connection are not shown: the handler decides (req->
      * http1_is_persistent = 0) whether a connection may carry another. */
     int (*on_head)(void *payload, const funcd_httpd_head *head, funcd_buf *body);
