@@ -179,7 +179,10 @@ static int read_response(int fd, char *out, size_t len, int timeout_ms)
 static int get_on(int fd, const char *path, int timeout_ms)
 {
     char req[512], resp[4096];
-    snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: funcd\r\n\r\n", path);
+    /* With a token: the control plane keeps only such connections open. */
+    snprintf(req, sizeof(req),
+             "GET %s HTTP/1.1\r\nHost: funcd\r\nAuthorization: Bearer " DD_TOKEN "\r\n\r\n",
+             path);
     if (send_str(fd, req) < 0)
         return -1;
     return read_response(fd, resp, sizeof(resp), timeout_ms);
