@@ -178,7 +178,10 @@ test_get_watch() {
     bg_ctl "$WORK/w.out" "$WORK/w.err" get secret plain -w -o name
     sleep 0.5
     labelled plain 'x: z' | ctl apply -f -
-    wait_for "$WORK/w.out" "^secret/plain$(printf '\\n')?" && sleep 0.3
+    for _ in $(seq 100); do
+        [ "$(grep -c '^secret/plain$' "$WORK/w.out")" -ge 2 ] && break
+        sleep 0.1
+    done
     stop_bg "$WORK/w.out" "$WORK/w.err" get secret plain -w -o name
     expect "get NAME -w follows that object" 0 out "^secret/plain$"
     if [ "$(grep -c '^secret/plain$' <<<"$OUT")" -lt 2 ]; then
