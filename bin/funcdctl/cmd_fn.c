@@ -95,7 +95,7 @@ static int parse_eval(ctl_ctx *ctx, int argc, char **argv, eval_opts *o)
     /* With --exec the runner needs no image: it names the call in messages. */
     if ((!o->image || !*o->image) && !o->exec_path)
         return ctl_usage(ctx, "fn eval needs the function's IMAGE (or --exec PATH), e.g. "
-                              "`funcdctl fn eval set-namespace -f resources.yaml`");
+                              "`funcdctl fn eval set-namespace -f examples/krm/resources.yaml`");
     if (o->file && !*o->file)
         return ctl_usage(ctx, "-f needs a FILE, or - for standard input");
     if (!o->file && isatty(STDIN_FILENO))
