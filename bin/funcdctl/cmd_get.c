@@ -390,9 +390,37 @@ static int get_one(ctl_ctx *ctx, ctl_client *client, const ctl_ref *ref, cJSON *
 
 /* get KIND NAME... / KIND/NAME...: what exists is printed, what does not is
  * reported (exit 1), as kubectl does. Tables: one per run of a kind. */
+/* The collection's revision, read before the objects: -w resumes from it,
+ * so a change made while they are read is shown, not lost. NULL (reported)
+ * on failure; malloc()ed. */
+static char *list_revision(ctl_ctx *ctx, ctl_client *client, const funcd_kind *kind)
+{
+    char *path = ctl_resource_path(client, ctx->ns, kind, NULL);
+    ctl_response resp = CTL_RESPONSE_INIT;
+    cJSON *list = NULL;
+    char *rv = NULL;
+    int reached = path && ctl_request(client, "GET", path, NULL, &resp) == 0; /* else reported */
+    if (reached && resp.code != 200)
+        ctl_report_status(client, &resp, NULL, ctx->ns);
+    else if (reached && (list = ctl_response_json(client, &resp)) != NULL) {
+        const char *v = ctl_get_string(list, "metadata.resourceVersion");
+        rv = v ? funcd_strdup(v) : NULL;
+        if (!rv)
+            ctl_fail("the list of %s has no metadata.resourceVersion to watch from",
+                     kind->plural);
+    }
+    cJSON_Delete(list);
+    ctl_response_free(&resp);
+    free(path);
+    return rv;
+}
+
 static int get_named(ctl_ctx *ctx, const get_opts *o)
 {
     ctl_client *client = ctl_ctx_client(ctx);
+    char *since = client && o->watch ? list_revision(ctx, client, o->refs[0].kind) : NULL;
+    if (o->watch && !since)
+        return CTL_EXIT_ERROR;
     cJSON *found = cJSON_CreateArray();
     const funcd_kind **kinds = calloc((size_t)o->nrefs, sizeof(*kinds));
     int rc = client && found && kinds ? 0 : CTL_EXIT_ERROR;
@@ -441,8 +469,11 @@ static int get_named(ctl_ctx *ctx, const get_opts *o)
             i = j;
         }
     }
-    if (rc == 0 && o->watch)
-        rc = watch_after(ctx, o, NULL, widths, n > 0);
+    if (rc == 0 && o->watch) {
+        fflush(stdout);
+        rc = watch_after(ctx, o, since, widths, n > 0);
+    }
+    free(since);
     cJSON_Delete(found);
     free(kinds);
     return rc;

@@ -184,8 +184,8 @@ test_get_watch() {
     done
     stop_bg "$WORK/w.out" "$WORK/w.err" get secret plain -w -o name
     expect "get NAME -w follows that object" 0 out "^secret/plain$"
-    if [ "$(grep -c '^secret/plain$' <<<"$OUT")" -lt 2 ]; then
-        fail "get NAME -w prints the object, then its change"
+    if [ "$(grep -c '^secret/plain$' <<<"$OUT")" != 2 ]; then
+        fail "get NAME -w prints the object, then its one change"
     fi
 }
 
