@@ -331,6 +331,7 @@ test_fn_eval_server() {
 }
 
 printf '%s developer team-b\n%s admin *\n' "$TEAM" "$ADMIN" >"$WORK/tokens"
+chmod 600 "$WORK/tokens"
 start_funcd --token-file "$WORK/tokens"
 test_version_and_completion
 test_end_of_flags_and_outputs
