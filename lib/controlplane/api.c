@@ -270,7 +270,8 @@ int funcd_cp_admit_body(funcd_cp *cp, const funcd_cp_request *req, funcd_cp_resp
         return 1; /* not a namespace: the handler answers 400 or 404 */
     memcpy(name, ns, nl);
     name[nl] = '\0';
-    if (funcd_token_allows(t, name, 1))
+    /* Not a valid namespace: the handler answers 400 naming it. */
+    if (!is_dns_label(name, nl) || funcd_token_allows(t, name, 1))
         return 1;
     funcd_cp_status(resp, 403, "Forbidden", NULL,
                     "role %s may not write in namespace \"%s\"; ask an admin for a token that "
