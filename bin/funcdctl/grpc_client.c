@@ -305,6 +305,7 @@ typedef struct call_state {
     int content_type_ok;
     int closed;
     uint32_t close_error;
+    int http1_only;      /* the server sent GOAWAY HTTP_1_1_REQUIRED */
     int too_large;
     funcd_buf body;      /* DATA as it came, prefix included */
 } call_state;
@@ -381,6 +382,15 @@ static int on_close(nghttp2_session *session, int32_t stream_id, uint32_t error_
     return 0;
 }
 
+static int on_frame(nghttp2_session *session, const nghttp2_frame *frame, void *user_data)
+{
+    call_state *st = user_data;
+    (void)session;
+    if (frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code == NGHTTP2_HTTP_1_1_REQUIRED)
+        st->http1_only = 1;
+    return 0;
+}
+
 static int new_session(call_state *st, nghttp2_session **out)
 {
     nghttp2_session_callbacks *cbs;
@@ -389,6 +399,7 @@ static int new_session(call_state *st, nghttp2_session **out)
     nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_close);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame);
     int rc = nghttp2_session_client_new(out, cbs, st);
     nghttp2_session_callbacks_del(cbs);
     if (rc != 0)
@@ -519,7 +530,10 @@ static void fail(ctl_grpc_result *out, int status, const char *fmt, ...)
 static void conclude(call_state *st, const endpoint *ep)
 {
     ctl_grpc_result *out = st->out;
-    if (st->grpc_status < 0 && !st->content_type_ok && st->http_status != 0) {
+    if (st->http1_only) {
+        /* funcd's control plane (and other HTTP/1.1-only ports) say so this way. */
+        fail(out, CTL_GRPC_TRANSPORT, "%s speaks HTTP/1.1 only, not gRPC", ep->authority);
+    } else if (st->grpc_status < 0 && !st->content_type_ok && st->http_status != 0) {
         /* Some other HTTP/2 server (h2o serves h2c too): no gRPC status to report. */
         fail(out, CTL_GRPC_TRANSPORT, "%s answered HTTP %d, not gRPC", ep->authority,
              st->http_status);
@@ -587,7 +601,7 @@ int ctl_grpc_unary(const ctl_grpc_call *call, ctl_grpc_result *out)
     } else if ((fd = dial(&ep, deadline, &why)) < 0) {
         funcd_buf_printf(&out->message, "cannot reach the function runner at %s: %s",
                          ep.authority, why.data ? why.data : "?");
-    } else if (pump(session, fd, &st, deadline, &why, &timed_out) != 0) {
+    } else if (pump(session, fd, &st, deadline, &why, &timed_out) != 0 && !st.http1_only) {
         if (timed_out)
             fail(out, CTL_GRPC_DEADLINE_EXCEEDED, "no answer from %s in time", ep.authority);
         else if (st.http_status == 0)

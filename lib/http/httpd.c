@@ -178,6 +178,43 @@ static void refuse(conn_ref *ref, h2o_socket_t *sock, int status, const funcd_bu
     on_read_refused(sock, NULL);
 }
 
+/* The HTTP/2 client connection preface (RFC 9113, 3.4). */
+static const char H2_PREFACE[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+#define H2_PREFACE_LEN (sizeof(H2_PREFACE) - 1)
+
+/* 1: `in` starts with the HTTP/2 preface; -1: it may (too short to tell);
+ * 0: it does not. */
+static int h2_preface(const char *in, size_t len)
+{
+    size_t n = len < H2_PREFACE_LEN ? len : H2_PREFACE_LEN;
+    if (memcmp(in, H2_PREFACE, n) != 0)
+        return 0;
+    return n == H2_PREFACE_LEN ? 1 : -1;
+}
+
+/* Refuses an HTTP/2 connection the way RFC 9113 (9.2.1) has a server ask
+ * for HTTP/1.1: its own preface (an empty SETTINGS frame), then GOAWAY
+ * with HTTP_1_1_REQUIRED and a reason as debug data. A client that
+ * retries over HTTP/1.1 gets each head seen by on_head before its body. */
+static void refuse_h2(conn_ref *ref, h2o_socket_t *sock)
+{
+    static const char why[] = "this port speaks HTTP/1.1 only";
+    unsigned char frames[9 + 9 + 8 + sizeof(why) - 1] = {
+        0, 0, 0, 0x4, 0, 0, 0, 0, 0,                      /* SETTINGS, empty */
+        0, 0, 8 + sizeof(why) - 1, 0x7, 0, 0, 0, 0, 0,    /* GOAWAY on stream 0 */
+        0, 0, 0, 0,                                       /* last stream: none */
+        0, 0, 0, 0xd,                                     /* HTTP_1_1_REQUIRED */
+    };
+    memcpy(frames + 26, why, sizeof(why) - 1);
+    int fd = h2o_socket_get_fd(sock);
+    ssize_t w = write(fd, frames, sizeof(frames));
+    (void)w; /* as in refuse(): a fresh socket takes it, or the client sees a close */
+    shutdown(fd, SHUT_WR);
+    ref->refused = 1;
+    sock->_cb.read = on_read_refused;
+    on_read_refused(sock, NULL);
+}
+
 /* Reads the head of a connection's first request before h2o does: a
  * request with a body goes on only if on_head lets it (h2o 2.2.5 would read
  * the whole body before any handler runs). */
@@ -189,6 +226,13 @@ static void on_read_head(h2o_socket_t *sock, const char *err)
     if (err) {
         unwrap_read(ref, sock);
         h2o_read(sock, err);
+        return;
+    }
+    int h2 = h2_preface(sock->input->bytes, sock->input->size);
+    if (h2 < 0)
+        return; /* more of the preface (or of a head) to come */
+    if (h2 > 0) {
+        refuse_h2(ref, sock);
         return;
     }
     const char *method, *path;
@@ -454,6 +498,10 @@ int funcd_httpd_new(funcd_httpd **out, const char *addr, unsigned nthreads, size
     signal(SIGPIPE, SIG_IGN);
     h2o_config_init(&srv->config);
     srv->config.max_request_entity_size = max_body;
+    /* A server that checks heads before bodies speaks HTTP/1.1 only: h2o
+     * reads an HTTP/2 request's whole body before any hook could look. */
+    if (hooks->on_head)
+        srv->config.http1.upgrade_to_http2 = 0;
     srv->config.server_name = h2o_iovec_init(H2O_STRLIT("funcd"));
     h2o_hostconf_t *host =
         h2o_config_register_host(&srv->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);

@@ -40,10 +40,12 @@ typedef struct funcd_httpd_hooks {
     /* Optional, on the server's threads: the head of a connection's first
      * request that carries a body, before any of it is read. 0 lets it be
      * read; else the HTTP status to answer at once with `body` (JSON) and
-     * close. HTTP/1.1 only: an HTTP/2 connection goes to h2o unchecked
-     * (h2o reads its bodies before any hook). Later requests on the
-     * connection are not shown: the handler decides (req->
-     * http1_is_persistent = 0) whether a connection may carry another. */
+     * close. With this hook the server speaks HTTP/1.1 only (h2o reads
+     * an HTTP/2 request's body before any hook could look): an HTTP/2
+     * preface gets GOAWAY HTTP_1_1_REQUIRED, `Upgrade: h2c` is ignored.
+     * Later requests on a connection are not shown: the handler decides
+     * (req->http1_is_persistent = 0) whether a connection may carry
+     * another. */
     int (*on_head)(void *payload, const funcd_httpd_head *head, funcd_buf *body);
 } funcd_httpd_hooks;
 

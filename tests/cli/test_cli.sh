@@ -110,7 +110,7 @@ test_fn_usage() {
         err "cannot reach the function runner at 127.0.0.1:1"
     ctl fn eval set-namespace -f "$HERE/fn-resources.yaml" --runner "${FUNCD_SERVER#http://}"
     expect "fn eval at the control plane says it is no runner" 1 \
-        err "answered HTTP [0-9]+, not gRPC" err "--fn-runner-listen"
+        err "speaks HTTP/1.1 only, not gRPC" err "--fn-runner-listen"
 }
 
 test_apply() {

@@ -7,7 +7,8 @@
  *                      near its start once they hang up
  *   watch_memory       the same for watch streams and large store events
  *   body_before_auth   a 60 MiB body without a valid token (or without the
- *                      right to write) is answered 401/403 before it is read
+ *                      right to write) is answered 401/403 before it is read;
+ *                      HTTP/2 (prior knowledge, h2c upgrade) is refused
  *   connection_cap     --max-connections N: more connections wait in the
  *                      backlog; the ones open are still served
  *   fd_exhaustion      out of file descriptors, funcd pauses accepting
@@ -483,6 +484,64 @@ static int post_big(const lim_test *t, const char *path, const char *auth, long 
     return status;
 }
 
+/* Speaks HTTP/2 with prior knowledge (the client preface and an empty
+ * SETTINGS frame) and reads frames for up to 5 s: the error code of the
+ * GOAWAY funcd sends, or -1 when none came (it went on with HTTP/2). */
+static long h2_goaway(const lim_test *t)
+{
+    static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                                  "\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+    int fd = dial(t->d.cp, 0);
+    if (fd < 0 || send(fd, preface, sizeof(preface) - 1, MSG_NOSIGNAL) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    unsigned char in[4096];
+    size_t got = 0, at = 0;
+    long code = -1;
+    int64_t deadline = e2e_now_ms() + 5000;
+    while (code < 0 && got < sizeof(in)) {
+        int left = (int)(deadline - e2e_now_ms());
+        struct pollfd p = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&p, 1, left) <= 0)
+            break;
+        ssize_t n = recv(fd, in + got, sizeof(in) - got, 0);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        /* frames: 24-bit length, type, flags, stream id, payload */
+        while (got - at >= 9) {
+            size_t len = (size_t)in[at] << 16 | (size_t)in[at + 1] << 8 | in[at + 2];
+            if (got - at < 9 + len)
+                break;
+            if (in[at + 3] == 7 && len >= 8)
+                code = (long)in[at + 13] << 24 | in[at + 14] << 16 | in[at + 15] << 8 |
+                       in[at + 16];
+            at += 9 + len;
+        }
+    }
+    close(fd);
+    return code;
+}
+
+/* An HTTP/1.1 GET without a token asking to upgrade to h2c: its status
+ * (101 when funcd switched the connection to HTTP/2). */
+static int h2c_upgrade(const lim_test *t)
+{
+    int fd = dial(t->d.cp, 0);
+    char resp[4096];
+    if (fd < 0)
+        return -1;
+    int st = send_str(fd, "GET /healthz HTTP/1.1\r\nHost: funcd\r\n"
+                          "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+                          "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n") == 0
+                 ? read_response(fd, resp, sizeof(resp), 5000)
+                 : -1;
+    close(fd);
+    return st;
+}
+
 static void body_before_auth_body(lim_test *t)
 {
     CHECK(setup(t, "limits-auth", NULL) == 0);
@@ -509,6 +568,14 @@ static void body_before_auth_body(lim_test *t)
     CHECK(sent_bad < BIG_BODY / 2);
     CHECK(sent_forbidden < BIG_BODY / 2);
     CHECK(hwm - start < 16L * 1024L);
+    /* HTTP/2 would read every body before a token is seen (h2o buffers
+     * them): the control plane speaks HTTP/1.1 only, and says so. */
+    long goaway = h2_goaway(t);
+    int upgrade = h2c_upgrade(t);
+    fprintf(stderr, "  HTTP/2 prior knowledge: GOAWAY code %ld; h2c upgrade: %d\n", goaway,
+            upgrade);
+    CHECK_INT(goaway, 0xd); /* HTTP_1_1_REQUIRED */
+    CHECK_INT(upgrade, 200);
     /* A request with the right token and a body is still read and served. */
     e2e_http *h = e2e_http_new(t->d.cp);
     CHECK(h);
