@@ -12,7 +12,7 @@ set -euo pipefail
 set_name=${1:-runtime}
 runtime=(
   build-essential meson ninja-build pkg-config
-  libevent-dev libh2o-evloop-dev libssl-dev libcjson-dev libyaml-dev
+  libevent-dev libh2o-evloop-dev libssl-dev libcjson-dev libyaml-dev libhttp-parser-dev
   libcurl4-openssl-dev libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev
   libmbedtls-dev libsqlite3-dev libgit2-dev libarchive-dev libseccomp-dev
   python3 git util-linux

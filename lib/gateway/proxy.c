@@ -24,7 +24,7 @@
 #include "funcd/sys/error.h"
 #include "gateway/gateway.h"
 #include "http/httpd.h"
-#include "http/phr.h"
+#include "http/http1.h"
 #include "serving/serving.h"
 #include "util/buf.h"
 #include "util/misc.h"
@@ -65,7 +65,7 @@ struct invocation {
     h2o_timeout_entry_t wait_entry;
     h2o_timeout_entry_t io_entry; /* the function's timeout, restarted by every read */
     upconn *up;                   /* the worker connection in use */
-    struct phr_chunked_decoder decoder;
+    funcd_http1 resp;             /* the worker's answer */
     size_t content_left;          /* body bytes still to come, SIZE_MAX: unknown */
     int chunked, keepalive, is_head, paused, reused, retried, began;
     h2o_timeout_entry_t exit_entry; /* waiting to learn how a failed worker ended */
@@ -461,34 +461,27 @@ static void on_io_timeout(h2o_timeout_entry_t *entry)
 static int parse_head(invocation *inv, h2o_socket_t *sock)
 {
     h2o_req_t *req = inv->req;
-    struct phr_header headers[MAX_RESPONSE_HEADERS];
-    size_t nh = MAX_RESPONSE_HEADERS, msg_len;
-    int minor, status;
-    const char *msg;
-    int n = phr_parse_response(sock->input->bytes, sock->input->size, &minor, &status, &msg,
-                               &msg_len, headers, &nh, 0);
-    if (n == -2)
+    funcd_http1_field headers[MAX_RESPONSE_HEADERS];
+    funcd_http1 *m = &inv->resp;
+    funcd_http1_init_response(m, inv->is_head, headers, MAX_RESPONSE_HEADERS);
+    ssize_t n = funcd_http1_head(m, sock->input->bytes, sock->input->size);
+    if (n == 0)
         return sock->input->size > 65536 ? -1 : 0;
     if (n < 0)
         return -1;
-    req->res.status = status;
-    req->res.reason = h2o_strdup(&req->pool, msg, msg_len).base;
-    inv->keepalive = minor >= 1;
-    inv->content_left = SIZE_MAX;
-    for (size_t i = 0; i < nh; i++) {
-        struct phr_header *h = &headers[i];
+    req->res.status = m->status;
+    req->res.reason = h2o_strdup(&req->pool, m->reason, m->reason_len).base;
+    inv->keepalive = m->keep_alive;
+    inv->chunked = m->has_body && m->chunked;
+    inv->content_left = !m->has_body ? 0 : m->content_length == FUNCD_HTTP1_NO_LENGTH
+                                               ? SIZE_MAX
+                                               : (size_t)m->content_length;
+    req->res.content_length = m->chunked || m->content_length == FUNCD_HTTP1_NO_LENGTH
+                                  ? SIZE_MAX
+                                  : (size_t)m->content_length;
+    for (size_t i = 0; i < m->nfields; i++) {
+        const funcd_http1_field *h = &m->fields[i];
         h2o_iovec_t name = h2o_iovec_init(h->name, h->name_len);
-        if (h2o_lcstris(h->name, h->name_len, H2O_STRLIT("content-length"))) {
-            inv->content_left = h2o_strtosize(h->value, h->value_len);
-            if (inv->content_left == SIZE_MAX)
-                return -1;
-            req->res.content_length = inv->content_left;
-        } else if (h2o_lcstris(h->name, h->name_len, H2O_STRLIT("transfer-encoding"))) {
-            inv->chunked = 1;
-        } else if (h2o_lcstris(h->name, h->name_len, H2O_STRLIT("connection"))) {
-            if (h2o_lcstris(h->value, h->value_len, H2O_STRLIT("close")))
-                inv->keepalive = 0;
-        }
         if (is_hop_by_hop(&name))
             continue;
         h2o_add_header_by_str(&req->pool, &req->res.headers,
@@ -496,15 +489,9 @@ static int parse_head(invocation *inv, h2o_socket_t *sock)
                               NULL, h2o_strdup(&req->pool, h->value, h->value_len).base,
                               h->value_len);
     }
+    m->fields = NULL; /* `headers` ends here; the body needs none */
+    m->nfields = m->max_fields = 0;
     h2o_buffer_consume(&sock->input, (size_t)n);
-    if (inv->chunked) {
-        inv->content_left = SIZE_MAX;
-        req->res.content_length = SIZE_MAX;
-    } else if (inv->content_left == SIZE_MAX) {
-        inv->keepalive = 0; /* the body ends when the worker closes */
-    }
-    if (inv->is_head || status == 204 || status == 304 || (status >= 100 && status < 200))
-        inv->content_left = 0, inv->chunked = 0;
     inv->started = 1;
     h2o_start_response(req, &inv->gen);
     return 1;
@@ -514,23 +501,15 @@ static int parse_head(invocation *inv, h2o_socket_t *sock)
 static int take_body(invocation *inv, h2o_socket_t *sock)
 {
     h2o_buffer_t *in = sock->input;
-    if (inv->chunked) {
-        size_t size = in->size;
-        ssize_t rc = phr_decode_chunked(&inv->decoder, in->bytes, &size);
-        if (rc == -1)
-            return -1;
-        funcd_buf_append(&inv->pending, in->bytes, size);
-        h2o_buffer_consume(&sock->input, in->size);
-        if (rc >= 0 && rc > 0)
-            inv->keepalive = 0; /* bytes after the body: do not trust the connection */
-        return rc >= 0;
-    }
-    size_t n = in->size < inv->content_left ? in->size : inv->content_left;
-    funcd_buf_append(&inv->pending, in->bytes, n);
-    h2o_buffer_consume(&sock->input, n);
-    if (inv->content_left != SIZE_MAX)
-        inv->content_left -= n;
-    return inv->content_left == 0;
+    size_t out;
+    ssize_t took = funcd_http1_body(&inv->resp, in->bytes, in->size, &out);
+    if (took < 0)
+        return -1;
+    funcd_buf_append(&inv->pending, in->bytes, out);
+    if ((size_t)took < in->size)
+        inv->keepalive = 0; /* bytes after the body: do not trust the connection */
+    h2o_buffer_consume(&sock->input, in->size);
+    return inv->resp.done;
 }
 
 static void on_up_read(h2o_socket_t *sock, const char *err)

@@ -13,7 +13,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "funcd/sys/error.h"
+#include "http/http1.h"
 #include "util/misc.h"
 
 #define FLUSH_MS 100  /* responses in flight may finish */
@@ -23,18 +26,6 @@
 #define PAUSE_MS 100
 
 struct worker;
-
-/* h2o 2.2.5 parses request heads with picohttpparser, which its library
- * exports but whose header Debian does not ship: its documented API. */
-struct phr_header {
-    const char *name;
-    size_t name_len;
-    const char *value;
-    size_t value_len;
-};
-int phr_parse_request(const char *buf, size_t len, const char **method, size_t *method_len,
-                      const char **path, size_t *path_len, int *minor_version,
-                      struct phr_header *headers, size_t *num_headers, size_t last_len);
 
 #define MAX_HEAD_FIELDS 100
 /* Bytes of a refused request's body read (and dropped) before the
@@ -215,6 +206,25 @@ static void refuse_h2(conn_ref *ref, h2o_socket_t *sock)
     on_read_refused(sock, NULL);
 }
 
+/* The JSON Status of a request head that is not HTTP/1.x. */
+static void bad_head_status(funcd_buf *body, const char *why)
+{
+    cJSON *st = cJSON_CreateObject();
+    cJSON_AddStringToObject(st, "kind", "Status");
+    cJSON_AddStringToObject(st, "apiVersion", "v1");
+    cJSON_AddStringToObject(st, "status", "Failure");
+    cJSON_AddNumberToObject(st, "code", 400);
+    cJSON_AddStringToObject(st, "reason", "BadRequest");
+    char msg[200];
+    snprintf(msg, sizeof(msg), "the request is not valid HTTP/1.1: %s", why ? why : "bad head");
+    cJSON_AddStringToObject(st, "message", msg);
+    char *text = cJSON_PrintUnformatted(st);
+    cJSON_Delete(st);
+    if (text)
+        funcd_buf_append(body, text, strlen(text));
+    free(text);
+}
+
 /* Reads the head of a connection's first request before h2o does: a
  * request with a body goes on only if on_head lets it (h2o 2.2.5 would read
  * the whole body before any handler runs). */
@@ -235,29 +245,26 @@ static void on_read_head(h2o_socket_t *sock, const char *err)
         refuse_h2(ref, sock);
         return;
     }
-    const char *method, *path;
-    size_t method_len, path_len, nfields = MAX_HEAD_FIELDS;
-    int minor;
-    struct phr_header fields[MAX_HEAD_FIELDS];
-    int len = phr_parse_request(sock->input->bytes, sock->input->size, &method, &method_len, &path,
-                                &path_len, &minor, fields, &nfields, 0);
-    if (len == -2 && sock->input->size < H2O_MAX_REQLEN)
+    funcd_http1_field fields[MAX_HEAD_FIELDS];
+    funcd_http1 m;
+    funcd_http1_init_request(&m, fields, MAX_HEAD_FIELDS);
+    ssize_t len = funcd_http1_head(&m, sock->input->bytes, sock->input->size);
+    if (len == 0 && sock->input->size < H2O_MAX_REQLEN)
         return; /* more of the head to come */
-    if (len < 0) {
-        unwrap_read(ref, sock); /* h2o answers or closes */
-        h2o_read(sock, NULL);
+    if (len <= 0) {
+        /* Not a head h2o may read the body of unchecked: refused. */
+        funcd_buf body = FUNCD_BUF_INIT;
+        bad_head_status(&body, len == 0 ? "the request head is too long" : m.error);
+        refuse(ref, sock, 400, &body);
+        funcd_buf_free(&body);
         return;
     }
-    funcd_httpd_head head = {method, method_len, path, path_len, NULL, 0, 0};
-    for (size_t i = 0; i < nfields; i++) {
-        const struct phr_header *f = &fields[i];
-        if (f->name_len == 13 && strncasecmp(f->name, "authorization", 13) == 0) {
+    funcd_httpd_head head = {m.method, m.method_len, m.target, m.target_len, NULL, 0, m.has_body};
+    for (size_t i = 0; i < m.nfields; i++) {
+        const funcd_http1_field *f = &fields[i];
+        if (FUNCD_HTTP1_NAME_IS(f, "authorization")) {
             head.authorization = f->value;
             head.authorization_len = f->value_len;
-        } else if ((f->name_len == 14 && strncasecmp(f->name, "content-length", 14) == 0 &&
-                    !(f->value_len == 1 && f->value[0] == '0')) ||
-                   (f->name_len == 17 && strncasecmp(f->name, "transfer-encoding", 17) == 0)) {
-            head.has_body = 1;
         }
     }
     funcd_buf body = FUNCD_BUF_INIT;

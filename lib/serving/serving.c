@@ -20,7 +20,7 @@
 #include "api/api.h"
 #include "artifact/bundle.h"
 #include "funcd/sys/error.h"
-#include "http/phr.h"
+#include "http/http1.h"
 #include "source/resolver.h"
 #include "util/hostpath.h"
 #include "util/misc.h"
@@ -96,10 +96,8 @@ typedef struct worker_ctx {
     size_t probe_len;
     int probe_has_head;   /* the head is in: probe_status and how the body ends are known */
     int probe_status;
-    size_t probe_body_left; /* SIZE_MAX: the body ends with the connection */
+    funcd_http1 probe_msg;  /* the answer, once its head is in: how its body ends */
     size_t probe_body_read;
-    int probe_chunked;
-    struct phr_chunked_decoder probe_chunks;
     char last_stderr[400];
     int ready;           /* it answered the readiness probe */
     char load_msg[512];  /* before that: the msg of its last ERROR log line */
@@ -710,35 +708,19 @@ static void probe_again(worker_ctx *wc);
  * when it is not HTTP. */
 static int probe_head(worker_ctx *wc)
 {
-    struct phr_header headers[64];
-    size_t nh = 64, msg_len;
-    int minor, status;
-    const char *msg;
-    int n = phr_parse_response(wc->probe_buf, wc->probe_len, &minor, &status, &msg, &msg_len,
-                               headers, &nh, 0);
-    if (n == -2)
-        return wc->probe_len < sizeof(wc->probe_buf) ? 0 : -1;
+    funcd_http1_field fields[64];
+    funcd_http1 *m = &wc->probe_msg;
+    funcd_http1_init_response(m, 0, fields, 64);
+    ssize_t n = funcd_http1_head(m, wc->probe_buf, wc->probe_len);
+    if (n == 0)
+        return wc->probe_len < sizeof(wc->probe_buf) - 1 ? 0 : -1;
     if (n < 0)
         return -1;
+    m->fields = NULL; /* `fields` ends here; the body needs none */
+    m->nfields = m->max_fields = 0;
     wc->probe_has_head = 1;
-    wc->probe_status = status;
-    wc->probe_body_left = SIZE_MAX;
-    for (size_t i = 0; i < nh; i++) {
-        const struct phr_header *h = &headers[i];
-        if (h->name_len == 14 && strncasecmp(h->name, "content-length", 14) == 0) {
-            char num[32];
-            snprintf(num, sizeof(num), "%.*s", (int)(h->value_len < 31 ? h->value_len : 31),
-                     h->value);
-            char *end;
-            unsigned long long v = strtoull(num, &end, 10);
-            wc->probe_body_left = end != num ? (size_t)v : SIZE_MAX;
-        } else if (h->name_len == 17 && strncasecmp(h->name, "transfer-encoding", 17) == 0) {
-            wc->probe_chunked = 1;
-        }
-    }
-    if (status == 204 || status == 304 || (status >= 100 && status < 200))
-        wc->probe_body_left = 0;
-    return n;
+    wc->probe_status = m->status;
+    return (int)n;
 }
 
 /* Counts body bytes of the probe's answer; 1 when the body is complete. */
@@ -747,14 +729,10 @@ static int probe_body(worker_ctx *wc, char *data, size_t len)
     wc->probe_body_read += len;
     if (wc->probe_body_read > PROBE_MAX_BODY)
         return 1; /* enough: what is left is the worker's problem */
-    if (wc->probe_chunked) {
-        size_t size = len;
-        return phr_decode_chunked(&wc->probe_chunks, data, &size) >= 0;
-    }
-    if (wc->probe_body_left == SIZE_MAX)
-        return 0; /* until the worker closes */
-    wc->probe_body_left -= len < wc->probe_body_left ? len : wc->probe_body_left;
-    return wc->probe_body_left == 0;
+    size_t out;
+    if (funcd_http1_body(&wc->probe_msg, data, len, &out) < 0)
+        return 1; /* a malformed body: the status is known, the rest is the worker's problem */
+    return wc->probe_msg.done;
 }
 
 static void probe_done(worker_ctx *wc)
@@ -811,8 +789,7 @@ static void on_probe_read(evutil_socket_t fd, short what, void *arg)
             if (head == 0)
                 continue;
             size_t rest = wc->probe_len - (size_t)head; /* body bytes that came with the head */
-            done = wc->probe_body_left == 0 ||
-                   (rest && probe_body(wc, wc->probe_buf + head, rest));
+            done = wc->probe_msg.done || (rest && probe_body(wc, wc->probe_buf + head, rest));
         } else {
             done = probe_body(wc, scratch, (size_t)n);
         }
@@ -845,9 +822,7 @@ static void on_probe_timer(evutil_socket_t fd, short what, void *arg)
     wc->probe_fd = s;
     wc->probe_len = 0;
     wc->probe_has_head = 0;
-    wc->probe_chunked = 0;
     wc->probe_body_read = 0;
-    memset(&wc->probe_chunks, 0, sizeof(wc->probe_chunks));
     wc->probe_ev = event_new(wc->ln->s->cfg.loop, s,
                              EV_READ | EV_PERSIST, on_probe_read, wc);
     event_add(wc->probe_ev, NULL);

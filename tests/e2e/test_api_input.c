@@ -5,9 +5,14 @@
  * percent-encoded control bytes. Each is a 400 JSON Status naming the field,
  * and nothing is stored, changed or deleted.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "../harness.h"
 #include "env.h"
@@ -246,6 +251,60 @@ E2E_TEST(names_with_control_bytes_are_400)
     CHECK_STR(jstr(e->r.json, "spec.handler"), "main.handler");
 }
 
+/* ---- request heads ------------------------------------------------------------ */
+
+/* Sends `head` (and no body) on a new connection; what comes back before
+ * the server closes, within 10 s. */
+static void raw_exchange(env *e, const char *head, char *out, size_t cap)
+{
+    out[0] = '\0';
+    int port = 0;
+    if (sscanf(e->base, "http://127.0.0.1:%d", &port) != 1)
+        return;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    size_t got = 0;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        send(fd, head, strlen(head), MSG_NOSIGNAL) == (ssize_t)strlen(head)) {
+        for (int64_t t0 = e2e_now_ms(); got < cap - 1 && e2e_now_ms() - t0 < 10000;) {
+            struct pollfd p = {fd, POLLIN, 0};
+            if (poll(&p, 1, 200) <= 0)
+                continue;
+            ssize_t n = recv(fd, out + got, cap - 1 - got, 0);
+            if (n <= 0)
+                break;
+            got += (size_t)n;
+        }
+    }
+    out[got] = '\0';
+    close(fd);
+}
+
+/* A head that h2o and funcd's parser could read differently (a body
+ * announced two ways, a field folded over lines) is refused with a JSON
+ * Status before its body: h2o would otherwise read the body unchecked. */
+E2E_TEST(ambiguous_request_heads_are_400_before_their_body)
+{
+    static const char *const heads[] = {
+        "POST " FNS " HTTP/1.1\r\nHost: funcd\r\nAuthorization: Bearer " DEV_TOKEN "\r\n"
+        "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "POST " FNS " HTTP/1.1\r\nHost: funcd\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+        "POST " FNS " HTTP/1.1\r\nHost: funcd\r\nX-A: a\r\n folded\r\nContent-Length: 5\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof(heads) / sizeof(heads[0]); i++) {
+        char answer[4096];
+        raw_exchange(e, heads[i], answer, sizeof(answer));
+        if (strncmp(answer, "HTTP/1.1 400 ", 13) != 0 || !strstr(answer, "\"kind\":\"Status\"") ||
+            !strstr(answer, "not valid HTTP/1.1"))
+            FAILF("head %zu: answered %.300s", i, answer);
+    }
+    /* The same requests, well formed, are still served. */
+    CHECK_INT(REQ("POST", FNS, DEV_TOKEN, FUNCTION_JSON("abc", "main.handler")), 201);
+}
+
 int main(void)
 {
     e2e_client_global_init();
@@ -255,6 +314,7 @@ int main(void)
     RUN_ISOLATED(body_resource_version_is_strict);
     RUN_ISOLATED(names_with_control_bytes_are_400);
     RUN_ISOLATED(log_tail_lines_beyond_range_are_400);
+    RUN_ISOLATED(ambiguous_request_heads_are_400_before_their_body);
     e2e_client_global_cleanup();
     return HARNESS_END();
 }
