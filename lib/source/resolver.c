@@ -76,6 +76,7 @@ typedef struct job {
     char err[512];
     funcd_git_result git;
     char rootfs[1024];
+    pthread_t tid; /* joined by the loop once the job is done */
     struct job *next;
 } job;
 
@@ -232,17 +233,16 @@ static void *thread_main(void *arg)
     return NULL;
 }
 
+/* Loop thread only. The thread is joined (on the loop, or at free) after
+ * it handed its job back: libgit2 frees a thread's error record only as
+ * the thread exits, so it must be gone before funcd_git_shutdown, which
+ * deletes the key that record hangs on. */
 static int run_thread(funcd_sources *s, job *j)
 {
-    pthread_attr_t attr;
-    pthread_t tid;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_mutex_lock(&s->lock);
     s->threads++;
     pthread_mutex_unlock(&s->lock);
-    int err = pthread_create(&tid, &attr, thread_main, j);
-    pthread_attr_destroy(&attr);
+    int err = pthread_create(&j->tid, NULL, thread_main, j);
     if (err) {
         pthread_mutex_lock(&s->lock);
         s->threads--;
@@ -772,6 +772,7 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     while (list) {
         job *j = list;
         list = j->next;
+        pthread_join(j->tid, NULL); /* it is past its last touch of `s` */
         finish(s, j);
         job_free(j);
     }
@@ -1313,6 +1314,7 @@ void funcd_sources_free(funcd_sources *s)
     while (s->done) {
         job *j = s->done;
         s->done = j->next;
+        pthread_join(j->tid, NULL);
         if (j->img && j->rc == 0)
             funcd_rootfs_cache_put(s->rootfs, j->img->digest);
         job_free(j);
