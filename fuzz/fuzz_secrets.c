@@ -1,6 +1,6 @@
 /*
  * Fuzz target for what funcd reads back as credentials: the Secret envelope
- * (lib/registry/encryption.c; a store's bytes may be damaged or tampered
+ * (lib/objects/encryption.c; a store's bytes may be damaged or tampered
  * with) and the token file (lib/controlplane/auth.c). The first byte picks:
  * even: the rest is a stored value, opened with a fixed key; it either
  * opens (and then only if it is legacy plaintext, or was sealed by that
@@ -17,7 +17,7 @@
 
 #include "controlplane/auth.h"
 #include "funcd/sys/error.h"
-#include "registry/encryption.h"
+#include "objects/encryption.h"
 
 static const uint8_t key[FUNCD_ENC_KEY_LEN] = {7, 7, 7, 7, 7, 7, 7, 7, 9};
 #define AAD "/registry/secrets/fuzz/s"

@@ -8,7 +8,7 @@
 
 #include "api/api.h"
 #include "funcd/sys/error.h"
-#include "registry/registry.h"
+#include "objects/objects.h"
 #include "util/misc.h"
 
 struct funcd_controller {
@@ -53,7 +53,7 @@ void funcd_controller_requeue(funcd_controller *c, const char *plural, const cha
                               const char *name)
 {
     char key[256];
-    snprintf(key, sizeof(key), FUNCD_REGISTRY_ROOT "%s/%s/%s", plural, ns, name);
+    snprintf(key, sizeof(key), FUNCD_OBJECTS_KEY_ROOT "%s/%s/%s", plural, ns, name);
     enqueue(c, key);
 }
 
@@ -124,7 +124,7 @@ static void reconcile_function(funcd_controller *c, const funcd_kind *kind, cons
 {
     cJSON *obj = NULL;
     uint64_t rev = 0;
-    int rc = funcd_registry_get(c->cfg.store, kind, ns, name, &obj, &rev);
+    int rc = funcd_objects_get(c->cfg.store, kind, ns, name, &obj, &rev);
     if (rc == FUNCD_ENOTFOUND) {
         funcd_serving_remove(c->cfg.serving, ns, name);
         return;
@@ -139,7 +139,7 @@ static void reconcile_function(funcd_controller *c, const funcd_kind *kind, cons
     cJSON *want = function_status(obj, &ss);
     const cJSON *have = cJSON_GetObjectItemCaseSensitive(obj, "status");
     if (!have || !cJSON_Compare(have, want, 1)) {
-        rc = funcd_registry_put_status(c->cfg.store, kind, ns, name, rev, want);
+        rc = funcd_objects_put_status(c->cfg.store, kind, ns, name, rev, want);
         /* A conflict means a newer event is queued: it will reconcile again. */
         if (rc < 0 && rc != FUNCD_ECONFLICT && rc != FUNCD_ENOTFOUND)
             funcd_log(c->cfg.logger, FUNCD_LOG_WARN, "writing status of function %s/%s: %s", ns,
@@ -153,7 +153,7 @@ static void reconcile(funcd_controller *c, const char *key)
 {
     const funcd_kind *kind;
     char ns[128], name[128];
-    if (funcd_registry_parse_key(key, &kind, ns, sizeof(ns), name, sizeof(name)) < 0)
+    if (funcd_objects_parse_key(key, &kind, ns, sizeof(ns), name, sizeof(name)) < 0)
         return;
     if (strcmp(kind->kind, "Function") == 0)
         reconcile_function(c, kind, ns, name);
@@ -188,7 +188,7 @@ static int enqueue_listed(const funcd_store_kv *kv, void *payload)
 static void on_resync(evutil_socket_t fd, short what, void *arg)
 {
     funcd_controller *c = arg;
-    c->cfg.store->list(c->cfg.store, FUNCD_REGISTRY_ROOT, enqueue_listed, c, NULL);
+    c->cfg.store->list(c->cfg.store, FUNCD_OBJECTS_KEY_ROOT, enqueue_listed, c, NULL);
 }
 
 int funcd_controller_new(funcd_controller **out, const funcd_controller_config *cfg)
@@ -214,9 +214,9 @@ int funcd_controller_new(funcd_controller **out, const funcd_controller_config *
 int funcd_controller_start(funcd_controller *c)
 {
     uint64_t rev = 0;
-    int rc = c->cfg.store->list(c->cfg.store, FUNCD_REGISTRY_ROOT, enqueue_listed, c, &rev);
+    int rc = c->cfg.store->list(c->cfg.store, FUNCD_OBJECTS_KEY_ROOT, enqueue_listed, c, &rev);
     if (rc == 0)
-        rc = c->cfg.store->watch(c->cfg.store, FUNCD_REGISTRY_ROOT, rev, on_event, c, &c->watch);
+        rc = c->cfg.store->watch(c->cfg.store, FUNCD_OBJECTS_KEY_ROOT, rev, on_event, c, &c->watch);
     if (rc < 0)
         return rc;
     struct timeval tv = {c->cfg.resync_ms / 1000, (c->cfg.resync_ms % 1000) * 1000};

@@ -9,7 +9,7 @@
 
 #include "artifact/bundle.h"
 #include "funcd/sys/error.h"
-#include "registry/registry.h"
+#include "objects/objects.h"
 #include "serving/serving.h"
 
 #define API_PREFIX "/apis/funcd.dev/v1/"
@@ -397,7 +397,7 @@ static void handle_object(funcd_cp *cp, const funcd_cp_request *req, const route
     if (method_is(req, "GET")) {
         if (!authorize(t, r, 0, resp))
             return;
-        rc = funcd_registry_get(cp->store, r->kind, r->ns, r->name, &obj, NULL);
+        rc = funcd_objects_get(cp->store, r->kind, r->ns, r->name, &obj, NULL);
         if (rc == 0 && redacts(t, r))
             funcd_cp_redact(obj);
         if (rc < 0)
@@ -410,7 +410,7 @@ static void handle_object(funcd_cp *cp, const funcd_cp_request *req, const route
     } else if (method_is(req, "DELETE")) {
         if (!authorize(t, r, 1, resp))
             return;
-        rc = funcd_registry_delete(cp->store, r->kind, r->ns, r->name, &obj);
+        rc = funcd_objects_delete(cp->store, r->kind, r->ns, r->name, &obj);
         if (rc < 0)
             status_from_error(resp, rc);
         else
@@ -526,7 +526,7 @@ typedef struct list_ctx {
 static int list_one(const funcd_store_kv *kv, void *payload)
 {
     list_ctx *lc = payload;
-    cJSON *obj = funcd_registry_decode(kv->value, kv->len, kv->revision);
+    cJSON *obj = funcd_objects_decode(kv->value, kv->len, kv->revision);
     const char *ns = cJSON_GetStringValue(
         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "metadata"),
                                          "namespace"));
@@ -556,7 +556,7 @@ static void list_objects(funcd_cp *cp, const route *r, const list_filter *f,
     funcd_buf prefix = FUNCD_BUF_INIT, items = FUNCD_BUF_INIT;
     list_ctx lc = {&items, 0, 0, f};
     uint64_t rev = 0;
-    int rc = funcd_registry_prefix(&prefix, r->kind, r->ns);
+    int rc = funcd_objects_prefix(&prefix, r->kind, r->ns);
     if (rc == 0)
         rc = cp->store->list(cp->store, prefix.data, list_one, &lc, &rev);
     if (rc == 0 && lc.failed)
@@ -629,7 +629,7 @@ static void create_object(funcd_cp *cp, const funcd_cp_request *req, const route
         cJSON_Delete(obj);
         return;
     }
-    int rc = funcd_registry_create(cp->store, r->kind, r->ns, obj, &out);
+    int rc = funcd_objects_create(cp->store, r->kind, r->ns, obj, &out);
     if (rc < 0)
         status_from_error(resp, rc);
     else
@@ -649,7 +649,7 @@ static void replace_object(funcd_cp *cp, const funcd_cp_request *req, const rout
         return;
     }
     int created = 0;
-    int rc = funcd_registry_replace(cp->store, r->kind, r->ns, r->name, obj, &created, &out);
+    int rc = funcd_objects_replace(cp->store, r->kind, r->ns, r->name, obj, &created, &out);
     if (rc == FUNCD_EINVAL) /* the only caller-side error of a replace */
         funcd_cp_status(resp, 400, "BadRequest", "metadata.resourceVersion", "%s",
                         funcd_error_last()->message);
@@ -706,7 +706,7 @@ static int redacts(const funcd_token *t, const route *r)
 int funcd_cp_watch_line(funcd_buf *out, const char *type, const void *value, size_t len,
                         uint64_t revision, int redact)
 {
-    cJSON *obj = funcd_registry_decode(value, len, revision);
+    cJSON *obj = funcd_objects_decode(value, len, revision);
     if (obj && redact)
         funcd_cp_redact(obj);
     char *text = obj ? cJSON_PrintUnformatted(obj) : NULL;
@@ -777,7 +777,7 @@ static void function_logs(funcd_cp *cp, const funcd_cp_request *req, const route
                           funcd_cp_response *resp)
 {
     cJSON *obj = NULL;
-    int rc = funcd_registry_get(cp->store, r->kind, r->ns, r->name, &obj, NULL);
+    int rc = funcd_objects_get(cp->store, r->kind, r->ns, r->name, &obj, NULL);
     cJSON_Delete(obj);
     if (rc < 0) {
         status_from_error(resp, rc);

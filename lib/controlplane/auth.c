@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "funcd/sys/error.h"
-#include "registry/encryption.h"
+#include "objects/encryption.h"
 
 int funcd_role_parse(const char *s, funcd_role *out)
 {

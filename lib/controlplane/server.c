@@ -19,7 +19,7 @@
 
 #include "funcd/sys/error.h"
 #include "http/httpd.h"
-#include "registry/registry.h"
+#include "objects/objects.h"
 #include "serving/serving.h"
 
 /* Objects over MAX_BODY get a JSON 413 from us; bundles may be larger. h2o
@@ -321,7 +321,7 @@ static void start_stream(funcd_cp_server *srv, h2o_req_t *req, funcd_cp_response
         return;
     }
     funcd_buf prefix = FUNCD_BUF_INIT;
-    int rc = funcd_registry_prefix(&prefix, resp->w.kind, resp->w.ns[0] ? resp->w.ns : NULL);
+    int rc = funcd_objects_prefix(&prefix, resp->w.kind, resp->w.ns[0] ? resp->w.ns : NULL);
     uint64_t after = resp->w.rv;
     if (rc == 0 && !resp->w.from_rv) {
         /* No revision: the current objects as ADDED, then changes after them. */

@@ -53,7 +53,7 @@
 #include "api/api.h"
 #include "funcd/sys/error.h"
 #include "pool/pool.h"
-#include "registry/registry.h"
+#include "objects/objects.h"
 #include "source/resolver.h"
 #include "util/misc.h"
 
@@ -1269,7 +1269,7 @@ static void put_status(worker_eval *we, const cJSON *fc, uint64_t revision)
             cJSON_AddItemToObject(next, "ignoredOverrides", ov.ignored);
             ov.ignored = NULL;
         }
-        if (next && funcd_registry_put_status(we->store, kind, we->ns, name, revision, next) < 0 &&
+        if (next && funcd_objects_put_status(we->store, kind, we->ns, name, revision, next) < 0 &&
             funcd_error_last()->code != FUNCD_ECONFLICT) /* a newer version comes our way */
             funcd_log(we->logger, FUNCD_LOG_WARN, "FunctionConfig %s: cannot write its status: %s",
                       name, funcd_error_last()->message);

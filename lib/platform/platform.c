@@ -28,7 +28,7 @@
 #include "runtime/cgroup.h"
 #include "fnrunner/service.h"
 #include "gateway/embedded.h"
-#include "registry/encryption.h"
+#include "objects/encryption.h"
 #include "store/sqlite_private.h"
 #include "serving/serving.h"
 #include "source/resolver.h"

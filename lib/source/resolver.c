@@ -20,7 +20,7 @@
 #include "funcd/sys/error.h"
 #include "oci/oci.h"
 #include "oci/unpack.h"
-#include "registry/registry.h"
+#include "objects/objects.h"
 #include "source/git.h"
 #include "util/misc.h"
 
@@ -421,7 +421,7 @@ static char *secret_config(funcd_sources *s, const char *ns, const char *name)
     const funcd_kind *kind = funcd_kind_by_plural("secrets");
     cJSON *obj = NULL;
     uint64_t rev;
-    if (!kind || funcd_registry_get(s->cfg.store, kind, ns, name, &obj, &rev) < 0)
+    if (!kind || funcd_objects_get(s->cfg.store, kind, ns, name, &obj, &rev) < 0)
         return NULL;
     const char *b64 = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(obj, "data"), ".dockerconfigjson"));

@@ -9,7 +9,7 @@
 #include "env.h"
 
 #include "funcd/sys/error.h"
-#include "registry/encryption.h"
+#include "objects/encryption.h"
 
 #define SECRETS NS("default") "/secrets"
 #define SECRET_JSON(user)                                                                          \

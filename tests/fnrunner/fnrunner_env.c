@@ -22,7 +22,7 @@
 
 #include "api/api.h"
 #include "funcd/sys/error.h"
-#include "registry/registry.h"
+#include "objects/objects.h"
 #include "util/buf.h"
 #include "util/misc.h"
 
@@ -349,7 +349,7 @@ static int prewarm(funcd_store *store, const char *name)
              "\"podExecutor\":{\"tags\":[\"v1\"]}}}",
              name, name);
     cJSON *obj = cJSON_Parse(json), *stored = NULL;
-    int rc = obj ? funcd_registry_create(store, funcd_kind_by_kind("FunctionConfig"), "default",
+    int rc = obj ? funcd_objects_create(store, funcd_kind_by_kind("FunctionConfig"), "default",
                                          obj, &stored)
                  : FUNCD_ENOMEM;
     cJSON_Delete(obj);

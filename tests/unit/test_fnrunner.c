@@ -13,7 +13,7 @@
 #include "evaluator.pb-c.h"
 #include "fnrunner/evaluator.h"
 #include "platform/options.h"
-#include "registry/registry.h"
+#include "objects/objects.h"
 #include "util/misc.h"
 
 static char fn_dir[128];
@@ -65,7 +65,7 @@ static void write_script(const char *name, const char *body)
 static void put_config(const char *name, const char *json)
 {
     cJSON *obj = cJSON_Parse(json), *stored = NULL;
-    if (!obj || funcd_registry_create(store, funcd_kind_by_kind("FunctionConfig"), "default", obj,
+    if (!obj || funcd_objects_create(store, funcd_kind_by_kind("FunctionConfig"), "default", obj,
                                       &stored) < 0)
         abort();
     cJSON_Delete(obj);

@@ -1,7 +1,7 @@
 /*
  * Credentials at rest, against hostile input: the token-file parser and its
  * permission check (lib/controlplane/auth.c), the encryption key file and
- * the AES-GCM envelope of Secrets (lib/registry/encryption.c), and the
+ * the AES-GCM envelope of Secrets (lib/objects/encryption.c), and the
  * encrypting store over a real memory store.
  */
 #include <errno.h>
@@ -14,7 +14,7 @@
 #include "controlplane/auth.h"
 #include "funcd/sys/error.h"
 #include "funcd/sys/store.h"
-#include "registry/encryption.h"
+#include "objects/encryption.h"
 
 static char dir[] = "/tmp/funcd-unit-secrets-XXXXXX";
 

@@ -1,4 +1,4 @@
-#include "registry/encryption.h"
+#include "objects/encryption.h"
 
 #include <errno.h>
 #include <fcntl.h>

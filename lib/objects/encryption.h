@@ -11,8 +11,8 @@
  *
  * Threads: the wrapping store is as thread-safe as the store it wraps.
  */
-#ifndef FUNCD_REGISTRY_ENCRYPTION_H
-#define FUNCD_REGISTRY_ENCRYPTION_H
+#ifndef FUNCD_OBJECTS_ENCRYPTION_H
+#define FUNCD_OBJECTS_ENCRYPTION_H
 
 #include <stddef.h>
 #include <stdint.h>

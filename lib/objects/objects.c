@@ -1,4 +1,4 @@
-#include "registry/registry.h"
+#include "objects/objects.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -8,26 +8,26 @@
 #include "funcd/sys/error.h"
 #include "util/misc.h"
 
-int funcd_registry_key(funcd_buf *out, const funcd_kind *kind, const char *ns, const char *name)
+int funcd_objects_key(funcd_buf *out, const funcd_kind *kind, const char *ns, const char *name)
 {
     funcd_buf_reset(out);
-    return funcd_buf_printf(out, FUNCD_REGISTRY_ROOT "%s/%s/%s", kind->plural, ns, name);
+    return funcd_buf_printf(out, FUNCD_OBJECTS_KEY_ROOT "%s/%s/%s", kind->plural, ns, name);
 }
 
-int funcd_registry_prefix(funcd_buf *out, const funcd_kind *kind, const char *ns)
+int funcd_objects_prefix(funcd_buf *out, const funcd_kind *kind, const char *ns)
 {
     funcd_buf_reset(out);
     if (!ns)
-        return funcd_buf_printf(out, FUNCD_REGISTRY_ROOT "%s/", kind->plural);
-    return funcd_buf_printf(out, FUNCD_REGISTRY_ROOT "%s/%s/", kind->plural, ns);
+        return funcd_buf_printf(out, FUNCD_OBJECTS_KEY_ROOT "%s/", kind->plural);
+    return funcd_buf_printf(out, FUNCD_OBJECTS_KEY_ROOT "%s/%s/", kind->plural, ns);
 }
 
-int funcd_registry_parse_key(const char *key, const funcd_kind **kind, char *ns, size_t ns_len,
+int funcd_objects_parse_key(const char *key, const funcd_kind **kind, char *ns, size_t ns_len,
                              char *name, size_t name_len)
 {
-    if (!funcd_has_prefix(key, FUNCD_REGISTRY_ROOT))
+    if (!funcd_has_prefix(key, FUNCD_OBJECTS_KEY_ROOT))
         return FUNCD_EINVAL;
-    const char *p = key + strlen(FUNCD_REGISTRY_ROOT);
+    const char *p = key + strlen(FUNCD_OBJECTS_KEY_ROOT);
     const char *s1 = strchr(p, '/');
     const char *s2 = s1 ? strchr(s1 + 1, '/') : NULL;
     if (!s1 || !s2 || strchr(s2 + 1, '/'))
@@ -63,7 +63,7 @@ static cJSON *metadata_of(cJSON *obj)
     return md;
 }
 
-cJSON *funcd_registry_decode(const void *value, size_t len, uint64_t revision)
+cJSON *funcd_objects_decode(const void *value, size_t len, uint64_t revision)
 {
     cJSON *obj = cJSON_ParseWithLength(value, len);
     if (!obj)
@@ -80,13 +80,13 @@ static int not_found(const funcd_kind *kind, const char *ns, const char *name)
                            name, ns);
 }
 
-int funcd_registry_get(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
+int funcd_objects_get(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
                        cJSON **out, uint64_t *revision)
 {
     funcd_buf key = FUNCD_BUF_INIT;
     funcd_store_value v = {0};
     *out = NULL;
-    int rc = funcd_registry_key(&key, kind, ns, name);
+    int rc = funcd_objects_key(&key, kind, ns, name);
     if (rc == 0)
         rc = s->get(s, key.data, &v);
     funcd_buf_free(&key);
@@ -94,7 +94,7 @@ int funcd_registry_get(funcd_store *s, const funcd_kind *kind, const char *ns, c
         return not_found(kind, ns, name);
     if (rc < 0)
         return rc;
-    *out = funcd_registry_decode(v.value, v.len, v.revision);
+    *out = funcd_objects_decode(v.value, v.len, v.revision);
     if (revision)
         *revision = v.revision;
     free(v.value);
@@ -120,7 +120,7 @@ static int store_put(funcd_store *s, const funcd_kind *kind, const char *ns, con
                      const cJSON *obj, uint64_t expected, cJSON **out)
 {
     funcd_buf key = FUNCD_BUF_INIT;
-    int rc = funcd_registry_key(&key, kind, ns, name);
+    int rc = funcd_objects_key(&key, kind, ns, name);
     char *text = rc == 0 ? encode_for_store(obj) : NULL;
     uint64_t rev = 0;
     if (rc == 0 && !text)
@@ -137,7 +137,7 @@ static int store_put(funcd_store *s, const funcd_kind *kind, const char *ns, con
                              "apply your change again",
                              kind->plural, name);
     if (rc == 0 && out) {
-        *out = funcd_registry_decode(text, strlen(text), rev);
+        *out = funcd_objects_decode(text, strlen(text), rev);
         if (!*out)
             rc = funcd_error_set(FUNCD_ENOMEM, "out of memory");
     }
@@ -188,7 +188,7 @@ static cJSON *build(const cJSON *in, const char *ns, const char *uid, const char
     return obj;
 }
 
-int funcd_registry_create(funcd_store *s, const funcd_kind *kind, const char *ns, const cJSON *obj,
+int funcd_objects_create(funcd_store *s, const funcd_kind *kind, const char *ns, const cJSON *obj,
                           cJSON **out)
 {
     char uid[37], created[32];
@@ -231,7 +231,7 @@ static int replace_once(funcd_store *s, const funcd_kind *kind, const char *ns, 
     int has_rv = parse_rv(obj, &want);
     if (has_rv < 0)
         return funcd_error_set(FUNCD_EINVAL, "metadata.resourceVersion must be a string holding a decimal revision (at most %lld), as read from the server", (long long)FUNCD_API_MAX_REVISION);
-    int rc = funcd_registry_get(s, kind, ns, name, &cur, &rev);
+    int rc = funcd_objects_get(s, kind, ns, name, &cur, &rev);
     if (rc == FUNCD_ENOTFOUND) {
         if (has_rv)
             return funcd_error_set(FUNCD_ECONFLICT,
@@ -239,7 +239,7 @@ static int replace_once(funcd_store *s, const funcd_kind *kind, const char *ns, 
                                    " (it was deleted); drop metadata.resourceVersion to create it",
                                    kind->plural, name, want);
         *created = 1;
-        return funcd_registry_create(s, kind, ns, obj, out);
+        return funcd_objects_create(s, kind, ns, obj, out);
     }
     if (rc < 0)
         return rc;
@@ -283,7 +283,7 @@ static int replace_once(funcd_store *s, const funcd_kind *kind, const char *ns, 
  * retries; a client that sent a resourceVersion gets the conflict. */
 #define UNCONDITIONAL_ATTEMPTS 16
 
-int funcd_registry_replace(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
+int funcd_objects_replace(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
                            const cJSON *obj, int *created, cJSON **out)
 {
     uint64_t want;
@@ -303,11 +303,11 @@ static int delete_once(funcd_store *s, const funcd_kind *kind, const char *ns, c
                        cJSON **out)
 {
     uint64_t rev = 0, del_rev = 0;
-    int rc = funcd_registry_get(s, kind, ns, name, out, &rev);
+    int rc = funcd_objects_get(s, kind, ns, name, out, &rev);
     if (rc < 0)
         return rc;
     funcd_buf key = FUNCD_BUF_INIT;
-    rc = funcd_registry_key(&key, kind, ns, name);
+    rc = funcd_objects_key(&key, kind, ns, name);
     if (rc == 0)
         rc = s->del(s, key.data, rev, &del_rev);
     funcd_buf_free(&key);
@@ -324,12 +324,12 @@ static int delete_once(funcd_store *s, const funcd_kind *kind, const char *ns, c
     return rc;
 }
 
-int funcd_registry_put_status(funcd_store *s, const funcd_kind *kind, const char *ns,
+int funcd_objects_put_status(funcd_store *s, const funcd_kind *kind, const char *ns,
                               const char *name, uint64_t revision, const cJSON *status)
 {
     cJSON *cur = NULL;
     uint64_t rev = 0;
-    int rc = funcd_registry_get(s, kind, ns, name, &cur, &rev);
+    int rc = funcd_objects_get(s, kind, ns, name, &cur, &rev);
     if (rc < 0)
         return rc;
     if (rev != revision) {
@@ -344,7 +344,7 @@ int funcd_registry_put_status(funcd_store *s, const funcd_kind *kind, const char
     return rc;
 }
 
-int funcd_registry_delete(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
+int funcd_objects_delete(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
                           cJSON **out)
 {
     int rc = FUNCD_ECONFLICT;

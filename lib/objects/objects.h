@@ -7,8 +7,8 @@
  * without metadata.resourceVersion, which is the store revision of the key
  * and is put back on every read.
  */
-#ifndef FUNCD_REGISTRY_REGISTRY_H
-#define FUNCD_REGISTRY_REGISTRY_H
+#ifndef FUNCD_OBJECTS_OBJECTS_H
+#define FUNCD_OBJECTS_OBJECTS_H
 
 #include <cjson/cJSON.h>
 
@@ -16,21 +16,21 @@
 #include "funcd/sys/store.h"
 #include "util/buf.h"
 
-#define FUNCD_REGISTRY_ROOT "/registry/"
+#define FUNCD_OBJECTS_KEY_ROOT "/registry/"
 
-int funcd_registry_key(funcd_buf *out, const funcd_kind *kind, const char *ns, const char *name);
+int funcd_objects_key(funcd_buf *out, const funcd_kind *kind, const char *ns, const char *name);
 /* "/registry/{plural}/{ns}/" or, with ns NULL, "/registry/{plural}/". */
-int funcd_registry_prefix(funcd_buf *out, const funcd_kind *kind, const char *ns);
+int funcd_objects_prefix(funcd_buf *out, const funcd_kind *kind, const char *ns);
 /* Splits a key into its kind, namespace and name (pointers into `key` for
  * ns/name are copied into the buffers). 0 or FUNCD_EINVAL. */
-int funcd_registry_parse_key(const char *key, const funcd_kind **kind, char *ns, size_t ns_len,
+int funcd_objects_parse_key(const char *key, const funcd_kind **kind, char *ns, size_t ns_len,
                              char *name, size_t name_len);
 
 /* Parses a stored value and sets metadata.resourceVersion to `revision`. */
-cJSON *funcd_registry_decode(const void *value, size_t len, uint64_t revision);
+cJSON *funcd_objects_decode(const void *value, size_t len, uint64_t revision);
 
 /* Reads one object. FUNCD_ENOTFOUND (message names kind/ns/name). */
-int funcd_registry_get(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
+int funcd_objects_get(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
                        cJSON **out, uint64_t *revision);
 
 /*
@@ -38,7 +38,7 @@ int funcd_registry_get(funcd_store *s, const funcd_kind *kind, const char *ns, c
  * metadata.namespace, uid, generation 1, creationTimestamp, drops status.
  * FUNCD_EEXISTS if it exists. `*out` is the stored object with resourceVersion.
  */
-int funcd_registry_create(funcd_store *s, const funcd_kind *kind, const char *ns, const cJSON *obj,
+int funcd_objects_create(funcd_store *s, const funcd_kind *kind, const char *ns, const cJSON *obj,
                           cJSON **out);
 
 /*
@@ -47,15 +47,15 @@ int funcd_registry_create(funcd_store *s, const funcd_kind *kind, const char *ns
  * creationTimestamp and status are kept; generation grows when the spec
  * (Secret: type and data) changes.
  */
-int funcd_registry_replace(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
+int funcd_objects_replace(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
                            const cJSON *obj, int *created, cJSON **out);
 
 /* Deletes and returns the last state of the object. FUNCD_ENOTFOUND. */
-int funcd_registry_delete(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
+int funcd_objects_delete(funcd_store *s, const funcd_kind *kind, const char *ns, const char *name,
                           cJSON **out);
 
 /* Writes `status` (copied) if the object is still at `revision`. */
-int funcd_registry_put_status(funcd_store *s, const funcd_kind *kind, const char *ns,
+int funcd_objects_put_status(funcd_store *s, const funcd_kind *kind, const char *ns,
                               const char *name, uint64_t revision, const cJSON *status);
 
 #endif
