@@ -299,12 +299,15 @@ static int set_limit(const funcd_cgroups *cg, int ctl, unsigned id, const char *
 }
 
 /* Moving a task into a v1 memory cgroup costs ~1.5 ms here (the other
- * controllers ~15 us), so a worker joins one only when it has a limit. */
-static int make_dirs(const funcd_cgroups *cg, unsigned id, const funcd_worker_limits *lim)
+ * controllers ~15 us), so a worker started on the request's path joins one
+ * only when it has a limit; a blank init (`all`), moved ahead of time,
+ * joins every controller, so that any limit can be written when it is
+ * claimed. */
+static int make_dirs(const funcd_cgroups *cg, unsigned id, const funcd_worker_limits *lim, int all)
 {
     for (int c = 0; c < FUNCD_CG_COUNT; c++) {
         char dir[512];
-        if (c == FUNCD_CG_MEMORY && !lim->memory_bytes)
+        if (c == FUNCD_CG_MEMORY && !lim->memory_bytes && !all)
             continue;
         funcd_cgroup_path(cg, c, id, dir, sizeof(dir));
         if (dir[0] && mkdir(dir, 0755) != 0 && errno != EEXIST)
@@ -325,25 +328,45 @@ static int need(const funcd_cgroups *cg, int ctl, const char *what)
                            "which is not writable for funcd on this host", what, ctl_name[ctl]);
 }
 
-int funcd_cgroup_make(const funcd_cgroups *cg, unsigned id, const funcd_worker_limits *lim,
-                      uint32_t default_pids)
+int funcd_cgroup_check(const funcd_cgroups *cg, const funcd_worker_limits *lim)
 {
     int rc;
     if ((lim->memory_bytes && (rc = need(cg, FUNCD_CG_MEMORY, "memory")) < 0) ||
         (lim->pids && (rc = need(cg, FUNCD_CG_PIDS, "pids")) < 0) ||
         (lim->cpu_millis && (rc = need(cg, FUNCD_CG_CPU, "cpu")) < 0))
         return rc;
-    if ((rc = make_dirs(cg, id, lim)) < 0 || (rc = apply_limits(cg, id, lim, default_pids)) < 0)
+    return 0;
+}
+
+int funcd_cgroup_make(const funcd_cgroups *cg, unsigned id, const funcd_worker_limits *lim,
+                      uint32_t default_pids)
+{
+    int rc;
+    if ((rc = funcd_cgroup_check(cg, lim)) < 0)
+        return rc;
+    if ((rc = make_dirs(cg, id, lim, 0)) < 0 || (rc = apply_limits(cg, id, lim, default_pids)) < 0)
         funcd_cgroup_remove(cg, id);
     return rc;
+}
+
+int funcd_cgroup_make_blank(const funcd_cgroups *cg, unsigned id, uint32_t default_pids)
+{
+    static const funcd_worker_limits none;
+    int rc;
+    if ((rc = make_dirs(cg, id, &none, 1)) < 0 || (rc = apply_limits(cg, id, &none, default_pids)) < 0)
+        funcd_cgroup_remove(cg, id);
+    return rc;
+}
+
+unsigned funcd_cgroup_next_id(funcd_cgroups *cg)
+{
+    return atomic_fetch_add(&cg->next_id, 1) + 1;
 }
 
 int funcd_cgroup_set_limits(const funcd_cgroups *cg, unsigned id, const funcd_worker_limits *lim)
 {
     int rc;
-    if ((lim->memory_bytes && (rc = need(cg, FUNCD_CG_MEMORY, "memory")) < 0) ||
-        (lim->pids && (rc = need(cg, FUNCD_CG_PIDS, "pids")) < 0) ||
-        (lim->cpu_millis && (rc = need(cg, FUNCD_CG_CPU, "cpu")) < 0))
+    if ((rc = funcd_cgroup_check(cg, lim)) < 0)
         return rc;
     return apply_limits(cg, id, lim, 0);
 }

@@ -9,6 +9,7 @@
 #ifndef FUNCD_RUNTIME_CGROUP_H
 #define FUNCD_RUNTIME_CGROUP_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -21,6 +22,7 @@ enum { FUNCD_CG_MEMORY, FUNCD_CG_PIDS, FUNCD_CG_CPU, FUNCD_CG_COUNT };
 typedef struct funcd_cgroups {
     char base[FUNCD_CG_COUNT][400]; /* "" where the controller is unavailable */
     char instance[FUNCD_CGROUP_MAX_INSTANCE_ID + 1];
+    atomic_uint next_id; /* the last worker id handed out (funcd_cgroup_next_id) */
 } funcd_cgroups;
 
 /* 1 when `id` is 1 to 32 lowercase letters and digits, a letter first. */
@@ -38,10 +40,19 @@ void funcd_cgroups_init(funcd_cgroups *cg, const char *instance_id);
 /* Removes this runtime's directories (workers' first). */
 void funcd_cgroups_fini(funcd_cgroups *cg);
 
+/* 0 when every limit that is set has its controller; FUNCD_ENOTSUP with
+ * the message naming the spec field otherwise. */
+int funcd_cgroup_check(const funcd_cgroups *cg, const funcd_worker_limits *lim);
 /* Makes worker `id`'s cgroups with the limits (a zero limit: none, except
  * `default_pids`). 0, or FUNCD_EIO/FUNCD_ENOTSUP with the message set. */
 int funcd_cgroup_make(const funcd_cgroups *cg, unsigned id, const funcd_worker_limits *lim,
                       uint32_t default_pids);
+/* A fresh worker id (any thread): the name of its cgroups, "w<id>". */
+unsigned funcd_cgroup_next_id(funcd_cgroups *cg);
+/* Makes blank `id`'s cgroups ahead of any job: every available controller
+ * (memory too, so that a limit can be written when a job claims it), no
+ * limit but `default_pids`. 0, or FUNCD_EIO with the message set. */
+int funcd_cgroup_make_blank(const funcd_cgroups *cg, unsigned id, uint32_t default_pids);
 /* Sets worker `id`'s limits (those not zero) on cgroups made before. */
 int funcd_cgroup_set_limits(const funcd_cgroups *cg, unsigned id, const funcd_worker_limits *lim);
 /* Moves `pid` (and so everything it starts) into worker `id`'s cgroups. */

@@ -72,7 +72,6 @@ typedef struct proc_runtime {
     funcd_cgroups cgroups;
     int allow_host_network;
     char *pid_dir;
-    unsigned next_id;
 } proc_runtime;
 
 static void link_worker(proc_runtime *rt, funcd_worker *w)
@@ -273,18 +272,17 @@ static pid_t start_sandboxed(proc_runtime *rt, const funcd_worker_spec *spec, co
                         "(funcd_process_options.allow_host_network); use network: none");
         return -1;
     }
-    w->cg_id = ++rt->next_id;
-    if (funcd_cgroup_make(&rt->cgroups, w->cg_id, &spec->limits, DEFAULT_SANDBOX_PIDS) < 0) {
-        w->cg_id = 0;
+    if (funcd_cgroup_check(&rt->cgroups, &spec->limits) < 0)
         return -1;
-    }
     static char *const empty_env[] = {NULL};
     funcd_sandbox_job job = {prog, (char *const *)spec->argv,
                              spec->env ? (char *const *)spec->env : empty_env, spec->cwd,
                              spec->rootfs, spec->binds, spec->n_binds,
                              spec->network == FUNCD_WORKER_NETWORK_HOST, {-1, out_w, err_w},
-                             &rt->cgroups, w->cg_id};
-    pid_t pid = funcd_sandbox_spawn(rt->sandbox, &job, &w->status_fd);
+                             &spec->limits};
+    /* Its cgroups come with it: a blank init's, where it waited (limits
+     * written now), or made for it (docs/adr/0028). */
+    pid_t pid = funcd_sandbox_spawn(rt->sandbox, &job, &w->status_fd, &w->cg_id);
     if (rt->refill_ev && !evtimer_pending(rt->refill_ev, NULL)) {
         /* The filler thread makes blanks off the loop, but its clone still
          * copies funcd's page tables under the memory map lock, stalling
@@ -292,10 +290,6 @@ static pid_t start_sandboxed(proc_runtime *rt, const funcd_worker_spec *spec, co
          * first. */
         struct timeval later = {0, REFILL_DELAY_US};
         evtimer_add(rt->refill_ev, &later);
-    }
-    if (pid < 0) {
-        funcd_cgroup_remove(&rt->cgroups, w->cg_id);
-        w->cg_id = 0;
     }
     return pid;
 }
@@ -512,8 +506,8 @@ static void rt_free(funcd_runtime *base)
     }
     if (rt->refill_ev)
         event_free(rt->refill_ev);
+    funcd_sandbox_free(rt->sandbox); /* its blanks' cgroups go with them */
     funcd_cgroups_fini(&rt->cgroups);
-    funcd_sandbox_free(rt->sandbox);
     free(rt->pid_dir);
     free(rt);
 }
@@ -562,6 +556,7 @@ int funcd_runtime_process_new_with(funcd_runtime **out, const funcd_process_opti
         }
         rt->allow_host_network = opts && opts->allow_host_network;
         funcd_cgroups_init(&rt->cgroups, opts ? opts->instance_id : NULL);
+        funcd_sandbox_use_cgroups(rt->sandbox, &rt->cgroups, DEFAULT_SANDBOX_PIDS);
     }
     *out = &rt->base;
     return 0;

@@ -79,6 +79,7 @@ typedef struct blank {
     pid_t pid;
     int ctl;            /* our end of a socketpair: "ids mapped", "ready", the job */
     blank_shared *shm;  /* mapped before the clone: the same address on both sides */
+    unsigned cg_id;     /* the cgroups it waits in (the job's then), 0: none */
 } blank;
 
 struct funcd_sandbox {
@@ -93,6 +94,8 @@ struct funcd_sandbox {
     size_t n_blank;
     int blank_failures;
     unsigned uid, gid;
+    funcd_cgroups *cg; /* the runtime's, or NULL: workers get no cgroups */
+    uint32_t default_pids;
     uint64_t tmp_bytes;
     int idmap_ns; /* a user namespace mapping 0 to `uid`, for idmapped binds; -1: none */
     int cap_last;
@@ -641,7 +644,15 @@ int funcd_sandbox_new(funcd_sandbox **out, const funcd_process_options *opts)
     return 0;
 }
 
-static void blank_discard(blank *b);
+static void blank_discard(funcd_sandbox *sb, blank *b);
+
+void funcd_sandbox_use_cgroups(funcd_sandbox *sb, funcd_cgroups *cg, uint32_t default_pids)
+{
+    pthread_mutex_lock(&sb->lock);
+    sb->cg = cg;
+    sb->default_pids = default_pids;
+    pthread_mutex_unlock(&sb->lock);
+}
 
 void funcd_sandbox_free(funcd_sandbox *sb)
 {
@@ -654,7 +665,7 @@ void funcd_sandbox_free(funcd_sandbox *sb)
     if (sb->filler_on) /* its blanks die with it (parent-death signal): discarded anyway */
         pthread_join(sb->filler, NULL);
     while (sb->n_blank)
-        blank_discard(&sb->pool[--sb->n_blank]);
+        blank_discard(sb, &sb->pool[--sb->n_blank]);
     pthread_cond_destroy(&sb->wake);
     pthread_mutex_destroy(&sb->lock);
     if (sb->idmap_ns >= 0)
@@ -793,8 +804,17 @@ static pid_t clone_init(plan *p)
     return pid;
 }
 
-static pid_t spawn_planned(plan *p, int *status_fd)
+/* The ordinary path (no blank ready, or network: host): the worker's
+ * cgroups are made now and its init moved into them before it goes on,
+ * which on the v1 controllers is a move on the request's path. */
+static pid_t spawn_planned(plan *p, int *status_fd, unsigned *cg_id)
 {
+    funcd_cgroups *cg = p->sb->cg;
+    static const funcd_worker_limits none;
+    unsigned id = cg ? funcd_cgroup_next_id(cg) : 0;
+    if (cg && funcd_cgroup_make(cg, id, p->job->limits ? p->job->limits : &none,
+                                p->sb->default_pids) < 0)
+        return -1;
     int sync[2] = {-1, -1}, errp[2] = {-1, -1}, status[2] = {-1, -1};
     if (pipe2(sync, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0 ||
         pipe2(status, O_CLOEXEC) != 0) {
@@ -802,6 +822,8 @@ static pid_t spawn_planned(plan *p, int *status_fd)
         close_pair(sync);
         close_pair(errp);
         close_pair(status);
+        if (cg)
+            funcd_cgroup_remove(cg, id);
         return funcd_error_set(FUNCD_EIO, "sandbox: cannot create pipes: %s", strerror(err));
     }
     p->sync_r = sync[0];
@@ -819,7 +841,7 @@ static pid_t spawn_planned(plan *p, int *status_fd)
     else if (map_ids(pid, INSIDE_ID, p->sb->uid, p->sb->gid) != 0)
         rc = funcd_error_set(FUNCD_EIO, "sandbox: cannot map the worker's user: %s",
                              strerror(errno));
-    else if (p->job->cg && funcd_cgroup_attach(p->job->cg, p->job->cg_id, pid) < 0)
+    else if (cg && funcd_cgroup_attach(cg, id, pid) < 0)
         rc = -1;
     else if (write(sync[1], "g", 1) != 1)
         rc = funcd_error_set(FUNCD_EIO, "sandbox: the worker's init is gone");
@@ -833,9 +855,12 @@ static pid_t spawn_planned(plan *p, int *status_fd)
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
         }
+        if (cg)
+            funcd_cgroup_remove(cg, id);
         return -1;
     }
     *status_fd = status[0];
+    *cg_id = id;
     return pid;
 }
 
@@ -999,7 +1024,7 @@ static _Noreturn void blank_main(blank_shared *s, int ctl)
     init_loop(status_w, worker);
 }
 
-static void blank_discard(blank *b)
+static void blank_discard(funcd_sandbox *sb, blank *b)
 {
     if (b->ctl >= 0)
         close(b->ctl);
@@ -1010,24 +1035,37 @@ static void blank_discard(blank *b)
     }
     if (b->shm)
         munmap(b->shm, sizeof(*b->shm));
+    if (b->cg_id && sb->cg)
+        funcd_cgroup_remove(sb->cg, b->cg_id);
     b->pid = -1;
     b->ctl = -1;
     b->shm = NULL;
+    b->cg_id = 0;
 }
 
-/* Clones a blank init and waits until it is ready. 0, or -1. */
+/* Clones a blank init, puts it into cgroups of its own (the one move of
+ * its life, made here on the filler thread: never on a request's path)
+ * and waits until it is ready. 0, or -1. */
 static int blank_make(funcd_sandbox *sb, blank *b)
 {
-    *b = (blank){-1, -1, NULL};
+    *b = (blank){-1, -1, NULL, 0};
+    if (sb->cg) {
+        unsigned id = funcd_cgroup_next_id(sb->cg);
+        if (funcd_cgroup_make_blank(sb->cg, id, sb->default_pids) < 0)
+            return -1;
+        b->cg_id = id;
+    }
     void *shm = mmap(NULL, sizeof(blank_shared), PROT_READ | PROT_WRITE,
                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (shm == MAP_FAILED)
+    if (shm == MAP_FAILED) {
+        blank_discard(sb, b);
         return -1;
+    }
     UNPOISON_STACK(shm, sizeof(blank_shared));
     b->shm = shm;
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-        blank_discard(b);
+        blank_discard(sb, b);
         return -1;
     }
     unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
@@ -1052,8 +1090,9 @@ static int blank_make(funcd_sandbox *sb, blank *b)
         setpgid(pid, pid);
     char c;
     if (pid < 0 || map_ids(pid, INSIDE_ID, sb->uid, sb->gid) != 0 ||
+        (b->cg_id && funcd_cgroup_attach(sb->cg, b->cg_id, pid) != 0) ||
         send(b->ctl, "m", 1, MSG_NOSIGNAL) != 1 || read(b->ctl, &c, 1) != 1) {
-        blank_discard(b);
+        blank_discard(sb, b);
         return -1;
     }
     return 0;
@@ -1075,7 +1114,7 @@ static void fill(funcd_sandbox *sb)
         if (ok && sb->n_blank < BLANK_POOL)
             sb->pool[sb->n_blank++] = b;
         else if (ok)
-            blank_discard(&b);
+            blank_discard(sb, &b);
         sb->blank_failures = ok ? 0 : sb->blank_failures + 1;
         pthread_mutex_unlock(&sb->lock);
         if (!ok)
@@ -1137,33 +1176,26 @@ static int blank_send(blank *b)
     return sendmsg(b->ctl, &msg, MSG_NOSIGNAL) == 1 ? 0 : -1;
 }
 
-/* Puts a ready blank into the job's cgroups; one that died meanwhile is
- * dropped for the next. 1: attached, 0: none left, -1: error set. */
+/* Takes a ready blank and writes the job's limits into the cgroups it
+ * waits in: no task moves. 1: taken, 0: none left, -1: error set. */
 static int blank_take(funcd_sandbox *sb, const funcd_sandbox_job *job, blank *b)
 {
-    for (;;) {
-        pthread_mutex_lock(&sb->lock);
-        int have = sb->n_blank > 0;
-        if (have)
-            *b = sb->pool[--sb->n_blank];
-        pthread_mutex_unlock(&sb->lock);
-        if (!have)
-            break;
-        if (!job->cg || funcd_cgroup_attach(job->cg, job->cg_id, b->pid) == 0)
-            return 1;
-        int dead = waitpid(b->pid, NULL, WNOHANG) == b->pid;
-        if (dead)
-            b->pid = -1;
-        blank_discard(b);
-        if (!dead)
-            return -1;
-    }
-    return 0;
+    pthread_mutex_lock(&sb->lock);
+    int have = sb->n_blank > 0;
+    if (have)
+        *b = sb->pool[--sb->n_blank];
+    pthread_mutex_unlock(&sb->lock);
+    if (!have)
+        return 0;
+    if (!b->cg_id || !job->limits || funcd_cgroup_set_limits(sb->cg, b->cg_id, job->limits) == 0)
+        return 1;
+    blank_discard(sb, b);
+    return -1;
 }
 
 /* Hands the planned job to a blank init. -2: none can serve it (the
  * ordinary path does then). */
-static pid_t spawn_blank(funcd_sandbox *sb, plan *p, int *status_fd)
+static pid_t spawn_blank(funcd_sandbox *sb, plan *p, int *status_fd, unsigned *cg_id)
 {
     pthread_mutex_lock(&sb->lock);
     int usable = !p->job->host_network && sb->n_blank > 0 &&
@@ -1184,7 +1216,7 @@ static pid_t spawn_blank(funcd_sandbox *sb, plan *p, int *status_fd)
     while ((rc = blank_take(sb, p->job, &b)) == 1) {
         if (blank_load(b.shm, p) == 0 && blank_send(&b) == 0)
             break;
-        blank_discard(&b);
+        blank_discard(sb, &b); /* it died meanwhile: the next one */
     }
     close(errp[1]);
     close(status[1]);
@@ -1201,22 +1233,25 @@ static pid_t spawn_blank(funcd_sandbox *sb, plan *p, int *status_fd)
     close(errp[0]);
     if (rc < 0) {
         close(status[0]);
-        blank_discard(&b);
+        blank_discard(sb, &b);
         return -1;
     }
     *status_fd = status[0];
+    *cg_id = b.cg_id;
     return b.pid;
 }
 
-pid_t funcd_sandbox_spawn(funcd_sandbox *sb, const funcd_sandbox_job *job, int *status_fd)
+pid_t funcd_sandbox_spawn(funcd_sandbox *sb, const funcd_sandbox_job *job, int *status_fd,
+                          unsigned *cg_id)
 {
     *status_fd = -1;
+    *cg_id = 0;
     plan *p = malloc(sizeof(*p));
     if (!p)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory starting a sandboxed worker");
     pid_t pid = -1;
-    if (plan_make(p, sb, job) == 0 && (pid = spawn_blank(sb, p, status_fd)) == -2)
-        pid = spawn_planned(p, status_fd);
+    if (plan_make(p, sb, job) == 0 && (pid = spawn_blank(sb, p, status_fd, cg_id)) == -2)
+        pid = spawn_planned(p, status_fd, cg_id);
     plan_close(p);
     free(p);
     return pid;

@@ -31,9 +31,16 @@ typedef struct funcd_sandbox_job {
     size_t n_binds;
     int host_network;
     int fds[3];             /* the worker's stdin, stdout, stderr; -1: /dev/null */
-    const funcd_cgroups *cg; /* the worker's cgroups (id `cg_id`), or NULL */
-    unsigned cg_id;
+    const funcd_worker_limits *limits; /* written into its cgroups, or NULL: none */
 } funcd_sandbox_job;
+
+/* Gives the sandbox the runtime's cgroups (which outlive it): every worker
+ * then gets cgroups of its own, "w<id>" (cgroup.h), with at most
+ * `default_pids` tasks unless its limits say otherwise. Blank inits made
+ * from then on wait inside theirs: they were moved there (or cloned there)
+ * as they were made, off the request's path, and a job that claims one
+ * only writes its limits (docs/adr/0028). Call before the first refill. */
+void funcd_sandbox_use_cgroups(funcd_sandbox *sb, funcd_cgroups *cg, uint32_t default_pids);
 
 /* Tops up the blank inits (ADR 0013): sandbox inits cloned ahead of time
  * with every namespace made, ids mapped and loopback up, which a start
@@ -44,9 +51,12 @@ void funcd_sandbox_refill(funcd_sandbox *sb);
 
 /* Starts the job's init and worker. Returns init's pid (also its process
  * group; SIGTERM to it is passed on to the worker, SIGKILL ends everything
- * in the sandbox), and in `status_fd` a pipe on which init writes the
- * worker's wait status (an int) as it exits. -1 with the error set. */
-pid_t funcd_sandbox_spawn(funcd_sandbox *sb, const funcd_sandbox_job *job, int *status_fd);
+ * in the sandbox), in `status_fd` a pipe on which init writes the
+ * worker's wait status (an int) as it exits, and in `cg_id` the id of the
+ * worker's cgroups (0: none; the caller removes them after the worker).
+ * -1 with the error set (and no cgroup left). */
+pid_t funcd_sandbox_spawn(funcd_sandbox *sb, const funcd_sandbox_job *job, int *status_fd,
+                          unsigned *cg_id);
 
 /* Attaches `binds` to the running sandbox whose init is `init_pid` (a
  * warm generic worker about to become a function's). 0, or -1 with the

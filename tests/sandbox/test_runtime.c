@@ -89,13 +89,14 @@ static void own_cgroup(const char *ctl, char *path, size_t len)
         fclose(f);
 }
 
-/* Directories this test's runtimes made under its own cgroup of `ctl`. */
-static int own_cgroup_dirs(const char *ctl)
+/* Directories the runtimes of instance `id` made under this process's own
+ * cgroup of `ctl`. */
+static int own_cgroup_dirs_of(const char *ctl, const char *id)
 {
     char path[700];
     own_cgroup(ctl, path, sizeof(path));
     char prefix[64];
-    snprintf(prefix, sizeof(prefix), "funcd-%s-", instance);
+    snprintf(prefix, sizeof(prefix), "funcd-%s-", id);
     int n = 0;
     DIR *d = path[0] ? opendir(path) : NULL;
     struct dirent *de;
@@ -104,6 +105,12 @@ static int own_cgroup_dirs(const char *ctl)
     if (d)
         closedir(d);
     return n;
+}
+
+/* Directories this test's runtimes made under its own cgroup of `ctl`. */
+static int own_cgroup_dirs(const char *ctl)
+{
+    return own_cgroup_dirs_of(ctl, instance);
 }
 
 static int count_mounts(void)
@@ -176,6 +183,157 @@ TEST(pid_file_follows_the_worker)
     CHECK_INT(cgroups, 2); /* the runtime's, while it ran */
     CHECK_INT(own_cgroup_dirs("pids") + own_cgroup_dirs("memory"), 0);
     CHECK_INT(count_mounts(), mounts);
+}
+
+/* Our children that are sandbox inits (blank or not): their pids, at most `max`. */
+static int sandbox_children(pid_t *out, int max)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    int n = 0;
+    while (d && (de = readdir(d)) && n < max) {
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        char path[300], text[512] = "";
+        snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+        if (read_text(path, text, sizeof(text)) < 0)
+            continue;
+        const char *paren = strrchr(text, ')');
+        char state;
+        long ppid;
+        if (strstr(text, "(funcd-sandbox)") && paren && sscanf(paren + 1, " %c %ld", &state,
+                                                               &ppid) == 2 &&
+            ppid == (long)getpid() && state != 'Z')
+            out[n++] = (pid_t)atol(de->d_name);
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* The cgroup of `pid` in controller `ctl`'s hierarchy, as /proc shows it. */
+static void cgroup_of(pid_t pid, const char *ctl, char *out, size_t len)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof(path), "/proc/%ld/cgroup", (long)pid);
+    FILE *f = fopen(path, "re");
+    out[0] = '\0';
+    while (f && fgets(line, sizeof(line), f)) {
+        char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+        if (!b)
+            continue;
+        *b++ = '\0';
+        b[strcspn(b, "\n")] = '\0';
+        if (strcmp(a + 1, ctl) == 0)
+            snprintf(out, len, "%s", b);
+    }
+    if (f)
+        fclose(f);
+}
+
+static const char *const limit_ctls[] = {"memory", "pids", "cpu"};
+
+/* 1 when `pid` sits in a worker's cgroups of runtime instance `id`
+ * ("funcd-<id>-<n>/w<k>") in every controller funcd may write here. */
+static int in_worker_cgroups(pid_t pid, const char *id)
+{
+    char want[64];
+    snprintf(want, sizeof(want), "/funcd-%s-", id);
+    for (size_t c = 0; c < sizeof(limit_ctls) / sizeof(limit_ctls[0]); c++) {
+        char own[700], cg[512];
+        own_cgroup(limit_ctls[c], own, sizeof(own));
+        if (!own[0] || access(own, W_OK) != 0)
+            continue;
+        cgroup_of(pid, limit_ctls[c], cg, sizeof(cg));
+        const char *at = strstr(cg, want);
+        if (!at || !strstr(at, "/w"))
+            return 0;
+    }
+    return 1;
+}
+
+static void read_cgroup_file(const char *ctl, const char *cg, const char *file, char *out,
+                             size_t len)
+{
+    char path[700];
+    snprintf(path, sizeof(path), "/sys/fs/cgroup/%s%s/%s", ctl, cg, file);
+    if (read_text(path, out, len) < 0)
+        snprintf(out, len, "(cannot read %s)", path);
+    out[strcspn(out, "\n")] = '\0';
+}
+
+/*
+ * The cold path moves no task between cgroups (docs/adr/0028): a blank
+ * init waits in cgroups of its own, moved there as it was made; a start
+ * that takes it only writes the function's limits there. So the worker's
+ * init is the blank, in the very cgroups it waited in, with the limits.
+ */
+TEST(a_blank_init_waits_in_its_own_cgroups)
+{
+    char id[32];
+    snprintf(id, sizeof(id), "%sc", instance);
+    loop_ctx l = {event_base_new(), 0, 0};
+    funcd_runtime *rt = NULL;
+    CHECK_INT(funcd_runtime_process_new_with(&rt, &(funcd_process_options){1, NULL,
+                                                                           .instance_id = id}),
+              0);
+    CHECK_INT(rt->attach(rt, l.base), 0);
+    /* The loop refills the blanks (two); wait until both are made and placed. */
+    pid_t blanks[8];
+    int n = 0, placed = 0;
+    for (int i = 0; i < 10000 && !(n == 2 && placed == n); i++) {
+        event_base_loop(l.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+        usleep(1000);
+        n = sandbox_children(blanks, 8);
+        placed = 0;
+        for (int k = 0; k < n; k++)
+            placed += in_worker_cgroups(blanks[k], id);
+    }
+    char before[8][512];
+    for (int k = 0; k < n; k++)
+        cgroup_of(blanks[k], "memory", before[k], sizeof(before[k]));
+    funcd_worker_spec spec = {sleep_argv, sleep_env, NULL, NULL, {64 << 20, 32, 500}};
+    funcd_worker_events ev = {NULL, on_exit_cb, &l};
+    funcd_worker *w = NULL;
+    int rc = rt->start(rt, &spec, &ev, &w);
+    if (rc < 0)
+        fprintf(stderr, "  start: %s\n", funcd_error_last()->message);
+    pid_t pid = w ? rt->pid(rt, w) : 0;
+    int was_blank = -1;
+    for (int k = 0; k < n; k++)
+        if (blanks[k] == pid)
+            was_blank = k;
+    char mem_cg[512] = "", pids_cg[512] = "", cpu_cg[512] = "";
+    char mem[64] = "", pids[64] = "", quota[64] = "";
+    if (pid > 0) {
+        cgroup_of(pid, "memory", mem_cg, sizeof(mem_cg));
+        cgroup_of(pid, "pids", pids_cg, sizeof(pids_cg));
+        cgroup_of(pid, "cpu", cpu_cg, sizeof(cpu_cg));
+        read_cgroup_file("memory", mem_cg, "memory.limit_in_bytes", mem, sizeof(mem));
+        read_cgroup_file("pids", pids_cg, "pids.max", pids, sizeof(pids));
+        read_cgroup_file("cpu", cpu_cg, "cpu.cfs_quota_us", quota, sizeof(quota));
+    }
+    if (w) {
+        rt->stop(rt, w, 0);
+        run_until_exit(&l);
+        rt->release(rt, w);
+    }
+    rt->free(rt);
+    event_base_free(l.base);
+    pid_t left[8];
+    int n_left = sandbox_children(left, 8);
+    CHECK_INT(n, 2);
+    CHECK_INT(placed, n); /* waiting in their own cgroups before any start */
+    CHECK_INT(rc, 0);
+    CHECK(was_blank >= 0);
+    CHECK_STR(mem_cg, before[was_blank]); /* not moved */
+    CHECK_STR(mem, "67108864");
+    CHECK_STR(pids, "32");
+    CHECK_STR(quota, "50000");
+    CHECK_INT(n_left, 0);
+    CHECK_INT(own_cgroup_dirs_of("pids", id) + own_cgroup_dirs_of("memory", id) +
+                  own_cgroup_dirs_of("cpu", id),
+              0);
 }
 
 static pid_t sentinel(void)
@@ -549,6 +707,7 @@ int main(void)
     RUN(only_our_instances_cgroups_are_cleaned_up);
     RUN(a_bad_instance_id_is_refused);
     RUN(a_crashed_runs_workers_are_ended);
+    RUN(a_blank_init_waits_in_its_own_cgroups);
     RUN(a_failed_step_is_named);
     RUN(an_image_root_is_the_root);
     RUN(the_deny_list_covers_the_issue);
