@@ -37,6 +37,7 @@ test: test-deps
 bench: test-deps build
 	@bash bench/run.sh $(BUILD)
 	@bash bench/serving.sh $(BUILD)
+	@bash bench/coldstart.sh $(BUILD)
 	@bash bench/fnrunner.sh $(BUILD)
 	@bash bench/durable.sh $(BUILD)
 

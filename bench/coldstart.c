@@ -8,8 +8,13 @@
  *   coldstart gateway N API_URL DP_URL NAME TOKEN
  *       waits until function NAME has no replica (status.replicas.total 0),
  *       then times GET DP_URL/fn/default/NAME/ to its first byte; N times.
+ *   coldstart compare N SOCKDIR NAME TOKEN LABEL=API_URL,DP_URL... -- ARGV...
+ *       the floor (as above) and each funcd's cold start of NAME, in turns
+ *       within each of the N rounds, so that all see the same machine; then
+ *       each one's p50 against the first funcd's.
  *
- * Prints p50 and p99 in milliseconds.
+ * Every request to funcd goes on a new TCP connection (as curl's would),
+ * opened after the clock starts. Prints p50 and p99 in milliseconds.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -69,56 +74,80 @@ static int first_byte(int fd, const char *path, double *t)
     return 0;
 }
 
+typedef struct floor_spec {
+    char sock[100];
+    char listen_env[160];
+    char *env[64];
+    char **child;
+} floor_spec;
+
+/* Reads `[-e KEY=VALUE]... -- ARGV...` from argv[i]; the socket in `dir`. */
+static int floor_parse(floor_spec *f, const char *dir, int argc, char **argv, int i)
+{
+    snprintf(f->sock, sizeof(f->sock), "%.90s/s.sock", dir);
+    snprintf(f->listen_env, sizeof(f->listen_env), "FUNCD_LISTEN=%s", f->sock);
+    int ne = 0;
+    f->env[ne++] = f->listen_env;
+    f->env[ne++] = "PATH=/usr/local/bin:/usr/bin:/bin";
+    for (; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "-e") == 0 && i + 1 < argc && ne < 62)
+            f->env[ne++] = argv[++i];
+    f->env[ne] = NULL;
+    if (i + 1 >= argc)
+        return -1;
+    f->child = argv + i + 1;
+    return 0;
+}
+
+/* One floor round: spawn, poll the socket, first byte. -1 on failure. */
+static double floor_round(const floor_spec *f)
+{
+    unlink(f->sock);
+    double t0 = now_ms();
+    pid_t pid;
+    if (posix_spawn(&pid, f->child[0], NULL, NULL, f->child, f->env) != 0) {
+        perror("spawn");
+        return -1;
+    }
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", f->sock);
+    int fd = -1;
+    double t1 = -1;
+    for (;;) {
+        fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0)
+            break;
+        close(fd);
+        fd = -1;
+        if (now_ms() - t0 > 10000) {
+            fprintf(stderr, "worker did not listen within 10 s\n");
+            break;
+        }
+        usleep(50);
+    }
+    if (fd >= 0 && first_byte(fd, "/", &t1) < 0) {
+        fprintf(stderr, "no answer from the worker\n");
+        t1 = -1;
+    }
+    if (fd >= 0)
+        close(fd);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return t1 < 0 ? -1 : t1 - t0;
+}
+
 static int floor_bench(int argc, char **argv)
 {
     int n = atoi(argv[2]);
-    const char *dir = argv[3];
-    char sock[100], listen_env[160];
-    snprintf(sock, sizeof(sock), "%.90s/s.sock", dir);
-    snprintf(listen_env, sizeof(listen_env), "FUNCD_LISTEN=%s", sock);
-    char *env[64];
-    int ne = 0, i = 4;
-    env[ne++] = listen_env;
-    env[ne++] = "PATH=/usr/local/bin:/usr/bin:/bin";
-    for (; i < argc && strcmp(argv[i], "--") != 0; i++)
-        if (strcmp(argv[i], "-e") == 0 && i + 1 < argc && ne < 62)
-            env[ne++] = argv[++i];
-    env[ne] = NULL;
-    char **child = argv + i + 1;
+    floor_spec f;
+    if (floor_parse(&f, argv[3], argc, argv, 4) < 0)
+        return 2;
     double *t = calloc((size_t)n, sizeof(double));
-    for (int r = 0; r < n; r++) {
-        unlink(sock);
-        double t0 = now_ms();
-        pid_t pid;
-        if (posix_spawn(&pid, child[0], NULL, NULL, child, env) != 0) {
-            perror("spawn");
+    for (int r = 0; r < n; r++)
+        if ((t[r] = floor_round(&f)) < 0)
             return 1;
-        }
-        struct sockaddr_un sun = {.sun_family = AF_UNIX};
-        snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", sock);
-        int fd = -1;
-        for (;;) {
-            fd = socket(AF_UNIX, SOCK_STREAM, 0);
-            if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0)
-                break;
-            close(fd);
-            if (now_ms() - t0 > 10000) {
-                fprintf(stderr, "worker did not listen within 10 s\n");
-                return 1;
-            }
-            usleep(50);
-        }
-        double t1;
-        if (first_byte(fd, "/", &t1) < 0) {
-            fprintf(stderr, "no answer from the worker\n");
-            return 1;
-        }
-        t[r] = t1 - t0;
-        close(fd);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-    }
     report("floor (spawn + socket, direct)", t, n);
+    free(t);
     return 0;
 }
 
@@ -160,33 +189,90 @@ static int at_zero(const char *api, const char *name, const char *token)
     return strstr(buf, "\"total\":0") != NULL;
 }
 
+/* One cold start through a funcd: waits for zero replicas, then times a
+ * request on a new connection to its first byte. -1 on failure. */
+static double gateway_round(const char *api, const char *dp, const char *name, const char *token)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/fn/default/%s/", name);
+    double wait0 = now_ms();
+    while (!at_zero(api, name, token)) {
+        if (now_ms() - wait0 > 30000) {
+            fprintf(stderr, "function %s never went back to zero replicas\n", name);
+            return -1;
+        }
+        usleep(2000);
+    }
+    double t0 = now_ms();
+    int fd = tcp_connect(dp);
+    double t1;
+    int ok = fd >= 0 && first_byte(fd, path, &t1) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!ok) {
+        fprintf(stderr, "no answer through the gateway %s\n", dp);
+        return -1;
+    }
+    return t1 - t0;
+}
+
 static int gateway_bench(char **argv)
 {
     int n = atoi(argv[2]);
-    const char *api = argv[3], *dp = argv[4], *name = argv[5], *token = argv[6];
-    char path[256];
-    snprintf(path, sizeof(path), "/fn/default/%s/", name);
     double *t = calloc((size_t)n, sizeof(double));
-    for (int r = 0; r < n; r++) {
-        double wait0 = now_ms();
-        while (!at_zero(api, name, token)) {
-            if (now_ms() - wait0 > 30000) {
-                fprintf(stderr, "function %s never went back to zero replicas\n", name);
-                return 1;
-            }
-            usleep(2000);
-        }
-        double t0 = now_ms();
-        int fd = tcp_connect(dp);
-        double t1;
-        if (fd < 0 || first_byte(fd, path, &t1) < 0) {
-            fprintf(stderr, "no answer through the gateway\n");
+    for (int r = 0; r < n; r++)
+        if ((t[r] = gateway_round(argv[3], argv[4], argv[5], argv[6])) < 0)
             return 1;
-        }
-        t[r] = t1 - t0;
-        close(fd);
-    }
     report("through funcd (zero -> first byte)", t, n);
+    free(t);
+    return 0;
+}
+
+#define MAX_TARGETS 4
+
+/* coldstart compare N SOCKDIR NAME TOKEN LABEL=API,DP... -- ARGV... */
+static int compare_bench(int argc, char **argv)
+{
+    int n = atoi(argv[2]);
+    const char *name = argv[4], *token = argv[5];
+    char label[MAX_TARGETS][32], api[MAX_TARGETS][128], dp[MAX_TARGETS][128];
+    int nt = 0, i = 6;
+    for (; i < argc && strcmp(argv[i], "--") != 0 && strcmp(argv[i], "-e") != 0; i++)
+        if (nt == MAX_TARGETS || sscanf(argv[i], "%31[^=]=%127[^,],%127s", label[nt], api[nt],
+                                        dp[nt]) != 3) {
+            fprintf(stderr, "coldstart compare: LABEL=API_URL,DP_URL, at most %d: %s\n",
+                    MAX_TARGETS, argv[i]);
+            return 2;
+        } else {
+            nt++;
+        }
+    floor_spec f;
+    if (n <= 0 || nt == 0 || floor_parse(&f, argv[3], argc, argv, i) < 0)
+        return 2;
+    double *t[MAX_TARGETS + 1];
+    for (int k = 0; k <= nt; k++)
+        t[k] = calloc((size_t)n, sizeof(double));
+    for (int r = 0; r < n; r++) {
+        if ((t[nt][r] = floor_round(&f)) < 0)
+            return 1;
+        for (int k = 0; k < nt; k++)
+            if ((t[k][r] = gateway_round(api[k], dp[k], name, token)) < 0)
+                return 1;
+    }
+    report("floor (spawn + socket, direct)", t[nt], n);
+    double base = 0;
+    for (int k = 0; k < nt; k++) {
+        char what[96];
+        snprintf(what, sizeof(what), "funcd, %s (zero -> first byte, new TCP connection)",
+                 label[k]);
+        report(what, t[k], n);
+        if (k == 0)
+            base = t[k][n / 2];
+        else
+            printf("p50 %s / p50 %s: %.2f\n", label[k], label[0], t[k][n / 2] / base);
+    }
+    for (int k = 0; k <= nt; k++)
+        free(t[k]);
     return 0;
 }
 
@@ -197,7 +283,11 @@ int main(int argc, char **argv)
         return floor_bench(argc, argv);
     if (argc == 7 && strcmp(argv[1], "gateway") == 0)
         return gateway_bench(argv);
+    if (argc >= 9 && strcmp(argv[1], "compare") == 0)
+        return compare_bench(argc, argv);
     fprintf(stderr, "usage: coldstart floor N SOCKDIR [-e K=V]... -- ARGV... | "
-                    "coldstart gateway N API DP NAME TOKEN\n");
+                    "coldstart gateway N API DP NAME TOKEN | "
+                    "coldstart compare N SOCKDIR NAME TOKEN LABEL=API,DP... [-e K=V]... -- "
+                    "ARGV...\n");
     return 2;
 }

@@ -281,7 +281,7 @@ static pid_t start_sandboxed(proc_runtime *rt, const funcd_worker_spec *spec, co
                              spec->network == FUNCD_WORKER_NETWORK_HOST, {-1, out_w, err_w},
                              &spec->limits};
     /* Its cgroups come with it: a blank init's, where it waited (limits
-     * written now), or made for it (docs/adr/0028). */
+     * written now), or made for it (docs/adr/0030). */
     pid_t pid = funcd_sandbox_spawn(rt->sandbox, &job, &w->status_fd, &w->cg_id);
     if (rt->refill_ev && !evtimer_pending(rt->refill_ev, NULL)) {
         /* The filler thread makes blanks off the loop, but its clone still

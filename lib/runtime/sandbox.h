@@ -39,7 +39,7 @@ typedef struct funcd_sandbox_job {
  * `default_pids` tasks unless its limits say otherwise. Blank inits made
  * from then on wait inside theirs: they were moved there (or cloned there)
  * as they were made, off the request's path, and a job that claims one
- * only writes its limits (docs/adr/0028). Call before the first refill. */
+ * only writes its limits (docs/adr/0030). Call before the first refill. */
 void funcd_sandbox_use_cgroups(funcd_sandbox *sb, funcd_cgroups *cg, uint32_t default_pids);
 
 /* Tops up the blank inits (ADR 0013): sandbox inits cloned ahead of time

@@ -263,7 +263,7 @@ static void read_cgroup_file(const char *ctl, const char *cg, const char *file, 
 }
 
 /*
- * The cold path moves no task between cgroups (docs/adr/0028): a blank
+ * The cold path moves no task between cgroups (docs/adr/0030): a blank
  * init waits in cgroups of its own, moved there as it was made; a start
  * that takes it only writes the function's limits there. So the worker's
  * init is the blank, in the very cgroups it waited in, with the limits.
