@@ -18,8 +18,10 @@ deps:
 test-deps:
 	@bash scripts/install-deps.sh test
 
+# --wrap-mode=nodownload: funcd's own builds use Debian's packages (make deps)
+# and never fetch the subprojects/ wraps, which are for host projects.
 $(BUILD)/build.ninja:
-	meson setup $(BUILD) --buildtype=release -Dtests=disabled $(MESON_OPTS)
+	meson setup $(BUILD) --buildtype=release -Dtests=disabled --wrap-mode=nodownload $(MESON_OPTS)
 
 build: deps $(BUILD)/build.ninja
 	meson compile -C $(BUILD)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds examples/embed.c in a new meson project that takes libfuncd from
 # subprojects/funcd (a symlink to this source tree), the documented way, with
-# a user's options (no -Werror, no sanitizers, no downloads), then runs it.
+# a user's options (no -Werror, no sanitizers, no downloads), then runs it;
+# funcd's wraps are read on the way (a malformed one fails the setup), and
+# forced fallbacks show its dependency() calls reach them.
 #   test_embed_subproject.sh MESON SOURCE_ROOT
 set -euo pipefail
 meson=$1
@@ -84,4 +86,27 @@ echo "$out"
 grep -q '^POST functions -> 201$' <<<"$out" || { echo "FAIL: the Function was not created"; exit 1; }
 grep -q '^GET functions/hello -> 200$' <<<"$out" || { echo "FAIL: the Function was not read back"; exit 1; }
 grep -q '"observedGeneration"' <<<"$out" || { echo "FAIL: no status from the controller"; exit 1; }
+
+# funcd's dependency() calls reach its wraps (subprojects/*.wrap) when a
+# host lacks a package: with the fallback forced, each names its wrap and,
+# downloads being off, fetches nothing. (tests/embed/test_wraps.sh builds
+# each wrap's packagefiles.) A run stops at its first missing subproject;
+# http-parser's lookup goes on to the system library when its wrap fails.
+fallback() { # NAMES WRAP...
+  local names=$1 log="fallback-${1//,/-}.log"
+  shift
+  CC=${CC:-gcc} nice "$meson" setup "build-fb-${names//,/-}" --buildtype=plain -Dwerror=false \
+    --wrap-mode=nodownload --force-fallback-for="libfuncd,$names" >"$log" 2>&1 || true
+  for wrap in "$@"; do
+    grep -q "Using subprojects/funcd/subprojects/$wrap.wrap" "$log" \
+      || { cat "$log"; echo "FAIL: a forced fallback for $names did not use funcd's $wrap.wrap"; exit 1; }
+  done
+  grep -q "Automatic wrap-based subproject downloading is disabled" "$log" \
+    || { cat "$log"; echo "FAIL: a forced fallback for $names did not stop before downloading"; exit 1; }
+}
+fallback libcjson cjson
+fallback yaml-0.1 libyaml
+fallback http-parser,sqlite3 http-parser sqlite3
+echo "funcd's wraps provide libcjson, yaml-0.1, http-parser and sqlite3"
+
 echo "PASS: a consumer project builds and runs libfuncd as a subproject"
