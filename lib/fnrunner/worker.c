@@ -34,8 +34,6 @@
 #include "fnrunner/worker.h"
 
 #include <errno.h>
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -43,19 +41,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "api/api.h"
 #include "funcd/sys/error.h"
+#include "http/client.h"
 #include "pool/pool.h"
 #include "objects/objects.h"
 #include "source/resolver.h"
 #include "util/misc.h"
+#include "worker/launch.h"
 
 #define DEFAULT_TTL_MS (30ull * 60 * 1000)
 #define DEFAULT_MAX_WORKERS 1
@@ -63,32 +60,18 @@
 #define QUEUE_LENGTH 1024
 #define START_TIMEOUT_MS 10000
 #define STOP_GRACE_MS 2000
-#define PROBE_FIRST_US 100
-#define PROBE_MAX_US 2000
-#define MAX_RESPONSE_HEAD (256 * 1024) /* X-Funcd-Stderr: 64 KiB in base64 */
 #define ATTEMPTS 2                     /* a failed worker costs one retry */
 
 #define CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
 typedef struct worker_eval worker_eval;
-typedef struct worker_ctx worker_ctx;
 
-/* What every worker of one image is started with. Workers keep a reference:
- * they may outlive the pool that started them. */
+/* What every worker of one image is started with (lib/worker's launch). */
 typedef struct launch {
-    atomic_int refs;
-    worker_eval *we;
     char *image;   /* the FunctionConfig's spec.image */
-    char *dir;     /* FUNCTIONS_DIR/<name>, or a pulled image's rootfs */
-    char *program; /* dir/function, or the image's program (a path inside it) */
-    /* A pulled image: its entrypoint and cmd run inside `rootfs`. */
-    char *rootfs;
-    char **argv, **env; /* NULL-terminated */
-    char *cwd;
-    /* From podExecutor.templateOverrides: the function container's limits
-     * and env (NULL-terminated, never NULL). */
-    funcd_worker_limits limits;
-    char **ov_env;
+    char *program; /* FUNCTIONS_DIR/<name>/function, or the image's program (a path inside it) */
+    int pulled;    /* a pulled image (its program is checked when its worker starts) */
+    funcd_launch *workers;
 } launch;
 
 /* An evaluation waiting for its image to be pulled. */
@@ -102,6 +85,7 @@ typedef struct parked {
 /* The workers of one podExecutor FunctionConfig running one image: a
  * FunctionConfig has a pool per image digest its requests named. */
 typedef struct image_pool {
+    worker_eval *we;
     char *config; /* metadata.name */
     char *key;    /* what runs: a pulled image's digest, or "dir:<name>" */
     char *ref;    /* the image a request named that made it */
@@ -118,15 +102,12 @@ struct worker_eval {
     funcd_evaluator base;
     struct event_base *loop;
     funcd_store *store;
-    funcd_runtime *runtime;
+    funcd_workers *workers;
     const funcd_logger *logger;
     char *functions_dir, *shim, *run_dir, *ns, *prefix;
     const char *off; /* why the evaluator finds nothing, or NULL */
     size_t max_message;
     image_pool *pools;
-    worker_ctx *live; /* workers whose process runs */
-    unsigned n_live;
-    unsigned next_dir;
     funcd_store_watch *watch;
     struct event *reconcile_ev; /* the watch pokes it from writers' threads */
     int closed;
@@ -135,537 +116,31 @@ struct worker_eval {
     int reconcile_waits;    /* a reconcile waits on a pull (its callback is registered) */
 };
 
-/* ---- a small HTTP/1.1 client over a Unix socket ------------------------ */
+/* ---- workers (lib/worker does the rest) ------------------------------- */
 
-typedef enum rstate {
-    R_STATUS,
-    R_HEADERS,
-    R_BODY,
-    R_CHUNK_SIZE,
-    R_CHUNK_DATA,
-    R_CHUNK_END,
-    R_TRAILERS,
-    R_UNTIL_EOF,
-    R_DONE,
-} rstate;
-
-typedef struct hconn hconn;
-/* `error` NULL: the response is complete in the connection's fields. */
-typedef void (*hconn_done_fn)(hconn *hc, const char *error, void *arg);
-
-struct hconn {
-    struct bufferevent *bev;
-    worker_ctx *wc;
-    hconn *next; /* the worker's idle list */
-    rstate st;
-    size_t head_bytes, left, max_body;
-    int status, keep_alive, chunked, has_length, too_large;
-    int exit_code, has_exit_code;
-    funcd_buf body, stderr_b64, error_hdr;
-    hconn_done_fn done;
-    void *arg;
-};
-
-struct worker_ctx {
-    worker_eval *we;
-    launch *ln;
-    funcd_pool_worker *pw;
-    funcd_worker *proc;
-    char dir[128];
-    char sock[108];
-    char replica[96];
-    hconn *idle;
-    hconn *probe;
-    struct event *probe_timer;
-    unsigned probe_delay_us;
-    char last_stderr[400];
-    worker_ctx *prev, *next; /* we->live while the process runs */
-};
-
-static void hconn_free(hconn *hc)
-{
-    if (!hc)
-        return;
-    if (hc->bev)
-        bufferevent_free(hc->bev); /* safe inside its own callbacks */
-    funcd_buf_free(&hc->body);
-    funcd_buf_free(&hc->stderr_b64);
-    funcd_buf_free(&hc->error_hdr);
-    free(hc);
-}
-
-/* Runs the completion once; it may free `hc`. */
-static void hconn_finish(hconn *hc, const char *error)
-{
-    hconn_done_fn done = hc->done;
-    hc->done = NULL;
-    bufferevent_disable(hc->bev, EV_READ);
-    if (done)
-        done(hc, error, hc->arg);
-}
-
-static int header_is(const char *line, size_t name_len, const char *name)
-{
-    return name_len == strlen(name) && strncasecmp(line, name, name_len) == 0;
-}
-
-static int parse_header(hconn *hc, const char *line)
-{
-    const char *colon = strchr(line, ':');
-    if (!colon || colon == line)
-        return -1;
-    size_t n = (size_t)(colon - line);
-    const char *v = colon + 1;
-    while (*v == ' ' || *v == '\t')
-        v++;
-    size_t vlen = strlen(v);
-    while (vlen && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
-        vlen--;
-    if (header_is(line, n, "Content-Length")) {
-        char *end;
-        errno = 0;
-        unsigned long long len = strtoull(v, &end, 10);
-        if (end == v || (size_t)(end - v) != vlen || errno || *v == '-')
-            return -1;
-        hc->has_length = 1;
-        hc->left = (size_t)len;
-    } else if (header_is(line, n, "Transfer-Encoding")) {
-        hc->chunked = vlen >= 7 && strncasecmp(v + vlen - 7, "chunked", 7) == 0;
-    } else if (header_is(line, n, "Connection")) {
-        if (strncasecmp(v, "close", 5) == 0)
-            hc->keep_alive = 0;
-        else if (strncasecmp(v, "keep-alive", 10) == 0)
-            hc->keep_alive = 1;
-    } else if (header_is(line, n, "X-Funcd-Exit-Code")) {
-        char *end;
-        long code = strtol(v, &end, 10);
-        hc->has_exit_code = end != v;
-        hc->exit_code = (int)code;
-    } else if (header_is(line, n, "X-Funcd-Stderr")) {
-        return funcd_buf_append(&hc->stderr_b64, v, vlen);
-    } else if (header_is(line, n, "X-Funcd-Error")) {
-        return funcd_buf_append(&hc->error_hdr, v, vlen);
-    }
-    return 0;
-}
-
-/* The head is over: how is the body framed? */
-static void head_done(hconn *hc)
-{
-    if (hc->status >= 100 && hc->status < 200)
-        hc->st = R_STATUS; /* an interim response: the real one follows */
-    else if (hc->chunked)
-        hc->st = R_CHUNK_SIZE;
-    else if (hc->has_length)
-        hc->st = hc->left ? R_BODY : R_DONE;
-    else {
-        hc->keep_alive = 0; /* the body ends with the connection */
-        hc->st = R_UNTIL_EOF;
-    }
-}
-
-static int parse_status(hconn *hc, const char *line)
-{
-    int minor, status;
-    if (sscanf(line, "HTTP/1.%d %3d", &minor, &status) != 2 || status < 100 || status > 599)
-        return -1;
-    hc->status = status;
-    hc->keep_alive = minor >= 1;
-    hc->chunked = hc->has_length = 0;
-    hc->left = 0;
-    hc->st = R_HEADERS;
-    return 0;
-}
-
-static int parse_chunk_size(hconn *hc, const char *line)
-{
-    char *end;
-    errno = 0;
-    unsigned long long n = strtoull(line, &end, 16);
-    if (end == line || errno || (*end && *end != ';' && *end != ' ' && *end != '\t'))
-        return -1;
-    hc->left = (size_t)n;
-    hc->st = n ? R_CHUNK_DATA : R_TRAILERS;
-    return 0;
-}
-
-/* One CRLF-terminated line in the current state. */
-static int parse_line(hconn *hc, const char *line)
-{
-    switch (hc->st) {
-    case R_STATUS:
-        return parse_status(hc, line);
-    case R_HEADERS:
-        if (!*line) {
-            head_done(hc);
-            return 0;
-        }
-        return parse_header(hc, line);
-    case R_CHUNK_SIZE:
-        return parse_chunk_size(hc, line);
-    case R_CHUNK_END:
-        hc->st = R_CHUNK_SIZE;
-        return *line ? -1 : 0;
-    case R_TRAILERS:
-        if (!*line)
-            hc->st = R_DONE;
-        return 0;
-    default:
-        return -1;
-    }
-}
-
-/* Moves up to `want` body bytes out of `in`: how many, or -1. */
-static ssize_t take_body(hconn *hc, struct evbuffer *in, size_t want)
-{
-    size_t avail = evbuffer_get_length(in);
-    size_t n = want < avail ? want : avail;
-    if (n > hc->max_body - hc->body.len) {
-        hc->too_large = 1;
-        return -1;
-    }
-    if (n == 0)
-        return 0;
-    if (funcd_buf_grow(&hc->body, n) < 0)
-        return -1;
-    evbuffer_remove(in, hc->body.data + hc->body.len, n);
-    hc->body.len += n;
-    hc->body.data[hc->body.len] = '\0';
-    return (ssize_t)n;
-}
-
-/* Advances over what arrived. 1: complete, 0: wants more, -1: bad. */
-static int parse_response(hconn *hc, struct evbuffer *in)
-{
-    for (;;) {
-        if (hc->st == R_DONE)
-            return 1;
-        if (hc->st == R_UNTIL_EOF)
-            return take_body(hc, in, evbuffer_get_length(in)) < 0 ? -1 : 0;
-        if (hc->st == R_BODY || hc->st == R_CHUNK_DATA) {
-            ssize_t n = take_body(hc, in, hc->left);
-            if (n < 0)
-                return -1;
-            hc->left -= (size_t)n;
-            if (hc->left)
-                return 0;
-            hc->st = hc->st == R_BODY ? R_DONE : R_CHUNK_END;
-            continue;
-        }
-        size_t n;
-        char *line = evbuffer_readln(in, &n, EVBUFFER_EOL_CRLF);
-        if (!line)
-            return evbuffer_get_length(in) > MAX_RESPONSE_HEAD ? -1 : 0;
-        if (hc->st == R_STATUS || hc->st == R_HEADERS || hc->st == R_TRAILERS)
-            hc->head_bytes += n + 2;
-        int rc = hc->head_bytes > MAX_RESPONSE_HEAD ? -1 : parse_line(hc, line);
-        free(line);
-        if (rc < 0)
-            return -1;
-    }
-}
-
-static void on_conn_read(struct bufferevent *bev, void *arg)
-{
-    hconn *hc = arg;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    int rc = parse_response(hc, in);
-    if (rc < 0)
-        hconn_finish(hc, hc->too_large ? "the answer is over the message limit"
-                                       : "the worker sent a malformed HTTP response");
-    else if (rc > 0) {
-        if (evbuffer_get_length(in))
-            hc->keep_alive = 0; /* bytes nobody asked for: do not trust this connection */
-        hconn_finish(hc, NULL);
-    }
-}
-
-static void on_conn_event(struct bufferevent *bev, short what, void *arg)
-{
-    hconn *hc = arg;
-    if ((what & BEV_EVENT_EOF) && hc->st == R_UNTIL_EOF) {
-        hc->st = R_DONE;
-        hconn_finish(hc, NULL);
-    } else if (what & BEV_EVENT_EOF) {
-        hconn_finish(hc, "the worker closed the connection before it answered");
-    } else if (what & BEV_EVENT_ERROR) {
-        char why[160];
-        snprintf(why, sizeof(why), "the connection to the worker failed: %s",
-                 strerror(EVUTIL_SOCKET_ERROR()));
-        hconn_finish(hc, why);
-    }
-}
-
-/* A connected socket to the worker, or -1 with errno set. A Unix socket
- * connects at once or not at all, so this never blocks. */
-static int unix_connect(const char *path)
-{
-    struct sockaddr_un sun = {.sun_family = AF_UNIX};
-    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) != 0) {
-        int err = errno;
-        close(fd);
-        errno = err;
-        return -1;
-    }
-    return fd;
-}
-
-static hconn *hconn_open(worker_ctx *wc)
-{
-    int fd = unix_connect(wc->sock);
-    if (fd < 0)
-        return NULL;
-    hconn *hc = calloc(1, sizeof(*hc));
-    if (hc)
-        hc->bev = bufferevent_socket_new(wc->we->loop, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (!hc || !hc->bev) {
-        free(hc);
-        close(fd);
-        errno = ENOMEM;
-        return NULL;
-    }
-    hc->wc = wc;
-    return hc;
-}
-
-/* Sends one request; `body` is referenced, not copied: it must outlive the
- * exchange (or the connection). */
-static void hconn_send(hconn *hc, const char *head, size_t head_len, const void *body,
-                       size_t body_len, size_t max_body, hconn_done_fn done, void *arg)
-{
-    funcd_buf_reset(&hc->body);
-    funcd_buf_reset(&hc->stderr_b64);
-    funcd_buf_reset(&hc->error_hdr);
-    hc->st = R_STATUS;
-    hc->head_bytes = hc->left = 0;
-    hc->status = hc->too_large = hc->exit_code = hc->has_exit_code = 0;
-    hc->max_body = max_body;
-    hc->done = done;
-    hc->arg = arg;
-    struct evbuffer *out = bufferevent_get_output(hc->bev);
-    bufferevent_setcb(hc->bev, on_conn_read, NULL, on_conn_event, hc);
-    if (evbuffer_add(out, head, head_len) < 0 ||
-        (body_len && evbuffer_add_reference(out, body, body_len, NULL, NULL) < 0)) {
-        hconn_finish(hc, "out of memory sending to the worker");
-        return;
-    }
-    bufferevent_enable(hc->bev, EV_READ | EV_WRITE);
-}
-
-/* ---- idle keep-alive connections of a worker --------------------------- */
-
-static void idle_remove(worker_ctx *wc, hconn *hc)
-{
-    for (hconn **pp = &wc->idle; *pp; pp = &(*pp)->next)
-        if (*pp == hc) {
-            *pp = hc->next;
-            return;
-        }
-}
-
-/* Anything on an idle connection (the worker went away, or talks out of
- * turn) ends it. */
-static void on_idle_read(struct bufferevent *bev, void *arg)
-{
-    hconn *hc = arg;
-    idle_remove(hc->wc, hc);
-    hconn_free(hc);
-}
-
-static void on_idle_event(struct bufferevent *bev, short what, void *arg)
-{
-    on_idle_read(bev, arg);
-}
-
-static void idle_put(worker_ctx *wc, hconn *hc)
-{
-    hc->next = wc->idle;
-    wc->idle = hc;
-    bufferevent_setcb(hc->bev, on_idle_read, NULL, on_idle_event, hc);
-    bufferevent_enable(hc->bev, EV_READ);
-}
-
-static hconn *idle_take(worker_ctx *wc)
-{
-    hconn *hc = wc->idle;
-    if (hc)
-        wc->idle = hc->next;
-    return hc;
-}
-
-static void idle_free_all(worker_ctx *wc)
-{
-    hconn *hc;
-    while ((hc = idle_take(wc)))
-        hconn_free(hc);
-}
-
-/* ---- workers (the pool's front door) ----------------------------------- */
-
-static void launch_unref(launch *ln)
-{
-    if (!ln || atomic_fetch_sub(&ln->refs, 1) != 1)
-        return;
-    free(ln->image);
-    free(ln->dir);
-    free(ln->program);
-    free(ln->rootfs);
-    for (char **p = ln->argv; p && *p; p++)
-        free(*p);
-    free(ln->argv);
-    for (char **p = ln->env; p && *p; p++)
-        free(*p);
-    free(ln->env);
-    for (char **p = ln->ov_env; p && *p; p++)
-        free(*p);
-    free(ln->ov_env);
-    free(ln->cwd);
-    free(ln);
-}
-
-static void remove_worker_dir(worker_ctx *wc)
-{
-    if (!wc->dir[0])
-        return;
-    unlink(wc->sock);
-    rmdir(wc->dir);
-    wc->dir[0] = '\0';
-}
-
-static void probe_stop(worker_ctx *wc)
-{
-    if (wc->probe_timer)
-        event_free(wc->probe_timer);
-    wc->probe_timer = NULL;
-    hconn_free(wc->probe);
-    wc->probe = NULL;
-}
-
-static void probe_again(worker_ctx *wc)
-{
-    hconn_free(wc->probe);
-    wc->probe = NULL;
-    struct timeval tv = {0, wc->probe_delay_us};
-    if (wc->probe_delay_us < PROBE_MAX_US)
-        wc->probe_delay_us *= 2;
-    evtimer_add(wc->probe_timer, &tv);
-}
-
-static void on_probe_done(hconn *hc, const char *error, void *arg)
-{
-    worker_ctx *wc = arg;
-    if (error || (hc->status != 200 && hc->status != 404)) {
-        probe_again(wc); /* up but not ready yet */
-        return;
-    }
-    wc->probe = NULL;
-    if (hc->keep_alive)
-        idle_put(wc, hc); /* the first evaluation needs no connect */
-    else
-        hconn_free(hc);
-    event_free(wc->probe_timer);
-    wc->probe_timer = NULL;
-    funcd_pool_worker_ready(wc->pw);
-}
-
-static void on_probe_timer(evutil_socket_t fd, short what, void *arg)
-{
-    static const char req[] = "GET /_/ready HTTP/1.1\r\nHost: worker\r\nContent-Length: 0\r\n\r\n";
-    worker_ctx *wc = arg;
-    wc->probe = hconn_open(wc);
-    if (!wc->probe) {
-        probe_again(wc); /* not listening yet */
-        return;
-    }
-    hconn_send(wc->probe, req, sizeof(req) - 1, NULL, 0, 4096, on_probe_done, wc);
-}
-
-static void on_worker_output(funcd_worker *proc, funcd_worker_stream stream, const char *line,
+static void on_worker_output(funcd_worker_ctx *w, funcd_worker_stream stream, const char *line,
                              size_t len, void *payload)
 {
-    worker_ctx *wc = payload;
-    if (stream == FUNCD_WORKER_STDERR)
-        snprintf(wc->last_stderr, sizeof(wc->last_stderr), "%.*s", (int)len, line);
-    funcd_log(wc->we->logger, FUNCD_LOG_DEBUG, "worker %s: %.*s", wc->replica, (int)len, line);
+    worker_eval *we = payload;
+    funcd_log(we->logger, FUNCD_LOG_DEBUG, "worker %s: %.*s", funcd_worker_ctx_replica(w),
+              (int)len, line);
 }
 
-static void live_unlink(worker_ctx *wc)
+static void on_worker_exited(funcd_worker_ctx *w, int status, const funcd_worker_end *end,
+                             void *payload)
 {
-    worker_eval *we = wc->we;
-    if (wc->prev)
-        wc->prev->next = wc->next;
-    else if (we->live == wc)
-        we->live = wc->next;
-    if (wc->next)
-        wc->next->prev = wc->prev;
-    wc->prev = wc->next = NULL;
-    we->n_live--;
+    worker_eval *we = payload;
+    funcd_log(we->logger, FUNCD_LOG_DEBUG, "%s", end->message);
 }
 
-/* The process is gone (or, with `proc` NULL, was never started): forget it
- * and tell the pool. */
-static void worker_gone(worker_ctx *wc, const char *why)
+static void launch_free(launch *ln)
 {
-    probe_stop(wc);
-    idle_free_all(wc);
-    if (wc->proc) {
-        wc->we->runtime->release(wc->we->runtime, wc->proc);
-        wc->proc = NULL;
-        live_unlink(wc);
-    }
-    remove_worker_dir(wc);
-    funcd_pool_worker_exited(wc->pw, why);
-}
-
-static void on_worker_exit(funcd_worker *proc, int status, void *payload)
-{
-    worker_ctx *wc = payload;
-    char why[600];
-    if (WIFEXITED(status))
-        snprintf(why, sizeof(why), "worker %s exited with status %d%s%s", wc->replica,
-                 WEXITSTATUS(status), wc->last_stderr[0] ? ": " : "", wc->last_stderr);
-    else
-        snprintf(why, sizeof(why), "worker %s was killed by signal %d%s%s", wc->replica,
-                 WTERMSIG(status), wc->last_stderr[0] ? ": " : "", wc->last_stderr);
-    funcd_log(wc->we->logger, FUNCD_LOG_DEBUG, "%s", why);
-    worker_gone(wc, why);
-}
-
-static int prepare_dir(worker_eval *we, worker_ctx *wc)
-{
-    snprintf(wc->dir, sizeof(wc->dir), "%s/w%u", we->run_dir, ++we->next_dir);
-    if (strlen(wc->dir) + sizeof("/worker.sock") > sizeof(wc->sock)) {
-        wc->dir[0] = '\0';
-        return funcd_error_set(FUNCD_EINVAL, "the state directory %s is too long for Unix "
-                               "socket paths; choose a shorter one", we->run_dir);
-    }
-    snprintf(wc->sock, sizeof(wc->sock), "%.*s/worker.sock", (int)(sizeof(wc->sock) - 13),
-             wc->dir);
-    if (mkdir(wc->dir, 0700) != 0 && errno != EEXIST) {
-        int err = errno;
-        wc->dir[0] = '\0';
-        return funcd_error_set(FUNCD_EIO, "cannot create %s/w%u: %s", we->run_dir,
-                               we->next_dir, strerror(err));
-    }
-    return 0;
-}
-
-#define IMAGE_RUN_DIR "/run/funcd"
-
-static void live_link(worker_eval *we, worker_ctx *wc)
-{
-    wc->next = we->live;
-    if (we->live)
-        we->live->prev = wc;
-    we->live = wc;
-    we->n_live++;
-    wc->probe_delay_us = PROBE_FIRST_US;
-    struct timeval tv = {0, PROBE_FIRST_US};
-    evtimer_add(wc->probe_timer, &tv);
+    if (!ln)
+        return;
+    funcd_launch_unref(ln->workers);
+    free(ln->image);
+    free(ln->program);
+    free(ln);
 }
 
 /* Appends the entries of `from` to `env` (holding `n`) whose names are not
@@ -683,144 +158,51 @@ static size_t add_env(const char **env, size_t n, const char *const *from)
     return n;
 }
 
-/* A pulled image's worker: the static exec shim, copied into its runtime
- * directory (seen at IMAGE_RUN_DIR), runs the image's program inside the
- * image's root once per evaluation. */
-static int start_image_worker(worker_eval *we, worker_ctx *wc)
+static size_t strv_len(const char *const *v)
 {
-    launch *ln = wc->ln;
-    char from[600], to[300];
-    snprintf(from, sizeof(from), "%s-static", we->shim);
-    snprintf(to, sizeof(to), "%s/funcd-exec", wc->dir);
-    int rc = funcd_link_or_copy(from, to, 0755);
-    size_t n_args = 0, n_env = 0, n_ov = 0;
-    while (ln->argv[n_args])
-        n_args++;
-    while (ln->env && ln->env[n_env])
-        n_env++;
-    while (ln->ov_env[n_ov])
-        n_ov++;
-    const char **argv = calloc(n_args + 3, sizeof(char *));
-    const char **env = calloc(n_ov + n_env + 5, sizeof(char *));
-    char replica[128], function[160], ns[160];
-    snprintf(replica, sizeof(replica), "FUNCD_REPLICA=%s", wc->replica);
+    size_t n = 0;
+    while (v && v[n])
+        n++;
+    return n;
+}
+
+/* The workers of `ln->image`: the exec shim running `argv` once per
+ * evaluation, with the overrides' env first (the first of two equal names
+ * counts), then `env`, then what the function runner tells every worker. */
+static int launch_workers(worker_eval *we, launch *ln, funcd_launch_spec *spec,
+                          const char *const *argv, const char *const *env,
+                          funcd_eval_overrides *ov)
+{
+    size_t n_args = strv_len(argv), n_env = strv_len(env), n_ov = strv_len((const char *const *)ov->env);
+    const char **args = calloc(n_args + 3, sizeof(char *));
+    const char **all = calloc(n_ov + n_env + 3, sizeof(char *));
+    char function[160], ns[160];
     snprintf(function, sizeof(function), "FUNCD_FUNCTION=%s", ln->image);
     snprintf(ns, sizeof(ns), "FUNCD_NAMESPACE=%s", we->ns);
-    if (rc == 0 && (!argv || !env))
-        rc = funcd_error_set(FUNCD_ENOMEM, "out of memory starting a worker for %s", ln->image);
-    if (rc == 0) {
-        argv[0] = IMAGE_RUN_DIR "/funcd-exec";
-        argv[1] = "--";
-        memcpy(argv + 2, ln->argv, n_args * sizeof(char *));
-        /* The overrides first: the first of two equal names counts. */
-        size_t k = add_env(env, 0, (const char *const *)ln->ov_env);
-        k = add_env(env, k, (const char *const *)ln->env);
-        env[k] = "FUNCD_LISTEN=" IMAGE_RUN_DIR "/worker.sock";
-        env[k + 1] = replica;
-        env[k + 2] = function;
-        env[k + 3] = ns;
-        const funcd_worker_bind binds[] = {{wc->dir, IMAGE_RUN_DIR, 1, 1}};
-        funcd_worker_spec spec = {argv, env, ln->cwd, ln->rootfs, ln->limits, binds, 1,
-                                  FUNCD_WORKER_NETWORK_NONE};
-        funcd_worker_events ev = {on_worker_output, on_worker_exit, wc};
-        wc->probe_timer = evtimer_new(we->loop, on_probe_timer, wc);
-        rc = wc->probe_timer ? we->runtime->start(we->runtime, &spec, &ev, &wc->proc)
-                             : funcd_error_set(FUNCD_ENOMEM, "out of memory");
+    int rc = FUNCD_ENOMEM;
+    if (args && all) {
+        args[0] = spec->rootfs ? FUNCD_IMAGE_EXEC_SHIM : we->shim;
+        args[1] = "--";
+        memcpy(args + 2, argv, n_args * sizeof(char *));
+        size_t k = add_env(all, 0, (const char *const *)ov->env);
+        k = add_env(all, k, env);
+        all[k] = function;
+        all[k + 1] = ns;
+        spec->name = ln->image;
+        spec->argv = args;
+        spec->env = all;
+        spec->limits = ov->limits;
+        spec->network = FUNCD_WORKER_NETWORK_NONE;
+        spec->memory_field = "podExecutor.templateOverrides resources.limits.memory";
+        spec->stop_grace_ms = STOP_GRACE_MS;
+        spec->keep_probe_connection = 1; /* the first evaluation needs no connect */
+        funcd_launch_hooks hooks = {.output = on_worker_output, .exited = on_worker_exited,
+                                    .payload = we};
+        rc = funcd_launch_new(&ln->workers, we->workers, spec, &hooks);
     }
-    free(argv);
-    free(env);
-    if (rc < 0) {
-        probe_stop(wc);
-        remove_worker_dir(wc);
-        return rc;
-    }
-    live_link(we, wc);
-    return 0;
-}
-
-static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
-{
-    launch *ln = payload;
-    worker_eval *we = ln->we;
-    worker_ctx *wc = calloc(1, sizeof(*wc));
-    if (!wc)
-        return funcd_error_set(FUNCD_ENOMEM, "out of memory starting a worker for %s", ln->image);
-    wc->we = we;
-    atomic_fetch_add(&ln->refs, 1);
-    wc->ln = ln;
-    wc->pw = pw;
-    funcd_pool_worker_set_data(pw, wc); /* from here on, dispose frees it */
-    snprintf(wc->replica, sizeof(wc->replica), "%s-%u", ln->image, funcd_pool_worker_replica(pw));
-    int rc = prepare_dir(we, wc);
-    if (rc < 0)
-        return rc;
-    if (ln->rootfs)
-        return start_image_worker(we, wc);
-    char listen[160], replica[128], function[160], ns[160];
-    snprintf(listen, sizeof(listen), "FUNCD_LISTEN=%s", wc->sock);
-    snprintf(replica, sizeof(replica), "FUNCD_REPLICA=%s", wc->replica);
-    snprintf(function, sizeof(function), "FUNCD_FUNCTION=%s", ln->image);
-    snprintf(ns, sizeof(ns), "FUNCD_NAMESPACE=%s", we->ns);
-    const char *const argv[] = {we->shim, "--", ln->program, NULL};
-    static const char *const defaults[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
-                                           NULL};
-    size_t n_ov = 0;
-    while (ln->ov_env[n_ov])
-        n_ov++;
-    const char **env = calloc(n_ov + 7, sizeof(char *));
-    if (env) {
-        size_t k = add_env(env, 0, (const char *const *)ln->ov_env);
-        k = add_env(env, k, defaults);
-        env[k] = listen;
-        env[k + 1] = replica;
-        env[k + 2] = function;
-        env[k + 3] = ns;
-    }
-    /* What a sandboxed worker sees: the function and the shim with their host
-     * owners (the operator's --functions-dir), its socket's directory as its own. */
-    const funcd_worker_bind binds[] = {
-        {ln->dir, NULL, 0, 0}, {we->shim, NULL, 0, 0}, {wc->dir, NULL, 1, 1}};
-    funcd_worker_spec spec = {argv, env, ln->dir, NULL, ln->limits, binds, 3,
-                              FUNCD_WORKER_NETWORK_NONE};
-    funcd_worker_events ev = {on_worker_output, on_worker_exit, wc};
-    wc->probe_timer = evtimer_new(we->loop, on_probe_timer, wc);
-    if (!wc->probe_timer || !env)
-        rc = funcd_error_set(FUNCD_ENOMEM, "out of memory starting a worker for %s", ln->image);
-    else
-        rc = we->runtime->start(we->runtime, &spec, &ev, &wc->proc);
-    free(env);
-    if (rc < 0) {
-        probe_stop(wc);
-        remove_worker_dir(wc);
-        return rc;
-    }
-    live_link(we, wc);
-    return 0;
-}
-
-static void op_stop(funcd_pool *p, funcd_pool_worker *pw, void *payload)
-{
-    worker_ctx *wc = funcd_pool_worker_data(pw);
-    probe_stop(wc);
-    idle_free_all(wc); /* the shim drains: idle connections would only delay it */
-    if (wc->proc)
-        wc->we->runtime->stop(wc->we->runtime, wc->proc, STOP_GRACE_MS);
-}
-
-static void op_dispose(funcd_pool_worker *pw, void *payload)
-{
-    worker_ctx *wc = funcd_pool_worker_data(pw);
-    if (!wc)
-        return;
-    probe_stop(wc);
-    idle_free_all(wc);
-    launch_unref(wc->ln);
-    free(wc);
-}
-
-static void op_changed(funcd_pool *p, void *payload)
-{
-    /* The function runner has no status to refresh. */
+    free(args);
+    free(all);
+    return rc;
 }
 
 /* ---- image pools (one per podExecutor FunctionConfig) ------------------- */
@@ -869,68 +251,77 @@ static int image_dir_name(const char *image, char *out, size_t len)
     return 0;
 }
 
-/* Takes the overrides' limits and env into `ln` (the env moves). */
-static void launch_take_overrides(launch *ln, funcd_eval_overrides *ov)
-{
-    ln->limits = ov->limits;
-    ln->ov_env = ov->env;
-    ov->env = NULL;
-}
-
-static launch *launch_new(worker_eval *we, const char *image, const char *name,
-                          funcd_eval_overrides *ov)
+static launch *launch_alloc(const char *image)
 {
     launch *ln = calloc(1, sizeof(*ln));
-    if (!ln)
-        return NULL;
-    atomic_init(&ln->refs, 1);
-    ln->we = we;
-    launch_take_overrides(ln, ov);
-    ln->image = funcd_strdup(image);
-    if (asprintf(&ln->dir, "%s/%s", we->functions_dir, name) < 0)
-        ln->dir = NULL;
-    if (asprintf(&ln->program, "%s/%s/function", we->functions_dir, name) < 0)
-        ln->program = NULL;
-    if (!ln->image || !ln->dir || !ln->program || !ln->ov_env) {
-        launch_unref(ln);
+    if (ln && !(ln->image = funcd_strdup(image))) {
+        free(ln);
         return NULL;
     }
     return ln;
 }
 
-/* The launch of a pulled image: its entrypoint and cmd, run in its root. */
+/* The launch of FUNCTIONS_DIR/<name>/function. What a sandboxed worker
+ * sees: the function and the shim with their host owners (the operator's
+ * --functions-dir). */
+static launch *launch_new(worker_eval *we, const char *image, const char *name,
+                          funcd_eval_overrides *ov)
+{
+    launch *ln = launch_alloc(image);
+    char *dir = NULL;
+    if (!ln || asprintf(&dir, "%s/%s", we->functions_dir, name) < 0 ||
+        asprintf(&ln->program, "%s/function", dir) < 0) {
+        free(dir);
+        launch_free(ln);
+        return NULL;
+    }
+    static const char *const defaults[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
+                                           NULL};
+    const char *const argv[] = {ln->program, NULL};
+    const funcd_worker_bind binds[] = {{dir, NULL, 0, 0}, {we->shim, NULL, 0, 0}};
+    funcd_launch_spec spec = {.cwd = dir, .binds = binds, .n_binds = 2};
+    int rc = launch_workers(we, ln, &spec, argv, defaults, ov);
+    free(dir);
+    if (rc < 0) {
+        launch_free(ln);
+        return NULL;
+    }
+    return ln;
+}
+
+/* The launch of a pulled image: the static exec shim, copied into the
+ * worker's runtime directory, runs its entrypoint and cmd in its root. */
 static launch *launch_new_image(worker_eval *we, const char *image, const funcd_source_result *r,
                                 funcd_eval_overrides *ov)
 {
-    launch *ln = calloc(1, sizeof(*ln));
-    if (!ln)
+    launch *ln = launch_alloc(image);
+    size_t n = strv_len((const char *const *)r->entrypoint) +
+               strv_len((const char *const *)r->cmd);
+    const char **argv = calloc(n + 1, sizeof(char *));
+    char *shim = NULL;
+    if (!ln || !argv || !n || asprintf(&shim, "%s-static", we->shim) < 0) {
+        free(argv);
+        launch_free(ln);
         return NULL;
-    atomic_init(&ln->refs, 1);
-    ln->we = we;
-    launch_take_overrides(ln, ov);
-    ln->image = funcd_strdup(image);
-    ln->rootfs = funcd_strdup(r->dir);
-    ln->dir = funcd_strdup(r->dir);
-    size_t n = 0;
-    for (char **p = r->entrypoint; p && *p; p++)
-        n++;
-    for (char **p = r->cmd; p && *p; p++)
-        n++;
-    ln->argv = calloc(n + 1, sizeof(char *));
+    }
     n = 0;
-    for (char **p = r->entrypoint; ln->argv && p && *p; p++)
-        ln->argv[n++] = strdup(*p);
-    for (char **p = r->cmd; ln->argv && p && *p; p++)
-        ln->argv[n++] = strdup(*p);
-    ln->env = funcd_strv_dup((const char *const *)r->env);
-    ln->cwd = funcd_strdup(r->working_dir && *r->working_dir ? r->working_dir : "/");
-    ln->program = ln->argv && n ? funcd_strdup(ln->argv[0]) : NULL;
-    int ok = ln->image && ln->rootfs && ln->dir && ln->argv && ln->env && ln->cwd &&
-             ln->program && ln->ov_env;
-    for (size_t i = 0; ok && i < n; i++)
-        ok = ln->argv[i] != NULL;
-    if (!ok) {
-        launch_unref(ln);
+    for (char **p = r->entrypoint; p && *p; p++)
+        argv[n++] = *p;
+    for (char **p = r->cmd; p && *p; p++)
+        argv[n++] = *p;
+    ln->pulled = 1;
+    ln->program = funcd_strdup(argv[0]);
+    funcd_launch_spec spec = {
+        .cwd = r->working_dir && *r->working_dir ? r->working_dir : "/",
+        .rootfs = r->dir,
+        .exec_shim = shim,
+    };
+    int rc = ln->program ? launch_workers(we, ln, &spec, argv, (const char *const *)r->env, ov)
+                         : FUNCD_ENOMEM;
+    free(argv);
+    free(shim);
+    if (rc < 0) {
+        launch_free(ln);
         return NULL;
     }
     return ln;
@@ -945,7 +336,7 @@ static int executable_file(const char *path)
 static int program_ok(const launch *ln)
 {
     /* A pulled image names its program; a bad one fails its worker's start. */
-    return ln->rootfs || executable_file(ln->program);
+    return ln->pulled || executable_file(ln->program);
 }
 
 static void on_warm_granted(funcd_pool_waiter *wt, funcd_pool_worker *w, const char *error)
@@ -957,7 +348,7 @@ static void on_warm_granted(funcd_pool_waiter *wt, funcd_pool_worker *w, const c
         return;
     }
     if (!ip->dropping)
-        funcd_log(ip->ln->we->logger, FUNCD_LOG_WARN, "warming a worker for %s failed: %s",
+        funcd_log(ip->we->logger, FUNCD_LOG_WARN, "warming a worker for %s failed: %s",
                   ip->ref, error ? error : "unknown error");
 }
 
@@ -987,7 +378,7 @@ static void drop_pool(image_pool *ip, const char *why)
         funcd_pool_close(ip->pool, why);
     ip->pool = NULL;
     ip->dropping = 0;
-    launch_unref(ip->ln);
+    launch_free(ip->ln);
     ip->ln = NULL;
 }
 
@@ -1012,10 +403,10 @@ static image_pool *find_pool(worker_eval *we, const char *config, const char *ke
 /* A fresh pool for `ln` (whose reference moves to `ip`). */
 static int replace_pool(worker_eval *we, image_pool *ip, launch *ln, const funcd_pool_config *pc)
 {
-    funcd_pool_ops ops = {op_start, op_stop, op_dispose, op_changed, ln};
+    funcd_pool_ops ops = funcd_launch_pool_ops(ln->workers);
     funcd_pool *pool;
     if (funcd_pool_new(&pool, we->loop, pc, &ops) < 0) {
-        launch_unref(ln);
+        launch_free(ln);
         return FUNCD_ENOMEM;
     }
     drop_pool(ip, "the FunctionConfig changed");
@@ -1127,9 +518,11 @@ static image_pool *new_image_pool(worker_eval *we, const char *config, const cha
                                   const funcd_pool_config *pc)
 {
     image_pool *ip = calloc(1, sizeof(*ip));
+    if (ip)
+        ip->we = we;
     if (!ip || !(ip->config = funcd_strdup(config)) || !(ip->key = funcd_strdup(key)) ||
         !(ip->ref = funcd_strdup(ref)) || !(ip->sig = funcd_strdup(sig))) {
-        launch_unref(ln);
+        launch_free(ln);
         if (ip)
             image_pool_free(ip, "out of memory");
         return NULL;
@@ -1360,10 +753,9 @@ typedef struct wcall {
     worker_eval *we;
     funcd_eval_job *job;
     funcd_pool *pool; /* a reference */
-    launch *ln;       /* a reference */
     funcd_pool_waiter waiter;
     funcd_pool_worker *slot;
-    hconn *conn;
+    funcd_http_call *conn;
     struct event *timer;
     int64_t timeout_ms;
     int attempts;
@@ -1376,7 +768,6 @@ static void call_free(wcall *c)
     if (c->timer)
         event_free(c->timer);
     funcd_pool_unref(c->pool);
-    launch_unref(c->ln);
     free(c);
 }
 
@@ -1387,7 +778,7 @@ static void call_detach(wcall *c, int evict)
      * is at most queued, never about to be granted. */
     if (!c->slot)
         funcd_pool_cancel(c->pool, &c->waiter);
-    hconn_free(c->conn);
+    funcd_http_cancel(c->conn);
     c->conn = NULL;
     funcd_pool_worker *w = c->slot;
     c->slot = NULL;
@@ -1449,28 +840,32 @@ static void b64_decode(funcd_buf *out, const char *s, size_t len)
 }
 
 /* The shim's answer becomes the KRM result. */
-static void take_answer(wcall *c, hconn *hc)
+static void take_answer(wcall *c, funcd_http_response *resp)
 {
     funcd_eval_result *res = &c->job->res;
     const char *name = funcd_eval_job_name(c->job);
+    const char *exit_code = funcd_http_response_header(resp, "x-funcd-exit-code");
+    const char *stderr_b64 = funcd_http_response_header(resp, "x-funcd-stderr");
+    const char *error = funcd_http_response_header(resp, "x-funcd-error");
     char what[1024];
-    if (hc->status != 200 || !hc->has_exit_code) {
+    if (resp->status != 200 || !exit_code) {
         res->status = FUNCD_EVAL_INTERNAL;
         snprintf(res->message, sizeof(res->message), "the worker for %s answered HTTP %d%s: "
-                 "%.300s", name, hc->status, hc->has_exit_code ? "" : " without "
+                 "%.300s", name, resp->status, exit_code ? "" : " without "
                  "X-Funcd-Exit-Code (is its funcd-exec older than the KRM mode?)",
-                 hc->body.data ? hc->body.data : "");
+                 resp->body.data ? resp->body.data : "");
         return;
     }
-    funcd_buf_swap_in(&res->output, &hc->body);
+    funcd_buf_swap_in(&res->output, &resp->body);
     funcd_buf_reset(&res->log);
-    b64_decode(&res->log, hc->stderr_b64.data ? hc->stderr_b64.data : "", hc->stderr_b64.len);
+    b64_decode(&res->log, stderr_b64 ? stderr_b64 : "", stderr_b64 ? strlen(stderr_b64) : 0);
     res->status = FUNCD_EVAL_OK;
-    if (hc->error_hdr.len) {
-        snprintf(what, sizeof(what), "function %s could not run: %s", name, hc->error_hdr.data);
+    int code = atoi(exit_code);
+    if (error && *error) {
+        snprintf(what, sizeof(what), "function %s could not run: %s", name, error);
         funcd_eval_set_failure(res, what);
-    } else if (hc->exit_code != 0) {
-        snprintf(what, sizeof(what), "function %s exited with status %d", name, hc->exit_code);
+    } else if (code != 0) {
+        snprintf(what, sizeof(what), "function %s exited with status %d", name, code);
         funcd_eval_set_failure(res, what);
     }
 }
@@ -1478,15 +873,18 @@ static void take_answer(wcall *c, hconn *hc)
 static void acquire(wcall *c);
 
 /* The worker could not be reached or broke off: evict it, and try once more
- * on another. */
+ * on another (a KRM function's output depends on its input alone). The
+ * caller is told how the worker ended when its end is known. */
 static void attempt_failed(wcall *c, const char *why)
 {
     char reason[600];
-    snprintf(reason, sizeof(reason), "%s", why);
+    const funcd_worker_end *end = c->slot ? funcd_worker_ctx_end(funcd_worker_ctx_of(c->slot))
+                                          : NULL;
+    snprintf(reason, sizeof(reason), "%s%s%s", why, end ? "; " : "", end ? end->message : "");
     call_detach(c, 1);
     if (++c->attempts < ATTEMPTS) {
         funcd_log(c->we->logger, FUNCD_LOG_WARN, "a worker of %s failed (%s); retrying on "
-                  "another", c->ln->image, reason);
+                  "another", funcd_eval_job_name(c->job), reason);
         acquire(c);
         return;
     }
@@ -1494,22 +892,17 @@ static void attempt_failed(wcall *c, const char *why)
               funcd_eval_job_name(c->job), c->attempts, reason);
 }
 
-static void on_answer(hconn *hc, const char *error, void *arg)
+static void on_answer(funcd_http_call *hc, funcd_http_outcome outcome, funcd_http_response *resp,
+                      const char *error, void *arg)
 {
     wcall *c = arg;
-    if (!error) {
-        take_answer(c, hc);
-        /* Back to the idle list before the slot is released: a call the
-         * release grants may reuse it at once. */
-        c->conn = NULL;
-        if (hc->keep_alive && hc->wc->proc)
-            idle_put(hc->wc, hc);
-        else
-            hconn_free(hc);
+    c->conn = NULL; /* the client keeps or closes it once this returns */
+    if (outcome == FUNCD_HTTP_ANSWERED) {
+        take_answer(c, resp);
         call_finish(c);
         return;
     }
-    if (hc->too_large) {
+    if (outcome == FUNCD_HTTP_TOO_LARGE) {
         call_fail(c, FUNCD_EVAL_RESOURCE_EXHAUSTED, "function %s wrote more than %zu bytes (the "
                   "message limit)", funcd_eval_job_name(c->job), c->we->max_message);
         return;
@@ -1520,17 +913,17 @@ static void on_answer(hconn *hc, const char *error, void *arg)
 static void send_to(wcall *c, funcd_pool_worker *w)
 {
     c->slot = w;
-    worker_ctx *wc = funcd_pool_worker_data(w);
-    c->conn = idle_take(wc);
-    if (!c->conn && !(c->conn = hconn_open(wc))) {
+    funcd_worker_ctx *wc = funcd_worker_ctx_of(w);
+    funcd_http_peer *peer = funcd_worker_ctx_peer(wc);
+    c->conn = peer ? funcd_http_send(peer, c->head, c->head_len, c->job->req.rl,
+                                     c->job->req.rl_len, c->we->max_message, on_answer, c)
+                   : NULL;
+    if (!c->conn) {
         char why[300];
-        snprintf(why, sizeof(why), "cannot connect to worker %s: %s", wc->replica,
-                 strerror(errno));
+        snprintf(why, sizeof(why), "cannot connect to worker %s: %s",
+                 funcd_worker_ctx_replica(wc), peer ? strerror(errno) : "it exited");
         attempt_failed(c, why);
-        return;
     }
-    hconn_send(c->conn, c->head, c->head_len, c->job->req.rl, c->job->req.rl_len,
-               c->we->max_message, on_answer, c);
 }
 
 static void on_granted(funcd_pool_waiter *wt, funcd_pool_worker *w, const char *error)
@@ -1715,8 +1108,6 @@ static void worker_evaluate(funcd_evaluator *ev, funcd_eval_job *job)
     c->job = job;
     c->pool = ip->pool;
     funcd_pool_ref(c->pool);
-    c->ln = ip->ln;
-    atomic_fetch_add(&c->ln->refs, 1);
     c->timeout_ms = deadline - now;
     char id[37];
     funcd_uuid4(id);
@@ -1776,7 +1167,7 @@ static void worker_close(funcd_evaluator *ev)
 
 static unsigned worker_live(const funcd_evaluator *ev)
 {
-    return ((const worker_eval *)ev)->n_live;
+    return funcd_workers_live(((const worker_eval *)ev)->workers);
 }
 
 static void worker_free(funcd_evaluator *ev)
@@ -1784,12 +1175,9 @@ static void worker_free(funcd_evaluator *ev)
     worker_eval *we = (worker_eval *)ev;
     worker_close(ev);
     /* Workers still draining are killed now, so nothing outlives us. */
-    while (we->live)
-        worker_gone(we->live, "the function runner was freed");
+    funcd_workers_free(we->workers);
     if (we->reconcile_ev)
         event_free(we->reconcile_ev);
-    if (we->run_dir)
-        rmdir(we->run_dir);
     free(we->functions_dir);
     free(we->shim);
     free(we->run_dir);
@@ -1801,11 +1189,7 @@ static void worker_free(funcd_evaluator *ev)
 size_t funcd_eval_worker_pids(const funcd_evaluator *ev, int *pids, size_t max)
 {
     const worker_eval *we = (const worker_eval *)ev;
-    size_t n = 0;
-    for (const worker_ctx *wc = we->live; wc; wc = wc->next, n++)
-        if (n < max)
-            pids[n] = we->runtime->pid ? we->runtime->pid(we->runtime, wc->proc) : 0;
-    return n;
+    return we->workers ? funcd_workers_pids(we->workers, pids, max) : 0;
 }
 
 unsigned funcd_eval_worker_pools(const funcd_evaluator *ev)
@@ -1847,9 +1231,8 @@ static int setup(worker_eval *we, const funcd_eval_config *cfg)
     if ((cfg->functions_dir && !we->functions_dir) || !we->shim || !we->run_dir ||
         !we->reconcile_ev)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the worker evaluator");
-    if (mkdir(we->run_dir, 0700) != 0 && errno != EEXIST)
-        return funcd_error_set(FUNCD_EIO, "cannot create %s for warm workers: %s", we->run_dir,
-                               strerror(errno));
+    if (funcd_workers_new(&we->workers, cfg->loop, cfg->runtime, we->run_dir) < 0)
+        return -1;
     if (access(we->shim, X_OK) != 0)
         funcd_log(we->logger, FUNCD_LOG_WARN, "the exec shim %s is missing; warm workers will "
                   "not start (check funcd's shim directory)", we->shim);
@@ -1867,7 +1250,6 @@ int funcd_eval_worker_new(funcd_evaluator **out, const funcd_eval_config *cfg)
                                  .live_workers = worker_live, .free = worker_free};
     we->loop = cfg->loop;
     we->store = cfg->store;
-    we->runtime = cfg->runtime;
     we->logger = cfg->logger;
     we->max_message = cfg->max_message ? cfg->max_message : FUNCD_EVAL_DEFAULT_MAX_MESSAGE;
     int rc = setup(we, cfg);
