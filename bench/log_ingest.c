@@ -33,7 +33,11 @@ static void make_line(char *out, size_t cap, long i)
 static double ingest(funcd_blob *blob, long lines)
 {
     funcd_logstore_options o = {0, 1u << 20, 0}; /* 1 MiB segments */
-    funcd_logstore *ls = funcd_logstore_new(blob, &o);
+    funcd_logstore *ls = NULL;
+    if (funcd_logstore_new(&ls, blob, &o) < 0) {
+        fprintf(stderr, "%s\n", funcd_error_last()->message);
+        exit(1);
+    }
     char line[160];
     int64_t t0 = funcd_now_ms();
     double start = now_s();

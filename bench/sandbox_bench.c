@@ -153,7 +153,8 @@ int main(int argc, char **argv)
     funcd_runtime *rt[2];
     static const char *const name[2] = {"sandbox off", "sandbox on"};
     for (int m = 0; m < 2; m++)
-        if (funcd_runtime_process_new_with(&rt[m], &(funcd_process_options){m ? 1 : -1, NULL}) <
+        if (funcd_runtime_process_new_with(&rt[m], &(funcd_process_options){
+                                                       FUNCD_PROCESS_OPTIONS_VERSION, m ? 1 : -1}) <
                 0 ||
             rt[m]->attach(rt[m], b.loop) < 0) {
             fprintf(stderr, "runtime: %s\n", funcd_error_last()->message);

@@ -29,7 +29,7 @@ enum funcd_error_code {
     FUNCD_ENOTFOUND = -3, /**< the object or key does not exist */
     FUNCD_EEXISTS = -4,   /**< the object or key already exists */
     FUNCD_ECONFLICT = -5, /**< compare-and-swap failed: the revision moved on */
-    FUNCD_EVERSION = -6,  /**< a backend's vtable version is not supported */
+    FUNCD_EVERSION = -6,  /**< a backend's or an options struct's version is not supported */
     FUNCD_ENOTSUP = -7,   /**< the backend does not implement this method */
     FUNCD_EBIND = -8,     /**< a listener could not bind its address */
     FUNCD_EMISSING = -9,  /**< a required dependency (backend) was not given */

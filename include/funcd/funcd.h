@@ -76,7 +76,12 @@ FUNCD_EXTERN funcd_option *funcd_in_memory(void);
  *  injected with the options below. */
 FUNCD_EXTERN funcd_option *funcd_production(void);
 
-/* ---- backends (ownership passes to the option, then the platform) ------- */
+/* ---- backends (ownership passes to the option, then the platform) -------
+ *
+ * A later option of the same port replaces (and frees) an earlier one. One
+ * backend object given twice (in any two options) is FUNCD_EINVAL from
+ * funcd_platform_new, and is freed once. Each is checked against its port's
+ * rules (include/funcd/sys/, docs/backends.md). */
 
 FUNCD_EXTERN funcd_option *funcd_with_store(funcd_store *backend);
 FUNCD_EXTERN funcd_option *funcd_with_blob(funcd_blob *backend);
@@ -136,7 +141,10 @@ FUNCD_EXTERN funcd_option *funcd_with_builtin(const char *image, funcd_builtin_f
 /* ---- workers, images and sources ----------------------------------------- */
 
 /** 1 (default): every worker runs sandboxed (docs/security.md); 0: plain
- *  processes, for development only. */
+ *  processes, for development only. This and funcd_with_host_network_allowed
+ *  and funcd_with_seccomp_allow set up the process runtime funcd makes: next
+ *  to funcd_with_runtime they are FUNCD_EINVAL (configure the runtime you
+ *  pass instead, e.g. with funcd_process_options). */
 FUNCD_EXTERN funcd_option *funcd_with_sandbox(int enabled);
 
 /** Lets Functions ask for `spec.network: host` (the daemon's network instead

@@ -20,6 +20,7 @@
 
 #include "artifact/internal.h"
 #include "funcd/sys/error.h"
+#include "port/blob.h"
 
 #define DIGEST_PREFIX "sha256:"
 #define DIGEST_PREFIX_LEN 7
@@ -77,14 +78,14 @@ int funcd_bundle_grant(funcd_blob *b, const char *ns, const char *digest)
     if (grant_key(key, sizeof(key), ns, digest) < 0)
         return funcd_error_set(FUNCD_EINVAL, "bundle %s: not a digest of namespace \"%s\"",
                                digest ? digest : "", ns ? ns : "");
-    return b->put(b, key, digest, strlen(digest));
+    return funcd_port_blob_put(b, key, digest, strlen(digest));
 }
 
 int funcd_bundle_visible(funcd_blob *b, const char *ns, const char *digest)
 {
     char key[256];
     funcd_blob_stat st;
-    return grant_key(key, sizeof(key), ns, digest) == 0 && b->stat(b, key, &st) == 0;
+    return grant_key(key, sizeof(key), ns, digest) == 0 && funcd_port_blob_stat(b, key, &st) == 0;
 }
 
 /* ---- removing trees ------------------------------------------------------------------------ */
@@ -213,7 +214,7 @@ static int read_verified(cache_job *j, void **data, size_t *len)
     funcd_blob *b = j->blob;
     if (!b || !b->get)
         return JOB_FAIL(j, FUNCD_ENOTSUP, "bundle %s: no blob store to read it from", j->digest);
-    int rc = b->get(b, j->digest, 0, FUNCD_BLOB_TO_END, data, len);
+    int rc = funcd_port_blob_get(b, j->digest, 0, FUNCD_BLOB_TO_END, data, len);
     if (rc == FUNCD_ENOTFOUND)
         return JOB_FAIL(j, FUNCD_ENOTFOUND,
                         "bundle %s is not in the blob store: upload it with funcdctl deploy or "

@@ -9,6 +9,7 @@
 #include "api/api.h"
 #include "funcd/sys/error.h"
 #include "objects/objects.h"
+#include "port/store.h"
 #include "util/misc.h"
 
 struct funcd_controller {
@@ -188,7 +189,7 @@ static int enqueue_listed(const funcd_store_kv *kv, void *payload)
 static void on_resync(evutil_socket_t fd, short what, void *arg)
 {
     funcd_controller *c = arg;
-    c->cfg.store->list(c->cfg.store, FUNCD_OBJECTS_KEY_ROOT, enqueue_listed, c, NULL);
+    funcd_port_store_list(c->cfg.store, FUNCD_OBJECTS_KEY_ROOT, enqueue_listed, c, NULL);
 }
 
 int funcd_controller_new(funcd_controller **out, const funcd_controller_config *cfg)
@@ -214,9 +215,10 @@ int funcd_controller_new(funcd_controller **out, const funcd_controller_config *
 int funcd_controller_start(funcd_controller *c)
 {
     uint64_t rev = 0;
-    int rc = c->cfg.store->list(c->cfg.store, FUNCD_OBJECTS_KEY_ROOT, enqueue_listed, c, &rev);
+    int rc = funcd_port_store_list(c->cfg.store, FUNCD_OBJECTS_KEY_ROOT, enqueue_listed, c, &rev);
     if (rc == 0)
-        rc = c->cfg.store->watch(c->cfg.store, FUNCD_OBJECTS_KEY_ROOT, rev, on_event, c, &c->watch);
+        rc = funcd_port_store_watch(c->cfg.store, FUNCD_OBJECTS_KEY_ROOT, rev, on_event, c,
+                                    &c->watch);
     if (rc < 0)
         return rc;
     struct timeval tv = {c->cfg.resync_ms / 1000, (c->cfg.resync_ms % 1000) * 1000};
@@ -229,7 +231,7 @@ void funcd_controller_free(funcd_controller *c)
     if (!c)
         return;
     if (c->watch)
-        c->cfg.store->unwatch(c->cfg.store, c->watch);
+        funcd_port_store_unwatch(c->cfg.store, c->watch);
     if (c->wake)
         event_free(c->wake);
     if (c->resync)

@@ -10,6 +10,8 @@
 #include "artifact/bundle.h"
 #include "funcd/sys/error.h"
 #include "objects/objects.h"
+#include "port/blob.h"
+#include "port/store.h"
 #include "serving/serving.h"
 
 #define API_PREFIX "/apis/funcd.dev/v1/"
@@ -558,7 +560,7 @@ static void list_objects(funcd_cp *cp, const route *r, const list_filter *f,
     uint64_t rev = 0;
     int rc = funcd_objects_prefix(&prefix, r->kind, r->ns);
     if (rc == 0)
-        rc = cp->store->list(cp->store, prefix.data, list_one, &lc, &rev);
+        rc = funcd_port_store_list(cp->store, prefix.data, list_one, &lc, &rev);
     if (rc == 0 && lc.failed)
         rc = funcd_error_set(FUNCD_EIO, "a stored %s is not valid JSON", r->kind->singular);
     if (rc < 0) {
@@ -748,7 +750,7 @@ static void upload_bundle(funcd_cp *cp, const funcd_cp_request *req, const route
      * has these bytes shows neither in the answer nor in its timing (the
      * bytes are written again, under the same digest). */
     int exists = funcd_bundle_visible(cp->blob, r->ns, digest);
-    if (!exists && (cp->blob->put(cp->blob, digest, req->body, req->body_len) < 0 ||
+    if (!exists && (funcd_port_blob_put(cp->blob, digest, req->body, req->body_len) < 0 ||
                     funcd_bundle_grant(cp->blob, r->ns, digest) < 0)) {
         funcd_cp_status(resp, 500, "InternalError", NULL, "storing the bundle: %s",
                         funcd_error_last()->message);

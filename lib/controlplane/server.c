@@ -20,6 +20,7 @@
 #include "funcd/sys/error.h"
 #include "http/httpd.h"
 #include "objects/objects.h"
+#include "port/store.h"
 #include "serving/serving.h"
 
 /* Objects over MAX_BODY get a JSON 413 from us; bundles may be larger. h2o
@@ -231,7 +232,7 @@ static void dispose_stream(void *p)
     stream *st = p;
     funcd_cp_server *srv = st->srv;
     if (st->sw)
-        srv->cp->store->unwatch(srv->cp->store, st->sw);
+        funcd_port_store_unwatch(srv->cp->store, st->sw);
     if (st->follower)
         funcd_log_ring_unfollow(st->ring, st->follower);
     funcd_log_ring_unref(st->ring);
@@ -326,7 +327,7 @@ static void start_stream(funcd_cp_server *srv, h2o_req_t *req, funcd_cp_response
     if (rc == 0 && !resp->w.from_rv) {
         /* No revision: the current objects as ADDED, then changes after them. */
         added_ctx ac = {st, 0};
-        rc = store->list(store, prefix.data, list_added, &ac, &after);
+        rc = funcd_port_store_list(store, prefix.data, list_added, &ac, &after);
         if (rc == 0 && ac.failed)
             rc = funcd_error_set(FUNCD_EIO, "a stored object is not valid JSON");
     }
@@ -343,7 +344,7 @@ static void start_stream(funcd_cp_server *srv, h2o_req_t *req, funcd_cp_response
                               "\"}}}\n",
                               resp->w.kind->kind, after);
     if (rc == 0)
-        rc = store->watch(store, prefix.data, after, on_store_event, st, &st->sw);
+        rc = funcd_port_store_watch(store, prefix.data, after, on_store_event, st, &st->sw);
     funcd_buf_free(&prefix);
     if (rc < 0) {
         st->sw = NULL;

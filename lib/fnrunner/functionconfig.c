@@ -10,6 +10,7 @@
 #include "api/api.h"
 #include "fnrunner/evaluator.h"
 #include "funcd/sys/error.h"
+#include "port/store.h"
 #include "util/buf.h"
 
 /* `image` without its ":tag" is exactly prefix + "/" + name. Returns the tag
@@ -95,7 +96,7 @@ int funcd_eval_find_config(funcd_store *store, const char *ns, const char *image
     if (funcd_buf_printf(&prefix, "/registry/functionconfigs/%s/", ns ? ns : "default") < 0)
         return FUNCD_ENOMEM;
     find_ctx f = {image, executor, NULL};
-    int rc = store->list(store, prefix.data, on_config, &f, NULL);
+    int rc = funcd_port_store_list(store, prefix.data, on_config, &f, NULL);
     funcd_buf_free(&prefix);
     if (rc < 0) {
         cJSON_Delete(f.found);

@@ -50,6 +50,7 @@
 #include "http/client.h"
 #include "pool/pool.h"
 #include "objects/objects.h"
+#include "port/store.h"
 #include "source/resolver.h"
 #include "util/misc.h"
 #include "worker/launch.h"
@@ -1131,8 +1132,8 @@ static int worker_start(funcd_evaluator *ev)
     if (we->off || !we->store || we->watch)
         return 0;
     /* Watch first: a change after it re-lists, one before it is listed. */
-    if (we->store->watch(we->store, we->prefix, we->store->revision(we->store), on_config_event,
-                         we, &we->watch) < 0) {
+    if (we->store->watch(we->store, we->prefix, funcd_port_store_revision(we->store),
+                         on_config_event, we, &we->watch) < 0) {
         funcd_log(we->logger, FUNCD_LOG_WARN, "cannot watch FunctionConfigs (%s); warm workers "
                   "follow them only when evaluated", funcd_error_last()->message);
         we->watch = NULL;

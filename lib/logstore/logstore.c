@@ -15,6 +15,7 @@
 
 #include "funcd/sys/error.h"
 #include "logstore/internal.h"
+#include "port/blob.h"
 #include "util/misc.h"
 
 #define MAINTENANCE_EVERY_MS 60000
@@ -139,7 +140,7 @@ static void shed_locked(funcd_logstore *ls, funcd__log_fn *f)
 /* Writes a segment marked `writing`; on success it leaves the pending list. */
 static int write_segment(funcd_logstore *ls, funcd__log_fn *f, funcd__log_seg *s)
 {
-    int rc = ls->blob->put(ls->blob, s->key, s->data, s->len);
+    int rc = funcd_port_blob_put(ls->blob, s->key, s->data, s->len);
     pthread_mutex_lock(&ls->lock);
     s->writing = 0;
     if (rc == 0) {
@@ -156,13 +157,14 @@ static int write_segment(funcd_logstore *ls, funcd__log_fn *f, funcd__log_seg *s
     return rc;
 }
 
-funcd_logstore *funcd_logstore_new(funcd_blob *blob, const funcd_logstore_options *o)
+int funcd_logstore_new(funcd_logstore **out, funcd_blob *blob, const funcd_logstore_options *o)
 {
-    if (!blob || !blob->put || !blob->get || !blob->list || !blob->del)
-        return NULL;
+    *out = NULL;
+    if (!blob)
+        return funcd_error_set(FUNCD_EINVAL, "logs: the log store needs a blob backend");
     funcd_logstore *ls = calloc(1, sizeof(*ls));
     if (!ls)
-        return NULL;
+        return funcd_error_set(FUNCD_ENOMEM, "logs: out of memory creating the log store");
     ls->blob = blob;
     ls->seal_ms = o && o->seal_ms ? o->seal_ms : FUNCD_LOGSTORE_SEAL_MS;
     ls->seal_bytes = o && o->seal_bytes ? o->seal_bytes : FUNCD_LOGSTORE_SEAL_BYTES;
@@ -173,7 +175,8 @@ funcd_logstore *funcd_logstore_new(funcd_blob *blob, const funcd_logstore_option
     memcpy(ls->instance, uuid, 8);
     pthread_mutex_init(&ls->lock, NULL);
     pthread_rwlock_init(&ls->layout, NULL);
-    return ls;
+    *out = ls;
+    return 0;
 }
 
 void funcd_logstore_append(funcd_logstore *ls, const funcd_logstore_record *r)
@@ -273,7 +276,7 @@ static int collect_key(const char *key, const funcd_blob_stat *st, void *payload
 int funcd__logstore_keys(funcd_blob *blob, const char *prefix, funcd__keylist *out)
 {
     memset(out, 0, sizeof(*out));
-    int rc = blob->list(blob, prefix, collect_key, out);
+    int rc = funcd_port_blob_list(blob, prefix, collect_key, out);
     if (rc == 0 && out->failed)
         rc = funcd_error_set(FUNCD_ENOMEM, "logs: out of memory listing \"%s\"", prefix);
     return rc;
@@ -358,7 +361,7 @@ int funcd__logstore_hour_read(funcd_blob *blob, const char *key, char **data, si
 {
     void *d = NULL;
     size_t n = 0;
-    int rc = blob->get(blob, key, 0, FUNCD_BLOB_TO_END, &d, &n);
+    int rc = funcd_port_blob_get(blob, key, 0, FUNCD_BLOB_TO_END, &d, &n);
     if (rc < 0)
         return rc;
     const char *nl = memchr(d, '\n', n);
@@ -405,7 +408,7 @@ static void compact_hour(funcd_logstore *ls, const fn_objects *fo, seg_ref *segs
             continue; /* a leftover of a compaction cut short: already merged */
         void *d = NULL;
         size_t dl = 0;
-        int g = ls->blob->get(ls->blob, segs[i].key, 0, FUNCD_BLOB_TO_END, &d, &dl);
+        int g = funcd_port_blob_get(ls->blob, segs[i].key, 0, FUNCD_BLOB_TO_END, &d, &dl);
         if (g == FUNCD_ENOTFOUND)
             continue;
         if (g < 0)
@@ -422,10 +425,10 @@ static void compact_hour(funcd_logstore *ls, const fn_objects *fo, seg_ref *segs
         rc = funcd_buf_append(&out, merged.data, merged.len);
     /* Nothing new: the segments are leftovers already merged; just delete. */
     if (rc == 0 && added)
-        rc = ls->blob->put(ls->blob, key, out.data, out.len);
+        rc = funcd_port_blob_put(ls->blob, key, out.data, out.len);
     if (rc == 0) {
         for (size_t i = 0; i < n; i++)
-            ls->blob->del(ls->blob, segs[i].key);
+            funcd_port_blob_del(ls->blob, segs[i].key);
         pthread_mutex_lock(&ls->lock);
         ls->stats.hours_compacted += added != 0;
         pthread_mutex_unlock(&ls->lock);
@@ -445,14 +448,14 @@ static void expire(funcd_logstore *ls, fn_objects *fo, int64_t now)
         const char *label = strrchr(fo->hours[i], '/') + 1;
         int64_t hs;
         if (funcd__logstore_hour_start(label, &hs) == 0 && hs + HOUR_MS <= horizon &&
-            ls->blob->del(ls->blob, fo->hours[i]) == 0) {
+            funcd_port_blob_del(ls->blob, fo->hours[i]) == 0) {
             pthread_mutex_lock(&ls->lock);
             ls->stats.hours_expired++;
             pthread_mutex_unlock(&ls->lock);
         }
     }
     for (size_t i = 0; i < fo->n_segs; i++) {
-        if (fo->segs[i].end < horizon && ls->blob->del(ls->blob, fo->segs[i].key) == 0)
+        if (fo->segs[i].end < horizon && funcd_port_blob_del(ls->blob, fo->segs[i].key) == 0)
             continue;
         fo->segs[kept++] = fo->segs[i];
     }

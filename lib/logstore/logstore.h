@@ -60,8 +60,11 @@ typedef struct funcd_logstore_stats {
 /* One record, one JSON line (no newline). Returns non-zero to stop. */
 typedef int (*funcd_logstore_cb)(const char *rec, size_t len, void *payload);
 
-/* NULL on out of memory. `o` may be NULL (defaults). */
-funcd_logstore *funcd_logstore_new(funcd_blob *blob, const funcd_logstore_options *o);
+/* A logstore on `blob` (a registered backend: put, get, list and del are
+ * required slots) in `*out`. `o` may be NULL (defaults). 0, or FUNCD_EINVAL
+ * (no blob) or FUNCD_ENOMEM with funcd_error_last() saying which; `*out` is
+ * NULL then. */
+int funcd_logstore_new(funcd_logstore **out, funcd_blob *blob, const funcd_logstore_options *o);
 /* Seals what is open (a clean shutdown loses nothing). NULL is fine. */
 void funcd_logstore_free(funcd_logstore *ls);
 

@@ -11,6 +11,7 @@
 
 #include "funcd/sys/error.h"
 #include "logstore/internal.h"
+#include "port/blob.h"
 #include "util/misc.h"
 
 typedef struct emitter {
@@ -159,7 +160,7 @@ static int64_t hour_end(funcd_blob *blob, const char *key)
     void *d = NULL;
     size_t n = 0;
     int64_t end = INT64_MAX; /* unknown: read it */
-    if (blob->get(blob, key, 0, 160, &d, &n) == 0) {
+    if (funcd_port_blob_get(blob, key, 0, 160, &d, &n) == 0) {
         char head[161];
         memcpy(head, d, n);
         head[n] = '\0';
@@ -217,7 +218,7 @@ static int read_segment(reader *r, const char *key, const snapshot *snap)
         return 0;
     void *d = NULL;
     size_t n = 0;
-    int rc = r->ls->blob->get(r->ls->blob, key, 0, FUNCD_BLOB_TO_END, &d, &n);
+    int rc = funcd_port_blob_get(r->ls->blob, key, 0, FUNCD_BLOB_TO_END, &d, &n);
     if (rc == 0)
         rc = scan(r->e, d, n);
     free(d);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "funcd/sys/error.h"
+#include "port/store.h"
 
 #define PREFIX_LEN (sizeof(FUNCD_ENC_PREFIX) - 1)
 #define OVERHEAD (PREFIX_LEN + FUNCD_ENC_NONCE_LEN + FUNCD_ENC_TAG_LEN)
@@ -288,7 +289,7 @@ static int covered(const enc_store *es, const char *key)
 static int es_get(funcd_store *s, const char *key, funcd_store_value *out)
 {
     enc_store *es = es_of(s);
-    int rc = es->inner->get(es->inner, key, out);
+    int rc = funcd_port_store_get(es->inner, key, out);
     if (rc < 0 || !covered(es, key))
         return rc;
     void *plain;
@@ -308,13 +309,13 @@ static int es_put(funcd_store *s, const char *key, const void *value, size_t len
 {
     enc_store *es = es_of(s);
     if (!covered(es, key))
-        return es->inner->put(es->inner, key, value, len, expected, revision);
+        return funcd_port_store_put(es->inner, key, value, len, expected, revision);
     void *sealed;
     size_t n;
     int rc = funcd_enc_seal(es->key, key, value, len, &sealed, &n);
     if (rc < 0)
         return rc;
-    rc = es->inner->put(es->inner, key, sealed, n, expected, revision);
+    rc = funcd_port_store_put(es->inner, key, sealed, n, expected, revision);
     free(sealed);
     return rc;
 }
@@ -322,7 +323,7 @@ static int es_put(funcd_store *s, const char *key, const void *value, size_t len
 static int es_del(funcd_store *s, const char *key, uint64_t expected, uint64_t *revision)
 {
     enc_store *es = es_of(s);
-    return es->inner->del(es->inner, key, expected, revision);
+    return funcd_port_store_del(es->inner, key, expected, revision);
 }
 
 typedef struct list_ctx {
@@ -358,10 +359,10 @@ static int es_list(funcd_store *s, const char *prefix, funcd_store_list_cb cb, v
 {
     enc_store *es = es_of(s);
     if (!cb)
-        return es->inner->list(es->inner, prefix, cb, payload, revision);
+        return funcd_port_store_list(es->inner, prefix, cb, payload, revision);
     list_ctx lc = {es, cb, payload, 0};
     char msg[1024];
-    int rc = es->inner->list(es->inner, prefix, list_one, &lc, revision);
+    int rc = funcd_port_store_list(es->inner, prefix, list_one, &lc, revision);
     if (rc == 0 && lc.err < 0) {
         /* the callback's message, set again after the listing's cleanup */
         snprintf(msg, sizeof(msg), "%s", funcd_error_last()->message);
@@ -399,12 +400,12 @@ static int es_watch(funcd_store *s, const char *prefix, uint64_t after, funcd_st
 {
     enc_store *es = es_of(s);
     if (!cb || !out)
-        return es->inner->watch(es->inner, prefix, after, cb, payload, out);
+        return funcd_port_store_watch(es->inner, prefix, after, cb, payload, out);
     enc_watch *w = calloc(1, sizeof(*w));
     if (!w)
         return funcd_error_set(FUNCD_ENOMEM, "store: out of memory starting a watch");
     *w = (enc_watch){NULL, es, cb, payload};
-    int rc = es->inner->watch(es->inner, prefix, after, on_event, w, &w->inner);
+    int rc = funcd_port_store_watch(es->inner, prefix, after, on_event, w, &w->inner);
     if (rc < 0) {
         free(w);
         return rc;
@@ -419,14 +420,14 @@ static void es_unwatch(funcd_store *s, funcd_store_watch *handle)
     enc_watch *w = (enc_watch *)(void *)handle;
     if (!w)
         return;
-    es->inner->unwatch(es->inner, w->inner);
+    funcd_port_store_unwatch(es->inner, w->inner);
     free(w);
 }
 
 static uint64_t es_revision(funcd_store *s)
 {
     enc_store *es = es_of(s);
-    return es->inner->revision(es->inner);
+    return funcd_port_store_revision(es->inner);
 }
 
 static void es_free(funcd_store *s)
@@ -435,7 +436,7 @@ static void es_free(funcd_store *s)
     if (!es)
         return;
     if (es->inner)
-        es->inner->free(es->inner);
+        funcd_port_store_free(es->inner);
     memset(es->key, 0, sizeof(es->key));
     free(es->prefix);
     free(es);
@@ -449,7 +450,7 @@ int funcd_store_encrypting_new(funcd_store **out, funcd_store *inner,
     if (!es || !(es->prefix = strdup(prefix ? prefix : ""))) {
         free(es);
         if (inner)
-            inner->free(inner);
+            funcd_port_store_free(inner);
         return funcd_error_set(FUNCD_ENOMEM, "out of memory wrapping the store");
     }
     es->inner = inner;
@@ -537,7 +538,7 @@ int funcd_store_encrypting_check(funcd_store *s, size_t *sealed)
     enc_store *es = es_of(s);
     check_ctx cc = {es, NULL, 0, 0, 0};
     char msg[1024];
-    int rc = es->inner->list(es->inner, es->prefix, check_one, &cc, NULL);
+    int rc = funcd_port_store_list(es->inner, es->prefix, check_one, &cc, NULL);
     if (rc == 0 && cc.err < 0) {
         snprintf(msg, sizeof(msg), "%s", funcd_error_last()->message);
         rc = funcd_error_set(cc.err, "%s", msg);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "funcd/sys/error.h"
+#include "port/store.h"
 #include "util/misc.h"
 
 int funcd_objects_key(funcd_buf *out, const funcd_kind *kind, const char *ns, const char *name)
@@ -88,7 +89,7 @@ int funcd_objects_get(funcd_store *s, const funcd_kind *kind, const char *ns, co
     *out = NULL;
     int rc = funcd_objects_key(&key, kind, ns, name);
     if (rc == 0)
-        rc = s->get(s, key.data, &v);
+        rc = funcd_port_store_get(s, key.data, &v);
     funcd_buf_free(&key);
     if (rc == FUNCD_ENOTFOUND)
         return not_found(kind, ns, name);
@@ -126,7 +127,7 @@ static int store_put(funcd_store *s, const funcd_kind *kind, const char *ns, con
     if (rc == 0 && !text)
         rc = funcd_error_set(FUNCD_ENOMEM, "out of memory encoding %s \"%s\"", kind->plural, name);
     if (rc == 0)
-        rc = s->put(s, key.data, text, strlen(text), expected, &rev);
+        rc = funcd_port_store_put(s, key.data, text, strlen(text), expected, &rev);
     funcd_buf_free(&key);
     if (rc == FUNCD_EEXISTS)
         rc = funcd_error_set(FUNCD_EEXISTS, "%s \"%s\" already exists in namespace \"%s\"",
@@ -309,7 +310,7 @@ static int delete_once(funcd_store *s, const funcd_kind *kind, const char *ns, c
     funcd_buf key = FUNCD_BUF_INIT;
     rc = funcd_objects_key(&key, kind, ns, name);
     if (rc == 0)
-        rc = s->del(s, key.data, rev, &del_rev);
+        rc = funcd_port_store_del(s, key.data, rev, &del_rev);
     funcd_buf_free(&key);
     if (rc == FUNCD_ENOTFOUND)
         rc = not_found(kind, ns, name);

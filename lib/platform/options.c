@@ -380,6 +380,52 @@ static int apply_preset(funcd_config *cfg, option_kind kind)
     return 0;
 }
 
+/* Options that set up the process runtime funcd makes: next to an injected
+ * runtime they could only be ignored, so complete_config refuses them. */
+static void note_runtime_option(funcd_config *cfg, const char *name)
+{
+    if (!cfg->runtime_option)
+        cfg->runtime_option = name;
+}
+
+static const char *backend_option_name(option_kind kind)
+{
+    switch (kind) {
+    case OPT_STORE: return "funcd_with_store";
+    case OPT_BLOB: return "funcd_with_blob";
+    case OPT_BUS: return "funcd_with_bus";
+    case OPT_RUNTIME: return "funcd_with_runtime";
+    case OPT_GATEWAY: return "funcd_with_gateway";
+    default: return NULL;
+    }
+}
+
+/*
+ * One backend object in two options would be freed when the second
+ * replaces the first and then used: refused, and each object is kept by
+ * one option only, so consuming the options frees it once.
+ */
+static int refuse_shared_backends(funcd_option *const *options, size_t count)
+{
+    int rc = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (!options[i] || options[i] == &oom_option || !options[i]->backend)
+            continue;
+        for (size_t j = i + 1; j < count; j++) {
+            if (!options[j] || options[j] == &oom_option ||
+                options[j]->backend != options[i]->backend)
+                continue;
+            options[j]->backend = NULL; /* freed with options[i] */
+            if (rc == 0)
+                rc = funcd_error_set(FUNCD_EINVAL, "the same backend is given twice (%s, then "
+                                     "%s): a backend object is handed over once",
+                                     backend_option_name(options[i]->kind),
+                                     backend_option_name(options[j]->kind));
+        }
+    }
+    return rc;
+}
+
 static int apply_one(funcd_config *cfg, funcd_option *o)
 {
     switch (o->kind) {
@@ -405,8 +451,14 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
         cfg->fn_runner_max_message = o->size;
         break;
     case OPT_NO_TOKENS: funcd_auth_clear(&cfg->auth); break;
-    case OPT_SANDBOX: cfg->sandbox = (int)o->n[0]; break;
-    case OPT_HOST_NETWORK: cfg->allow_host_network = (int)o->n[0]; break;
+    case OPT_SANDBOX:
+        cfg->sandbox = (int)o->n[0];
+        note_runtime_option(cfg, "funcd_with_sandbox");
+        break;
+    case OPT_HOST_NETWORK:
+        cfg->allow_host_network = (int)o->n[0];
+        note_runtime_option(cfg, "funcd_with_host_network_allowed");
+        break;
     case OPT_CGROUP_FAVORDYNMODS: cfg->cgroup_favordynmods = (int)o->n[0]; break;
     case OPT_NODE_PLATFORM: return set_node_platform(cfg, o);
     case OPT_REGISTRY_AUTH_FILE: replace_str(&cfg->registry_auth_file, &o->str); break;
@@ -416,6 +468,7 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
     case OPT_ALLOWED_REGISTRY:
         return add_to_list(&cfg->allowed_registries, o, "funcd_with_allowed_registry");
     case OPT_SECCOMP_ALLOW:
+        note_runtime_option(cfg, "funcd_with_seccomp_allow");
         return add_to_list(&cfg->seccomp_allow, o, "funcd_with_seccomp_allow");
     case OPT_SOURCE_ROOT: return add_source_root(cfg, o);
     case OPT_IMAGE_CACHE_SIZE: keep_nonzero(&cfg->image_cache_bytes, o->n[0]); break;
@@ -480,7 +533,7 @@ static int is_preset(const funcd_option *o)
 
 int funcd_config_apply(funcd_config *cfg, funcd_option *const *options, size_t count)
 {
-    int rc = 0;
+    int rc = refuse_shared_backends(options, count);
     cfg->logger.min = FUNCD_LOG_INFO;
     cfg->sandbox = 1;
     for (int pass = 0; pass < 2; pass++)

@@ -101,6 +101,8 @@ typedef struct funcd_config {
     char **insecure_registries;   /* NULL-terminated, or NULL */
     char **allowed_registries;    /* the pull allow-list: NULL-terminated, or NULL */
     char **seccomp_allow;         /* NULL-terminated, or NULL */
+    const char *runtime_option;   /* the first option that configures funcd's own process
+                                     runtime (funcd_with_sandbox...), or NULL */
     char **source_roots;          /* resolved host directories; NULL-terminated, or NULL */
     uint64_t image_cache_bytes;   /* 0: the default */
     uint64_t tag_refresh_ms;      /* 0: the default */

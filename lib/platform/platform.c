@@ -25,6 +25,8 @@
 #include "funcd/sys/error.h"
 #include "gateway/embedded.h"
 #include "platform/options.h"
+#include "port/gateway.h"
+#include "port/runtime.h"
 #include "runtime/cgroup.h"
 #include "fnrunner/service.h"
 #include "gateway/embedded.h"
@@ -73,50 +75,18 @@ const char *funcd_version(void)
     return FUNCD_VERSION_STRING;
 }
 
+/* Every backend, injected or made here, passes its port's registration
+ * check (lib/port/check.c): a version from 1 to the current one and the
+ * required slots of that version. */
 static int check_backends(const funcd_config *c)
 {
-#define REQUIRE(cond, what)                                                                        \
-    if (!(cond))                                                                                   \
-    return funcd_error_set(FUNCD_EINVAL, "%s", what)
-    if (c->store) {
-        if (c->store->version != FUNCD_STORE_VERSION)
-            return funcd_error_set(FUNCD_EVERSION, "store backend has version %u; this funcd "
-                                   "speaks version %d", c->store->version, FUNCD_STORE_VERSION);
-        REQUIRE(c->store->get && c->store->put && c->store->del && c->store->list &&
-                    c->store->watch && c->store->unwatch && c->store->free,
-                "the store backend lacks a required method (get, put, del, list, watch, unwatch, free)");
-    }
-    if (c->blob) {
-        if (c->blob->version != FUNCD_BLOB_VERSION)
-            return funcd_error_set(FUNCD_EVERSION, "blob backend has version %u; this funcd "
-                                   "speaks version %d", c->blob->version, FUNCD_BLOB_VERSION);
-        REQUIRE(c->blob->put && c->blob->get && c->blob->stat && c->blob->free,
-                "the blob backend lacks a required method (put, get, stat, free)");
-    }
-    if (c->bus) {
-        if (c->bus->version != FUNCD_BUS_VERSION)
-            return funcd_error_set(FUNCD_EVERSION, "bus backend has version %u; this funcd "
-                                   "speaks version %d", c->bus->version, FUNCD_BUS_VERSION);
-        REQUIRE(c->bus->publish && c->bus->subscribe && c->bus->unsubscribe && c->bus->free,
-                "the bus backend lacks a required method (publish, subscribe, unsubscribe, free)");
-    }
-    if (c->runtime) {
-        if (c->runtime->version < 1 || c->runtime->version > FUNCD_RUNTIME_VERSION)
-            return funcd_error_set(FUNCD_EVERSION, "runtime backend has version %u; this funcd "
-                                   "speaks version %d", c->runtime->version, FUNCD_RUNTIME_VERSION);
-        REQUIRE(c->runtime->attach && c->runtime->start && c->runtime->stop &&
-                    c->runtime->release && c->runtime->free,
-                "the runtime backend lacks a required method (attach, start, stop, release, free)");
-    }
-    if (c->gateway) {
-        if (c->gateway->version < 1 || c->gateway->version > FUNCD_GATEWAY_VERSION)
-            return funcd_error_set(FUNCD_EVERSION, "gateway backend has version %u; this funcd "
-                                   "speaks version %d", c->gateway->version, FUNCD_GATEWAY_VERSION);
-        REQUIRE(c->gateway->listen && c->gateway->start && c->gateway->set_route &&
-                    c->gateway->remove_route && c->gateway->stop && c->gateway->free,
-                "the gateway backend lacks a required method");
-    }
-#undef REQUIRE
+    int rc = 0;
+    if ((c->store && (rc = funcd_port_check_store(c->store)) < 0) ||
+        (c->blob && (rc = funcd_port_check_blob(c->blob)) < 0) ||
+        (c->bus && (rc = funcd_port_check_bus(c->bus)) < 0) ||
+        (c->runtime && (rc = funcd_port_check_runtime(c->runtime)) < 0) ||
+        (c->gateway && (rc = funcd_port_check_gateway(c->gateway)) < 0))
+        return rc;
     return 0;
 }
 
@@ -179,6 +149,11 @@ static int complete_config(funcd_config *c)
         if (!c->bus && (rc = funcd_bus_memory_new(&c->bus)) < 0)
             return rc;
     }
+    if (c->runtime && c->runtime_option)
+        return funcd_error_set(FUNCD_EINVAL, "%s configures the process runtime funcd makes, "
+                               "but funcd_with_runtime gives another one: set it up in the "
+                               "runtime you pass (funcd_process_options for the process "
+                               "runtime) and drop %s", c->runtime_option, c->runtime_option);
     if (!c->gateway && (rc = funcd_gateway_embedded_new(&c->gateway, 0)) < 0)
         return rc;
     if (!c->runtime) {
@@ -193,7 +168,9 @@ static int complete_config(funcd_config *c)
             return funcd_error_set(FUNCD_EIO, "cannot create the state directory %s: %s",
                                    c->state_dir, strerror(errno));
         }
-        funcd_process_options po = {c->sandbox ? 1 : -1, pid_dir};
+        funcd_process_options po = FUNCD_PROCESS_OPTIONS_INIT;
+        po.sandbox = c->sandbox ? 1 : -1;
+        po.pid_dir = pid_dir;
         po.allow_host_network = c->allow_host_network;
         po.seccomp_allow = (const char *const *)c->seccomp_allow;
         char instance[FUNCD_CGROUP_MAX_INSTANCE_ID + 1];
@@ -394,7 +371,7 @@ static int build(funcd_platform *p)
     p->stop_ev = event_new(p->base, p->stop_fd, EV_READ | EV_PERSIST, on_stop, p);
     if (!p->stop_ev || event_add(p->stop_ev, NULL) < 0)
         return funcd_error_set(FUNCD_ENOMEM, "cannot register the stop event");
-    if ((rc = p->cfg.runtime->attach(p->cfg.runtime, p->base)) < 0)
+    if ((rc = funcd_port_runtime_attach(p->cfg.runtime, p->base)) < 0)
         return rc;
     if ((rc = make_state_dir(p)) < 0 || (rc = make_absolute(&p->state_dir)) < 0)
         return rc;
@@ -408,8 +385,8 @@ static int build(funcd_platform *p)
     /* A gateway of the embedder's own takes no limit from us. */
     funcd_gateway_embedded_set_max_connections(p->cfg.gateway, p->cfg.max_connections);
     funcd_gw_set_logger(p->cfg.gateway, &p->cfg.logger);
-    rc = p->cfg.gateway->listen(p->cfg.gateway, p->cfg.data_plane_addr, p->data_plane_addr,
-                                sizeof(p->data_plane_addr));
+    rc = funcd_port_gateway_listen(p->cfg.gateway, p->cfg.data_plane_addr, p->data_plane_addr,
+                                   sizeof(p->data_plane_addr));
     if (rc < 0)
         return rc;
     funcd_sources_config srcc = {
@@ -462,10 +439,11 @@ static int build(funcd_platform *p)
     funcd_logstore_options lo = {p->cfg.log_seal_ms, p->cfg.log_seal_bytes,
                                  p->cfg.log_retention_ms};
     struct timeval every_second = {1, 0};
-    if (!(p->logstore = funcd_logstore_new(p->cfg.blob, &lo)) ||
-        !(p->log_tick = event_new(p->base, -1, EV_PERSIST, on_log_tick, p)) ||
+    if ((rc = funcd_logstore_new(&p->logstore, p->cfg.blob, &lo)) < 0)
+        return rc;
+    if (!(p->log_tick = event_new(p->base, -1, EV_PERSIST, on_log_tick, p)) ||
         event_add(p->log_tick, &every_second) < 0)
-        return funcd_error_set(FUNCD_ENOMEM, "out of memory starting the log store");
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory starting the log store's timer");
     funcd_serving_config sc = {
         .loop = p->base,
         .runtime = p->cfg.runtime,
@@ -516,8 +494,8 @@ static void on_busy_tick(evutil_socket_t fd, short what, void *arg)
 static void drain_requests(funcd_platform *p)
 {
     funcd_gateway *gw = p->cfg.gateway;
-    if (gw && gw->version >= 2 && gw->quiesce)
-        gw->quiesce(gw);
+    if (gw)
+        funcd_port_gateway_quiesce(gw); /* FUNCD_ENOTSUP without it: stop does it all */
     if (funcd_serving_busy(p->serving) == 0)
         return;
     uint64_t grace = p->cfg.shutdown_grace_ms ? p->cfg.shutdown_grace_ms : 10000;
@@ -566,7 +544,7 @@ static void teardown(funcd_platform *p)
     p->cp_server = NULL;
     drain_workers(p); /* also fails waiting requests while the gateway still runs */
     if (p->cfg.gateway)
-        p->cfg.gateway->stop(p->cfg.gateway);
+        funcd_port_gateway_stop(p->cfg.gateway);
     funcd_controller_free(p->controller);
     p->controller = NULL;
     funcd_serving_free(p->serving);
@@ -681,7 +659,7 @@ static int start_components(funcd_platform *p)
     if (rc == 0)
         rc = funcd_cp_server_start(p->cp_server);
     if (rc == 0)
-        rc = p->cfg.gateway->start(p->cfg.gateway);
+        rc = funcd_port_gateway_start(p->cfg.gateway);
     if (rc == 0)
         p->components_started = 1;
     return rc;

@@ -517,9 +517,27 @@ int funcd_runtime_process_new(funcd_runtime **out)
     return funcd_runtime_process_new_with(out, NULL);
 }
 
+int funcd_process_options_init(funcd_process_options *opts, unsigned version)
+{
+    if (!opts)
+        return funcd_error_set(FUNCD_EINVAL, "funcd_process_options_init: opts is NULL");
+    if (version < 1 || version > FUNCD_PROCESS_OPTIONS_VERSION)
+        return funcd_error_set(FUNCD_EVERSION, "funcd_process_options version %u: this funcd "
+                               "knows versions 1 to %d", version, FUNCD_PROCESS_OPTIONS_VERSION);
+    *opts = (funcd_process_options)FUNCD_PROCESS_OPTIONS_INIT;
+    opts->version = version;
+    return 0;
+}
+
 int funcd_runtime_process_new_with(funcd_runtime **out, const funcd_process_options *opts)
 {
     *out = NULL;
+    /* Fields appended after version 1 are read only when opts->version has them. */
+    if (opts && (opts->version < 1 || opts->version > FUNCD_PROCESS_OPTIONS_VERSION))
+        return funcd_error_set(FUNCD_EVERSION, "funcd_process_options has version %u; this "
+                               "funcd knows versions 1 to %d (start from "
+                               "FUNCD_PROCESS_OPTIONS_INIT)", opts->version,
+                               FUNCD_PROCESS_OPTIONS_VERSION);
     if (opts && opts->instance_id && !funcd_cgroup_instance_id_ok(opts->instance_id))
         return funcd_error_set(FUNCD_EINVAL, "funcd_process_options.instance_id \"%.40s\" must "
                                "be 1 to 32 lowercase letters and digits, a letter first",

@@ -21,6 +21,7 @@
 #include "oci/oci.h"
 #include "oci/unpack.h"
 #include "objects/objects.h"
+#include "port/store.h"
 #include "source/git.h"
 #include "util/misc.h"
 
@@ -280,7 +281,7 @@ static void store_json(funcd_sources *s, const char *prefix, const char *id, cJS
     char *text = cJSON_PrintUnformatted(obj);
     funcd_buf key = FUNCD_BUF_INIT;
     if (text && funcd_buf_printf(&key, "%s%s", prefix, id) == 0 &&
-        s->cfg.store->put(s->cfg.store, key.data, text, strlen(text), FUNCD_STORE_ANY, NULL) < 0)
+        funcd_port_store_put(s->cfg.store, key.data, text, strlen(text), FUNCD_STORE_ANY, NULL) < 0)
         funcd_log(s->cfg.logger, FUNCD_LOG_WARN, "keeping image metadata of %s: %s", id,
                   funcd_error_last()->message);
     funcd_buf_free(&key);
@@ -293,7 +294,7 @@ static cJSON *load_json(funcd_sources *s, const char *prefix, const char *id)
     funcd_store_value v = {0};
     cJSON *obj = NULL;
     if (funcd_buf_printf(&key, "%s%s", prefix, id) == 0 &&
-        s->cfg.store->get(s->cfg.store, key.data, &v) == 0) {
+        funcd_port_store_get(s->cfg.store, key.data, &v) == 0) {
         obj = cJSON_ParseWithLength(v.value, v.len);
         free(v.value);
     }
@@ -1093,11 +1094,11 @@ int funcd_sources_list_images(funcd_sources *s, int (*visible)(const char *ns, v
                               void *payload, funcd_buf *out)
 {
     list_ctx c = {out, 0, visible, payload, FUNCD_BUF_INIT};
-    int rc = visible ? s->cfg.store->list(s->cfg.store, IMAGE_NS_PREFIX, note_visible, &c, NULL)
+    int rc = visible ? funcd_port_store_list(s->cfg.store, IMAGE_NS_PREFIX, note_visible, &c, NULL)
                      : 0;
     funcd_buf_puts(out, "{\"items\":[");
     if (rc == 0)
-        rc = s->cfg.store->list(s->cfg.store, IMAGE_META_PREFIX, list_one, &c, NULL);
+        rc = funcd_port_store_list(s->cfg.store, IMAGE_META_PREFIX, list_one, &c, NULL);
     funcd_buf_puts(out, "]}");
     funcd_buf_free(&c.digests);
     return rc;

@@ -960,12 +960,32 @@ static int init_lock(sqlite_store *st)
     return err ? funcd_error_set(FUNCD_EIO, "store: cannot create the sqlite store's mutex") : 0;
 }
 
+FUNCD_EXTERN int funcd_store_sqlite_options_init(funcd_store_sqlite_options *opts,
+                                                 unsigned version)
+{
+    if (!opts)
+        return funcd_error_set(FUNCD_EINVAL, "funcd_store_sqlite_options_init: opts is NULL");
+    if (version < 1 || version > FUNCD_STORE_SQLITE_OPTIONS_VERSION)
+        return funcd_error_set(FUNCD_EVERSION, "funcd_store_sqlite_options version %u: this "
+                               "funcd knows versions 1 to %d", version,
+                               FUNCD_STORE_SQLITE_OPTIONS_VERSION);
+    *opts = (funcd_store_sqlite_options)FUNCD_STORE_SQLITE_OPTIONS_INIT;
+    opts->version = version;
+    return 0;
+}
+
 FUNCD_EXTERN int funcd_store_sqlite_new(funcd_store **out, const char *path,
                                         const funcd_store_sqlite_options *opts)
 {
     if (!out)
         return funcd_error_set(FUNCD_EINVAL, "store: funcd_store_sqlite_new needs an out pointer");
     *out = NULL;
+    /* Fields appended after version 1 are read only when opts->version has them. */
+    if (opts && (opts->version < 1 || opts->version > FUNCD_STORE_SQLITE_OPTIONS_VERSION))
+        return funcd_error_set(FUNCD_EVERSION, "store: funcd_store_sqlite_options has version "
+                               "%u; this funcd knows versions 1 to %d (start from "
+                               "FUNCD_STORE_SQLITE_OPTIONS_INIT)", opts->version,
+                               FUNCD_STORE_SQLITE_OPTIONS_VERSION);
     if (!path || !path[0])
         return funcd_error_set(FUNCD_EINVAL, "store: the sqlite store needs a database file path");
     sqlite_store *st = calloc(1, sizeof(*st));

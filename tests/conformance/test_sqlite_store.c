@@ -31,7 +31,7 @@ static void db_path(char *out, size_t len, const char *name)
 
 static funcd_store *open_path(const char *path, uint64_t history, unsigned busy_ms)
 {
-    funcd_store_sqlite_options opts = {history, busy_ms};
+    funcd_store_sqlite_options opts = {FUNCD_STORE_SQLITE_OPTIONS_VERSION, history, busy_ms};
     funcd_store *s = NULL;
     if (funcd_store_sqlite_new(&s, path, &opts) < 0)
         fprintf(stderr, "  open %s: %s\n", path, funcd_error_last()->message);

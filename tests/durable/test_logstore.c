@@ -77,7 +77,9 @@ static funcd_logstore *store(funcd_blob **b, uint64_t seal_ms, uint64_t seal_byt
 {
     funcd_blob_memory_new(b);
     funcd_logstore_options o = {seal_ms, seal_bytes, 0};
-    return funcd_logstore_new(*b, &o);
+    funcd_logstore *ls = NULL;
+    funcd_logstore_new(&ls, *b, &o);
+    return ls;
 }
 
 TEST(record_format)
@@ -181,7 +183,7 @@ TEST(free_seals_and_a_new_store_reads_it)
     put_line(ls, "f", T0, NULL, "before restart");
     funcd_logstore_free(ls);
     int segs = count(b, "logs/default/f/seg/");
-    ls = funcd_logstore_new(b, NULL);
+    CHECK_INT(funcd_logstore_new(&ls, b, NULL), 0);
     put_line(ls, "f", T0 + 5, NULL, "after restart");
     got g = {0};
     funcd_logstore_query(ls, "default", "f", 0, NULL, 0, collect, &g);
@@ -308,7 +310,8 @@ TEST(retention_drops_old_hours)
     funcd_blob *b;
     funcd_blob_memory_new(&b);
     funcd_logstore_options o = {10000, 0, 2 * HOUR};
-    funcd_logstore *ls = funcd_logstore_new(b, &o);
+    funcd_logstore *ls = NULL;
+    CHECK_INT(funcd_logstore_new(&ls, b, &o), 0);
     fill_hour(ls);
     funcd_logstore_tick(ls, H0 + HOUR + 60000 * 5);
     int kept = count(b, "logs/default/f/hour/");
@@ -391,7 +394,8 @@ TEST(a_refusing_blob_loses_nothing_until_it_recovers)
     f.base.list = flaky_list;
     f.base.del = flaky_del;
     funcd_logstore_options o = {10000, 200, 0};
-    funcd_logstore *ls = funcd_logstore_new(&f.base, &o);
+    funcd_logstore *ls = NULL;
+    CHECK_INT(funcd_logstore_new(&ls, &f.base, &o), 0);
     for (int i = 0; i < 10; i++)
         put_line(ls, "f", T0 + i, NULL, "some line that is long enough");
     funcd_logstore_tick(ls, T0 + 20000);

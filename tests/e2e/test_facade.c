@@ -437,6 +437,57 @@ TEST(backend_without_a_required_method_is_refused)
 }
 
 /*
+ * A blob without list and del used to pass registration and then fail with
+ * "out of memory" (the log store needs both): they are required slots, and
+ * the refusal names them.
+ */
+TEST(blob_without_list_or_del_is_refused_naming_them)
+{
+    funcd_blob *blob = NULL;
+    CHECK_INT(funcd_blob_memory_new(&blob), 0);
+    blob->list = NULL;
+    blob->del = NULL;
+    funcd_platform *p = NOT_SET;
+    int rc = funcd_platform_new(&p, funcd_in_memory(), funcd_with_blob(blob));
+    if (rc == 0)
+        funcd_platform_free(p);
+    CHECK_INT(rc, FUNCD_EINVAL);
+    CHECK(p == NULL);
+    CHECK_CONTAINS(funcd_error_last()->message, "blob");
+    CHECK_CONTAINS(funcd_error_last()->message, "list, del");
+}
+
+/* Options structs carry their version first: 0 (a struct not started from
+ * the INIT macro) or a newer one is FUNCD_EVERSION, never read past. */
+TEST(options_structs_of_an_unknown_version_are_EVERSION)
+{
+    funcd_runtime *rt = NULL;
+    funcd_process_options po = {0};
+    CHECK_INT(funcd_runtime_process_new_with(&rt, &po), FUNCD_EVERSION);
+    CHECK(rt == NULL);
+    po.version = FUNCD_PROCESS_OPTIONS_VERSION + 1;
+    CHECK_INT(funcd_runtime_process_new_with(&rt, &po), FUNCD_EVERSION);
+    CHECK_CONTAINS(funcd_error_last()->message, "funcd_process_options");
+    CHECK_INT(funcd_process_options_init(&po, FUNCD_PROCESS_OPTIONS_VERSION + 1), FUNCD_EVERSION);
+    CHECK_INT(funcd_process_options_init(&po, FUNCD_PROCESS_OPTIONS_VERSION), 0);
+    CHECK_INT(po.version, FUNCD_PROCESS_OPTIONS_VERSION);
+    po.sandbox = -1;
+    CHECK_INT(funcd_runtime_process_new_with(&rt, &po), 0);
+    rt->free(rt);
+    funcd_process_options init = FUNCD_PROCESS_OPTIONS_INIT;
+    CHECK_INT(init.version, FUNCD_PROCESS_OPTIONS_VERSION);
+
+    funcd_store_sqlite_options so = {0};
+    funcd_store *s = NULL;
+    CHECK_INT(funcd_store_sqlite_new(&s, ":memory:", &so), FUNCD_EVERSION);
+    CHECK(s == NULL);
+    CHECK_CONTAINS(funcd_error_last()->message, "funcd_store_sqlite_options");
+    CHECK_INT(funcd_store_sqlite_options_init(&so, 0), FUNCD_EVERSION);
+    CHECK_INT(funcd_store_sqlite_options_init(&so, FUNCD_STORE_SQLITE_OPTIONS_VERSION), 0);
+    CHECK_INT(so.version, FUNCD_STORE_SQLITE_OPTIONS_VERSION);
+}
+
+/*
  * A backend whose `free` slot is NULL cannot be released by the platform:
  * it must be refused without calling through the NULL slot. Run in a child
  * so a crash is reported as a failure instead of ending the suite.
@@ -650,6 +701,81 @@ TEST(a_second_store_replaces_the_first)
     CHECK(second_watches >= 1); /* the controller watches it */
     CHECK_INT(first_frees, 1);
     CHECK_INT(second_frees, 1);
+}
+
+/*
+ * One backend handed over twice: the platform must not free it for the
+ * "override" and then go on using it (a use-after-free ASan reports). It is
+ * refused with FUNCD_EINVAL and freed exactly once.
+ */
+TEST(the_same_backend_twice_is_EINVAL_and_freed_once)
+{
+    funcd_store *mem = NULL;
+    CHECK_INT(funcd_store_memory_new(&mem, 0), 0);
+    funcd_platform *p = NOT_SET;
+    int rc = funcd_platform_new(&p, funcd_in_memory(), funcd_with_store(mem),
+                                funcd_with_store(mem),
+                                funcd_with_logger(quiet_log, FUNCD_LOG_WARN, NULL));
+    if (rc == 0)
+        funcd_platform_free(p);
+    CHECK_INT(rc, FUNCD_EINVAL);
+    CHECK(p == NULL);
+    CHECK_CONTAINS(funcd_error_last()->message, "twice");
+    CHECK_CONTAINS(funcd_error_last()->message, "funcd_with_store");
+
+    counting_store s;
+    cs_init(&s, "counting");
+    fake_gateway g;
+    fg_init(&g);
+    p = NOT_SET;
+    rc = funcd_platform_new(&p, funcd_in_memory(), funcd_with_gateway(&g.base),
+                            funcd_with_store(&s.base), funcd_with_gateway(&g.base));
+    int frees = atomic_load(&s.frees);
+    cs_fini(&s);
+    CHECK_INT(rc, FUNCD_EINVAL);
+    CHECK(p == NULL);
+    CHECK_CONTAINS(funcd_error_last()->message, "funcd_with_gateway");
+    CHECK_INT(g.frees, 1);
+    CHECK_INT(frees, 1); /* consumed like any option */
+}
+
+/*
+ * funcd_with_sandbox, funcd_with_seccomp_allow and
+ * funcd_with_host_network_allowed set up the process runtime funcd makes;
+ * next to a runtime of the caller's they would be silently ignored (a
+ * sandbox the operator asked for, not there). They are refused instead.
+ */
+TEST(runtime_options_next_to_an_injected_runtime_are_EINVAL)
+{
+    struct {
+        const char *name;
+        funcd_option *opt;
+    } cases[] = {
+        {"funcd_with_sandbox", funcd_with_sandbox(0)},
+        {"funcd_with_sandbox", funcd_with_sandbox(1)},
+        {"funcd_with_seccomp_allow", funcd_with_seccomp_allow("io_uring_setup")},
+        {"funcd_with_host_network_allowed", funcd_with_host_network_allowed(1)},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        funcd_runtime *rt = NULL;
+        CHECK_INT(funcd_runtime_process_new(&rt), 0);
+        funcd_platform *p = NOT_SET;
+        int rc = funcd_platform_new(&p, funcd_in_memory(), funcd_with_runtime(rt), cases[i].opt,
+                                    funcd_with_logger(quiet_log, FUNCD_LOG_WARN, NULL));
+        if (rc == 0)
+            funcd_platform_free(p);
+        if (rc != FUNCD_EINVAL)
+            FAILF("%s next to funcd_with_runtime: rc %d, want FUNCD_EINVAL", cases[i].name, rc);
+        CHECK(p == NULL);
+        CHECK_CONTAINS(funcd_error_last()->message, cases[i].name);
+        CHECK_CONTAINS(funcd_error_last()->message, "funcd_with_runtime");
+    }
+    /* Without an injected runtime they configure the one funcd makes. */
+    funcd_platform *p = NULL;
+    int rc = funcd_platform_new(&p, funcd_in_memory(), funcd_with_sandbox(0),
+                                funcd_with_logger(quiet_log, FUNCD_LOG_WARN, NULL));
+    funcd_platform_free(p);
+    CHECK_INT(rc, 0);
 }
 
 TEST(null_options_are_skipped)
@@ -955,12 +1081,16 @@ int main(void)
     RUN_ISOLATED(backend_of_another_version_is_EVERSION);
     RUN_ISOLATED(backend_without_a_required_method_is_refused);
     RUN_ISOLATED(backend_without_free_is_refused_without_crashing);
+    RUN_ISOLATED(blob_without_list_or_del_is_refused_naming_them);
+    RUN_ISOLATED(options_structs_of_an_unknown_version_are_EVERSION);
     RUN_ISOLATED(bad_token_options_are_EINVAL);
     RUN_ISOLATED(missing_or_malformed_token_file_is_an_error);
     RUN_ISOLATED(token_file_and_token_options_grant_roles);
     RUN_ISOLATED(without_auth_tokens_drops_the_preset_credential);
     RUN_ISOLATED(later_options_override_and_presets_apply_first);
     RUN_ISOLATED(a_second_store_replaces_the_first);
+    RUN_ISOLATED(the_same_backend_twice_is_EINVAL_and_freed_once);
+    RUN_ISOLATED(runtime_options_next_to_an_injected_runtime_are_EINVAL);
     RUN_ISOLATED(null_options_are_skipped);
     RUN_ISOLATED(no_preset_or_no_out_is_EINVAL_and_consumes_options);
     RUN_ISOLATED(run_blocks_until_stop_from_another_thread);

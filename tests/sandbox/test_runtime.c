@@ -26,6 +26,9 @@
 #include "runtime/seccomp.h"
 #include "util/misc.h"
 
+/* Process options of this library's version with the leading fields given. */
+#define PROCESS_OPTS(...) (&(funcd_process_options){FUNCD_PROCESS_OPTIONS_VERSION, __VA_ARGS__})
+
 typedef struct loop_ctx {
     struct event_base *base;
     int exited;
@@ -146,7 +149,7 @@ TEST(pid_file_follows_the_worker)
     funcd_runtime *rt = NULL;
     int mounts = count_mounts();
     CHECK_INT(funcd_runtime_process_new_with(
-                  &rt, &(funcd_process_options){1, dir, .instance_id = instance}),
+                  &rt, PROCESS_OPTS(1, dir, .instance_id = instance)),
               0);
     CHECK_INT(rt->attach(rt, l.base), 0);
     funcd_worker_spec spec = {sleep_argv, sleep_env, NULL, NULL, {64 << 20, 32, 500}};
@@ -372,7 +375,7 @@ TEST(a_crashed_runs_workers_are_ended)
     write_record(dir, innocent, funcd_pid_start_time(innocent) + 1, innocent);
     write_record(dir, 999999999, 1, 999999999); /* long gone */
     funcd_runtime *rt = NULL;
-    CHECK_INT(funcd_runtime_process_new_with(&rt, &(funcd_process_options){-1, dir}), 0);
+    CHECK_INT(funcd_runtime_process_new_with(&rt, PROCESS_OPTS(-1, dir)), 0);
     rt->free(rt);
     int st = 0;
     pid_t reaped = waitpid(orphan, &st, 0);
@@ -465,7 +468,7 @@ TEST(only_our_instances_cgroups_are_cleaned_up)
     loop_ctx l = {event_base_new(), 0, 0};
     funcd_runtime *b = NULL, *a = NULL;
     CHECK_INT(funcd_runtime_process_new_with(
-                  &b, &(funcd_process_options){1, NULL, .instance_id = b_id}),
+                  &b, PROCESS_OPTS(1, NULL, .instance_id = b_id)),
               0);
     CHECK_INT(b->attach(b, l.base), 0);
     funcd_worker_spec spec = {sleep_argv, sleep_env, NULL, NULL, {0, 32, 0}};
@@ -477,12 +480,12 @@ TEST(only_our_instances_cgroups_are_cleaned_up)
     pid_t wpid = w ? b->pid(b, w) : 0;
     /* Instance a starts, stops and starts again. */
     int a_ok = funcd_runtime_process_new_with(
-                   &a, &(funcd_process_options){1, NULL, .instance_id = a_id}) == 0;
+                   &a, PROCESS_OPTS(1, NULL, .instance_id = a_id)) == 0;
     int stale_ended = !running(stale);
     if (a_ok)
         a->free(a);
     a_ok = a_ok && funcd_runtime_process_new_with(
-                       &a, &(funcd_process_options){1, NULL, .instance_id = a_id}) == 0;
+                       &a, PROCESS_OPTS(1, NULL, .instance_id = a_id)) == 0;
     if (a_ok)
         a->free(a);
     /* And a runtime with no instance id (random): touches nothing. */
@@ -518,7 +521,7 @@ TEST(a_bad_instance_id_is_refused)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         funcd_runtime *rt = NULL;
         int rc = funcd_runtime_process_new_with(
-            &rt, &(funcd_process_options){-1, NULL, .instance_id = bad[i]});
+            &rt, PROCESS_OPTS(-1, NULL, .instance_id = bad[i]));
         if (rt)
             rt->free(rt);
         if (rc != FUNCD_EINVAL)

@@ -6,8 +6,13 @@
  * port itself does not interpret keys.
  *
  * Writing a driver: embed `funcd_blob` first, fill `version` with
- * FUNCD_BLOB_VERSION (FUNCD_BLOB_INIT), `name` and the methods. Methods are
- * only appended; the platform checks `version` and never calls a NULL slot.
+ * FUNCD_BLOB_VERSION (FUNCD_BLOB_INIT), `name` and the methods.
+ * Versions: funcd_platform_new takes a driver of any version from 1 to
+ * FUNCD_BLOB_VERSION (else FUNCD_EVERSION) and refuses one that lacks a
+ * slot marked required for its version (FUNCD_EINVAL). Slots are only
+ * appended, under a "version N" line; an optional slot, or one appended
+ * after the driver's version, is called only when the driver's version has it
+ * and it is set (docs/backends.md).
  *
  * Ownership: funcd_with_blob transfers the backend to the platform, which
  * calls `free` once. Data returned by `get` is malloc()ed and owned by the
@@ -42,6 +47,9 @@ typedef int (*funcd_blob_list_cb)(const char *key, const funcd_blob_stat *st, vo
 struct funcd_blob {
     unsigned version;
     const char *name;
+
+    /* ---- version 1: every slot required (the platform's function logs
+     *      list and delete objects too) ---- */
 
     /** Stores `data` under `key`, replacing any previous object atomically. */
     int (*put)(funcd_blob *b, const char *key, const void *data, size_t len);

@@ -8,8 +8,13 @@
  * on the same subject, exactly one gets it.
  *
  * Writing a driver: embed `funcd_bus` first, fill `version` with
- * FUNCD_BUS_VERSION (FUNCD_BUS_INIT), `name` and the methods. Methods are
- * only appended; the platform checks `version` and never calls a NULL slot.
+ * FUNCD_BUS_VERSION (FUNCD_BUS_INIT), `name` and the methods.
+ * Versions: funcd_platform_new takes a driver of any version from 1 to
+ * FUNCD_BUS_VERSION (else FUNCD_EVERSION) and refuses one that lacks a
+ * slot marked required for its version (FUNCD_EINVAL). Slots are only
+ * appended, under a "version N" line; an optional slot, or one appended
+ * after the driver's version, is called only when the driver's version has it
+ * and it is set (docs/backends.md).
  *
  * Ownership: funcd_with_bus transfers the backend to the platform, which
  * calls `free` once. Message data is borrowed for the duration of a call
@@ -39,6 +44,8 @@ typedef void (*funcd_bus_msg_cb)(const char *subject, const void *data, size_t l
 struct funcd_bus {
     unsigned version;
     const char *name;
+
+    /* ---- version 1: every slot required ---- */
 
     /** Publishes to a literal subject (no wildcards: FUNCD_EINVAL). */
     int (*publish)(funcd_bus *b, const char *subject, const void *data, size_t len);

@@ -8,8 +8,12 @@
  *
  * Writing a driver: embed `funcd_gateway` first, fill `version` with
  * FUNCD_GATEWAY_VERSION (FUNCD_GATEWAY_INIT), `name` and the methods.
- * Methods are only appended; the platform checks `version` and never calls a
- * NULL slot.
+ * Versions: funcd_platform_new takes a driver of any version from 1 to
+ * FUNCD_GATEWAY_VERSION (else FUNCD_EVERSION) and refuses one that lacks a
+ * slot marked required for its version (FUNCD_EINVAL). Slots are only
+ * appended, under a "version N" line; an optional slot, or one appended
+ * after the driver's version, is called only when the driver's version has it
+ * and it is set (docs/backends.md).
  *
  * Ownership: funcd_with_gateway transfers the backend to the platform, which
  * calls `listen` during funcd_platform_new, `start` from funcd_platform_run,
@@ -48,6 +52,8 @@ struct funcd_gateway {
     unsigned version;
     const char *name;
 
+    /* ---- version 1: every slot required ---- */
+
     /** Binds `addr` ("host:port", port 0: ephemeral); writes the bound
      *  address to `bound`. FUNCD_EBIND on failure. */
     int (*listen)(funcd_gateway *gw, const char *addr, char *bound, size_t bound_len);
@@ -66,7 +72,7 @@ struct funcd_gateway {
 
     void (*free)(funcd_gateway *gw);
 
-    /* ---- version 2 ---- */
+    /* ---- version 2: optional ---- */
 
     /** Stops accepting connections; requests in flight go on until stop.
      *  Returns at once. Optional (NULL: stop does it all). */

@@ -8,8 +8,12 @@
  *
  * Writing a driver: embed `funcd_runtime` first, fill `version` with
  * FUNCD_RUNTIME_VERSION (FUNCD_RUNTIME_INIT), `name` and the methods.
- * Methods are only appended; the platform checks `version` and never calls a
- * NULL slot.
+ * Versions: funcd_platform_new takes a driver of any version from 1 to
+ * FUNCD_RUNTIME_VERSION (else FUNCD_EVERSION) and refuses one that lacks a
+ * slot marked required for its version (FUNCD_EINVAL). Slots are only
+ * appended, under a "version N" line; an optional slot, or one appended
+ * after the driver's version, is called only when the driver's version has it
+ * and it is set (docs/backends.md).
  *
  * Ownership: funcd_with_runtime transfers the backend to the platform, which
  * calls `attach` once before any `start`, and `free` once at shutdown (after
@@ -95,6 +99,8 @@ struct funcd_runtime {
     unsigned version;
     const char *name;
 
+    /* ---- version 1: every slot required unless marked optional ---- */
+
     /** Binds the runtime to the platform loop; called once before start. */
     int (*attach)(funcd_runtime *rt, struct event_base *base);
 
@@ -105,7 +111,8 @@ struct funcd_runtime {
     /** SIGTERM to the worker's process group, SIGKILL after `grace_ms`. */
     int (*stop)(funcd_runtime *rt, funcd_worker *w, unsigned grace_ms);
 
-    /** The worker's main process id (for logs and tests). */
+    /** The worker's main process id (for logs and tests). Optional (NULL:
+     *  0, no pid shown). */
     int (*pid)(funcd_runtime *rt, funcd_worker *w);
 
     /** Gives the handle back once its exit has been reported. */
@@ -114,17 +121,17 @@ struct funcd_runtime {
     /** Kills whatever still runs, then releases the runtime. */
     void (*free)(funcd_runtime *rt);
 
-    /* Version 2. */
+    /* ---- version 2: both optional ---- */
 
     /** Why an exited worker ended, when the runtime knows more than its
      *  wait status: "OOMKilled" (its memory limit), or NULL. Valid until
-     *  `release`. */
+     *  `release`. Optional (NULL: the wait status is all there is). */
     const char *(*exit_reason)(funcd_runtime *rt, funcd_worker *w);
 
     /** Turns a running worker (a warm generic interpreter) into one of a
      *  particular function: `binds` appear in its view and `limits` become
      *  its own. FUNCD_ENOTSUP when the runtime cannot; the caller then
-     *  starts a fresh worker instead. */
+     *  starts a fresh worker instead. Optional (NULL: FUNCD_ENOTSUP). */
     int (*specialize)(funcd_runtime *rt, funcd_worker *w, const funcd_worker_bind *binds,
                       size_t n_binds, const funcd_worker_limits *limits);
 };
@@ -135,16 +142,23 @@ struct funcd_runtime {
  *  supervised through a pidfd (Linux 5.3 or later). */
 FUNCD_EXTERN int funcd_runtime_process_new(funcd_runtime **out);
 
+#define FUNCD_PROCESS_OPTIONS_VERSION 1
+
 /** Settings of the process runtime that belong to the operator, never to a
- *  function. Zeroed fields take the defaults. */
+ *  function. Start from FUNCD_PROCESS_OPTIONS_INIT (or
+ *  funcd_process_options_init): `version` says which fields the caller's
+ *  header had, so the library never reads past the caller's struct. Fields
+ *  are only appended, each with the version that added it; zeroed fields
+ *  take the defaults. */
 typedef struct funcd_process_options {
+    /** FUNCD_PROCESS_OPTIONS_VERSION (1 to the library's: else FUNCD_EVERSION). */
+    unsigned version;
     /** 1 (default): workers run sandboxed (docs/security.md); -1: plain
      *  processes, for development only. */
     int sandbox;
     /** A pid file per live worker is kept here; at creation the runtime ends
      *  the workers a previous (crashed) run left behind. NULL: none. */
     const char *pid_dir;
-    /* Appended. */
     /** 1: a worker may ask for the host network (spec.network: host). */
     int allow_host_network;
     /** NULL-terminated syscall names taken off the sandbox's deny list. */
@@ -161,9 +175,18 @@ typedef struct funcd_process_options {
      *  nothing of an earlier run is removed. funcd keeps the id in its state
      *  directory (docs/operating.md). */
     const char *instance_id;
+    /* Fields of later versions are appended here. */
 } funcd_process_options;
 
-/** The process runtime with operator settings (`opts` may be NULL). */
+#define FUNCD_PROCESS_OPTIONS_INIT {FUNCD_PROCESS_OPTIONS_VERSION}
+
+/** Fills `opts` with the defaults of `version` (FUNCD_PROCESS_OPTIONS_VERSION);
+ *  FUNCD_EVERSION if this library does not know that version. */
+FUNCD_EXTERN int funcd_process_options_init(funcd_process_options *opts, unsigned version);
+
+/** The process runtime with operator settings (`opts` may be NULL: the
+ *  defaults). FUNCD_EVERSION when `opts->version` is 0 or newer than this
+ *  library's. */
 FUNCD_EXTERN int funcd_runtime_process_new_with(funcd_runtime **out,
                                                 const funcd_process_options *opts);
 

@@ -8,9 +8,13 @@
  *
  * Writing a driver: embed `funcd_store` as the first member of your struct,
  * fill `version` with FUNCD_STORE_VERSION (FUNCD_STORE_INIT does), `name`,
- * and the methods. Methods are only ever appended; the platform checks
- * `version` and refuses a backend that lacks a required method (FUNCD_EINVAL
- * from funcd_platform_new), so it never calls a NULL slot.
+ * and the methods.
+ * Versions: funcd_platform_new takes a driver of any version from 1 to
+ * FUNCD_STORE_VERSION (else FUNCD_EVERSION) and refuses one that lacks a
+ * slot marked required for its version (FUNCD_EINVAL). Slots are only
+ * appended, under a "version N" line; an optional slot, or one appended
+ * after the driver's version, is called only when the driver's version has it
+ * and it is set (docs/backends.md).
  *
  * Ownership: handing a store to the platform (funcd_with_store) transfers
  * ownership; the platform calls `free` exactly once at shutdown. Values the
@@ -87,6 +91,8 @@ struct funcd_store {
     unsigned version; /**< FUNCD_STORE_VERSION */
     const char *name; /**< "memory", "sqlite", ... shown in logs and /version */
 
+    /* ---- version 1: every slot required unless marked optional ---- */
+
     /** Copies the value of `key` into `out`. FUNCD_ENOTFOUND if absent. */
     int (*get)(funcd_store *s, const char *key, funcd_store_value *out);
 
@@ -124,7 +130,8 @@ struct funcd_store {
      *  again for that watch (unless called from inside `cb` itself). */
     void (*unwatch)(funcd_store *s, funcd_store_watch *w);
 
-    /** The current revision (0 for an empty new store). */
+    /** The current revision (0 for an empty new store). Optional (NULL: the
+     *  platform takes the revision of a `list` snapshot instead). */
     uint64_t (*revision)(funcd_store *s);
 
     /** Releases the store and everything it owns. Watches must be ended. */
@@ -137,16 +144,32 @@ struct funcd_store {
  *  for watches (0 picks the default, 65536). */
 FUNCD_EXTERN int funcd_store_memory_new(funcd_store **out, size_t history);
 
-/** Options of the sqlite store; zero fields pick the defaults. */
+#define FUNCD_STORE_SQLITE_OPTIONS_VERSION 1
+
+/** Options of the sqlite store. Start from FUNCD_STORE_SQLITE_OPTIONS_INIT
+ *  (or funcd_store_sqlite_options_init): `version` says which fields the
+ *  caller's header had. Fields are only appended; zero fields pick the
+ *  defaults. */
 typedef struct funcd_store_sqlite_options {
+    unsigned version;         /**< FUNCD_STORE_SQLITE_OPTIONS_VERSION */
     uint64_t history;         /**< change-log entries kept at least, for watches; 0: 65536 */
     unsigned busy_timeout_ms; /**< how long a write waits for another process; 0: 5000 */
+    /* Fields of later versions are appended here. */
 } funcd_store_sqlite_options;
+
+#define FUNCD_STORE_SQLITE_OPTIONS_INIT {FUNCD_STORE_SQLITE_OPTIONS_VERSION}
+
+/** Fills `opts` with the defaults of `version`
+ *  (FUNCD_STORE_SQLITE_OPTIONS_VERSION); FUNCD_EVERSION if this library does
+ *  not know that version. */
+FUNCD_EXTERN int funcd_store_sqlite_options_init(funcd_store_sqlite_options *opts,
+                                                 unsigned version);
 
 /**
  * A durable store in one SQLite database file at `path` (created if absent;
  * its directory must exist), in WAL mode with synchronous=FULL: a write that
- * returned 0 survives kill -9 and power loss. `opts` may be NULL.
+ * returned 0 survives kill -9 and power loss. `opts` may be NULL (the
+ * defaults); its `version` must be 1 to the library's (FUNCD_EVERSION).
  *
  * Fails with FUNCD_EIO (cannot open, not a database, corrupt), FUNCD_EVERSION
  * (written by a newer funcd), FUNCD_ETIMEOUT (locked by another process past
