@@ -1,6 +1,6 @@
 /*
  * The backend SPI's rules, in one place per port (docs/backends.md,
- * docs/adr/0030-backend-spi-rules.md).
+ * docs/adr/0032-backend-spi-rules.md).
  *
  * Registration: funcd_port_check_<port> accepts a backend whose `version`
  * is 1 to the current one and whose required slots of that version are set;
