@@ -277,9 +277,7 @@ TEST(a_blank_init_waits_in_its_own_cgroups)
     snprintf(id, sizeof(id), "%sc", instance);
     loop_ctx l = {event_base_new(), 0, 0};
     funcd_runtime *rt = NULL;
-    CHECK_INT(funcd_runtime_process_new_with(&rt, &(funcd_process_options){1, NULL,
-                                                                           .instance_id = id}),
-              0);
+    CHECK_INT(funcd_runtime_process_new_with(&rt, PROCESS_OPTS(1, NULL, .instance_id = id)), 0);
     CHECK_INT(rt->attach(rt, l.base), 0);
     /* The loop refills the blanks (two); wait until both are made and placed. */
     pid_t blanks[8];
