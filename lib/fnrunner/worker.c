@@ -364,10 +364,10 @@ static void warm(worker_eval *we, image_pool *ip)
     }
     funcd_pool_worker *w = NULL;
     ip->warm.granted = on_warm_granted;
-    int rc = funcd_pool_acquire(ip->pool, &ip->warm, &w);
-    if (rc == 0)
+    funcd_pool_outcome rc = funcd_pool_acquire(ip->pool, &ip->warm, &w);
+    if (rc == FUNCD_POOL_GRANTED)
         funcd_pool_release(ip->pool, w, 0);
-    else if (rc == 1)
+    else if (rc == FUNCD_POOL_QUEUED)
         ip->warming = 1;
 }
 
@@ -941,13 +941,13 @@ static void acquire(wcall *c)
 {
     funcd_pool_worker *w = NULL;
     c->waiter.granted = on_granted;
-    int rc = funcd_pool_acquire(c->pool, &c->waiter, &w);
-    if (rc == 0)
+    funcd_pool_outcome rc = funcd_pool_acquire(c->pool, &c->waiter, &w);
+    if (rc == FUNCD_POOL_GRANTED)
         send_to(c, w);
-    else if (rc == -1)
+    else if (rc == FUNCD_POOL_FULL)
         call_fail(c, FUNCD_EVAL_RESOURCE_EXHAUSTED, "every worker of %s is busy and %d "
                   "evaluations already wait", funcd_eval_job_name(c->job), QUEUE_LENGTH);
-    else if (rc == -2)
+    else if (rc == FUNCD_POOL_CLOSED)
         call_fail(c, FUNCD_EVAL_UNAVAILABLE, "the workers of %s were shut down",
                   funcd_eval_job_name(c->job));
 }

@@ -1,8 +1,11 @@
 /*
  * The embedded data-plane gateway on h2o: /fn/{ns}/{name}/{rest}.
  *
- * The route table maps a function to its worker pool; gateway threads read
- * it under a reader lock and keep a pool reference for the request. The
+ * A driver of the gateway port like any other: it knows a function's
+ * workers only as the route's funcd_fn_target and the slot functions of
+ * funcd/sys/gateway.h. The route table maps a function to its target;
+ * gateway threads read it under a reader lock and keep a target reference
+ * for the request. The
  * request itself never leaves the gateway thread when a worker is ready
  * (proxy.c).
  */
@@ -28,7 +31,7 @@ typedef struct route_entry {
     char *ns;
     char *name;
     uint64_t timeout_ms;
-    funcd_pool *pool; /* a reference, or NULL: known but cannot run */
+    funcd_fn_target *target; /* a reference, or NULL: known but cannot run */
     struct route_entry *next;
 } route_entry;
 
@@ -113,10 +116,10 @@ static int on_req(void *payload, h2o_req_t *req)
     }
     pthread_rwlock_rdlock(&g->lock);
     route_entry **r = find(g, ns, nsl, name, nl);
-    funcd_pool *pool = r ? (*r)->pool : NULL;
+    funcd_fn_target *target = r ? (*r)->target : NULL;
     uint64_t timeout_ms = r ? (*r)->timeout_ms : 0;
-    if (pool)
-        funcd_pool_ref(pool);
+    if (target)
+        funcd_fn_target_ref(target);
     pthread_rwlock_unlock(&g->lock);
     if (!r) {
         add_invocation_id(req);
@@ -125,7 +128,7 @@ static int on_req(void *payload, h2o_req_t *req)
                              (int)nsl, ns);
         return 0;
     }
-    if (!pool) {
+    if (!target) {
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT("5"));
         add_invocation_id(req);
         funcd_gw_send_status(req, 503, "ServiceUnavailable",
@@ -136,7 +139,7 @@ static int on_req(void *payload, h2o_req_t *req)
     }
     h2o_iovec_t rest_iov = rest ? h2o_iovec_init(rest, (size_t)(end - rest))
                                 : h2o_iovec_init(path_end, (size_t)(end - path_end));
-    funcd_gw_invoke(this_thread, req, pool, timeout_ms, ns, nsl, name, nl, rest_iov);
+    funcd_gw_invoke(this_thread, req, target, timeout_ms, ns, nsl, name, nl, rest_iov);
     return 0;
 }
 
@@ -187,8 +190,7 @@ static int gw_start(funcd_gateway *base)
 
 static void free_entry(route_entry *e)
 {
-    if (e->pool)
-        funcd_pool_unref(e->pool);
+    funcd_fn_target_unref(e->target);
     free(e->ns);
     free(e->name);
     free(e);
@@ -205,9 +207,8 @@ static int gw_set_route(funcd_gateway *base, const funcd_route *route)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory adding a route");
     }
     e->timeout_ms = route->timeout_ms;
-    e->pool = route->pool;
-    if (e->pool)
-        funcd_pool_ref(e->pool);
+    e->target = route->target;
+    funcd_fn_target_ref(e->target);
     size_t nsl = strlen(e->ns), nl = strlen(e->name);
     pthread_rwlock_wrlock(&g->lock);
     route_entry **pp = find(g, e->ns, nsl, e->name, nl);

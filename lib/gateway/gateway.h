@@ -7,8 +7,8 @@
 
 #include <h2o.h>
 
+#include "funcd/sys/gateway.h"
 #include "gateway/embedded.h"
-#include "pool/pool.h"
 #include "util/log.h"
 
 /* Per gateway thread (one h2o context each). */
@@ -27,8 +27,9 @@ typedef struct gw_thread {
 /* The thread's state (set by on_thread_init). */
 gw_thread *funcd_gw_thread(void);
 
-/* Proxies `req` to the function's pool; rest = "/..." with the query. */
-void funcd_gw_invoke(gw_thread *t, h2o_req_t *req, funcd_pool *pool, uint64_t timeout_ms,
+/* Proxies `req` to one of the function's workers (a reference to `target`
+ * passes to the invocation); rest = "/..." with the query. */
+void funcd_gw_invoke(gw_thread *t, h2o_req_t *req, funcd_fn_target *target, uint64_t timeout_ms,
                      const char *ns, size_t nsl, const char *name, size_t nl, h2o_iovec_t rest);
 
 /* A new invocation id (a random UUID) into `out`. */

@@ -1,7 +1,8 @@
 /*
- * One invocation: take a slot in the function's pool (warm: on this thread,
- * at once; cold: wait for a grant, which arrives as a message to this
- * thread), then proxy the request to the worker's Unix socket over a
+ * One invocation: take a slot on one of the function's workers through the
+ * gateway SPI's slot functions (funcd/sys/gateway.h), the same ones a
+ * gateway outside libfuncd uses (warm: on this thread, at once; cold: wait
+ * for a grant, which arrives as a message to this thread), then proxy the request to the worker's Unix socket over a
  * keep-alive connection this thread keeps for that worker, and stream the
  * answer back. Every failure is a JSON Status: 502 when the worker failed,
  * 503 when there is no capacity, 504 when the function took too long.
@@ -13,19 +14,19 @@
  * it ended (OOMKilled, its exit status, its signal) once the worker's end is
  * known (docs/serving.md, docs/adr/0021-first-request.md).
  */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/un.h>
 
 #include "funcd/sys/error.h"
 #include "gateway/gateway.h"
 #include "http/httpd.h"
 #include "http/http1.h"
-#include "serving/serving.h"
 #include "util/buf.h"
 #include "util/misc.h"
 
@@ -45,12 +46,12 @@ typedef struct upconn upconn;
 /* A cold request's place in the pool's queue. It outlives the request when
  * the client goes away while a grant is already on its way. */
 typedef struct ticket {
-    funcd_pool_waiter waiter; /* first */
+    funcd_slot_waiter waiter; /* payload: the ticket */
     h2o_multithread_message_t msg;
     gw_thread *t;
     invocation *inv; /* NULL once the request is gone */
-    funcd_pool *pool; /* a reference */
-    funcd_pool_worker *worker;
+    funcd_fn_target *target; /* a reference */
+    funcd_slot *slot;
     char error[640];
 } ticket;
 
@@ -58,9 +59,9 @@ struct invocation {
     h2o_generator_t gen; /* first */
     h2o_req_t *req;
     gw_thread *t;
-    funcd_pool *pool; /* a reference */
+    funcd_fn_target *target; /* a reference */
     gw_timeouts *tmo;
-    funcd_pool_worker *worker; /* the slot held, or NULL */
+    funcd_slot *slot; /* the slot held, or NULL */
     ticket *ticket;
     h2o_timeout_entry_t wait_entry;
     h2o_timeout_entry_t io_entry; /* the function's timeout, restarted by every read */
@@ -175,13 +176,13 @@ static void release_slot(invocation *inv, int failed)
 {
     if (h2o_timeout_is_linked(&inv->exit_entry))
         h2o_timeout_unlink(&inv->exit_entry);
-    if (!inv->worker)
+    if (!inv->slot)
         return;
     if (inv->began)
-        funcd_serving_worker_end(funcd_pool_worker_data(inv->worker));
+        funcd_slot_end(inv->slot);
     inv->began = 0;
-    funcd_pool_release(inv->pool, inv->worker, failed);
-    inv->worker = NULL;
+    funcd_slot_release(inv->slot, failed ? FUNCD_SLOT_FAILED : FUNCD_SLOT_OK);
+    inv->slot = NULL;
 }
 
 static void fail(invocation *inv, int code, const char *reason, const char *fmt, ...)
@@ -384,11 +385,11 @@ static void upstream_complete(invocation *inv)
  * the words of the worker's end when it is known. */
 static void fail_with_worker_end(invocation *inv)
 {
-    const funcd_serving_worker *ws = funcd_pool_worker_data(inv->worker);
-    int ended = atomic_load(&ws->ended);
-    char end[sizeof(ws->end_message)];
-    int oom = ended && strcmp(ws->end_reason, "OOMKilled") == 0;
-    snprintf(end, sizeof(end), "%s", ended ? ws->end_message : inv->why);
+    char end[160];
+    funcd_slot_worker_state ended = funcd_slot_worker_end(inv->slot, end, sizeof(end));
+    int oom = ended == FUNCD_SLOT_WORKER_OOM_KILLED;
+    if (ended == FUNCD_SLOT_WORKER_RUNNING)
+        snprintf(end, sizeof(end), "%s", inv->why);
     release_slot(inv, 1);
     if (oom)
         fail(inv, 502, "OOMKilled", "function %s ran out of memory while handling the request: "
@@ -401,8 +402,8 @@ static void fail_with_worker_end(invocation *inv)
 static void on_exit_poll(h2o_timeout_entry_t *entry)
 {
     invocation *inv = H2O_STRUCT_FROM_MEMBER(invocation, exit_entry, entry);
-    const funcd_serving_worker *ws = funcd_pool_worker_data(inv->worker);
-    if (!atomic_load(&ws->ended) && ++inv->exit_polls < EXIT_POLLS) {
+    if (funcd_slot_worker_end(inv->slot, NULL, 0) == FUNCD_SLOT_WORKER_RUNNING &&
+        ++inv->exit_polls < EXIT_POLLS) {
         h2o_timeout_link(inv->t->ctx->loop, &inv->exit_tmo->timeout, &inv->exit_entry);
         return;
     }
@@ -421,8 +422,9 @@ static void upstream_failed(invocation *inv, const char *why)
     /* The worker closed or died with the request taken: the slot (and so
      * the worker's data) is held until its end is known, for a little while. */
     snprintf(inv->why, sizeof(inv->why), "%s", why);
-    const funcd_serving_worker *ws = funcd_pool_worker_data(inv->worker);
-    inv->exit_tmo = atomic_load(&ws->ended) ? NULL : timeouts_for(inv->t, EXIT_POLL_MS);
+    inv->exit_tmo = funcd_slot_worker_end(inv->slot, NULL, 0) != FUNCD_SLOT_WORKER_RUNNING
+                        ? NULL
+                        : timeouts_for(inv->t, EXIT_POLL_MS);
     if (!inv->exit_tmo) {
         fail_with_worker_end(inv);
         return;
@@ -608,20 +610,21 @@ static void on_up_connected(h2o_socket_t *sock, const char *err)
 
 static void start_proxy(invocation *inv)
 {
-    funcd_serving_worker *ws = funcd_pool_worker_data(inv->worker);
     if (!inv->began) {
-        funcd_serving_worker_begin(ws, inv->id);
+        funcd_slot_begin(inv->slot, inv->id);
         inv->began = 1;
     }
     inv->attempts++;
     inv->reqbufs[0] = h2o_iovec_init(inv->head.data, inv->head.len);
     inv->reqbufs[1] = inv->req->entity.base ? inv->req->entity : h2o_iovec_init(NULL, 0);
     inv->is_head = h2o_memis(inv->req->method.base, inv->req->method.len, H2O_STRLIT("HEAD"));
-    if (atomic_load(&ws->ended)) { /* gone, and the pool not told yet: never use its connections */
-        connect_failed(inv, ws->end_message);
+    char end[160];
+    if (funcd_slot_worker_end(inv->slot, end, sizeof(end)) != FUNCD_SLOT_WORKER_RUNNING) {
+        connect_failed(inv, end); /* gone, and the pool not told yet: never use its connections */
         return;
     }
-    upconn *c = inv->retried ? NULL : up_take(inv->t, ws->id);
+    uint64_t worker_id = funcd_slot_worker_id(inv->slot);
+    upconn *c = inv->retried ? NULL : up_take(inv->t, worker_id);
     inv->reused = c != NULL;
     if (c) {
         c->inv = inv;
@@ -637,15 +640,16 @@ static void start_proxy(invocation *inv)
     }
     /* On a Unix socket connect() fails at once (refused, no such socket):
      * the same case as a failure reported later. */
-    h2o_socket_t *sock = h2o_socket_connect(inv->t->ctx->loop, (struct sockaddr *)&ws->addr,
-                                            sizeof(ws->addr), on_up_connected);
+    h2o_socket_t *sock =
+        h2o_socket_connect(inv->t->ctx->loop, (struct sockaddr *)funcd_slot_sockaddr(inv->slot),
+                           sizeof(struct sockaddr_un), on_up_connected);
     if (!sock) {
         free(c);
         connect_failed(inv, strerror(errno));
         return;
     }
     c->sock = sock;
-    c->worker_id = ws->id;
+    c->worker_id = worker_id;
     c->t = inv->t;
     c->inv = inv;
     sock->data = c;
@@ -657,16 +661,16 @@ static void start_proxy(invocation *inv)
 static void free_ticket(ticket *tk)
 {
     tk->t->tickets--;
-    funcd_pool_unref(tk->pool);
+    funcd_fn_target_unref(tk->target);
     free(tk);
 }
 
 /* Any thread: the pool granted a slot (or gave up). */
-static void on_granted(funcd_pool_waiter *wt, funcd_pool_worker *w, const char *error)
+static void on_granted(funcd_slot_waiter *wt, funcd_slot *slot, const char *error)
 {
-    ticket *tk = (ticket *)wt;
-    tk->worker = w;
-    if (!w)
+    ticket *tk = wt->payload;
+    tk->slot = slot;
+    if (!slot)
         snprintf(tk->error, sizeof(tk->error), "%s", error ? error : "no worker could be started");
     h2o_multithread_send_message(&tk->t->receiver, &tk->msg);
 }
@@ -679,16 +683,16 @@ static void on_grant_messages(h2o_multithread_receiver_t *receiver, h2o_linklist
         h2o_linklist_unlink(&tk->msg.link);
         invocation *inv = tk->inv;
         if (!inv) { /* the request went away meanwhile: give the slot back */
-            if (tk->worker)
-                funcd_pool_release(tk->pool, tk->worker, 0);
+            if (tk->slot)
+                funcd_slot_release(tk->slot, FUNCD_SLOT_OK);
             free_ticket(tk);
             continue;
         }
         inv->ticket = NULL;
         if (h2o_timeout_is_linked(&inv->wait_entry))
             h2o_timeout_unlink(&inv->wait_entry);
-        inv->worker = tk->worker;
-        if (inv->worker) {
+        inv->slot = tk->slot;
+        if (inv->slot) {
             start_proxy(inv);
         } else {
             /* Why is the operator's (host paths, cgroups, pids): funcd's log. */
@@ -711,7 +715,7 @@ static void abandon_ticket(invocation *inv)
     inv->ticket = NULL;
     if (h2o_timeout_is_linked(&inv->wait_entry))
         h2o_timeout_unlink(&inv->wait_entry);
-    if (funcd_pool_cancel(inv->pool, &tk->waiter))
+    if (funcd_slot_cancel(inv->target, &tk->waiter))
         free_ticket(tk);
     else
         tk->inv = NULL;
@@ -733,24 +737,25 @@ static void acquire(invocation *inv)
         return;
     }
     tk->waiter.granted = on_granted;
+    tk->waiter.payload = tk;
     tk->t = inv->t;
     tk->inv = inv;
-    funcd_pool_ref(inv->pool);
-    tk->pool = inv->pool;
+    funcd_fn_target_ref(inv->target);
+    tk->target = inv->target;
     inv->t->tickets++;
-    funcd_pool_worker *w = NULL;
-    int rc = funcd_pool_acquire(inv->pool, &tk->waiter, &w);
-    if (rc == 1) { /* cold: wait for a grant, at most the function's timeout */
+    funcd_slot *slot = NULL;
+    int rc = funcd_slot_acquire(inv->target, &tk->waiter, &slot);
+    if (rc == FUNCD_SLOT_QUEUED) { /* cold: wait for a grant, at most the function's timeout */
         inv->ticket = tk;
         inv->wait_entry.cb = on_wait_timeout;
         h2o_timeout_link(inv->t->ctx->loop, &inv->tmo->timeout, &inv->wait_entry);
         return;
     }
     free_ticket(tk);
-    if (rc == 0) {
-        inv->worker = w;
+    if (rc == FUNCD_SLOT_GRANTED) {
+        inv->slot = slot;
         start_proxy(inv);
-    } else if (rc == -1) {
+    } else if (rc == FUNCD_SLOT_QUEUE_FULL) {
         fail(inv, 503, "ServiceUnavailable",
              "function %s is at capacity (every worker busy and the wait queue full); retry later",
              inv->name);
@@ -768,7 +773,7 @@ static void dispose_invocation(void *p)
     abandon_ticket(inv);
     drop_upstream(inv);
     release_slot(inv, 0);
-    funcd_pool_unref(inv->pool);
+    funcd_fn_target_unref(inv->target);
     funcd_buf_free(&inv->head);
     funcd_buf_free(&inv->pending);
     funcd_buf_free(&inv->sending);
@@ -811,7 +816,7 @@ static int build_head(invocation *inv, h2o_iovec_t rest)
     return b->data ? 0 : -1;
 }
 
-void funcd_gw_invoke(gw_thread *t, h2o_req_t *req, funcd_pool *pool, uint64_t timeout_ms,
+void funcd_gw_invoke(gw_thread *t, h2o_req_t *req, funcd_fn_target *target, uint64_t timeout_ms,
                      const char *ns, size_t nsl, const char *name, size_t nl, h2o_iovec_t rest)
 {
     invocation *inv = h2o_mem_alloc_shared(&req->pool, sizeof(*inv), dispose_invocation);
@@ -821,7 +826,7 @@ void funcd_gw_invoke(gw_thread *t, h2o_req_t *req, funcd_pool *pool, uint64_t ti
     inv->io_entry.cb = on_io_timeout;
     inv->req = req;
     inv->t = t;
-    inv->pool = pool; /* the caller's reference passes to us */
+    inv->target = target; /* the caller's reference passes to us */
     snprintf(inv->name, sizeof(inv->name), "%.*s/%.*s", (int)nsl, ns, (int)nl, name);
     funcd_gw_new_id(t, inv->id);
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-funcd-invocation-id"), 0,

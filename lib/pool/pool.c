@@ -184,24 +184,25 @@ static void poke_locked(funcd_pool *p)
 
 /* ---- the request side (any thread) ------------------------------------ */
 
-int funcd_pool_acquire(funcd_pool *p, funcd_pool_waiter *wt, funcd_pool_worker **out)
+funcd_pool_outcome funcd_pool_acquire(funcd_pool *p, funcd_pool_waiter *wt,
+                                      funcd_pool_worker **out)
 {
     *out = NULL;
     pthread_mutex_lock(&p->lock);
-    int rc;
+    funcd_pool_outcome rc;
     funcd_pool_worker *w = NULL;
     if (p->closed) {
-        rc = -2;
+        rc = FUNCD_POOL_CLOSED;
     } else if (!p->n_waiting && (w = pick(p))) {
         take_slot(w);
         *out = w;
-        rc = 0;
+        rc = FUNCD_POOL_GRANTED;
     } else if (p->n_waiting >= p->cfg.queue_length) {
-        rc = -1;
+        rc = FUNCD_POOL_FULL;
     } else {
         enqueue(p, wt);
         poke_locked(p); /* the loop decides whether to start a worker */
-        rc = 1;
+        rc = FUNCD_POOL_QUEUED;
     }
     pthread_mutex_unlock(&p->lock);
     return rc;

@@ -85,9 +85,17 @@ void funcd_pool_close(funcd_pool *p, const char *reason);
 void funcd_pool_ref(funcd_pool *p);
 void funcd_pool_unref(funcd_pool *p);
 
-/* 0: `*out` holds a slot. 1: `wt` is queued and will be granted. -1: the
- * queue is full (answer 503). -2: the pool is closed. */
-int funcd_pool_acquire(funcd_pool *p, funcd_pool_waiter *wt, funcd_pool_worker **out);
+/* What funcd_pool_acquire did. Non-negative, so never taken for a FUNCD_E*
+ * code; the public slot API (funcd/sys/gateway.h) has the same four. */
+typedef enum funcd_pool_outcome {
+    FUNCD_POOL_GRANTED = 0, /* `*out` holds a slot */
+    FUNCD_POOL_QUEUED = 1,  /* `wt` is queued and will be granted (or failed) */
+    FUNCD_POOL_FULL = 2,    /* the queue is full (answer 503) */
+    FUNCD_POOL_CLOSED = 3,  /* the pool is closed */
+} funcd_pool_outcome;
+
+funcd_pool_outcome funcd_pool_acquire(funcd_pool *p, funcd_pool_waiter *wt,
+                                      funcd_pool_worker **out);
 /* 1 if `wt` was still queued (now removed); 0 if a grant is on its way or
  * was delivered: the caller must release that slot when it arrives. */
 int funcd_pool_cancel(funcd_pool *p, funcd_pool_waiter *wt);

@@ -943,10 +943,10 @@ static void start_load_check(launch *ln, funcd_pool *pool)
     atomic_fetch_add(&ln->refs, 1);
     lc->ln = ln;
     lc->wt.granted = on_load_granted;
-    int rc = funcd_pool_acquire(pool, &lc->wt, &w);
-    if (rc == 0)
+    funcd_pool_outcome rc = funcd_pool_acquire(pool, &lc->wt, &w);
+    if (rc == FUNCD_POOL_GRANTED)
         on_load_granted(&lc->wt, w, NULL);
-    else if (rc < 0)
+    else if (rc != FUNCD_POOL_QUEUED)
         on_load_granted(&lc->wt, NULL, "the pool refused");
 }
 
@@ -1199,6 +1199,7 @@ static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
     wc->pub.id = atomic_fetch_add(&next_worker_id, 1) + 1;
     wc->pub.addr.sun_family = AF_UNIX;
     snprintf(wc->pub.addr.sun_path, sizeof(wc->pub.addr.sun_path), "%s", wc->sock);
+    snprintf(wc->pub.endpoint, sizeof(wc->pub.endpoint), "unix:%s", wc->sock);
 
     strv env = {0};
     for (char **e = ln->env; *e; e++)
@@ -1278,7 +1279,7 @@ static void route(funcd_serving *s, fn_entry *e)
     if (!s->cfg.gateway)
         return;
     funcd_route r = {.namespace_ = e->ns, .name = e->name, .timeout_ms = e->timeout_ms,
-                     .pool = e->pool};
+                     .target = e->pool ? funcd_serving_target(e->pool) : NULL};
     s->cfg.gateway->set_route(s->cfg.gateway, &r);
 }
 
@@ -1416,22 +1417,6 @@ funcd_log_ring *funcd_serving_logs(funcd_serving *s, const char *ns, const char 
         funcd_log_ring_ref(r);
     pthread_mutex_unlock(&s->lock);
     return r;
-}
-
-void funcd_serving_worker_begin(funcd_serving_worker *w, const char *invocation_id)
-{
-    pthread_mutex_lock(&w->invocation_lock);
-    if (++w->in_flight == 1)
-        snprintf(w->invocation, sizeof(w->invocation), "%s", invocation_id);
-    pthread_mutex_unlock(&w->invocation_lock);
-}
-
-void funcd_serving_worker_end(funcd_serving_worker *w)
-{
-    pthread_mutex_lock(&w->invocation_lock);
-    w->in_flight--;
-    w->ended_ms = funcd_mono_ms();
-    pthread_mutex_unlock(&w->invocation_lock);
 }
 
 /* ---- lifecycle -------------------------------------------------------- */

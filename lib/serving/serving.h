@@ -50,10 +50,12 @@ typedef struct funcd_serving_status {
     char last_oom[160]; /* the last replica killed at its memory limit, or "" */
 } funcd_serving_status;
 
-/* What the gateway needs of a worker (the pool worker's data). */
+/* What a gateway learns of a worker through the slot functions of
+ * funcd/sys/gateway.h (slot.c): the pool worker's data. */
 typedef struct funcd_serving_worker {
     uint64_t id;               /* unique for the life of the process */
     struct sockaddr_un addr;   /* the worker's socket */
+    char endpoint[5 + sizeof(((struct sockaddr_un *)0)->sun_path)]; /* "unix:" + the path */
     char replica[80];
     pthread_mutex_t invocation_lock;
     char invocation[40]; /* the request in flight (or the last one), for log lines without an id */
@@ -86,8 +88,11 @@ void funcd_serving_remove(funcd_serving *s, const char *ns, const char *name);
 /* The function's log ring (a reference: unref it), or NULL. Any thread. */
 funcd_log_ring *funcd_serving_logs(funcd_serving *s, const char *ns, const char *name);
 
-/* Gateway side: note which request a worker is serving (for log lines). */
-void funcd_serving_worker_begin(funcd_serving_worker *w, const char *invocation_id);
-void funcd_serving_worker_end(funcd_serving_worker *w);
+/* A function's pool as the gateway SPI names it (funcd_route.target); the
+ * slot functions (slot.c) take it back. */
+static inline funcd_fn_target *funcd_serving_target(funcd_pool *pool)
+{
+    return (funcd_fn_target *)pool;
+}
 
 #endif

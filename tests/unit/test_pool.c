@@ -213,7 +213,7 @@ TEST(idle_ttl_extended_by_use)
     CHECK(bench_up(&b, &cfg) == 0);
     rec r = {.wt.granted = on_grant};
     funcd_pool_worker *w = NULL;
-    CHECK_INT(funcd_pool_acquire(b.pool, &r.wt, &w), 1); /* cold */
+    CHECK_INT(funcd_pool_acquire(b.pool, &r.wt, &w), FUNCD_POOL_QUEUED); /* cold */
     turn(&b);
     CHECK_INT(b.starts, 1);
     funcd_pool_worker_ready(nth(&b, 0)->pw);
@@ -224,7 +224,7 @@ TEST(idle_ttl_extended_by_use)
         b.now += 900;
         plan(&b, &cfg);
         CHECK_INT(b.stops, 0);
-        CHECK_INT(funcd_pool_acquire(b.pool, &r.wt, &w), 0);
+        CHECK_INT(funcd_pool_acquire(b.pool, &r.wt, &w), FUNCD_POOL_GRANTED);
         funcd_pool_release(b.pool, w, 0);
     }
     b.now += 999;
@@ -249,7 +249,7 @@ TEST(no_slot_on_a_stopping_worker)
     CHECK(bench_up(&b, &cfg) == 0);
     rec r = {.wt.granted = on_grant};
     funcd_pool_worker *w = NULL;
-    CHECK_INT(funcd_pool_acquire(b.pool, &r.wt, &w), 1);
+    CHECK_INT(funcd_pool_acquire(b.pool, &r.wt, &w), FUNCD_POOL_QUEUED);
     turn(&b);
     fake *first = nth(&b, 0);
     funcd_pool_worker_ready(first->pw);
@@ -264,7 +264,7 @@ TEST(no_slot_on_a_stopping_worker)
     CHECK(atomic_load(&first->stopped));
     /* Still listed (stopping) until it exits; a request now must not get it. */
     rec r2 = {.wt.granted = on_grant};
-    CHECK_INT(funcd_pool_acquire(b.pool, &r2.wt, &w), 1);
+    CHECK_INT(funcd_pool_acquire(b.pool, &r2.wt, &w), FUNCD_POOL_QUEUED);
     turn(&b);
     CHECK_INT(b.starts, 2);
     funcd_pool_worker_ready(nth(&b, 1)->pw);
@@ -285,8 +285,8 @@ TEST(grant_and_cancel)
     CHECK(bench_up(&b, &cfg) == 0);
     rec gone = {.wt.granted = on_grant}, kept = {.wt.granted = on_grant};
     funcd_pool_worker *w = NULL;
-    CHECK_INT(funcd_pool_acquire(b.pool, &gone.wt, &w), 1);
-    CHECK_INT(funcd_pool_acquire(b.pool, &kept.wt, &w), 1);
+    CHECK_INT(funcd_pool_acquire(b.pool, &gone.wt, &w), FUNCD_POOL_QUEUED);
+    CHECK_INT(funcd_pool_acquire(b.pool, &kept.wt, &w), FUNCD_POOL_QUEUED);
     CHECK_INT(stats(&b).waiting, 2);
     CHECK_INT(funcd_pool_cancel(b.pool, &gone.wt), 1); /* still queued: removed */
     CHECK_INT(stats(&b).waiting, 1);
@@ -311,9 +311,9 @@ TEST(queue_overflow)
     CHECK(bench_up(&b, &cfg) == 0);
     rec r[3] = {{.wt.granted = on_grant}, {.wt.granted = on_grant}, {.wt.granted = on_grant}};
     funcd_pool_worker *w = NULL;
-    CHECK_INT(funcd_pool_acquire(b.pool, &r[0].wt, &w), 1);
-    CHECK_INT(funcd_pool_acquire(b.pool, &r[1].wt, &w), 1);
-    CHECK_INT(funcd_pool_acquire(b.pool, &r[2].wt, &w), -1);
+    CHECK_INT(funcd_pool_acquire(b.pool, &r[0].wt, &w), FUNCD_POOL_QUEUED);
+    CHECK_INT(funcd_pool_acquire(b.pool, &r[1].wt, &w), FUNCD_POOL_QUEUED);
+    CHECK_INT(funcd_pool_acquire(b.pool, &r[2].wt, &w), FUNCD_POOL_FULL);
     turn(&b);
     CHECK_INT(b.starts, 1); /* max 1 */
     funcd_pool_worker_ready(nth(&b, 0)->pw);
@@ -324,7 +324,7 @@ TEST(queue_overflow)
     funcd_pool_release(b.pool, r[1].w, 0);
     funcd_pool_close(b.pool, "closed");
     b.closed = 1;
-    CHECK_INT(funcd_pool_acquire(b.pool, &r[2].wt, &w), -2);
+    CHECK_INT(funcd_pool_acquire(b.pool, &r[2].wt, &w), FUNCD_POOL_CLOSED);
     bench_down(&b);
 }
 
@@ -339,7 +339,7 @@ TEST(start_failure_backoff)
     CHECK(bench_up(&b, &cfg) == 0);
     rec r = {.wt.granted = on_grant};
     funcd_pool_worker *w = NULL;
-    CHECK_INT(funcd_pool_acquire(b.pool, &r.wt, &w), 1);
+    CHECK_INT(funcd_pool_acquire(b.pool, &r.wt, &w), FUNCD_POOL_QUEUED);
     turn(&b);
     CHECK_INT(b.starts, 1);
     funcd_pool_worker_failed(nth(&b, 0)->pw, "exec: no such file");
@@ -353,7 +353,7 @@ TEST(start_failure_backoff)
         /* Within the backoff: no start, and a request is told why at once. */
         rec early = {.wt.granted = on_grant};
         b.now += wait - 1;
-        CHECK_INT(funcd_pool_acquire(b.pool, &early.wt, &w), 1);
+        CHECK_INT(funcd_pool_acquire(b.pool, &early.wt, &w), FUNCD_POOL_QUEUED);
         turn(&b);
         CHECK_INT(b.starts, 1 + (unsigned)i);
         CHECK_INT(atomic_load(&early.calls), 1);
@@ -362,7 +362,7 @@ TEST(start_failure_backoff)
         /* After it: a new start. */
         rec q = {.wt.granted = on_grant};
         b.now += 1;
-        CHECK_INT(funcd_pool_acquire(b.pool, &q.wt, &w), 1);
+        CHECK_INT(funcd_pool_acquire(b.pool, &q.wt, &w), FUNCD_POOL_QUEUED);
         turn(&b);
         CHECK_INT(b.starts, 2 + (unsigned)i);
         CHECK_INT(atomic_load(&q.calls), 0);
@@ -378,7 +378,7 @@ TEST(start_failure_backoff)
     b.fail_start = 1;
     b.now += wait;
     rec q = {.wt.granted = on_grant};
-    CHECK_INT(funcd_pool_acquire(b.pool, &q.wt, &w), 1);
+    CHECK_INT(funcd_pool_acquire(b.pool, &q.wt, &w), FUNCD_POOL_QUEUED);
     turn(&b);
     CHECK_INT(atomic_load(&q.calls), 1);
     CHECK_INT(stats(&b).failures, 6);
@@ -386,7 +386,7 @@ TEST(start_failure_backoff)
     b.fail_start = 0;
     b.now += 20000;
     rec ok = {.wt.granted = on_grant};
-    CHECK_INT(funcd_pool_acquire(b.pool, &ok.wt, &w), 1);
+    CHECK_INT(funcd_pool_acquire(b.pool, &ok.wt, &w), FUNCD_POOL_QUEUED);
     turn(&b);
     funcd_pool_worker_ready(nth(&b, b.n_fakes - 1)->pw);
     CHECK_INT(atomic_load(&ok.calls), 1);
@@ -439,12 +439,12 @@ static void *race_main(void *arg)
             sched_yield(); /* let the pool go idle now and then */
         race_wait rw = {.wt.granted = on_race_grant, .b = b};
         funcd_pool_worker *w = NULL;
-        int rc = funcd_pool_acquire(b->pool, &rw.wt, &w);
-        if (rc == 0) {
+        funcd_pool_outcome rc = funcd_pool_acquire(b->pool, &rw.wt, &w);
+        if (rc == FUNCD_POOL_GRANTED) {
             use(b, w);
             funcd_pool_release(b->pool, w, 0);
             r->granted++;
-        } else if (rc == 1) {
+        } else if (rc == FUNCD_POOL_QUEUED) {
             if (i % 3 == 0 && funcd_pool_cancel(b->pool, &rw.wt)) {
                 r->cancelled++;
                 continue;

@@ -3,24 +3,33 @@
  *
  * The gateway serves the data plane: `/fn/{namespace}/{name}/{rest}` is routed
  * to one of the function's workers. The platform tells it which functions
- * exist and where their ready workers listen; a request for a known function
- * with no ready worker is a cold request, handed to the activator.
+ * exist (`set_route`, `remove_route`); for each request the gateway takes a
+ * slot on one of the function's workers with the slot functions below (which
+ * start workers from zero when none is ready), speaks HTTP/1.1 to the
+ * worker's Unix socket (docs/worker-contract.md), and gives the slot back.
  *
  * Writing a driver: embed `funcd_gateway` first, fill `version` with
  * FUNCD_GATEWAY_VERSION (FUNCD_GATEWAY_INIT), `name` and the methods.
- * Versions: funcd_platform_new takes a driver of any version from 1 to
- * FUNCD_GATEWAY_VERSION (else FUNCD_EVERSION) and refuses one that lacks a
- * slot marked required for its version (FUNCD_EINVAL). Slots are only
- * appended, under a "version N" line; an optional slot, or one appended
- * after the driver's version, is called only when the driver's version has it
- * and it is set (docs/backends.md).
+ * Versions: funcd_platform_new takes a driver of any version from
+ * FUNCD_GATEWAY_MIN_VERSION to FUNCD_GATEWAY_VERSION (else FUNCD_EVERSION)
+ * and refuses one that lacks a slot marked required for its version
+ * (FUNCD_EINVAL). Slots are only appended, under a "version N" line; an
+ * optional slot, or one appended after the driver's version, is called only
+ * when the driver's version has it and it is set (docs/backends.md). A
+ * change to a structure shared with drivers (funcd_route) raises both
+ * numbers: version 3 made the function's workers an opaque
+ * `funcd_fn_target`, used through the slot functions below (`endpoints` and
+ * `struct funcd_pool *` are gone), so drivers of versions 1 and 2, which
+ * would misread routes, are refused.
  *
  * Ownership: funcd_with_gateway transfers the backend to the platform, which
  * calls `listen` during funcd_platform_new, `start` from funcd_platform_run,
- * `stop` and `free` at shutdown. Routes are copied by `set_route`.
+ * `stop` and `free` at shutdown. Routes are copied by `set_route`; the target
+ * in a route is borrowed for the call (take a reference to keep it).
  *
  * Threads: set_route and remove_route may be called from any thread while
- * the gateway serves; listen/start/stop/free are called from one thread.
+ * the gateway serves; listen/start/stop/free are called from one thread. The
+ * slot functions may be called from any thread (see each for its callbacks).
  */
 #ifndef FUNCD_SYS_GATEWAY_H
 #define FUNCD_SYS_GATEWAY_H
@@ -31,21 +40,28 @@
 extern "C" {
 #endif
 
-#define FUNCD_GATEWAY_VERSION 2
+#define FUNCD_GATEWAY_VERSION 3
+/** The oldest driver version the platform accepts (funcd_route's layout). */
+#define FUNCD_GATEWAY_MIN_VERSION 3
 
 typedef struct funcd_gateway funcd_gateway;
 
-struct funcd_pool; /* the platform's worker pool of one function */
+struct sockaddr_un; /* <sys/un.h> */
+
+/** A function's workers (one version of the function): what the gateway
+ *  takes slots from. Opaque; reference-counted. */
+typedef struct funcd_fn_target funcd_fn_target;
+
+/** One request's place on one worker, from acquire to release. Opaque. */
+typedef struct funcd_slot funcd_slot;
 
 /** Where a function's requests go. */
 typedef struct funcd_route {
     const char *namespace_;
     const char *name;
-    const char *const *endpoints; /**< NULL-terminated worker addresses ("unix:/path"), for
-                                       gateways outside libfuncd; may be NULL */
-    uint64_t timeout_ms;          /**< per-request timeout; 0: the gateway's default */
-    struct funcd_pool *pool;      /**< the function's workers (the embedded gateway takes slots
-                                       from it); NULL while the function cannot run */
+    uint64_t timeout_ms;     /**< per-request timeout; 0: the gateway's default */
+    funcd_fn_target *target; /**< the function's workers; NULL while the function cannot run
+                                  (answer 503). Borrowed: funcd_fn_target_ref to keep it */
 } funcd_route;
 
 struct funcd_gateway {
@@ -84,6 +100,128 @@ struct funcd_gateway {
 /** The embedded h2o gateway serving on `threads` threads (0: one per CPU,
  *  at most 4). */
 FUNCD_EXTERN int funcd_gateway_embedded_new(funcd_gateway **out, unsigned threads);
+
+/* ---- slots: what a gateway does per request ------------------------------
+ *
+ *   acquire ──GRANTED──────────────────────────┐
+ *      └──QUEUED── granted(waiter, slot) ──────┤ (or granted(waiter, NULL, why))
+ *                                              v
+ *   connect to funcd_slot_sockaddr, begin, exchange, end, release(OK|FAILED)
+ *
+ * A slot is one of a worker's `concurrency` places (spec.scaling); while it
+ * is held the worker is not stopped for idleness and its socket address and
+ * end stay valid. Every slot obtained (at once or by a grant) is released
+ * exactly once.
+ */
+
+/** Keeps `target` (from a route) beyond the call that passed it. Any thread. */
+FUNCD_EXTERN void funcd_fn_target_ref(funcd_fn_target *target);
+/** Drops a reference. Slots held stay valid until released. Any thread. */
+FUNCD_EXTERN void funcd_fn_target_unref(funcd_fn_target *target);
+
+typedef struct funcd_slot_waiter funcd_slot_waiter;
+
+/**
+ * A queued request's slot arrived (`slot` is held: release it), or no
+ * worker could give one (`slot` NULL; `error` says why: the function failed
+ * to start, or it was updated or deleted meanwhile). Called exactly once per
+ * QUEUED acquire unless funcd_slot_cancel returned 1, on whichever thread
+ * freed the slot (another request's release, the platform loop when a worker
+ * became ready). Do not block in it: hand the slot to the request's own
+ * thread. It may call the slot functions.
+ */
+typedef void (*funcd_slot_granted_fn)(funcd_slot_waiter *waiter, funcd_slot *slot,
+                                      const char *error);
+
+/** A request waiting for a slot; the caller's memory. It must stay valid and
+ *  untouched (but for `payload`) from a QUEUED acquire until `granted` has
+ *  returned or funcd_slot_cancel returned 1. */
+struct funcd_slot_waiter {
+    funcd_slot_granted_fn granted; /**< set before acquire */
+    void *payload;                 /**< the caller's */
+    void *reserved_[6];            /**< the platform's queue link */
+};
+
+/** What funcd_slot_acquire did (never a FUNCD_E* code: those are negative). */
+typedef enum funcd_slot_acquired {
+    FUNCD_SLOT_GRANTED = 0,    /**< `*out` holds a slot on a ready worker */
+    FUNCD_SLOT_QUEUED = 1,     /**< every worker is busy or none runs yet (a cold start): the
+                                    waiter is queued, workers are started as needed, and
+                                    `granted` will be called; bound the wait yourself (the
+                                    route's timeout) and funcd_slot_cancel when it passes */
+    FUNCD_SLOT_QUEUE_FULL = 2, /**< every worker busy and spec.scaling.queueLength requests
+                                    already wait: answer 503 with Retry-After */
+    FUNCD_SLOT_CLOSED = 3,     /**< this version of the function was updated or deleted:
+                                    answer 503; the route has (or will have) a new target */
+} funcd_slot_acquired;
+
+/**
+ * Takes a slot on the least-loaded ready worker of `target`, or queues
+ * `waiter`. Any thread; never blocks. Returns a funcd_slot_acquired value, or
+ * FUNCD_EINVAL when an argument is NULL or the waiter has no callback.
+ */
+FUNCD_EXTERN int funcd_slot_acquire(funcd_fn_target *target, funcd_slot_waiter *waiter,
+                                    funcd_slot **out);
+
+/**
+ * Withdraws a QUEUED waiter (the request timed out, or its client left).
+ * Returns 1 when it was still queued: `granted` will not be called. Returns
+ * 0 when a grant is already on its way (or was delivered): `granted` runs
+ * (or ran), and the slot it carries, if any, must still be released. Any
+ * thread.
+ */
+FUNCD_EXTERN int funcd_slot_cancel(funcd_fn_target *target, funcd_slot_waiter *waiter);
+
+/** How the exchange with the worker ended. */
+typedef enum funcd_slot_outcome {
+    FUNCD_SLOT_OK = 0,     /**< the worker answered, or the request ended for another reason
+                                (timeout, client gone): the worker stays */
+    FUNCD_SLOT_FAILED = 1, /**< the worker could not be reached or broke the exchange: it is
+                                taken out of service, stopped, and replaced as demand asks */
+} funcd_slot_outcome;
+
+/** Gives the slot back; `slot` is invalid afterwards. Any thread. The
+ *  release may grant the slot to a waiter at once, on this thread. */
+FUNCD_EXTERN void funcd_slot_release(funcd_slot *slot, funcd_slot_outcome outcome);
+
+/** The worker's socket (AF_UNIX, HTTP/1.1 with keep-alive), valid while the
+ *  slot is held. */
+FUNCD_EXTERN const struct sockaddr_un *funcd_slot_sockaddr(const funcd_slot *slot);
+
+/** The same as "unix:/path", valid while the slot is held. */
+FUNCD_EXTERN const char *funcd_slot_endpoint(const funcd_slot *slot);
+
+/** The worker's id, unique for the life of the process (never reused): the
+ *  key of connections a gateway keeps open to a worker across requests. */
+FUNCD_EXTERN uint64_t funcd_slot_worker_id(const funcd_slot *slot);
+
+/**
+ * The request `invocation_id` (the X-Funcd-Invocation-Id sent to the worker)
+ * is now on the worker: lines the worker writes while it is its only
+ * request are logged with that id. Pair with one funcd_slot_end before the
+ * release. Both are optional; any thread.
+ */
+FUNCD_EXTERN void funcd_slot_begin(funcd_slot *slot, const char *invocation_id);
+FUNCD_EXTERN void funcd_slot_end(funcd_slot *slot);
+
+/** Whether the slot's worker process is still there. */
+typedef enum funcd_slot_worker_state {
+    FUNCD_SLOT_WORKER_RUNNING = 0,
+    FUNCD_SLOT_WORKER_EXITED = 1,     /**< it exited or was killed by a signal */
+    FUNCD_SLOT_WORKER_OOM_KILLED = 2, /**< the kernel killed it at its memory limit */
+} funcd_slot_worker_state;
+
+/**
+ * Whether the worker has ended, and how: when it has, a sentence for the
+ * caller of a request it took ("replica hello-3 exited with status 3",
+ * "... was killed by signal 9 (SIGKILL)"; never its output nor a host path)
+ * is copied to `message` (when not NULL). A gateway whose exchange broke asks
+ * this (a worker's end is known a little after its socket closes; wait up to
+ * about a second) before answering 502, and releases the slot FAILED. Any
+ * thread, while the slot is held.
+ */
+FUNCD_EXTERN funcd_slot_worker_state funcd_slot_worker_end(const funcd_slot *slot, char *message,
+                                                           size_t message_len);
 
 #ifdef __cplusplus
 }
