@@ -11,9 +11,9 @@
 #include "port/port.h"
 
 #define SLOT(type, slot, since, required) {#slot, offsetof(type, slot), since, required}
-#define TABLE(port_, type, min_, current_, slots_)                                                 \
+#define TABLE(port_, type, current_, slots_)                                                       \
     const funcd_port_table funcd_port_##port_##_table = {                                          \
-        #port_, "funcd_with_" #port_, min_, current_, slots_, sizeof(slots_) / sizeof(slots_[0])}
+        #port_, "funcd_with_" #port_, current_, slots_, sizeof(slots_) / sizeof(slots_[0])}
 
 static const funcd_port_slot store_slots[] = {
     SLOT(funcd_store, get, 1, 1),     SLOT(funcd_store, put, 1, 1),
@@ -21,13 +21,13 @@ static const funcd_port_slot store_slots[] = {
     SLOT(funcd_store, watch, 1, 1),   SLOT(funcd_store, unwatch, 1, 1),
     SLOT(funcd_store, revision, 1, 0), SLOT(funcd_store, free, 1, 1),
 };
-TABLE(store, funcd_store, 1, FUNCD_STORE_VERSION, store_slots);
+TABLE(store, funcd_store, FUNCD_STORE_VERSION, store_slots);
 
 static const funcd_port_slot blob_slots[] = {
     SLOT(funcd_blob, put, 1, 1),  SLOT(funcd_blob, get, 1, 1), SLOT(funcd_blob, stat, 1, 1),
     SLOT(funcd_blob, list, 1, 1), SLOT(funcd_blob, del, 1, 1), SLOT(funcd_blob, free, 1, 1),
 };
-TABLE(blob, funcd_blob, 1, FUNCD_BLOB_VERSION, blob_slots);
+TABLE(blob, funcd_blob, FUNCD_BLOB_VERSION, blob_slots);
 
 static const funcd_port_slot bus_slots[] = {
     SLOT(funcd_bus, publish, 1, 1),
@@ -35,7 +35,7 @@ static const funcd_port_slot bus_slots[] = {
     SLOT(funcd_bus, unsubscribe, 1, 1),
     SLOT(funcd_bus, free, 1, 1),
 };
-TABLE(bus, funcd_bus, 1, FUNCD_BUS_VERSION, bus_slots);
+TABLE(bus, funcd_bus, FUNCD_BUS_VERSION, bus_slots);
 
 static const funcd_port_slot runtime_slots[] = {
     SLOT(funcd_runtime, attach, 1, 1),      SLOT(funcd_runtime, start, 1, 1),
@@ -43,7 +43,7 @@ static const funcd_port_slot runtime_slots[] = {
     SLOT(funcd_runtime, release, 1, 1),     SLOT(funcd_runtime, free, 1, 1),
     SLOT(funcd_runtime, exit_reason, 2, 0), SLOT(funcd_runtime, specialize, 2, 0),
 };
-TABLE(runtime, funcd_runtime, 1, FUNCD_RUNTIME_VERSION, runtime_slots);
+TABLE(runtime, funcd_runtime, FUNCD_RUNTIME_VERSION, runtime_slots);
 
 static const funcd_port_slot gateway_slots[] = {
     SLOT(funcd_gateway, listen, 1, 1),       SLOT(funcd_gateway, start, 1, 1),
@@ -51,8 +51,7 @@ static const funcd_port_slot gateway_slots[] = {
     SLOT(funcd_gateway, stop, 1, 1),         SLOT(funcd_gateway, free, 1, 1),
     SLOT(funcd_gateway, quiesce, 2, 0),
 };
-/* Version 3 changed funcd_route: a driver of 1 or 2 would misread it. */
-TABLE(gateway, funcd_gateway, FUNCD_GATEWAY_MIN_VERSION, FUNCD_GATEWAY_VERSION, gateway_slots);
+TABLE(gateway, funcd_gateway, FUNCD_GATEWAY_VERSION, gateway_slots);
 
 /* Every port struct starts with `unsigned version; const char *name;`. */
 typedef struct port_head {
@@ -66,10 +65,9 @@ int funcd_port_check(const funcd_port_table *t, const void *backend)
         return funcd_error_set(FUNCD_EINVAL, "%s: the %s backend is NULL", t->option, t->port);
     const port_head *h = backend;
     const char *name = h->name ? h->name : "(unnamed)";
-    if (h->version < t->min || h->version < 1 || h->version > t->current)
+    if (h->version < 1 || h->version > t->current)
         return funcd_error_set(FUNCD_EVERSION, "the %s backend \"%s\" has version %u; this funcd "
-                               "takes versions %u to %u", t->port, name, h->version, t->min,
-                               t->current);
+                               "takes versions 1 to %u", t->port, name, h->version, t->current);
     char missing[256] = "";
     size_t used = 0;
     for (size_t i = 0; i < t->n_slots; i++) {

@@ -3,7 +3,7 @@
  * docs/adr/0032-backend-spi-rules.md).
  *
  * Registration: funcd_port_check_<port> accepts a backend whose `version`
- * is the port's minimum (1, but 3 for the gateway) to the current one and whose required slots of that version are set;
+ * is 1 to the current one and whose required slots of that version are set;
  * the tables in check.c hold, per port, every slot with the version that
  * appended it and whether it is required, as the public headers mark them.
  *
@@ -37,8 +37,6 @@ typedef struct funcd_port_slot {
 typedef struct funcd_port_table {
     const char *port;   /* "store" */
     const char *option; /* "funcd_with_store" */
-    unsigned min;       /* the oldest version taken: 1, but for a port whose shared
-                           structures changed (FUNCD_GATEWAY_MIN_VERSION) */
     unsigned current;   /* FUNCD_STORE_VERSION */
     const funcd_port_slot *slots;
     size_t n_slots;
@@ -51,8 +49,8 @@ extern const funcd_port_table funcd_port_runtime_table;
 extern const funcd_port_table funcd_port_gateway_table;
 
 /*
- * Checks a backend at registration: FUNCD_EVERSION when its version is
- * older than the port's minimum (0 for most) or newer than this library's, FUNCD_EINVAL naming every required slot of its
+ * Checks a backend at registration: FUNCD_EVERSION when its version is 0 or
+ * newer than this library's, FUNCD_EINVAL naming every required slot of its
  * version that is NULL. 0 when the platform may use it.
  */
 int funcd_port_check(const funcd_port_table *t, const void *backend);

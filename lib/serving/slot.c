@@ -16,6 +16,12 @@
 #include "serving/serving.h"
 #include "util/misc.h"
 
+/* Drivers of versions 1 and 2 read routes with the layout they had. */
+_Static_assert(offsetof(funcd_route, reserved_) == 2 * sizeof(void *) &&
+                   offsetof(funcd_route, timeout_ms) == 3 * sizeof(void *) &&
+                   offsetof(funcd_route, target) == 3 * sizeof(void *) + sizeof(uint64_t),
+               "funcd_route must keep the layout of gateway versions 1 and 2");
+
 /* The pool's waiter lives in the public waiter's reserved words. */
 _Static_assert(sizeof(funcd_pool_waiter) <= sizeof(((funcd_slot_waiter *)0)->reserved_),
                "funcd_slot_waiter.reserved_ cannot hold a funcd_pool_waiter");

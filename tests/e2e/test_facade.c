@@ -403,15 +403,6 @@ TEST(backend_of_another_version_is_EVERSION)
     CHECK(p == NULL);
     CHECK_INT(g.frees, 1);
 
-    /* Version 2 drivers read the funcd_route of before the slot functions. */
-    fg_init(&g);
-    g.base.version = FUNCD_GATEWAY_MIN_VERSION - 1;
-    p = NOT_SET;
-    CHECK_INT(funcd_platform_new(&p, funcd_in_memory(), funcd_with_gateway(&g.base)),
-              FUNCD_EVERSION);
-    CHECK(p == NULL);
-    CHECK_INT(g.frees, 1);
-
     funcd_blob *blob = NULL;
     CHECK_INT(funcd_blob_memory_new(&blob), 0);
     blob->version = 99;

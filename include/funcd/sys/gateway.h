@@ -10,17 +10,17 @@
  *
  * Writing a driver: embed `funcd_gateway` first, fill `version` with
  * FUNCD_GATEWAY_VERSION (FUNCD_GATEWAY_INIT), `name` and the methods.
- * Versions: funcd_platform_new takes a driver of any version from
- * FUNCD_GATEWAY_MIN_VERSION to FUNCD_GATEWAY_VERSION (else FUNCD_EVERSION)
- * and refuses one that lacks a slot marked required for its version
- * (FUNCD_EINVAL). Slots are only appended, under a "version N" line; an
- * optional slot, or one appended after the driver's version, is called only
- * when the driver's version has it and it is set (docs/backends.md). A
- * change to a structure shared with drivers (funcd_route) raises both
- * numbers: version 3 made the function's workers an opaque
- * `funcd_fn_target`, used through the slot functions below (`endpoints` and
- * `struct funcd_pool *` are gone), so drivers of versions 1 and 2, which
- * would misread routes, are refused.
+ * Versions: funcd_platform_new takes a driver of any version from 1 to
+ * FUNCD_GATEWAY_VERSION (else FUNCD_EVERSION) and refuses one that lacks a
+ * slot marked required for its version (FUNCD_EINVAL). Slots are only
+ * appended, under a "version N" line; an optional slot, or one appended
+ * after the driver's version, is called only when the driver's version has it
+ * and it is set (docs/backends.md). Structures the platform hands a driver
+ * (funcd_route) keep their layout across versions, so an older driver reads
+ * them right. Version 3 added the slot functions below and made the route's
+ * last field the function's `funcd_fn_target` (it was `struct funcd_pool *`,
+ * which no driver outside libfuncd could use); `endpoints`, never filled,
+ * is now a reserved word that is always NULL.
  *
  * Ownership: funcd_with_gateway transfers the backend to the platform, which
  * calls `listen` during funcd_platform_new, `start` from funcd_platform_run,
@@ -41,8 +41,6 @@ extern "C" {
 #endif
 
 #define FUNCD_GATEWAY_VERSION 3
-/** The oldest driver version the platform accepts (funcd_route's layout). */
-#define FUNCD_GATEWAY_MIN_VERSION 3
 
 typedef struct funcd_gateway funcd_gateway;
 
@@ -59,6 +57,8 @@ typedef struct funcd_slot funcd_slot;
 typedef struct funcd_route {
     const char *namespace_;
     const char *name;
+    const void *reserved_;   /**< always NULL (the place of versions 1-2's unfilled
+                                  `endpoints`, kept so that their drivers read the rest) */
     uint64_t timeout_ms;     /**< per-request timeout; 0: the gateway's default */
     funcd_fn_target *target; /**< the function's workers; NULL while the function cannot run
                                   (answer 503). Borrowed: funcd_fn_target_ref to keep it */
