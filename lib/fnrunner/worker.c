@@ -681,7 +681,7 @@ static void reconcile(worker_eval *we)
         return;
     funcd_sources_cancel(we->sources, we); /* registered again below if still pulling */
     config_list l = {0};
-    if (we->store->list(we->store, we->prefix, collect_config, &l, NULL) < 0) {
+    if (funcd_port_store_list(we->store, we->prefix, collect_config, &l, NULL) < 0) {
         funcd_log(we->logger, FUNCD_LOG_WARN, "cannot list FunctionConfigs for warm workers: %s",
                   funcd_error_last()->message);
         for (size_t i = 0; i < l.n; i++)
@@ -1132,8 +1132,8 @@ static int worker_start(funcd_evaluator *ev)
     if (we->off || !we->store || we->watch)
         return 0;
     /* Watch first: a change after it re-lists, one before it is listed. */
-    if (we->store->watch(we->store, we->prefix, funcd_port_store_revision(we->store),
-                         on_config_event, we, &we->watch) < 0) {
+    if (funcd_port_store_watch(we->store, we->prefix, funcd_port_store_revision(we->store),
+                               on_config_event, we, &we->watch) < 0) {
         funcd_log(we->logger, FUNCD_LOG_WARN, "cannot watch FunctionConfigs (%s); warm workers "
                   "follow them only when evaluated", funcd_error_last()->message);
         we->watch = NULL;
@@ -1149,7 +1149,7 @@ static void worker_close(funcd_evaluator *ev)
         return;
     we->closed = 1;
     if (we->watch)
-        we->store->unwatch(we->store, we->watch);
+        funcd_port_store_unwatch(we->store, we->watch);
     we->watch = NULL;
     if (we->reconcile_ev)
         event_del(we->reconcile_ev);

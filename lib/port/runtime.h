@@ -43,6 +43,14 @@ static inline const char *funcd_port_runtime_exit_reason(funcd_runtime *rt, func
     return FUNCD_PORT_HAS(rt, 2, exit_reason) ? rt->exit_reason(rt, w) : NULL;
 }
 
+/* Whether the runtime has `specialize` (version 2, optional): without it a
+ * warm generic worker is used as it is, seeing what the runtime shows every
+ * worker. */
+static inline int funcd_port_runtime_has_specialize(const funcd_runtime *rt)
+{
+    return FUNCD_PORT_HAS(rt, 2, specialize);
+}
+
 /* Version 2, optional: FUNCD_ENOTSUP when the runtime cannot (the caller
  * starts a fresh worker). */
 static inline int funcd_port_runtime_specialize(funcd_runtime *rt, funcd_worker *w,

@@ -21,6 +21,8 @@
 #include "artifact/bundle.h"
 #include "funcd/sys/error.h"
 #include "http/http1.h"
+#include "port/gateway.h"
+#include "port/runtime.h"
 #include "source/resolver.h"
 #include "util/hostpath.h"
 #include "util/misc.h"
@@ -241,11 +243,6 @@ static int image_shim(funcd_serving *s, const launch *ln, const char *run_dir)
     snprintf(from, sizeof(from), "%s/funcd-exec-static", s->shim_dir);
     snprintf(to, sizeof(to), "%s/funcd-exec", run_dir);
     return funcd_link_or_copy(from, to, 0755);
-}
-
-static int runtime_has(const funcd_runtime *rt, size_t slot_end)
-{
-    return rt->version >= 2 && slot_end <= sizeof(funcd_runtime);
 }
 
 /* ---- spec -> launch --------------------------------------------------- */
@@ -985,10 +982,7 @@ static fn_entry **find_entry(funcd_serving *s, const char *ns, const char *name)
 /* "OOMKilled" when the runtime knows the worker hit its memory limit. */
 static const char *exit_reason(funcd_runtime *rt, funcd_worker *proc)
 {
-    if (!runtime_has(rt, offsetof(funcd_runtime, exit_reason) + sizeof(rt->exit_reason)) ||
-        !rt->exit_reason)
-        return NULL;
-    return rt->exit_reason(rt, proc);
+    return funcd_port_runtime_exit_reason(rt, proc);
 }
 
 /* Remembers an out-of-memory kill for the function's status. */
@@ -1036,7 +1030,7 @@ static void on_worker_exit(funcd_worker *proc, int status, void *payload)
                  "replica %s was killed by signal %d (SIG%s)", wc->pub.replica, WTERMSIG(status),
                  sigabbrev_np(WTERMSIG(status)) ? sigabbrev_np(WTERMSIG(status)) : "?");
     atomic_store(&wc->pub.ended, 1);
-    wc->ln->s->cfg.runtime->release(wc->ln->s->cfg.runtime, proc);
+    funcd_port_runtime_release(wc->ln->s->cfg.runtime, proc);
     wc->proc = NULL;
     wc->ln->s->live_workers--;
     remove_tree_dir(wc->dir);
@@ -1077,7 +1071,7 @@ static void on_spare_exit(funcd_worker *proc, int status, void *payload)
     }
     if (s->spares[sp->kind] == sp)
         s->spares[sp->kind] = NULL;
-    s->cfg.runtime->release(s->cfg.runtime, proc);
+    funcd_port_runtime_release(s->cfg.runtime, proc);
     s->live_workers--;
     spare_free(sp);
 }
@@ -1110,7 +1104,7 @@ static void ensure_spare(funcd_serving *s, int kind)
                               FUNCD_WORKER_NETWORK_NONE};
     funcd_worker_events ev = {on_spare_output, on_spare_exit, sp};
     if (mkdir(sp->dir, 0700) != 0 || access(shim, R_OK) != 0 ||
-        s->cfg.runtime->start(s->cfg.runtime, &spec, &ev, &sp->proc) < 0) {
+        funcd_port_runtime_start(s->cfg.runtime, &spec, &ev, &sp->proc) < 0) {
         spare_free(sp);
         return;
     }
@@ -1138,8 +1132,8 @@ static int claim_spare(funcd_serving *s, int kind, worker_ctx *wc, char **env)
     funcd_runtime *rt = s->cfg.runtime;
     funcd_worker_bind binds[3];
     size_t n_binds = worker_binds(s, wc->ln->cwd, wc->ln->code_owned, wc->dir, binds);
-    if (runtime_has(rt, offsetof(funcd_runtime, specialize) + sizeof(rt->specialize)) &&
-        rt->specialize && rt->specialize(rt, sp->proc, binds, n_binds, &wc->ln->limits) < 0) {
+    if (funcd_port_runtime_has_specialize(rt) &&
+        funcd_port_runtime_specialize(rt, sp->proc, binds, n_binds, &wc->ln->limits) < 0) {
         funcd_log(s->cfg.logger, FUNCD_LOG_DEBUG, "generic %s worker not used: %s",
                   generic_runtime[kind], funcd_error_last()->message);
         close(fd);
@@ -1162,7 +1156,7 @@ static int claim_spare(funcd_serving *s, int kind, worker_ctx *wc, char **env)
     free(text);
     close(fd);
     if (!ok) { /* it may have been shown this function's code: use it for nothing else */
-        rt->stop(rt, sp->proc, 0);
+        funcd_port_runtime_stop(rt, sp->proc, 0);
         return -1;
     }
     s->spares[kind] = NULL;
@@ -1222,7 +1216,7 @@ static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
         funcd_worker_spec spec = {(const char *const *)ln->argv, (const char *const *)env.v,
                                   ln->cwd, ln->rootfs, ln->limits, binds, n_binds, ln->network};
         funcd_worker_events ev = {on_worker_output, on_worker_exit, wc};
-        rc = s->cfg.runtime->start(s->cfg.runtime, &spec, &ev, &wc->proc);
+        rc = funcd_port_runtime_start(s->cfg.runtime, &spec, &ev, &wc->proc);
         if (rc == 0)
             s->live_workers++;
     }
@@ -1243,7 +1237,7 @@ static void op_stop(funcd_pool *p, funcd_pool_worker *pw, void *payload)
     worker_ctx *wc = funcd_pool_worker_data(pw);
     probe_stop(wc);
     if (wc->proc)
-        wc->ln->s->cfg.runtime->stop(wc->ln->s->cfg.runtime, wc->proc, STOP_GRACE_MS);
+        funcd_port_runtime_stop(wc->ln->s->cfg.runtime, wc->proc, STOP_GRACE_MS);
 }
 
 static void op_dispose(funcd_pool_worker *pw, void *payload)
@@ -1280,7 +1274,7 @@ static void route(funcd_serving *s, fn_entry *e)
         return;
     funcd_route r = {.namespace_ = e->ns, .name = e->name, .timeout_ms = e->timeout_ms,
                      .target = e->pool ? funcd_serving_target(e->pool) : NULL};
-    s->cfg.gateway->set_route(s->cfg.gateway, &r);
+    funcd_port_gateway_set_route(s->cfg.gateway, &r);
 }
 
 static void drop_pool(fn_entry *e, const char *why)
@@ -1400,7 +1394,7 @@ void funcd_serving_remove(funcd_serving *s, const char *ns, const char *name)
     if (!e)
         return;
     if (s->cfg.gateway)
-        s->cfg.gateway->remove_route(s->cfg.gateway, ns, name);
+        funcd_port_gateway_remove_route(s->cfg.gateway, ns, name);
     drop_pool(e, "the function was deleted");
     funcd_log_ring_unref(e->logs);
     free(e->ns);
@@ -1458,7 +1452,7 @@ void funcd_serving_close(funcd_serving *s)
         funcd_serving_remove(s, s->entries->ns, s->entries->name);
     for (int k = 0; k < GENERIC_KINDS; k++)
         if (s->spares[k] && s->spares[k]->proc)
-            s->cfg.runtime->stop(s->cfg.runtime, s->spares[k]->proc, 0);
+            funcd_port_runtime_stop(s->cfg.runtime, s->spares[k]->proc, 0);
 }
 
 unsigned funcd_serving_live_workers(const funcd_serving *s)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "funcd/sys/error.h"
+#include "port/runtime.h"
 #include "util/misc.h"
 
 #define PROBE_FIRST_US 100
@@ -96,7 +97,7 @@ size_t funcd_workers_pids(const funcd_workers *ws, int *pids, size_t max)
     size_t n = 0;
     for (const funcd_worker_ctx *w = ws->live; w; w = w->next, n++)
         if (n < max)
-            pids[n] = ws->rt->pid ? ws->rt->pid(ws->rt, w->proc) : 0;
+            pids[n] = funcd_port_runtime_pid(ws->rt, w->proc);
     return n;
 }
 
@@ -356,18 +357,10 @@ static void on_proc_output(funcd_worker *proc, funcd_worker_stream stream, const
         w->ln->hooks.output(w, stream, line, len, w->ln->hooks.payload);
 }
 
-static int runtime_has(const funcd_runtime *rt, size_t slot_end)
-{
-    return rt->version >= 2 && slot_end <= sizeof(funcd_runtime);
-}
-
 /* "OOMKilled" when the runtime knows the worker hit its memory limit. */
 static const char *exit_reason(funcd_runtime *rt, funcd_worker *proc)
 {
-    if (!runtime_has(rt, offsetof(funcd_runtime, exit_reason) + sizeof(rt->exit_reason)) ||
-        !rt->exit_reason)
-        return NULL;
-    return rt->exit_reason(rt, proc);
+    return funcd_port_runtime_exit_reason(rt, proc);
 }
 
 /* The process is gone (or, with `proc` NULL, never started): forget it and
@@ -378,7 +371,7 @@ static void worker_gone(funcd_worker_ctx *w, const char *why)
     probe_stop(w);
     funcd_http_peer_close(w->peer); /* its idle connections lead nowhere now */
     if (w->proc) {
-        ws->rt->release(ws->rt, w->proc);
+        funcd_port_runtime_release(ws->rt, w->proc);
         w->proc = NULL;
         live_unlink(w);
     }
@@ -440,7 +433,7 @@ static int spawn(funcd_worker_ctx *w, const char *const *env)
     funcd_worker_spec spec = {(const char *const *)ln->argv, env, ln->cwd, ln->rootfs,
                               ln->limits, ln->binds, ln->n_binds + 1, ln->network};
     funcd_worker_events ev = funcd_worker_ctx_events(w);
-    return rt->start(rt, &spec, &ev, &w->proc);
+    return funcd_port_runtime_start(rt, &spec, &ev, &w->proc);
 }
 
 static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
@@ -509,7 +502,7 @@ static void op_stop(funcd_pool *p, funcd_pool_worker *pw, void *payload)
     probe_stop(w);
     funcd_http_peer_close(w->peer); /* it drains: idle connections would only delay it */
     if (w->proc)
-        rt->stop(rt, w->proc, w->ln->stop_grace_ms);
+        funcd_port_runtime_stop(rt, w->proc, w->ln->stop_grace_ms);
 }
 
 static void op_dispose(funcd_pool_worker *pw, void *payload)
