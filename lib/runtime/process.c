@@ -25,6 +25,7 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "funcd/sys/error.h"
@@ -37,7 +38,11 @@
 /* A sandboxed worker without spec.resources.pids still cannot fork-bomb
  * the host. */
 #define DEFAULT_SANDBOX_PIDS 1024
-#define REFILL_DELAY_US 3000 /* after a sandboxed start, blanks are made again */
+/* After a sandboxed start blanks are made again, REFILL_START_FACTOR times
+ * as long after it as it took, within these bounds (ADR 0030). */
+#define REFILL_DELAY_US 3000
+#define REFILL_DELAY_MAX_US 100000
+#define REFILL_START_FACTOR 4
 
 #define MAX_LINE 16384
 
@@ -282,13 +287,23 @@ static pid_t start_sandboxed(proc_runtime *rt, const funcd_worker_spec *spec, co
                              &spec->limits};
     /* Its cgroups come with it: a blank init's, where it waited (limits
      * written now), or made for it (docs/adr/0030). */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     pid_t pid = funcd_sandbox_spawn(rt->sandbox, &job, &w->status_fd, &w->cg_id);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     if (rt->refill_ev && !evtimer_pending(rt->refill_ev, NULL)) {
         /* The filler thread makes blanks off the loop, but its clone still
          * copies funcd's page tables under the memory map lock, stalling
-         * every thread for a moment: let the worker just started get ready
-         * first. */
-        struct timeval later = {0, REFILL_DELAY_US};
+         * every thread for a moment, and leaves funcd's memory copy-on-write
+         * (a fault and a TLB shootdown at each first write after it): let the
+         * worker just started get ready first. That takes longer the longer
+         * its start took (a loaded machine): wait a multiple of it. */
+        long took_us = (long)(t1.tv_sec - t0.tv_sec) * 1000000L +
+                       (long)(t1.tv_nsec - t0.tv_nsec) / 1000;
+        long delay = REFILL_START_FACTOR * took_us;
+        struct timeval later = {0, delay < REFILL_DELAY_US       ? REFILL_DELAY_US
+                                   : delay > REFILL_DELAY_MAX_US ? REFILL_DELAY_MAX_US
+                                                                 : delay};
         evtimer_add(rt->refill_ev, &later);
     }
     return pid;
