@@ -123,7 +123,7 @@ static void on_worker_output(funcd_worker_ctx *w, funcd_worker_stream stream, co
                              size_t len, void *payload)
 {
     worker_eval *we = payload;
-    funcd_log(we->logger, FUNCD_LOG_DEBUG, "worker %s: %.*s", funcd_worker_ctx_replica(w),
+    funcd_log(we->logger, FUNCD_LOG_DEBUG, "worker %s: %.*s", w->replica,
               (int)len, line);
 }
 
@@ -922,7 +922,7 @@ static void send_to(wcall *c, funcd_pool_worker *w)
     if (!c->conn) {
         char why[300];
         snprintf(why, sizeof(why), "cannot connect to worker %s: %s",
-                 funcd_worker_ctx_replica(wc), peer ? strerror(errno) : "it exited");
+                 wc->replica, peer ? strerror(errno) : "it exited");
         attempt_failed(c, why);
     }
 }

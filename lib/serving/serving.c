@@ -4,12 +4,10 @@
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stddef.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <linux/openat2.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -20,19 +18,14 @@
 #include "api/api.h"
 #include "artifact/bundle.h"
 #include "funcd/sys/error.h"
-#include "http/http1.h"
 #include "port/gateway.h"
 #include "port/runtime.h"
 #include "source/resolver.h"
 #include "util/hostpath.h"
 #include "util/misc.h"
+#include "worker/launch.h"
 
 #define STOP_GRACE_MS 10000 /* SIGTERM, then SIGKILL (docs/worker-contract.md) */
-#define PROBE_FIRST_US 100
-#define PROBE_FAST_ATTEMPTS 100 /* 10 ms at PROBE_FIRST_US */
-#define PROBE_MAX_US 2000
-#define PROBE_READS 16            /* reads per wakeup: a worker cannot hold the loop */
-#define PROBE_MAX_BODY (64 * 1024) /* a longer answer to /_/ready is not read to its end */
 #define LOG_GRACE_MS 200 /* lines read this soon after a request ended are its */
 
 /* What every worker of one version of a function is started with. */
@@ -73,6 +66,7 @@ typedef struct fn_entry {
     char *ns, *name;
     double generation; /* metadata.generation last applied */
     launch *ln;
+    funcd_launch *workers; /* ln's workers (lib/worker), what `pool` starts */
     funcd_pool *pool;
     uint64_t timeout_ms;
     funcd_log_ring *logs;
@@ -80,29 +74,11 @@ typedef struct fn_entry {
     struct fn_entry *next;
 } fn_entry;
 
-/* A worker: the pool's worker data. `pub` first: the gateway sees only it. */
+/* A worker: the owner's data lib/worker keeps per worker, which the pool
+ * hands out. `pub` first: the gateway sees only it. */
 typedef struct worker_ctx {
     funcd_serving_worker pub;
-    launch *ln;
-    funcd_pool_worker *pw;
-    funcd_worker *proc;
-    char dir[128];
-    char sock[108];
-    /* readiness probe */
-    int probe_fd;
-    struct event *probe_ev;
-    struct event *probe_timer;
-    unsigned probe_delay_us;
-    unsigned probe_attempts;
-    char probe_buf[2048]; /* the answer's head */
-    size_t probe_len;
-    int probe_has_head;   /* the head is in: probe_status and how the body ends are known */
-    int probe_status;
-    funcd_http1 probe_msg;  /* the answer, once its head is in: how its body ends */
-    size_t probe_body_read;
-    char last_stderr[400];
-    int ready;           /* it answered the readiness probe */
-    char load_msg[512];  /* before that: the msg of its last ERROR log line */
+    char load_msg[512];      /* before it is ready: the msg of its last ERROR log line */
     atomic_int load_checked; /* the handler load check's worker, evicted once ready */
 } worker_ctx;
 
@@ -113,7 +89,7 @@ typedef struct spare {
     funcd_serving *s;
     int kind;
     funcd_worker *proc;
-    struct worker_ctx *wc; /* once claimed: output and exit go to it */
+    funcd_worker_ctx *w; /* once claimed: output and exit go to it */
     char dir[128];
     char ctl[108];
 } spare;
@@ -125,8 +101,9 @@ struct funcd_serving {
     char *cache_dir; /* extracted bundles */
     pthread_mutex_t lock; /* guards `entries` for readers on other threads */
     fn_entry *entries;
-    unsigned next_dir;
-    unsigned live_workers; /* processes started and not yet exited */
+    funcd_workers *workers; /* every function's (lib/worker) */
+    unsigned next_dir;      /* for generic workers' directories */
+    unsigned live_spares;   /* generic workers started, not yet claimed or exited */
     spare *spares[GENERIC_KINDS];    /* unclaimed, or NULL */
     int want_spare[GENERIC_KINDS];   /* a function of that runtime exists */
     int closing;
@@ -134,13 +111,6 @@ struct funcd_serving {
 };
 
 /* ---- small helpers ---------------------------------------------------- */
-
-static void strv_free(char **v)
-{
-    for (char **p = v; p && *p; p++)
-        free(*p);
-    free(v);
-}
 
 typedef struct strv {
     char **v;
@@ -182,8 +152,8 @@ static void launch_unref(launch *ln)
 {
     if (!ln || atomic_fetch_sub(&ln->refs, 1) != 1)
         return;
-    strv_free(ln->argv);
-    strv_free(ln->env);
+    funcd_strv_free(ln->argv);
+    funcd_strv_free(ln->env);
     free(ln->cwd);
     free(ln->rootfs);
     free(ln->fingerprint);
@@ -216,33 +186,9 @@ static size_t worker_binds(const funcd_serving *s, const char *code, int code_ow
         out[n++] = (funcd_worker_bind){code, NULL, 0, code_owned};
     if (s->shim_dir[0])
         out[n++] = (funcd_worker_bind){s->shim_dir, NULL, 0, 0};
-    out[n++] = (funcd_worker_bind){run_dir, NULL, 1, 1};
+    if (run_dir) /* NULL: lib/worker adds it */
+        out[n++] = (funcd_worker_bind){run_dir, NULL, 1, 1};
     return n;
-}
-
-/* Where an image function's runtime directory appears inside its root. */
-#define IMAGE_RUN_DIR "/run/funcd"
-#define IMAGE_EXEC_SHIM IMAGE_RUN_DIR "/funcd-exec"
-
-/* An image function sees its own root and, at IMAGE_RUN_DIR, its runtime
- * directory (the socket, and the exec shim in exec mode). */
-static size_t image_binds(const char *run_dir, funcd_worker_bind out[3])
-{
-    out[0] = (funcd_worker_bind){run_dir, IMAGE_RUN_DIR, 1, 1};
-    return 1;
-}
-
-/* In exec mode the image's program runs under the exec shim, which must
- * come without the host's libraries: the static build, copied (a hard link
- * where the file systems allow) into the worker's runtime directory. */
-static int image_shim(funcd_serving *s, const launch *ln, const char *run_dir)
-{
-    if (strcmp(ln->argv[0], IMAGE_EXEC_SHIM) != 0)
-        return 0;
-    char from[600], to[300];
-    snprintf(from, sizeof(from), "%s/funcd-exec-static", s->shim_dir);
-    snprintf(to, sizeof(to), "%s/funcd-exec", run_dir);
-    return funcd_link_or_copy(from, to, 0755);
 }
 
 /* ---- spec -> launch --------------------------------------------------- */
@@ -555,7 +501,7 @@ static int build_image_argv(const cJSON *spec, const funcd_source_result *img, s
     const char *mode = str_at(spec, "mode");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(spec, "args");
     if (mode && strcmp(mode, "exec") == 0) {
-        strv_add(argv, IMAGE_EXEC_SHIM);
+        strv_add(argv, FUNCD_IMAGE_EXEC_SHIM);
         strv_add(argv, "--");
     }
     size_t before = argv->n;
@@ -662,8 +608,8 @@ static launch *build_launch(funcd_serving *s, const char *ns, const char *name, 
     free(ln);
     free(code);
     free(rootfs);
-    strv_free(argv.v);
-    strv_free(env.v);
+    funcd_strv_free(argv.v);
+    funcd_strv_free(env.v);
     return NULL;
 }
 
@@ -683,165 +629,7 @@ static funcd_pool_config pool_config(const cJSON *spec)
     return c;
 }
 
-/* ---- workers ---------------------------------------------------------- */
-
-static void probe_stop(worker_ctx *wc)
-{
-    if (wc->probe_ev)
-        event_free(wc->probe_ev);
-    wc->probe_ev = NULL;
-    if (wc->probe_timer)
-        event_free(wc->probe_timer);
-    wc->probe_timer = NULL;
-    if (wc->probe_fd >= 0)
-        close(wc->probe_fd);
-    wc->probe_fd = -1;
-}
-
-static void probe_again(worker_ctx *wc);
-
-/* The head of the probe's answer is in probe_buf: its length when it is
- * complete (the status and how the body ends are noted), 0 for more, -1
- * when it is not HTTP. */
-static int probe_head(worker_ctx *wc)
-{
-    funcd_http1_field fields[64];
-    funcd_http1 *m = &wc->probe_msg;
-    funcd_http1_init_response(m, 0, fields, 64);
-    ssize_t n = funcd_http1_head(m, wc->probe_buf, wc->probe_len);
-    if (n == 0)
-        return wc->probe_len < sizeof(wc->probe_buf) - 1 ? 0 : -1;
-    if (n < 0)
-        return -1;
-    m->fields = NULL; /* `fields` ends here; the body needs none */
-    m->nfields = m->max_fields = 0;
-    wc->probe_has_head = 1;
-    wc->probe_status = m->status;
-    return (int)n;
-}
-
-/* Counts body bytes of the probe's answer; 1 when the body is complete. */
-static int probe_body(worker_ctx *wc, char *data, size_t len)
-{
-    wc->probe_body_read += len;
-    if (wc->probe_body_read > PROBE_MAX_BODY)
-        return 1; /* enough: what is left is the worker's problem */
-    size_t out;
-    if (funcd_http1_body(&wc->probe_msg, data, len, &out) < 0)
-        return 1; /* a malformed body: the status is known, the rest is the worker's problem */
-    return wc->probe_msg.done;
-}
-
-static void probe_done(worker_ctx *wc)
-{
-    int status = wc->probe_status;
-    if (status == 200 || status == 404) {
-        probe_stop(wc);
-        wc->ready = 1;
-        int failed = LOAD_FAILED; /* any worker that loads the handler proves it loads */
-        if (wc->ln->load_check)
-            atomic_compare_exchange_strong(&wc->ln->load_state, &failed, LOAD_OK);
-        funcd_pool_worker_ready(wc->pw);
-        return;
-    }
-    probe_again(wc); /* not ready yet: try again shortly */
-}
-
-/*
- * The probe reads the whole answer before it closes its connection: a
- * worker still writing its body to a connection closed under it gets
- * EPIPE, and one that leaves SIGPIPE at its default (most hand-written
- * servers) dies of it -- with the first real request already on its way
- * to it (docs/adr/0021-first-request.md).
- */
-static void on_probe_read(evutil_socket_t fd, short what, void *arg)
-{
-    worker_ctx *wc = arg;
-    char scratch[4096];
-    for (int reads = 0; reads < PROBE_READS; reads++) { /* then again on the next wakeup */
-        int in_head = !wc->probe_has_head;
-        char *dst = in_head ? wc->probe_buf + wc->probe_len : scratch;
-        size_t room = in_head ? sizeof(wc->probe_buf) - 1 - wc->probe_len : sizeof(scratch);
-        ssize_t n = read(fd, dst, room);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno == EAGAIN)
-            return;
-        if (n <= 0) {
-            if (n == 0 && !in_head)
-                probe_done(wc); /* the body ended with the connection */
-            else
-                probe_again(wc); /* closed before a whole head: not ready */
-            return;
-        }
-        int done;
-        if (in_head) {
-            wc->probe_len += (size_t)n;
-            wc->probe_buf[wc->probe_len] = '\0';
-            int head = probe_head(wc);
-            if (head < 0) {
-                probe_again(wc); /* not HTTP (yet) */
-                return;
-            }
-            if (head == 0)
-                continue;
-            size_t rest = wc->probe_len - (size_t)head; /* body bytes that came with the head */
-            done = wc->probe_msg.done || (rest && probe_body(wc, wc->probe_buf + head, rest));
-        } else {
-            done = probe_body(wc, scratch, (size_t)n);
-        }
-        if (done) {
-            probe_done(wc);
-            return;
-        }
-    }
-}
-
-static void on_probe_timer(evutil_socket_t fd, short what, void *arg)
-{
-    worker_ctx *wc = arg;
-    struct sockaddr_un sun = {.sun_family = AF_UNIX};
-    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", wc->sock);
-    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (s < 0 || connect(s, (struct sockaddr *)&sun, sizeof(sun)) != 0) {
-        if (s >= 0)
-            close(s);
-        probe_again(wc); /* not listening yet */
-        return;
-    }
-    static const char req[] = "GET /_/ready HTTP/1.1\r\nHost: worker\r\nConnection: close\r\n"
-                              "Content-Length: 0\r\n\r\n";
-    if (write(s, req, sizeof(req) - 1) != (ssize_t)(sizeof(req) - 1)) {
-        close(s);
-        probe_again(wc);
-        return;
-    }
-    wc->probe_fd = s;
-    wc->probe_len = 0;
-    wc->probe_has_head = 0;
-    wc->probe_body_read = 0;
-    wc->probe_ev = event_new(wc->ln->s->cfg.loop, s,
-                             EV_READ | EV_PERSIST, on_probe_read, wc);
-    event_add(wc->probe_ev, NULL);
-}
-
-static void probe_again(worker_ctx *wc)
-{
-    if (wc->probe_ev)
-        event_free(wc->probe_ev);
-    wc->probe_ev = NULL;
-    if (wc->probe_fd >= 0)
-        close(wc->probe_fd);
-    wc->probe_fd = -1;
-    /* Probe every PROBE_FIRST_US while a fast worker would be getting ready
-     * (a failed connect costs a few microseconds), then back off. */
-    struct timeval tv = {0, wc->probe_delay_us};
-    if (++wc->probe_attempts > PROBE_FAST_ATTEMPTS && wc->probe_delay_us < PROBE_MAX_US)
-        wc->probe_delay_us *= 2;
-    if (wc->probe_delay_us > PROBE_MAX_US)
-        wc->probe_delay_us = PROBE_MAX_US;
-    evtimer_add(wc->probe_timer, &tv);
-}
+/* ---- workers (lib/worker does the rest) -------------------------------- */
 
 /* Pulls an "invocationId" out of a structured (JSON) log line. */
 static int invocation_of(const char *line, size_t len, char *out, size_t out_len)
@@ -875,18 +663,19 @@ static void note_load_line(worker_ctx *wc, const char *line, size_t len)
 
 /* A worker that exits with EXIT_HANDLER_LOAD before it was ready could not
  * load the handler: that version is HandlerLoadFailed. */
-static void note_load_exit(worker_ctx *wc, int status)
+static void note_load_exit(launch *ln, funcd_worker_ctx *w, int status)
 {
-    launch *ln = wc->ln;
+    worker_ctx *wc = (worker_ctx *)w->data;
+    const char *last_stderr = w->last_stderr;
     int stopping = LOAD_STOPPING;
     if (atomic_load(&wc->load_checked)) /* it loaded the handler and was stopped */
         atomic_compare_exchange_strong(&ln->load_state, &stopping, LOAD_OK);
-    if (!ln->load_check || wc->ready || !WIFEXITED(status) ||
+    if (!ln->load_check || w->ready || !WIFEXITED(status) ||
         WEXITSTATUS(status) != EXIT_HANDLER_LOAD)
         return;
     snprintf(ln->load_error, sizeof(ln->load_error), "%s",
-             wc->load_msg[0] ? wc->load_msg : wc->last_stderr[0] ? wc->last_stderr
-                                                                 : "the handler could not be loaded");
+             wc->load_msg[0] ? wc->load_msg : last_stderr[0] ? last_stderr
+                                                             : "the handler could not be loaded");
     atomic_store(&ln->load_state, LOAD_FAILED);
 }
 
@@ -908,7 +697,7 @@ static void on_load_granted(funcd_pool_waiter *wt, funcd_pool_worker *w, const c
         funcd_pool_stats_get(pool, &st);
         /* Nothing runs before the first request: unless requests came
          * meanwhile, the worker is stopped, and the version is Ready once
-         * it is gone (on_worker_exit). */
+         * it is gone (on_worker_exited). */
         int evict = st.in_flight <= 1 && st.waiting == 0;
         if (evict) {
             atomic_store(&((worker_ctx *)funcd_pool_worker_data(w))->load_checked, 1);
@@ -947,13 +736,14 @@ static void start_load_check(launch *ln, funcd_pool *pool)
         on_load_granted(&lc->wt, NULL, "the pool refused");
 }
 
-static void on_worker_output(funcd_worker *proc, funcd_worker_stream stream, const char *line,
+static void on_worker_output(funcd_worker_ctx *w, funcd_worker_stream stream, const char *line,
                              size_t len, void *payload)
 {
-    worker_ctx *wc = payload;
-    funcd_serving *s = wc->ln->s;
+    launch *ln = payload;
+    funcd_serving *s = ln->s;
+    worker_ctx *wc = (worker_ctx *)w->data;
     char inv[40] = "";
-    if (stream == FUNCD_WORKER_STDERR && !wc->ready && wc->ln->load_check)
+    if (stream == FUNCD_WORKER_STDERR && !w->ready && ln->load_check)
         note_load_line(wc, line, len);
     if (!invocation_of(line, len, inv, sizeof(inv))) {
         /* One request in flight: the line is its. None: a line read just
@@ -965,13 +755,11 @@ static void on_worker_output(funcd_worker *proc, funcd_worker_stream stream, con
             snprintf(inv, sizeof(inv), "%s", wc->pub.invocation);
         pthread_mutex_unlock(&wc->pub.invocation_lock);
     }
-    if (stream == FUNCD_WORKER_STDERR)
-        snprintf(wc->last_stderr, sizeof(wc->last_stderr), "%.*s", (int)len, line);
     funcd_log_line rec = {funcd_now_ms(), wc->pub.replica, (int)stream, inv[0] ? inv : NULL,
                           line, len};
-    funcd_log_ring_append(wc->ln->logs, &rec);
+    funcd_log_ring_append(ln->logs, &rec);
     if (s->cfg.observer) {
-        funcd_log_record r = {wc->ln->ns, wc->ln->name, wc->pub.replica, rec.invocation_id,
+        funcd_log_record r = {ln->ns, ln->name, wc->pub.replica, rec.invocation_id,
                               (int)stream, rec.time_ms, line, len};
         s->cfg.observer(&r, s->cfg.observer_payload);
     }
@@ -979,67 +767,76 @@ static void on_worker_output(funcd_worker *proc, funcd_worker_stream stream, con
 
 static fn_entry **find_entry(funcd_serving *s, const char *ns, const char *name);
 
-/* "OOMKilled" when the runtime knows the worker hit its memory limit. */
-static const char *exit_reason(funcd_runtime *rt, funcd_worker *proc)
-{
-    return funcd_port_runtime_exit_reason(rt, proc);
-}
-
 /* Remembers an out-of-memory kill for the function's status. */
-static void note_oom(worker_ctx *wc)
+static void note_oom(launch *ln, worker_ctx *wc)
 {
-    funcd_serving *s = wc->ln->s;
-    fn_entry **pp = find_entry(s, wc->ln->ns, wc->ln->name);
-    if (!pp || (*pp)->ln != wc->ln)
+    funcd_serving *s = ln->s;
+    fn_entry **pp = find_entry(s, ln->ns, ln->name);
+    if (!pp || (*pp)->ln != ln)
         return;
     char ts[32];
     funcd_rfc3339(funcd_now_ms(), ts, sizeof(ts));
     snprintf((*pp)->last_oom, sizeof((*pp)->last_oom), "replica %s at %s (memory limit %llu bytes)",
-             wc->pub.replica, ts, (unsigned long long)wc->ln->limits.memory_bytes);
+             wc->pub.replica, ts, (unsigned long long)ln->limits.memory_bytes);
     if (s->cfg.changed)
-        s->cfg.changed(wc->ln->ns, wc->ln->name, s->cfg.changed_payload);
+        s->cfg.changed(ln->ns, ln->name, s->cfg.changed_payload);
 }
 
-static void on_worker_exit(funcd_worker *proc, int status, void *payload)
+/* The process is gone: the callers of requests it took learn how it ended
+ * (lib/worker's words: no output, no host path). */
+static void on_worker_exited(funcd_worker_ctx *w, int status, const funcd_worker_end *end,
+                             void *payload)
 {
-    worker_ctx *wc = payload;
-    probe_stop(wc);
-    char why[600];
-    const char *reason = exit_reason(wc->ln->s->cfg.runtime, proc);
-    if (reason && strcmp(reason, "OOMKilled") == 0)
-        snprintf(why, sizeof(why), "replica %s was OOMKilled: it reached its memory limit "
-                 "(spec.resources.memory)", wc->pub.replica);
-    else if (WIFEXITED(status))
-        snprintf(why, sizeof(why), "replica %s exited with status %d%s%s", wc->pub.replica,
-                 WEXITSTATUS(status), wc->last_stderr[0] ? ": " : "", wc->last_stderr);
-    else
-        snprintf(why, sizeof(why), "replica %s was killed by signal %d%s%s", wc->pub.replica,
-                 WTERMSIG(status), wc->last_stderr[0] ? ": " : "", wc->last_stderr);
-    /* For the callers of requests it took with it: no output, no host path. */
-    int oom = reason && strcmp(reason, "OOMKilled") == 0;
-    snprintf(wc->pub.end_reason, sizeof(wc->pub.end_reason), "%s", oom ? "OOMKilled" : "");
-    if (oom)
-        snprintf(wc->pub.end_message, sizeof(wc->pub.end_message),
-                 "replica %s was OOMKilled: it reached its memory limit (spec.resources.memory)",
-                 wc->pub.replica);
-    else if (WIFEXITED(status))
-        snprintf(wc->pub.end_message, sizeof(wc->pub.end_message),
-                 "replica %s exited with status %d", wc->pub.replica, WEXITSTATUS(status));
-    else
-        snprintf(wc->pub.end_message, sizeof(wc->pub.end_message),
-                 "replica %s was killed by signal %d (SIG%s)", wc->pub.replica, WTERMSIG(status),
-                 sigabbrev_np(WTERMSIG(status)) ? sigabbrev_np(WTERMSIG(status)) : "?");
+    launch *ln = payload;
+    worker_ctx *wc = (worker_ctx *)w->data;
+    snprintf(wc->pub.end_reason, sizeof(wc->pub.end_reason), "%s", end->reason);
+    snprintf(wc->pub.end_message, sizeof(wc->pub.end_message), "%s", end->message);
     atomic_store(&wc->pub.ended, 1);
-    funcd_port_runtime_release(wc->ln->s->cfg.runtime, proc);
-    wc->proc = NULL;
-    wc->ln->s->live_workers--;
-    remove_tree_dir(wc->dir);
-    if (reason && strcmp(reason, "OOMKilled") == 0)
-        note_oom(wc);
-    note_load_exit(wc, status);
-    funcd_pool_worker_exited(wc->pw, why);
+    if (strcmp(end->reason, "OOMKilled") == 0)
+        note_oom(ln, wc);
+    note_load_exit(ln, w, status);
 }
 
+/* Any worker that loads the handler proves it loads. */
+static void on_worker_ready(funcd_worker_ctx *w, void *payload)
+{
+    launch *ln = payload;
+    int failed = LOAD_FAILED;
+    if (ln->load_check)
+        atomic_compare_exchange_strong(&ln->load_state, &failed, LOAD_OK);
+}
+
+/* What the gateway needs of the worker, before it starts. */
+static void on_worker_prepare(funcd_worker_ctx *w, void *data, void *payload)
+{
+    worker_ctx *wc = data;
+    static atomic_uint_fast64_t next_worker_id;
+    wc->pub.id = atomic_fetch_add(&next_worker_id, 1) + 1;
+    wc->pub.addr.sun_family = AF_UNIX;
+    snprintf(wc->pub.addr.sun_path, sizeof(wc->pub.addr.sun_path), "%s",
+             w->sock);
+    snprintf(wc->pub.endpoint, sizeof(wc->pub.endpoint), "unix:%s", w->sock);
+    snprintf(wc->pub.replica, sizeof(wc->pub.replica), "%s", w->replica);
+    pthread_mutex_init(&wc->pub.invocation_lock, NULL);
+}
+
+static void on_worker_dispose(funcd_worker_ctx *w, void *data, void *payload)
+{
+    worker_ctx *wc = data;
+    pthread_mutex_destroy(&wc->pub.invocation_lock);
+}
+
+static void on_workers_changed(funcd_pool *p, void *payload)
+{
+    launch *ln = payload;
+    if (ln->s->cfg.changed)
+        ln->s->cfg.changed(ln->ns, ln->name, ln->s->cfg.changed_payload);
+}
+
+static void on_launch_released(void *payload)
+{
+    launch_unref(payload);
+}
 
 /* ---- a warm generic node worker ---------------------------------------- */
 
@@ -1053,26 +850,29 @@ static void on_spare_output(funcd_worker *proc, funcd_worker_stream stream, cons
                             size_t len, void *payload)
 {
     spare *sp = payload;
-    if (sp->wc)
-        on_worker_output(proc, stream, line, len, sp->wc);
-    else
+    if (sp->w) {
+        funcd_worker_events ev = funcd_worker_ctx_events(sp->w);
+        ev.on_output(proc, stream, line, len, ev.payload);
+    } else {
         funcd_log(sp->s->cfg.logger, FUNCD_LOG_DEBUG, "generic %s worker: %.*s",
                   generic_runtime[sp->kind], (int)len, line);
+    }
 }
 
 static void on_spare_exit(funcd_worker *proc, int status, void *payload)
 {
     spare *sp = payload;
     funcd_serving *s = sp->s;
-    if (sp->wc) { /* it became a function's worker: that worker exited */
-        on_worker_exit(proc, status, sp->wc);
+    if (sp->w) { /* it became a function's worker: that worker exited */
+        funcd_worker_events ev = funcd_worker_ctx_events(sp->w);
+        ev.on_exit(proc, status, ev.payload);
         spare_free(sp);
         return;
     }
     if (s->spares[sp->kind] == sp)
         s->spares[sp->kind] = NULL;
     funcd_port_runtime_release(s->cfg.runtime, proc);
-    s->live_workers--;
+    s->live_spares--;
     spare_free(sp);
 }
 
@@ -1108,16 +908,19 @@ static void ensure_spare(funcd_serving *s, int kind)
         spare_free(sp);
         return;
     }
-    s->live_workers++;
+    s->live_spares++;
     s->spares[kind] = sp;
 }
 
-/* Turns the waiting generic worker of `kind` into `wc`'s process: 0, or -1
- * when there is none ready (the caller starts a fresh one). */
-static int claim_spare(funcd_serving *s, int kind, worker_ctx *wc, char **env)
+/* Turns the waiting generic worker of `ln`'s runtime into `w`'s process
+ * (`*proc`): 0, or -1 when there is none ready (the caller starts a fresh
+ * one). */
+static int claim_spare(funcd_serving *s, launch *ln, funcd_worker_ctx *w,
+                       const char *const *env, funcd_worker **proc)
 {
+    int kind = ln->generic;
     spare *sp = s->spares[kind];
-    if (!sp || wc->ln->network != FUNCD_WORKER_NETWORK_NONE)
+    if (!sp || ln->network != FUNCD_WORKER_NETWORK_NONE)
         return -1;
     struct sockaddr_un sun = {.sun_family = AF_UNIX};
     snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", sp->ctl);
@@ -1131,16 +934,16 @@ static int claim_spare(funcd_serving *s, int kind, worker_ctx *wc, char **env)
      * directory yet. */
     funcd_runtime *rt = s->cfg.runtime;
     funcd_worker_bind binds[3];
-    size_t n_binds = worker_binds(s, wc->ln->cwd, wc->ln->code_owned, wc->dir, binds);
+    size_t n_binds = worker_binds(s, ln->cwd, ln->code_owned, w->dir, binds);
     if (funcd_port_runtime_has_specialize(rt) &&
-        funcd_port_runtime_specialize(rt, sp->proc, binds, n_binds, &wc->ln->limits) < 0) {
+        funcd_port_runtime_specialize(rt, sp->proc, binds, n_binds, &ln->limits) < 0) {
         funcd_log(s->cfg.logger, FUNCD_LOG_DEBUG, "generic %s worker not used: %s",
                   generic_runtime[kind], funcd_error_last()->message);
         close(fd);
         return -1;
     }
     cJSON *msg = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(msg, "env");
-    for (char **p = env; *p; p++) {
+    for (const char *const *p = env; *p; p++) {
         const char *eq = strchr(*p, '=');
         if (eq) {
             char key[256];
@@ -1148,7 +951,7 @@ static int claim_spare(funcd_serving *s, int kind, worker_ctx *wc, char **env)
             cJSON_AddStringToObject(e, key, eq + 1);
         }
     }
-    cJSON_AddStringToObject(msg, "cwd", wc->ln->cwd);
+    cJSON_AddStringToObject(msg, "cwd", ln->cwd);
     char *text = cJSON_PrintUnformatted(msg);
     cJSON_Delete(msg);
     size_t n = text ? strlen(text) : 0;
@@ -1160,102 +963,68 @@ static int claim_spare(funcd_serving *s, int kind, worker_ctx *wc, char **env)
         return -1;
     }
     s->spares[kind] = NULL;
-    sp->wc = wc;
-    wc->proc = sp->proc;
+    s->live_spares--; /* lib/worker counts it from here on */
+    sp->w = w;
+    *proc = sp->proc;
     return 0;
 }
 
-static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
+/* A fresh worker of `ln`: the waiting generic worker of its runtime, when
+ * there is one, else a new process (started by lib/worker). */
+static int adopt_spare(funcd_worker_ctx *w, const char *const *env, funcd_worker **proc,
+                       void *payload)
 {
     launch *ln = payload;
-    funcd_serving *s = ln->s;
-    worker_ctx *wc = calloc(1, sizeof(*wc));
-    if (!wc)
-        return funcd_error_set(FUNCD_ENOMEM, "out of memory starting a worker");
-    wc->probe_fd = -1;
-    wc->pw = pw;
-    atomic_fetch_add(&ln->refs, 1);
-    wc->ln = ln;
-    pthread_mutex_init(&wc->pub.invocation_lock, NULL);
-    snprintf(wc->pub.replica, sizeof(wc->pub.replica), "%s-%u", ln->name,
-             funcd_pool_worker_replica(pw));
-    funcd_pool_worker_set_data(pw, wc);
+    if (ln->generic < 0 || claim_spare(ln->s, ln, w, env, proc) < 0)
+        return -1;
+    ensure_spare(ln->s, ln->generic); /* the next one starts warming now */
+    return 0;
+}
 
-    snprintf(wc->dir, sizeof(wc->dir), "%s/w%u", s->run_dir, ++s->next_dir);
-    if (strlen(wc->dir) + sizeof("/worker.sock") > sizeof(wc->sock))
-        return funcd_error_set(FUNCD_EINVAL, "the state directory %s is too long for Unix socket "
-                               "paths; choose a shorter one", s->run_dir);
-    snprintf(wc->sock, sizeof(wc->sock), "%.*s/worker.sock", (int)(sizeof(wc->sock) - 13),
-             wc->dir);
-    if (mkdir(wc->dir, 0700) != 0 && errno != EEXIST)
-        return funcd_error_set(FUNCD_EIO, "cannot create %s: %s", wc->dir, strerror(errno));
-    static atomic_uint_fast64_t next_worker_id;
-    wc->pub.id = atomic_fetch_add(&next_worker_id, 1) + 1;
-    wc->pub.addr.sun_family = AF_UNIX;
-    snprintf(wc->pub.addr.sun_path, sizeof(wc->pub.addr.sun_path), "%s", wc->sock);
-    snprintf(wc->pub.endpoint, sizeof(wc->pub.endpoint), "unix:%s", wc->sock);
-
-    strv env = {0};
-    for (char **e = ln->env; *e; e++)
-        strv_add(&env, "%s", *e);
-    strv_add(&env, "FUNCD_LISTEN=%s", ln->rootfs ? IMAGE_RUN_DIR "/worker.sock" : wc->sock);
-    strv_add(&env, "FUNCD_REPLICA=%s", wc->pub.replica);
-    if (env.oom) {
-        strv_free(env.v);
-        return funcd_error_set(FUNCD_ENOMEM, "out of memory starting a worker");
-    }
-    int rc = 0;
-    if (ln->generic >= 0 && claim_spare(s, ln->generic, wc, env.v) == 0) {
-        ensure_spare(s, ln->generic); /* the next one starts warming now */
-    } else if (ln->rootfs && (rc = image_shim(s, ln, wc->dir)) < 0) {
-        /* reported below */
+/* The workers of `ln` (lib/worker): what the runtime starts, the binds a
+ * sandboxed worker sees, and the hooks that keep this layer's part. */
+static funcd_launch *launch_workers(funcd_serving *s, launch *ln)
+{
+    funcd_worker_bind binds[3];
+    size_t n_binds = 0;
+    char shim[600] = "";
+    if (ln->rootfs) {
+        /* In exec mode the image's program runs under the exec shim, which
+         * must come without the host's libraries: the static build. */
+        if (strcmp(ln->argv[0], FUNCD_IMAGE_EXEC_SHIM) == 0)
+            snprintf(shim, sizeof(shim), "%s/funcd-exec-static", s->shim_dir);
     } else {
-        funcd_worker_bind binds[3];
-        size_t n_binds = ln->rootfs ? image_binds(wc->dir, binds)
-                                    : worker_binds(s, ln->cwd, ln->code_owned, wc->dir, binds);
-        funcd_worker_spec spec = {(const char *const *)ln->argv, (const char *const *)env.v,
-                                  ln->cwd, ln->rootfs, ln->limits, binds, n_binds, ln->network};
-        funcd_worker_events ev = {on_worker_output, on_worker_exit, wc};
-        rc = funcd_port_runtime_start(s->cfg.runtime, &spec, &ev, &wc->proc);
-        if (rc == 0)
-            s->live_workers++;
+        n_binds = worker_binds(s, ln->cwd, ln->code_owned, NULL, binds);
     }
-    strv_free(env.v);
-    if (rc < 0) {
-        remove_tree_dir(wc->dir);
-        return rc;
-    }
-    wc->probe_timer = evtimer_new(s->cfg.loop, on_probe_timer, wc);
-    wc->probe_delay_us = PROBE_FIRST_US;
-    struct timeval tv = {0, PROBE_FIRST_US};
-    evtimer_add(wc->probe_timer, &tv);
-    return 0;
-}
-
-static void op_stop(funcd_pool *p, funcd_pool_worker *pw, void *payload)
-{
-    worker_ctx *wc = funcd_pool_worker_data(pw);
-    probe_stop(wc);
-    if (wc->proc)
-        funcd_port_runtime_stop(wc->ln->s->cfg.runtime, wc->proc, STOP_GRACE_MS);
-}
-
-static void op_dispose(funcd_pool_worker *pw, void *payload)
-{
-    worker_ctx *wc = funcd_pool_worker_data(pw);
-    if (!wc)
-        return;
-
-    pthread_mutex_destroy(&wc->pub.invocation_lock);
-    launch_unref(wc->ln);
-    free(wc);
-}
-
-static void op_changed(funcd_pool *p, void *payload)
-{
-    launch *ln = payload;
-    if (ln->s->cfg.changed)
-        ln->s->cfg.changed(ln->ns, ln->name, ln->s->cfg.changed_payload);
+    funcd_launch_spec spec = {
+        .name = ln->name,
+        .argv = (const char *const *)ln->argv,
+        .env = (const char *const *)ln->env,
+        .cwd = ln->cwd,
+        .rootfs = ln->rootfs,
+        .limits = ln->limits,
+        .network = ln->network,
+        .binds = binds,
+        .n_binds = n_binds,
+        .exec_shim = shim[0] ? shim : NULL,
+        .memory_field = "spec.resources.memory",
+        .stop_grace_ms = STOP_GRACE_MS,
+    };
+    funcd_launch_hooks hooks = {
+        .data_size = sizeof(worker_ctx),
+        .prepare = on_worker_prepare,
+        .adopt = adopt_spare,
+        .output = on_worker_output,
+        .ready = on_worker_ready,
+        .exited = on_worker_exited,
+        .changed = on_workers_changed,
+        .dispose = on_worker_dispose,
+        .release = on_launch_released,
+        .payload = ln,
+    };
+    atomic_fetch_add(&ln->refs, 1); /* the launch's, released with it */
+    funcd_launch *workers;
+    return funcd_launch_new(&workers, s->workers, &spec, &hooks) == 0 ? workers : NULL;
 }
 
 /* ---- functions -------------------------------------------------------- */
@@ -1282,6 +1051,8 @@ static void drop_pool(fn_entry *e, const char *why)
     if (e->pool)
         funcd_pool_close(e->pool, why);
     e->pool = NULL;
+    funcd_launch_unref(e->workers);
+    e->workers = NULL;
     launch_unref(e->ln);
     e->ln = NULL;
 }
@@ -1340,19 +1111,24 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
     } else {
         funcd_pool *old = e->pool;
         launch *old_ln = e->ln;
-        funcd_pool_ops ops = {op_start, op_stop, op_dispose, op_changed, ln};
-        if (funcd_pool_new(&e->pool, s->cfg.loop, &pc, &ops) < 0) {
+        funcd_launch *old_workers = e->workers;
+        funcd_launch *workers = launch_workers(s, ln);
+        funcd_pool_ops ops = workers ? funcd_launch_pool_ops(workers) : (funcd_pool_ops){0};
+        if (!workers || funcd_pool_new(&e->pool, s->cfg.loop, &pc, &ops) < 0) {
             e->pool = old;
+            funcd_launch_unref(workers);
             launch_unref(ln);
             fail(st, "InternalError", "%s", funcd_error_last()->message);
             return;
         }
         e->ln = ln;
+        e->workers = workers;
         e->last_oom[0] = '\0'; /* a new version: its own history */
         route(s, e); /* new requests go to the new version at once */
         if (old)
             funcd_pool_close(old, "the function was updated");
         launch_unref(old_ln);
+        funcd_launch_unref(old_workers);
         if (ln->load_check)
             start_load_check(ln, e->pool);
     }
@@ -1439,6 +1215,10 @@ int funcd_serving_new(funcd_serving **out, const funcd_serving_config *cfg)
         return funcd_error_set(FUNCD_EIO, "cannot create the state directories under %s: %s",
                                cfg->state_dir, strerror(err));
     }
+    if (funcd_workers_new(&s->workers, cfg->loop, cfg->runtime, s->run_dir) < 0) {
+        funcd_serving_free(s);
+        return -1;
+    }
     *out = s;
     return 0;
 }
@@ -1457,7 +1237,7 @@ void funcd_serving_close(funcd_serving *s)
 
 unsigned funcd_serving_live_workers(const funcd_serving *s)
 {
-    return s ? s->live_workers : 0;
+    return s ? funcd_workers_live(s->workers) + s->live_spares : 0;
 }
 
 unsigned funcd_serving_busy(funcd_serving *s)
@@ -1482,6 +1262,7 @@ void funcd_serving_free(funcd_serving *s)
     if (!s)
         return;
     funcd_serving_close(s);
+    funcd_workers_free(s->workers); /* kills what still runs */
     if (s->run_dir)
         rmdir(s->run_dir);
     pthread_mutex_destroy(&s->lock);

@@ -43,25 +43,6 @@ struct funcd_launch {
     funcd_launch_hooks hooks;
 };
 
-struct funcd_worker_ctx {
-    funcd_launch *ln;
-    funcd_pool_worker *pw;
-    funcd_worker *proc;
-    char dir[128];
-    char sock[108];
-    char replica[96];
-    funcd_http_peer *peer;
-    funcd_http_call *probe;
-    struct event *probe_timer;
-    unsigned probe_delay_us, probe_attempts;
-    int ready;    /* it answered the readiness probe */
-    int prepared; /* the owner's data was prepared (and is disposed of) */
-    char last_stderr[400];
-    atomic_int ended;
-    funcd_worker_end end;
-    funcd_worker_ctx *prev, *next; /* ws->live while the process runs */
-    max_align_t data[];            /* the owner's: what the pool hands out */
-};
 
 /* ---- the owner's workers ---------------------------------------------- */
 
@@ -139,13 +120,6 @@ static void live_unlink(funcd_worker_ctx *w)
 
 /* ---- launches --------------------------------------------------------- */
 
-static void strv_free(char **v)
-{
-    for (char **p = v; p && *p; p++)
-        free(*p);
-    free(v);
-}
-
 void funcd_launch_ref(funcd_launch *ln)
 {
     atomic_fetch_add(&ln->refs, 1);
@@ -160,8 +134,8 @@ void funcd_launch_unref(funcd_launch *ln)
         free((char *)ln->binds[i].target);
     }
     free(ln->binds);
-    strv_free(ln->argv);
-    strv_free(ln->env);
+    funcd_strv_free(ln->argv);
+    funcd_strv_free(ln->env);
     free(ln->name);
     free(ln->cwd);
     free(ln->rootfs);
@@ -223,44 +197,9 @@ funcd_worker_ctx *funcd_worker_ctx_of(const funcd_pool_worker *pw)
     return data ? (funcd_worker_ctx *)(void *)(data - offsetof(funcd_worker_ctx, data)) : NULL;
 }
 
-void *funcd_worker_ctx_data(funcd_worker_ctx *w)
-{
-    return w->data;
-}
-
-funcd_pool_worker *funcd_worker_ctx_pool_worker(const funcd_worker_ctx *w)
-{
-    return w->pw;
-}
-
-const char *funcd_worker_ctx_replica(const funcd_worker_ctx *w)
-{
-    return w->replica;
-}
-
-const char *funcd_worker_ctx_dir(const funcd_worker_ctx *w)
-{
-    return w->dir;
-}
-
-const char *funcd_worker_ctx_socket(const funcd_worker_ctx *w)
-{
-    return w->sock;
-}
-
 funcd_http_peer *funcd_worker_ctx_peer(const funcd_worker_ctx *w)
 {
     return w->proc ? w->peer : NULL;
-}
-
-int funcd_worker_ctx_ready(const funcd_worker_ctx *w)
-{
-    return w->ready;
-}
-
-const char *funcd_worker_ctx_last_stderr(const funcd_worker_ctx *w)
-{
-    return w->last_stderr;
 }
 
 const funcd_worker_end *funcd_worker_ctx_end(const funcd_worker_ctx *w)
@@ -357,12 +296,6 @@ static void on_proc_output(funcd_worker *proc, funcd_worker_stream stream, const
         w->ln->hooks.output(w, stream, line, len, w->ln->hooks.payload);
 }
 
-/* "OOMKilled" when the runtime knows the worker hit its memory limit. */
-static const char *exit_reason(funcd_runtime *rt, funcd_worker *proc)
-{
-    return funcd_port_runtime_exit_reason(rt, proc);
-}
-
 /* The process is gone (or, with `proc` NULL, never started): forget it and
  * tell the pool. */
 static void worker_gone(funcd_worker_ctx *w, const char *why)
@@ -384,7 +317,7 @@ static void on_proc_exit(funcd_worker *proc, int status, void *payload)
     funcd_worker_ctx *w = payload;
     funcd_launch *ln = w->ln;
     probe_stop(w);
-    const char *reason = exit_reason(ln->ws->rt, proc);
+    const char *reason = funcd_port_runtime_exit_reason(ln->ws->rt, proc);
     int oom = reason && strcmp(reason, "OOMKilled") == 0;
     funcd_worker_end *end = &w->end;
     snprintf(end->reason, sizeof(end->reason), "%s", oom ? "OOMKilled" : "");

@@ -24,6 +24,7 @@
 
 #include <event2/event.h>
 #include <stdatomic.h>
+#include <stddef.h>
 
 #include "funcd/sys/runtime.h"
 #include "http/client.h"
@@ -116,16 +117,30 @@ funcd_pool_ops funcd_launch_pool_ops(funcd_launch *ln);
 
 /* ---- one worker ------------------------------------------------------- */
 
+/* One worker. Its owner reads the fields; lib/worker writes them. */
+struct funcd_worker_ctx {
+    funcd_launch *ln;
+    funcd_pool_worker *pw;
+    funcd_worker *proc; /* NULL once it ended */
+    char dir[128];      /* its runtime directory (host path) */
+    char sock[108];     /* its socket (host path) */
+    char replica[96];   /* NAME-N */
+    funcd_http_peer *peer;
+    funcd_http_call *probe;
+    struct event *probe_timer;
+    unsigned probe_delay_us, probe_attempts;
+    int ready;    /* it answered the readiness probe */
+    int prepared; /* the owner's data was prepared (and is disposed of) */
+    char last_stderr[400];
+    atomic_int ended;
+    funcd_worker_end end;
+    funcd_worker_ctx *prev, *next; /* the live list while the process runs */
+    max_align_t data[];            /* the owner's: what the pool hands out */
+};
+
 funcd_worker_ctx *funcd_worker_ctx_of(const funcd_pool_worker *pw);
-void *funcd_worker_ctx_data(funcd_worker_ctx *w);
-funcd_pool_worker *funcd_worker_ctx_pool_worker(const funcd_worker_ctx *w);
-const char *funcd_worker_ctx_replica(const funcd_worker_ctx *w);
-const char *funcd_worker_ctx_dir(const funcd_worker_ctx *w);    /* host path */
-const char *funcd_worker_ctx_socket(const funcd_worker_ctx *w); /* host path */
 /* Talks to the worker (keep-alive connections); NULL once it ended. */
 funcd_http_peer *funcd_worker_ctx_peer(const funcd_worker_ctx *w);
-int funcd_worker_ctx_ready(const funcd_worker_ctx *w);
-const char *funcd_worker_ctx_last_stderr(const funcd_worker_ctx *w);
 /* How the process ended, or NULL while it runs. Any thread. */
 const funcd_worker_end *funcd_worker_ctx_end(const funcd_worker_ctx *w);
 /* Where an adopted process's events go. */
