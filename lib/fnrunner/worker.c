@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "api/internal.h"
 #include "funcd/sys/error.h"
 #include "http/client.h"
 #include "pool/pool.h"
@@ -809,34 +810,15 @@ static void call_fail(wcall *c, int status, const char *fmt, ...)
     call_finish(c);
 }
 
-static int b64_value(unsigned char ch)
+/* The shim's X-Funcd-Stderr (padded standard base64) into `out`; nothing
+ * when it is not base64. */
+static void b64_decode(funcd_buf *out, const char *s)
 {
-    if (ch >= 'A' && ch <= 'Z')
-        return ch - 'A';
-    if (ch >= 'a' && ch <= 'z')
-        return ch - 'a' + 26;
-    if (ch >= '0' && ch <= '9')
-        return ch - '0' + 52;
-    return ch == '+' ? 62 : ch == '/' ? 63 : -1;
-}
-
-/* Standard base64; stops at '=' or anything outside the alphabet. */
-static void b64_decode(funcd_buf *out, const char *s, size_t len)
-{
-    unsigned acc = 0, bits = 0;
-    if (funcd_buf_grow(out, len / 4 * 3 + 3) < 0)
+    size_t n;
+    if (!s || funcd__api_base64_decoded_len(s, strlen(s), &n) < 0 || funcd_buf_grow(out, n) < 0)
         return;
-    for (size_t i = 0; i < len; i++) {
-        int v = b64_value((unsigned char)s[i]);
-        if (v < 0)
-            break;
-        acc = acc << 6 | (unsigned)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out->data[out->len++] = (char)(acc >> bits & 0xff);
-        }
-    }
+    funcd__api_base64_decode(s, strlen(s), (unsigned char *)out->data + out->len);
+    out->len += n;
     out->data[out->len] = '\0';
 }
 
@@ -859,7 +841,7 @@ static void take_answer(wcall *c, funcd_http_response *resp)
     }
     funcd_buf_swap_in(&res->output, &resp->body);
     funcd_buf_reset(&res->log);
-    b64_decode(&res->log, stderr_b64 ? stderr_b64 : "", stderr_b64 ? strlen(stderr_b64) : 0);
+    b64_decode(&res->log, stderr_b64);
     res->status = FUNCD_EVAL_OK;
     int code = atoi(exit_code);
     if (error && *error) {
