@@ -11,6 +11,7 @@
  */
 #include <cjson/cJSON.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,10 +270,45 @@ static void gw_free(funcd_gateway *base)
     free(g);
 }
 
+unsigned funcd_gateway_embedded_threads(const funcd_gateway *gw)
+{
+    return gw && gw->free == gw_free ? ((const embedded *)gw)->threads : 0;
+}
+
 void funcd_gw_set_logger(funcd_gateway *gw, const funcd_logger *lg)
 {
     if (gw && gw->free == gw_free && lg)
         ((embedded *)gw)->logger = *lg;
+}
+
+/* The CPUs this process may run on: its affinity mask (taskset, a
+ * container's cpuset), not every CPU of the host, and no more than a
+ * cgroup v2 CPU quota (cpu.max) gives it. At least 1. */
+static unsigned usable_cpus(void)
+{
+    cpu_set_t set;
+    long cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
+                                                             : sysconf(_SC_NPROCESSORS_ONLN);
+    char path[4200] = "/sys/fs/cgroup", line[256];
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    if (f) { /* "0::/the/group" on a cgroup v2 host */
+        while (fgets(line, sizeof(line), f))
+            if (strncmp(line, "0::", 3) == 0) {
+                line[strcspn(line, "\n")] = '\0';
+                snprintf(path + 14, sizeof(path) - 14, "%s/cpu.max", line + 3);
+                break;
+            }
+        fclose(f);
+    }
+    long long quota = 0, period = 0;
+    if (strcmp(path, "/sys/fs/cgroup") != 0 && (f = fopen(path, "re"))) {
+        /* "max 100000" (no quota) or "200000 100000" (two CPUs' worth) */
+        if (fscanf(f, "%lld %lld", &quota, &period) == 2 && quota > 0 && period > 0 &&
+            (quota + period - 1) / period < cpus)
+            cpus = (long)((quota + period - 1) / period);
+        fclose(f);
+    }
+    return cpus < 1 ? 1 : (unsigned)cpus;
 }
 
 int funcd_gateway_embedded_new(funcd_gateway **out, unsigned threads)
@@ -285,8 +321,8 @@ int funcd_gateway_embedded_new(funcd_gateway **out, unsigned threads)
     if (threads == 0 && env && atoi(env) > 0)
         threads = (unsigned)atoi(env);
     if (threads == 0) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = cpus < 1 ? 1 : cpus > 4 ? 4 : (unsigned)cpus;
+        unsigned cpus = usable_cpus();
+        threads = cpus > 4 ? 4 : cpus;
     }
     g->base = (funcd_gateway)FUNCD_GATEWAY_INIT;
     g->base.name = "embedded";

@@ -12,6 +12,10 @@
  * `gw` is not the embedded gateway (nothing is changed). */
 int funcd_gateway_embedded_set_max_connections(funcd_gateway *gw, unsigned n);
 
+/* The number of threads the embedded gateway serves on (what
+ * funcd_gateway_embedded_new settled on); 0 for any other gateway. */
+unsigned funcd_gateway_embedded_threads(const funcd_gateway *gw);
+
 /* The embedded gateway logs to `lg` (copied) what its error answers leave
  * out (why a worker did not start: host paths, cgroups, pids); a no-op for
  * any other gateway. Call before it listens. */

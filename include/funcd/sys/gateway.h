@@ -97,8 +97,9 @@ struct funcd_gateway {
 
 #define FUNCD_GATEWAY_INIT {FUNCD_GATEWAY_VERSION}
 
-/** The embedded h2o gateway serving on `threads` threads (0: one per CPU,
- *  at most 4). */
+/** The embedded h2o gateway serving on `threads` threads (0: one per CPU
+ *  this process may run on, by its affinity mask and cgroup CPU quota, at
+ *  most 4; FUNCD_GATEWAY_THREADS=N in the environment overrides 0). */
 FUNCD_EXTERN int funcd_gateway_embedded_new(funcd_gateway **out, unsigned threads);
 
 /* ---- slots: what a gateway does per request ------------------------------
