@@ -2,17 +2,25 @@
 # Serving benchmarks, each next to a peer measured in the same run:
 #   1. warm path: requests/s and latency through funcd's gateway to a warm native
 #      worker, through nginx proxy_pass (keepalive) to the same worker, and to the
-#      worker directly (TCP);
+#      worker directly (TCP). nginx and funcd are measured in BENCH_ROUNDS (5) rounds,
+#      alternating which goes first, and the funcd / nginx ratio is given per round:
+#      a background load that comes and goes hits both alike, and one lucky run
+#      proves nothing. The load average and CPU count are printed with the figures;
 #   2. cold start, zero -> first byte through the gateway, p50/p99 over N runs,
 #      next to the floor (spawning the same worker and calling its socket);
 #   3. funcd's RSS with 1,000 functions defined and 50 warm workers.
 # Usage: bench/serving.sh [BUILD_DIR]   (make bench runs it after bench/run.sh)
+#   BENCH_SECONDS (5) per wrk run, BENCH_CONNECTIONS (50), BENCH_ROUNDS (5), BENCH_COLD_RUNS (100),
+#   BENCH_GATEWAY_THREADS (default: funcd's, one per usable CPU, at most 4),
+#   BENCH_WARM_ONLY=1 (part 1 only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 duration=${BENCH_SECONDS:-5}
 conns=${BENCH_CONNECTIONS:-50}
 runs=${BENCH_COLD_RUNS:-100}
+rounds=${BENCH_ROUNDS:-5}
+[ -n "${BENCH_GATEWAY_THREADS:-}" ] && export FUNCD_GATEWAY_THREADS=$BENCH_GATEWAY_THREADS
 token=funcd-dev-token
 work=$(mktemp -d /tmp/fb.XXXX) # short: worker socket paths must fit in 108 bytes
 pids=()
@@ -27,7 +35,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 # --allow-host-network: the warm worker also listens on a TCP port of the host (spec.network:
 # host) so that the same process can be measured directly; the sandbox stays on otherwise.
-"$build/bin/funcd/funcd" --memory --dev --allow-host-network --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 --fn-runner-listen 127.0.0.1:0 \
+"$build/bin/funcd/funcd" --memory --dev --source-root "$work" --allow-host-network --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 --fn-runner-listen 127.0.0.1:0 \
   --shims "$build/shims" --state-dir "$work/s" 2>"$work/funcd.log" &
 pids+=($!)
 funcd_pid=$!
@@ -83,16 +91,46 @@ wait_ok "http://127.0.0.1:$nport/"
 
 rps() { awk '/Requests\/sec/ {print $2}'; }
 lat() { awk '$1=="50%" {p50=$2} $1=="99%" {p99=$2} END {print p50 " / " p99}'; }
-declare -A R L
-for target in direct nginx funcd; do
-  case $target in
-    direct) url="http://127.0.0.1:$wport/" ;;
-    nginx) url="http://127.0.0.1:$nport/" ;;
-    funcd) url="$dp/fn/default/warm/" ;;
+ratio() { python3 -c "print(f'{float($1)/float($2):.2f}')"; }
+url_of() {
+  case $1 in
+    direct) echo "http://127.0.0.1:$wport/" ;;
+    nginx) echo "http://127.0.0.1:$nport/" ;;
+    funcd) echo "$dp/fn/default/warm/" ;;
   esac
-  R[$target]=$(wrk -t1 -c"$conns" -d"${duration}s" "$url" | rps)
-  L[$target]=$(wrk -t1 -c1 -d"${duration}s" --latency "$url" | lat)
+}
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+declare -A R L
+R[direct]=$(wrk -t1 -c"$conns" -d"${duration}s" "$(url_of direct)" | rps)
+rounds_out=""
+ratios=()
+for r in $(seq "$rounds"); do
+  if [ $((r % 2)) = 1 ]; then order="nginx funcd"; else order="funcd nginx"; fi
+  declare -A X
+  for target in $order; do X[$target]=$(wrk -t1 -c"$conns" -d"${duration}s" "$(url_of $target)" | rps); done
+  q=$(ratio "${X[funcd]}" "${X[nginx]}")
+  ratios+=("$q")
+  rounds_out+=$(printf '%-58s %s' "round $r ($order): nginx / funcd requests/s, ratio" \
+    "${X[nginx]} / ${X[funcd]}  $q")$'\n'
 done
+for target in direct nginx funcd; do
+  L[$target]=$(wrk -t1 -c1 -d"${duration}s" --latency "$(url_of $target)" | lat)
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+ratio_summary=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{v[NR]=$1} $1>=1 {k++}
+  END {printf "min %s, median %s, max %s; %d of %d rounds >= 1.00", v[1], v[int((NR+1)/2)], v[NR], k, NR}')
+if [ -n "${BENCH_WARM_ONLY:-}" ]; then
+  printf '\n%-58s %s\n' "warm path (wrk -t1, loopback, one native worker)" "result"
+  printf '%-58s %s\n' "CPUs; load average before / after" "$(nproc); $load_before / $load_after"
+  printf '%-58s %s\n' "gateway threads (FUNCD_GATEWAY_THREADS)" "${FUNCD_GATEWAY_THREADS:-default}"
+  printf '%-58s %s\n' "requests/s -c$conns: worker direct (TCP)" "${R[direct]}"
+  printf '%s' "$rounds_out"
+  printf '%-58s %s\n' "ratio funcd / nginx over $rounds rounds" "$ratio_summary"
+  printf '%-58s %s\n' "latency p50 / p99 -c1: worker direct" "${L[direct]}"
+  printf '%-58s %s\n' "latency p50 / p99 -c1: nginx" "${L[nginx]}"
+  printf '%-58s %s\n' "latency p50 / p99 -c1: funcd" "${L[funcd]}"
+  exit 0
+fi
 
 # ---- 2. cold starts ---------------------------------------------------------------
 mkdir -p "$work/py" "$work/node" "$work/floor"
@@ -144,12 +182,12 @@ sleep 0.5
 rss_kib=$(awk '/VmRSS/ {print $2}' /proc/$funcd_pid/status)
 workers=$(ls -d "$work"/s/run/w* | wc -l)
 
-ratio() { python3 -c "print(f'{float($1)/float($2):.2f}')"; }
 printf '\n%-58s %s\n' "warm path (wrk -t1, loopback, one native worker)" "result"
+printf '%-58s %s\n' "CPUs; load average before / after" "$(nproc); $load_before / $load_after"
+printf '%-58s %s\n' "gateway threads (FUNCD_GATEWAY_THREADS)" "${FUNCD_GATEWAY_THREADS:-default}"
 printf '%-58s %s\n' "requests/s -c$conns: worker direct (TCP)" "${R[direct]}"
-printf '%-58s %s\n' "requests/s -c$conns: nginx proxy_pass keepalive -> worker" "${R[nginx]}"
-printf '%-58s %s\n' "requests/s -c$conns: funcd gateway -> worker" "${R[funcd]}"
-printf '%-58s %s\n' "ratio funcd / nginx" "$(ratio "${R[funcd]}" "${R[nginx]}")"
+printf '%s' "$rounds_out"
+printf '%-58s %s\n' "ratio funcd / nginx over $rounds rounds" "$ratio_summary"
 printf '%-58s %s\n' "latency p50 / p99 -c1: worker direct" "${L[direct]}"
 printf '%-58s %s\n' "latency p50 / p99 -c1: nginx" "${L[nginx]}"
 printf '%-58s %s\n' "latency p50 / p99 -c1: funcd" "${L[funcd]}"
