@@ -67,8 +67,8 @@ int main(int argc, char **argv)
     struct event_base *loop = event_base_new();
     funcd_oci_client_options o = {.cache_dir = argv[i], .certs_dir = certs,
                                   .insecure = insecure[0] ? insecure : NULL};
-    funcd_oci_client *c = funcd_oci_client_new(loop, &o);
-    if (!c) {
+    funcd_oci_client *c;
+    if (funcd_oci_client_new(&c, loop, &o) < 0) {
         fprintf(stderr, "oci-pull: %s\n", funcd_error_last()->message);
         return 1;
     }

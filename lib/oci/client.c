@@ -1002,26 +1002,24 @@ static void remove_stale_temps(const char *dir)
     closedir(d);
 }
 
-funcd_oci_client *funcd_oci_client_new(struct event_base *loop, const funcd_oci_client_options *o)
+int funcd_oci_client_new(funcd_oci_client **out, struct event_base *loop,
+                         const funcd_oci_client_options *o)
 {
+    *out = NULL;
     if (!loop || !o || !o->cache_dir || !*o->cache_dir) {
-        funcd_error_set(FUNCD_EINVAL, "registry client: a loop and a cache_dir are required");
-        return NULL;
+        return funcd_error_set(FUNCD_EINVAL, "registry client: a loop and a cache_dir are required");
     }
     for (size_t i = 0; o->insecure && o->insecure[i]; i++) {
         if (!funcd_oci_host_is_loopback(o->insecure[i])) {
-            funcd_error_set(FUNCD_EINVAL,
-                            "insecure registry %s: only a loopback registry (127.0.0.0/8, ::1, "
-                            "localhost) may be spoken to over plain HTTP",
-                            o->insecure[i]);
-            return NULL;
+            return funcd_error_set(FUNCD_EINVAL,
+                                   "insecure registry %s: only a loopback registry (127.0.0.0/8, "
+                                   "::1, localhost) may be spoken to over plain HTTP",
+                                   o->insecure[i]);
         }
     }
     funcd_oci_client *c = calloc(1, sizeof(*c));
-    if (!c) {
-        funcd_error_set(FUNCD_ENOMEM, "registry client: out of memory");
-        return NULL;
-    }
+    if (!c)
+        return funcd_error_set(FUNCD_ENOMEM, "registry client: out of memory");
     c->loop = loop;
     event_assign(&c->progress_ev, loop, -1, 0, on_progress_event, c);
     funcd_buf b = FUNCD_BUF_INIT;
@@ -1032,21 +1030,22 @@ funcd_oci_client *funcd_oci_client_new(struct event_base *loop, const funcd_oci_
     c->arch = funcd_strdup(o->arch ? o->arch : default_arch());
     if (!c->blob_dir || !c->os || !c->arch || (o->auth_file && !c->auth_file)) {
         funcd_oci_client_free(c);
-        funcd_error_set(FUNCD_ENOMEM, "registry client: out of memory");
-        return NULL;
+        return funcd_error_set(FUNCD_ENOMEM, "registry client: out of memory");
     }
     if (mkdir_p(c->blob_dir) < 0) {
-        funcd_error_set(FUNCD_EIO, "image cache %s cannot be created: %s", c->blob_dir,
-                        strerror(errno));
+        int rc = funcd_error_set(FUNCD_EIO, "image cache %s cannot be created: %s", c->blob_dir,
+                                 strerror(errno));
         funcd_oci_client_free(c);
-        return NULL;
+        return rc;
     }
     remove_stale_temps(c->blob_dir);
     if (!(c->t = oci_transport_new(loop, o, &c->stats))) {
+        int rc = funcd_error_last()->code ? funcd_error_last()->code : FUNCD_EIO;
         funcd_oci_client_free(c);
-        return NULL;
+        return rc;
     }
-    return c;
+    *out = c;
+    return 0;
 }
 
 void funcd_oci_client_free(funcd_oci_client *c)

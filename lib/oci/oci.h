@@ -185,9 +185,11 @@ typedef void (*funcd_oci_progress_cb)(uint64_t done, uint64_t total, void *paylo
 typedef void (*funcd_oci_done_cb)(int rc, const char *message, funcd_oci_image *image,
                                   void *payload);
 
-/* Returns NULL with funcd_error_last() set on a bad option (e.g. a
- * non-loopback insecure registry, a missing cache_dir). */
-funcd_oci_client *funcd_oci_client_new(struct event_base *loop, const funcd_oci_client_options *o);
+/* 0 and the client in `*out`; FUNCD_EINVAL on a bad option (e.g. a
+ * non-loopback insecure registry, a missing cache_dir), FUNCD_EIO when
+ * the cache cannot be made, with funcd_error_last() saying why. */
+int funcd_oci_client_new(funcd_oci_client **out, struct event_base *loop,
+                         const funcd_oci_client_options *o);
 /* Cancels every pull still running (their done callbacks are not called). NULL-safe. */
 void funcd_oci_client_free(funcd_oci_client *c);
 const funcd_oci_stats *funcd_oci_client_stats(const funcd_oci_client *c);

@@ -284,31 +284,30 @@ static void free_entries(funcd_rootfs_cache *c)
     }
 }
 
-funcd_rootfs_cache *funcd_rootfs_cache_new(const char *dir, uint64_t max_bytes)
+int funcd_rootfs_cache_new(funcd_rootfs_cache **out, const char *dir, uint64_t max_bytes)
 {
-    if (!dir || !*dir) {
-        funcd_error_set(FUNCD_EINVAL, "rootfs cache: no directory");
-        return NULL;
-    }
+    *out = NULL;
+    if (!dir || !*dir)
+        return funcd_error_set(FUNCD_EINVAL, "rootfs cache: no directory");
     funcd_rootfs_cache *c = calloc(1, sizeof(*c));
-    if (!c) {
-        funcd_error_set(FUNCD_ENOMEM, "out of memory for the rootfs cache");
-        return NULL;
-    }
+    if (!c)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory for the rootfs cache");
     c->max_bytes = max_bytes;
     if (make_dirs(dir) < 0 || !(c->dir = realpath(dir, NULL)) || reindex(c) < 0) {
-        funcd_error_set(FUNCD_EIO, "cannot open the rootfs cache in %s: %s", dir, strerror(errno));
+        int rc = funcd_error_set(FUNCD_EIO, "cannot open the rootfs cache in %s: %s", dir,
+                                 strerror(errno));
         free_entries(c);
         free(c->dir);
         free(c);
-        return NULL;
+        return rc;
     }
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->changed, NULL);
     funcd_buf victims = FUNCD_BUF_INIT;
     evict_locked(c, &victims); /* no other thread has c yet */
     remove_victims(&victims);
-    return c;
+    *out = c;
+    return 0;
 }
 
 void funcd_rootfs_cache_free(funcd_rootfs_cache *c)

@@ -98,9 +98,10 @@ typedef struct funcd_rootfs_cache_stats {
  * Opens the cache in `dir` (created if missing, mode 0755). What a previous
  * run left is reused: complete rootfs are indexed (least recently used by
  * their directory's mtime), unfinished ".tmp-" directories removed. 0
- * `max_bytes` means no cap. NULL on failure with funcd_error_last() set.
+ * `max_bytes` means no cap. 0 and the cache in `*out`, or FUNCD_EINVAL /
+ * FUNCD_ENOMEM / FUNCD_EIO with funcd_error_last() saying why.
  */
-funcd_rootfs_cache *funcd_rootfs_cache_new(const char *dir, uint64_t max_bytes);
+int funcd_rootfs_cache_new(funcd_rootfs_cache **out, const char *dir, uint64_t max_bytes);
 
 /*
  * The rootfs of `manifest_digest` ("<alg>:<hex>") in `out_dir`, extracted from

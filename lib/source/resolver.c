@@ -577,7 +577,7 @@ static void on_checked(int rc, const char *message, void *payload)
 
 static int ensure_client(funcd_sources *s)
 {
-    if (!s->oci && !(s->oci = funcd_oci_client_new(s->cfg.loop, &s->oci_opts)))
+    if (!s->oci && funcd_oci_client_new(&s->oci, s->cfg.loop, &s->oci_opts) < 0)
         return -1;
     return 0;
 }
@@ -1285,15 +1285,15 @@ int funcd_sources_new(funcd_sources **out, const funcd_sources_config *cfg)
             return funcd_error_set(FUNCD_EINVAL, "allowed registry \"%s\": expected HOST or "
                                    "HOST:PORT", *h);
         }
-    s->rootfs = funcd_rootfs_cache_new(rootfs_dir, cfg->image_cache_bytes
-                                                       ? cfg->image_cache_bytes
-                                                       : (uint64_t)4 << 30);
+    int cache_rc = funcd_rootfs_cache_new(&s->rootfs, rootfs_dir,
+                                          cfg->image_cache_bytes ? cfg->image_cache_bytes
+                                                                 : (uint64_t)4 << 30);
     s->wake = event_new(cfg->loop, -1, EV_PERSIST, on_wake, s);
     s->tick = event_new(cfg->loop, -1, EV_PERSIST, on_tick, s);
     struct timeval every = {1, 0};
-    if (!s->rootfs) {
+    if (cache_rc < 0) {
         funcd_sources_free(s);
-        return funcd_error_set(FUNCD_EIO, "cannot open the image cache %s", rootfs_dir);
+        return cache_rc; /* funcd_error_last() says why */
     }
     if (!s->wake || !s->tick || event_add(s->tick, &every) < 0) {
         funcd_sources_free(s);

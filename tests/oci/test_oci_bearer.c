@@ -191,7 +191,8 @@ static funcd_oci_client *new_client(void)
     snprintf(cache, sizeof(cache), "%s/c%d", work, ++seq);
     const char *insecure[] = {addr, NULL};
     funcd_oci_client_options o = {.cache_dir = cache, .insecure = insecure};
-    return funcd_oci_client_new(loop, &o);
+    funcd_oci_client *c;
+    return funcd_oci_client_new(&c, loop, &o) == 0 ? c : NULL;
 }
 
 static void pull(funcd_oci_client *c, const char *secret, result *r)

@@ -107,8 +107,8 @@ static funcd_oci_client *client_for(const registry_env *e, const char *cache, co
                                   .insecure = e->kind == REGISTRY_TLS ? NULL : insecure,
                                   .allowed = e->kind == REGISTRY_TLS ? insecure : NULL,
                                   .logger = &test_logger};
-    funcd_oci_client *c = funcd_oci_client_new(loop, &o);
-    if (!c)
+    funcd_oci_client *c;
+    if (funcd_oci_client_new(&c, loop, &o) < 0)
         fprintf(stderr, "  client: %s\n", funcd_error_last()->message);
     return c;
 }
@@ -282,16 +282,17 @@ TEST(index_selects_node_platform)
     ref_of(ref, sizeof(ref), &plain, "multi:1");
     const char *insecure[] = {plain.addr, NULL};
     funcd_oci_client_options o = {.cache_dir = cache, .insecure = insecure};
-    funcd_oci_client *native = funcd_oci_client_new(loop, &o);
+    funcd_oci_client *native, *arm, *none;
+    CHECK_INT(funcd_oci_client_new(&native, loop, &o), 0);
 #if defined(__aarch64__)
     const char *other = "amd64";
 #else
     const char *other = "arm64";
 #endif
     o.arch = other;
-    funcd_oci_client *arm = funcd_oci_client_new(loop, &o);
+    CHECK_INT(funcd_oci_client_new(&arm, loop, &o), 0);
     o.arch = "s390x";
-    funcd_oci_client *none = funcd_oci_client_new(loop, &o);
+    CHECK_INT(funcd_oci_client_new(&none, loop, &o), 0);
     CHECK(native && arm && none);
     pull_result a, b, n;
     pull(native, ref, NULL, &a);
@@ -444,7 +445,8 @@ TEST(insecure_must_be_loopback)
 {
     const char *insecure[] = {"10.1.2.3:5000", NULL};
     funcd_oci_client_options o = {.cache_dir = new_cache(), .insecure = insecure};
-    funcd_oci_client *c = funcd_oci_client_new(loop, &o);
+    funcd_oci_client *c;
+    CHECK_INT(funcd_oci_client_new(&c, loop, &o), FUNCD_EINVAL);
     CHECK(c == NULL);
     CHECK_INT(funcd_error_last()->code, FUNCD_EINVAL);
     CHECK_CONTAINS(funcd_error_last()->message, "10.1.2.3:5000");

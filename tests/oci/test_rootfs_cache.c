@@ -81,8 +81,8 @@ TEST(get_twice_extracts_once)
     fixture f;
     char a[OUT_LEN], b[OUT_LEN], p[PATH_MAX];
     CHECK_INT(fixture_init(&f, 1000), 0);
-    funcd_rootfs_cache *c = funcd_rootfs_cache_new(f.dir, 0);
-    CHECK(c != NULL);
+    funcd_rootfs_cache *c;
+    CHECK_INT(funcd_rootfs_cache_new(&c, f.dir, 0), 0);
     CHECK_INT(get(c, &f, 'a', a), 0);
     CHECK_CONTAINS(a, "/sha256-aaaa");
     CHECK_INT(touch(a, "marker"), 0); /* a second extraction would not have it */
@@ -121,8 +121,8 @@ TEST(concurrent_gets_share_one_extraction)
 {
     fixture f;
     CHECK_INT(fixture_init(&f, 256 << 10), 0);
-    funcd_rootfs_cache *c = funcd_rootfs_cache_new(f.dir, 0);
-    CHECK(c != NULL);
+    funcd_rootfs_cache *c;
+    CHECK_INT(funcd_rootfs_cache_new(&c, f.dir, 0), 0);
     racer r[4];
     pthread_t th[4];
     for (int i = 0; i < 4; i++) {
@@ -149,16 +149,16 @@ TEST(lru_eviction_spares_rootfs_in_use)
     char a[OUT_LEN], b[OUT_LEN], x[OUT_LEN];
     CHECK_INT(fixture_init(&f, 128 << 10), 0);
     /* One rootfs' size, to set a cap that holds two of them but not three. */
-    funcd_rootfs_cache *probe = funcd_rootfs_cache_new(f.dir, 0);
-    CHECK(probe != NULL);
+    funcd_rootfs_cache *probe;
+    CHECK_INT(funcd_rootfs_cache_new(&probe, f.dir, 0), 0);
     CHECK_INT(get(probe, &f, 'p', x), 0);
     uint64_t one = stats(probe).bytes;
     put(probe, 'p');
     funcd_rootfs_cache_free(probe);
     CHECK_INT(funcd_bundle_remove_tree(f.dir), 0);
 
-    funcd_rootfs_cache *c = funcd_rootfs_cache_new(f.dir, one * 2 + one / 2);
-    CHECK(c != NULL);
+    funcd_rootfs_cache *c;
+    CHECK_INT(funcd_rootfs_cache_new(&c, f.dir, one * 2 + one / 2), 0);
     CHECK_INT(get(c, &f, 'a', a), 0); /* held throughout: oldest, but in use */
     CHECK_INT(get(c, &f, 'b', b), 0);
     put(c, 'b');
@@ -186,8 +186,8 @@ TEST(restart_reuses_what_is_on_disk)
     fixture f;
     char a[OUT_LEN], p[PATH_MAX];
     CHECK_INT(fixture_init(&f, 4096), 0);
-    funcd_rootfs_cache *c = funcd_rootfs_cache_new(f.dir, 0);
-    CHECK(c != NULL);
+    funcd_rootfs_cache *c;
+    CHECK_INT(funcd_rootfs_cache_new(&c, f.dir, 0), 0);
     CHECK_INT(get(c, &f, 'a', a), 0);
     put(c, 'a');
     funcd_rootfs_cache_free(c);
@@ -198,8 +198,7 @@ TEST(restart_reuses_what_is_on_disk)
     CHECK_INT(touch(p, "half"), 0);
     CHECK_INT(touch(f.dir, "README"), 0);
 
-    c = funcd_rootfs_cache_new(f.dir, 0);
-    CHECK(c != NULL);
+    CHECK_INT(funcd_rootfs_cache_new(&c, f.dir, 0), 0);
     funcd_rootfs_cache_stats s = stats(c);
     CHECK_INT(s.entries, 1);
     CHECK(s.bytes >= 4096);
@@ -219,8 +218,8 @@ TEST(failures_leave_no_entry)
     fixture f;
     char out[OUT_LEN], err[512];
     CHECK_INT(fixture_init(&f, 10), 0);
-    funcd_rootfs_cache *c = funcd_rootfs_cache_new(f.dir, 0);
-    CHECK(c != NULL);
+    funcd_rootfs_cache *c;
+    CHECK_INT(funcd_rootfs_cache_new(&c, f.dir, 0), 0);
     CHECK_INT(funcd_rootfs_cache_get(c, "sha256:../../etc", f.paths, f.types, 1, out,
                                      sizeof(out), err, sizeof(err)),
               FUNCD_EINVAL);
