@@ -193,20 +193,6 @@ static int open_temp(file_blob *f, char tmp[TEMP_NAME_MAX])
     return -1;
 }
 
-static int write_all(int fd, const unsigned char *data, size_t len)
-{
-    while (len) {
-        ssize_t n = write(fd, data, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -1;
-        data += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 static int file_put(funcd_blob *b, const char *key, const void *data, size_t len)
 {
     file_blob *f = fb(b);
@@ -222,7 +208,7 @@ static int file_put(funcd_blob *b, const char *key, const void *data, size_t len
     if (fd < 0)
         return put_failed(f, key, errno);
     int err = 0;
-    if (write_all(fd, data, len) < 0 || fsync(fd) < 0)
+    if (funcd_write_all(fd, data, len) < 0 || fsync(fd) < 0)
         err = errno;
     /* Renamed while still locked, so a store opening now cannot take it for a leftover. */
     if (!err && renameat(f->dirfd, tmp, f->dirfd, name) < 0)

@@ -13,6 +13,7 @@
 
 #include "funcd/sys/error.h"
 #include "port/store.h"
+#include "util/misc.h"
 
 #define PREFIX_LEN (sizeof(FUNCD_ENC_PREFIX) - 1)
 #define OVERHEAD (PREFIX_LEN + FUNCD_ENC_NONCE_LEN + FUNCD_ENC_TAG_LEN)
@@ -177,20 +178,6 @@ static int read_key(int fd, const char *path, uint8_t key[FUNCD_ENC_KEY_LEN])
     return rc;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 static void sync_parent(const char *path)
 {
     char dir[4096];
@@ -220,7 +207,7 @@ static int create_key(const char *path, uint8_t key[FUNCD_ENC_KEY_LEN])
                                                  "cannot create encryption key file %s: %s",
                                                  path, strerror(errno));
     int rc = funcd_enc_random_key(key);
-    if (rc == 0 && (fchmod(fd, 0600) != 0 || write_all(fd, key, FUNCD_ENC_KEY_LEN) != 0 ||
+    if (rc == 0 && (fchmod(fd, 0600) != 0 || funcd_write_all(fd, key, FUNCD_ENC_KEY_LEN) != 0 ||
                     fsync(fd) != 0))
         rc = funcd_error_set(FUNCD_EIO, "cannot write encryption key file %s: %s", path,
                              strerror(errno));

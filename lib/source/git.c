@@ -245,20 +245,6 @@ static int safe_name(const char *name)
     return *name && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
 }
 
-static int write_all(int fd, const char *data, size_t len)
-{
-    while (len) {
-        ssize_t n = write(fd, data, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -1;
-        data += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 static int write_blob(tree_writer *w, int dirfd, const git_tree_entry *e, mode_t mode)
 {
     const char *name = git_tree_entry_name(e);
@@ -270,7 +256,7 @@ static int write_blob(tree_writer *w, int dirfd, const git_tree_entry *e, mode_t
     int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0)
         rc = write_failed(w, name, "create");
-    else if (write_all(fd, git_blob_rawcontent(blob), (size_t)git_blob_rawsize(blob)) < 0 ||
+    else if (funcd_write_all(fd, git_blob_rawcontent(blob), (size_t)git_blob_rawsize(blob)) < 0 ||
              fchmod(fd, mode) < 0) /* the umask must not drop the exec bit */
         rc = write_failed(w, name, "write");
     if (fd >= 0)

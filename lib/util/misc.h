@@ -39,4 +39,8 @@ void funcd_strv_free(char **v);
  * systems differ; `to` must not exist. 0, or FUNCD_EIO / FUNCD_ENOSPC. */
 int funcd_link_or_copy(const char *from, const char *to, mode_t mode);
 
+/* Writes all `len` bytes (again after EINTR and short writes): 0, or -1
+ * with errno set (EIO when the file took nothing). */
+int funcd_write_all(int fd, const void *data, size_t len);
+
 #endif
