@@ -149,6 +149,21 @@ static void on_read_refused(h2o_socket_t *sock, const char *err)
     }
 }
 
+/* Writes `iov` straight to the socket (h2o has not seen the connection's
+ * first bytes, so nothing else is queued: a fresh socket takes a few
+ * hundred bytes; if not, the client sees a close), shuts its write side
+ * and drops what the client still sends, up to REFUSED_DRAIN. */
+static void answer_and_close(conn_ref *ref, h2o_socket_t *sock, const struct iovec *iov, int n)
+{
+    int fd = h2o_socket_get_fd(sock);
+    ssize_t w = writev(fd, iov, n);
+    (void)w;
+    shutdown(fd, SHUT_WR);
+    ref->refused = 1;
+    sock->_cb.read = on_read_refused;
+    on_read_refused(sock, NULL);
+}
+
 /* Answers `status` with `body` (JSON) and closes, without reading the
  * request's body. h2o has not seen the request: the answer goes straight
  * to the socket, which has nothing else to write. */
@@ -159,14 +174,8 @@ static void refuse(conn_ref *ref, h2o_socket_t *sock, int status, const funcd_bu
                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
                      "Connection: close\r\nServer: funcd\r\n\r\n",
                      status, funcd_httpd_reason(status), body->len);
-    int fd = h2o_socket_get_fd(sock);
     struct iovec iov[2] = {{head, (size_t)n}, {body->data, body->len}};
-    ssize_t w = writev(fd, iov, body->len ? 2 : 1);
-    (void)w; /* an empty socket takes a few hundred bytes; if not, it closes */
-    shutdown(fd, SHUT_WR);
-    ref->refused = 1;
-    sock->_cb.read = on_read_refused;
-    on_read_refused(sock, NULL);
+    answer_and_close(ref, sock, iov, body->len ? 2 : 1);
 }
 
 /* The HTTP/2 client connection preface (RFC 9113, 3.4). */
@@ -197,13 +206,8 @@ static void refuse_h2(conn_ref *ref, h2o_socket_t *sock)
         0, 0, 0, 0xd,                                     /* HTTP_1_1_REQUIRED */
     };
     memcpy(frames + 26, why, sizeof(why) - 1);
-    int fd = h2o_socket_get_fd(sock);
-    ssize_t w = write(fd, frames, sizeof(frames));
-    (void)w; /* as in refuse(): a fresh socket takes it, or the client sees a close */
-    shutdown(fd, SHUT_WR);
-    ref->refused = 1;
-    sock->_cb.read = on_read_refused;
-    on_read_refused(sock, NULL);
+    struct iovec iov = {frames, sizeof(frames)};
+    answer_and_close(ref, sock, &iov, 1);
 }
 
 /* The JSON Status of a request head that is not HTTP/1.x. */

@@ -54,8 +54,10 @@ int registry_env_build_fixtures(const char *dir, const char *names)
     return run(cmd);
 }
 
-/* An ephemeral port the kernel just handed out; the registry binds it next. */
-static int pick_port(void)
+/* An ephemeral loopback port the kernel just handed out (bound, then
+ * closed): the registry binds it next, or a test uses it as a port nothing
+ * listens on. */
+int registry_env_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -182,7 +184,7 @@ int registry_env_start(registry_env *e, registry_kind kind)
     }
     /* The port can be taken between pick and bind: try a few. */
     for (int attempt = 0; attempt < 5; attempt++) {
-        int port = pick_port();
+        int port = registry_env_free_port();
         if (port < 0)
             goto fail;
         snprintf(e->addr, sizeof(e->addr), "127.0.0.1:%d", port);

@@ -45,4 +45,7 @@ void registry_env_blob_path(const registry_env *e, const char *digest, char *out
 /* Kills the registry by pid, waits for it, removes its directory. */
 void registry_env_stop(registry_env *e);
 
+/* A loopback port nothing listens on now (bound, then closed); -1 on error. */
+int registry_env_free_port(void);
+
 #endif

@@ -900,21 +900,6 @@ static void public_cache(void)
     on_platform(NULL, NULL, NULL, public_cached_image);
 }
 
-/* A loopback port nothing listens on (bound, then closed). */
-static int closed_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
-
 /* `msg` with every `addr` replaced by "ADDR". */
 static void without_addr(const char *msg, const char *addr, char *out, size_t n)
 {
@@ -936,7 +921,7 @@ static void without_addr(const char *msg, const char *addr, char *out, size_t n)
 static void loopback_refused(env *e)
 {
     char ref[256], id[64];
-    snprintf(ref, sizeof(ref), "127.0.0.1:%d/x:1", closed_port());
+    snprintf(ref, sizeof(ref), "127.0.0.1:%d/x:1", registry_env_free_port());
     CHECK_INT(start_api_pull(e, "default", DEV_TOKEN, ref, NULL, id), 403);
     CHECK_STATUS(403, "Forbidden", "image");
     CHECK_CONTAINS(jstr(e->r.json, "message"), "--insecure-registry");
@@ -983,7 +968,7 @@ static void allow_list(void)
     env_down(&e);
     if (harness_failed_now)
         return;
-    snprintf(closed_addr, sizeof(closed_addr), "127.0.0.1:%d", closed_port());
+    snprintf(closed_addr, sizeof(closed_addr), "127.0.0.1:%d", registry_env_free_port());
     if (env_up_with(&e, NULL, funcd_with_allowed_registry(closed_addr),
                     funcd_with_allowed_registry(reg.addr), NULL) < 0) {
         env_down(&e);
