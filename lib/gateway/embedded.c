@@ -22,6 +22,7 @@
 #include "funcd/sys/gateway.h"
 #include "gateway/embedded.h"
 #include "gateway/gateway.h"
+#include "gateway/shape.h"
 #include "http/httpd.h"
 #include "util/misc.h"
 
@@ -33,6 +34,7 @@ typedef struct route_entry {
     char *name;
     uint64_t timeout_ms;
     funcd_fn_target *target; /* a reference, or NULL: known but cannot run */
+    funcd_shape *shape;      /* a reference, or NULL: nothing to shape */
     struct route_entry *next;
 } route_entry;
 
@@ -119,14 +121,21 @@ static int on_req(void *payload, h2o_req_t *req)
     route_entry **r = find(g, ns, nsl, name, nl);
     funcd_fn_target *target = r ? (*r)->target : NULL;
     uint64_t timeout_ms = r ? (*r)->timeout_ms : 0;
+    funcd_shape *shape = r ? (*r)->shape : NULL;
     if (target)
         funcd_fn_target_ref(target);
+    if (shape)
+        funcd_shape_ref(shape);
     pthread_rwlock_unlock(&g->lock);
     if (!r) {
         add_invocation_id(req);
         funcd_gw_send_status(req, 404, "NotFound",
                              "function \"%.*s\" not found in namespace \"%.*s\"", (int)nl, name,
                              (int)nsl, ns);
+        return 0;
+    }
+    if (shape && funcd_shape_request(req, shape)) { /* (takes the reference) */
+        funcd_fn_target_unref(target); /* a CORS preflight, answered here */
         return 0;
     }
     if (!target) {
@@ -159,6 +168,7 @@ static void on_thread_exit(void *payload, h2o_context_t *ctx)
     if (!this_thread)
         return;
     funcd_gw_thread_dispose(this_thread);
+    funcd_shape_thread_dispose();
     free(this_thread);
     this_thread = NULL;
 }
@@ -192,6 +202,7 @@ static int gw_start(funcd_gateway *base)
 static void free_entry(route_entry *e)
 {
     funcd_fn_target_unref(e->target);
+    funcd_shape_unref(e->shape);
     free(e->ns);
     free(e->name);
     free(e);

@@ -1,0 +1,713 @@
+/*
+ * Shaping at the edge: CORS, response headers set and removed, gzip
+ * (shape.h; docs/edge.md, "Shaping"; docs/adr/0035-edge-shaping.md).
+ *
+ * It all hangs on one h2o request prefilter, put on the request before
+ * anything is answered: whoever answers (the proxy with the worker's
+ * answer, or funcd with a JSON Status), h2o_start_response runs it, and it
+ * edits the answer's headers and, when the answer is to be compressed,
+ * puts a gzip stream in front of the protocol's output. The compressor
+ * streams: each piece the proxy sends is deflated with a sync flush and
+ * passed on at once, so nothing waits for the whole body (a function that
+ * streams keeps streaming, just smaller).
+ */
+#include "gateway/shape.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "gateway/gateway.h"
+
+#define GZIP_MIN_BYTES 256   /* an answer known to be smaller goes as it is */
+#define GZIP_LEVEL 1         /* fast: the edge trades a little ratio for throughput */
+#define GZIP_OUT_FIRST 16384 /* a fresh stream's output buffer */
+#define GZIP_OUT_KEEP 65536  /* the largest output buffer a cached stream keeps */
+#define GZIP_CACHE_MAX 16    /* deflate streams a gateway thread keeps for reuse */
+
+typedef struct set_header {
+    h2o_iovec_t name; /* lowercase */
+    char *orig;       /* as configured, for HTTP/1 */
+    h2o_iovec_t value;
+} set_header;
+
+struct funcd_shape {
+    atomic_uint refs;
+    int cors, any_origin, any_method, any_header, compress;
+    h2o_iovec_t *origins;
+    size_t n_origins;
+    h2o_iovec_t *methods;
+    size_t n_methods;
+    h2o_iovec_t *headers; /* lowercase */
+    size_t n_headers;
+    h2o_iovec_t allow_methods, allow_headers, max_age; /* a preflight's answer */
+    set_header *set;
+    size_t n_set;
+    h2o_iovec_t *remove; /* lowercase */
+    size_t n_remove;
+};
+
+/* ---- the configuration ------------------------------------------------ */
+
+static int is_star(const char *s)
+{
+    return s[0] == '*' && s[1] == '\0';
+}
+
+/* The gateway frames the answer and encodes it: these are not the
+ * configuration's to set or remove. */
+static int owned_by_gateway(const char *name)
+{
+    static const char *const owned[] = {"content-length", "transfer-encoding", "connection",
+                                        "keep-alive", "proxy-connection", "te", "trailer",
+                                        "upgrade", "content-encoding", NULL};
+    for (const char *const *o = owned; *o; o++)
+        if (h2o_lcstris(name, strlen(name), *o, strlen(*o)))
+            return 1;
+    return 0;
+}
+
+static int dup_iov(h2o_iovec_t *out, const char *s, int lower)
+{
+    size_t n = strlen(s);
+    char *p = malloc(n + 1);
+    if (!p)
+        return -1;
+    memcpy(p, s, n + 1);
+    if (lower)
+        h2o_strtolower(p, n);
+    *out = h2o_iovec_init(p, n);
+    return 0;
+}
+
+/* "a, b, c" of `n` strings (malloc'ed; "" when n is 0). */
+static int join(h2o_iovec_t *out, const char *const *v, size_t n)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        len += strlen(v[i]) + 2;
+    char *p = malloc(len + 1);
+    if (!p)
+        return -1;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(v[i]);
+        if (at) {
+            memcpy(p + at, ", ", 2);
+            at += 2;
+        }
+        memcpy(p + at, v[i], l);
+        at += l;
+    }
+    p[at] = '\0';
+    *out = h2o_iovec_init(p, at);
+    return 0;
+}
+
+static void free_list(h2o_iovec_t *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i].base);
+    free(v);
+}
+
+static void shape_free(funcd_shape *s)
+{
+    free_list(s->origins, s->n_origins);
+    free_list(s->methods, s->n_methods);
+    free_list(s->headers, s->n_headers);
+    free(s->allow_methods.base);
+    free(s->allow_headers.base);
+    free(s->max_age.base);
+    for (size_t i = 0; s->set && i < s->n_set; i++) {
+        free(s->set[i].name.base);
+        free(s->set[i].orig);
+        free(s->set[i].value.base);
+    }
+    free(s->set);
+    free_list(s->remove, s->n_remove);
+    free(s);
+}
+
+/* Copies a list (minus "*", which sets *star) into `out`. */
+static int copy_list(h2o_iovec_t **out, size_t *n, int *star, const char *const *v, size_t count,
+                     int lower)
+{
+    *out = calloc(count ? count : 1, sizeof(**out));
+    if (!*out)
+        return -1;
+    for (size_t i = 0; i < count; i++) {
+        if (star && is_star(v[i])) {
+            *star = 1;
+            continue;
+        }
+        if (dup_iov(&(*out)[*n], v[i], lower) < 0)
+            return -1;
+        (*n)++;
+    }
+    return 0;
+}
+
+int funcd_shape_new(funcd_shape **out, const funcd_shape_spec *spec)
+{
+    *out = NULL;
+    size_t n_set = 0, n_remove = 0;
+    for (size_t i = 0; i < spec->n_set; i++)
+        n_set += !owned_by_gateway(spec->set_names[i]);
+    for (size_t i = 0; i < spec->n_remove; i++)
+        n_remove += !owned_by_gateway(spec->remove[i]);
+    if (!spec->n_allow_origins && !n_set && !n_remove && !spec->compress)
+        return 0;
+    funcd_shape *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -1;
+    atomic_init(&s->refs, 1);
+    s->compress = spec->compress != 0;
+    s->cors = spec->n_allow_origins > 0;
+    static const char *const safelisted[] = {"GET", "HEAD", "POST"};
+    char age[24];
+    snprintf(age, sizeof(age), "%u", spec->max_age);
+    if (copy_list(&s->origins, &s->n_origins, &s->any_origin, spec->allow_origins,
+                  spec->n_allow_origins, 0) < 0 ||
+        copy_list(&s->methods, &s->n_methods, &s->any_method, spec->allow_methods,
+                  spec->n_allow_methods, 0) < 0 ||
+        copy_list(&s->headers, &s->n_headers, &s->any_header, spec->allow_headers,
+                  spec->n_allow_headers, 1) < 0 ||
+        (spec->n_allow_methods ? join(&s->allow_methods, spec->allow_methods, spec->n_allow_methods)
+                               : join(&s->allow_methods, safelisted, 3)) < 0 ||
+        join(&s->allow_headers, spec->allow_headers, spec->n_allow_headers) < 0 ||
+        (spec->max_age && dup_iov(&s->max_age, age, 0) < 0))
+        goto oom;
+    s->set = calloc(n_set ? n_set : 1, sizeof(*s->set));
+    if (!s->set)
+        goto oom;
+    for (size_t i = 0; i < spec->n_set; i++) {
+        if (owned_by_gateway(spec->set_names[i]))
+            continue;
+        set_header *h = &s->set[s->n_set++];
+        if (dup_iov(&h->name, spec->set_names[i], 1) < 0 ||
+            !(h->orig = strdup(spec->set_names[i])) ||
+            dup_iov(&h->value, spec->set_values[i], 0) < 0)
+            goto oom;
+    }
+    s->remove = calloc(n_remove ? n_remove : 1, sizeof(*s->remove));
+    if (!s->remove)
+        goto oom;
+    for (size_t i = 0; i < spec->n_remove; i++)
+        if (!owned_by_gateway(spec->remove[i]) && dup_iov(&s->remove[s->n_remove++],
+                                                           spec->remove[i], 1) < 0)
+            goto oom;
+    *out = s;
+    return 0;
+oom:
+    shape_free(s);
+    return -1;
+}
+
+void funcd_shape_ref(funcd_shape *s)
+{
+    atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+}
+
+void funcd_shape_unref(funcd_shape *s)
+{
+    if (s && atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1)
+        shape_free(s);
+}
+
+/* ---- parsers ------------------------------------------------------------ */
+
+static int is_ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+/* The next element of a comma list in [*p, end), trimmed; 0 at the end. */
+static int next_element(const char **p, const char *end, h2o_iovec_t *el)
+{
+    while (*p < end && (is_ows(**p) || **p == ','))
+        (*p)++;
+    if (*p == end)
+        return 0;
+    const char *start = *p;
+    while (*p < end && **p != ',')
+        (*p)++;
+    const char *e = *p;
+    while (e > start && is_ows(e[-1]))
+        e--;
+    *el = h2o_iovec_init(start, (size_t)(e - start));
+    return 1;
+}
+
+/* An Accept-Encoding element's q is zero ("q=0", "q=0.000"). */
+static int q_is_zero(const char *p, const char *end)
+{
+    while (p < end) {
+        const char *semi = memchr(p, ';', (size_t)(end - p));
+        if (!semi)
+            return 0;
+        p = semi + 1;
+        while (p < end && is_ows(*p))
+            p++;
+        if (end - p < 2 || (p[0] != 'q' && p[0] != 'Q') || p[1] != '=')
+            continue;
+        p += 2;
+        if (p == end || *p != '0')
+            return 0;
+        for (p++; p < end && *p != ';' && !is_ows(*p); p++)
+            if (*p != '.' && *p != '0')
+                return 0;
+        return 1;
+    }
+    return 0;
+}
+
+int funcd_shape_accepts_gzip(const char *v, size_t len)
+{
+    const char *p = v, *end = v + len;
+    h2o_iovec_t el;
+    int gzip = -1, star = -1; /* -1: not named; else acceptable */
+    while (next_element(&p, end, &el)) {
+        const char *semi = memchr(el.base, ';', el.len);
+        size_t nl = semi ? (size_t)(semi - el.base) : el.len;
+        while (nl && is_ows(el.base[nl - 1]))
+            nl--;
+        int ok = !q_is_zero(el.base, el.base + el.len);
+        if (h2o_lcstris(el.base, nl, H2O_STRLIT("gzip")) ||
+            h2o_lcstris(el.base, nl, H2O_STRLIT("x-gzip")))
+            gzip = gzip == 1 ? 1 : ok;
+        else if (nl == 1 && el.base[0] == '*')
+            star = star == 1 ? 1 : ok;
+    }
+    return gzip >= 0 ? gzip : star == 1;
+}
+
+static int has_suffix(const char *s, size_t n, const char *suf)
+{
+    size_t l = strlen(suf);
+    return n >= l && h2o_lcstris(s + n - l, l, suf, l);
+}
+
+int funcd_shape_compressible_type(const char *v, size_t len)
+{
+    const char *semi = memchr(v, ';', len);
+    size_t n = semi ? (size_t)(semi - v) : len;
+    while (n && is_ows(v[n - 1]))
+        n--;
+    while (n && is_ows(*v)) {
+        v++;
+        n--;
+    }
+    if (n > 5 && h2o_lcstris(v, 5, H2O_STRLIT("text/")))
+        return !h2o_lcstris(v, n, H2O_STRLIT("text/event-stream"));
+    static const char *const types[] = {"application/json", "application/javascript",
+                                        "application/x-javascript", "application/ecmascript",
+                                        "application/xml", "application/wasm", NULL};
+    for (const char *const *t = types; *t; t++)
+        if (h2o_lcstris(v, n, *t, strlen(*t)))
+            return 1;
+    return has_suffix(v, n, "+json") || has_suffix(v, n, "+xml");
+}
+
+int funcd_shape_origin_allowed(const funcd_shape *s, h2o_iovec_t origin)
+{
+    if (!s->cors || !origin.base)
+        return 0;
+    if (s->any_origin)
+        return 1;
+    /* Browsers send scheme and host in lowercase; a configured origin may
+     * not be. */
+    for (size_t i = 0; i < s->n_origins; i++)
+        if (s->origins[i].len == origin.len &&
+            strncasecmp(s->origins[i].base, origin.base, origin.len) == 0)
+            return 1;
+    return 0;
+}
+
+static int method_allowed(const funcd_shape *s, h2o_iovec_t m)
+{
+    if (s->any_method || h2o_memis(m.base, m.len, H2O_STRLIT("GET")) ||
+        h2o_memis(m.base, m.len, H2O_STRLIT("HEAD")) || h2o_memis(m.base, m.len, H2O_STRLIT("POST")))
+        return 1;
+    for (size_t i = 0; i < s->n_methods; i++) /* methods are case-sensitive */
+        if (h2o_memis(m.base, m.len, s->methods[i].base, s->methods[i].len))
+            return 1;
+    return 0;
+}
+
+static int header_allowed(const funcd_shape *s, h2o_iovec_t h)
+{
+    if (s->any_header)
+        return 1;
+    for (size_t i = 0; i < s->n_headers; i++)
+        if (h2o_lcstris(h.base, h.len, s->headers[i].base, s->headers[i].len))
+            return 1;
+    return 0;
+}
+
+int funcd_shape_preflight_allowed(const funcd_shape *s, h2o_iovec_t origin, h2o_iovec_t method,
+                                  h2o_iovec_t req_headers)
+{
+    if (!funcd_shape_origin_allowed(s, origin) || !method.len || !method_allowed(s, method))
+        return 0;
+    const char *p = req_headers.base, *end = p + req_headers.len;
+    h2o_iovec_t el;
+    while (p && next_element(&p, end, &el))
+        if (!header_allowed(s, el))
+            return 0;
+    return 1;
+}
+
+/* ---- headers of the answer --------------------------------------------- */
+
+/* The answer's headers by name, in any case (a worker's names keep theirs). */
+static ssize_t find_res(const h2o_headers_t *hs, const char *lower, size_t len, ssize_t after)
+{
+    for (size_t i = (size_t)(after + 1); i < hs->size; i++)
+        if (h2o_lcstris(hs->entries[i].name->base, hs->entries[i].name->len, lower, len))
+            return (ssize_t)i;
+    return -1;
+}
+
+static void delete_res(h2o_headers_t *hs, const char *lower, size_t len)
+{
+    ssize_t i = -1;
+    while ((i = find_res(hs, lower, len, i)) >= 0)
+        i = h2o_delete_header(hs, i) - 1; /* the next entry moved to i */
+}
+
+static h2o_iovec_t req_header(h2o_req_t *req, const char *lower, size_t len)
+{
+    ssize_t i = h2o_find_header_by_str(&req->headers, lower, len, -1);
+    return i < 0 ? h2o_iovec_init(NULL, 0) : req->headers.entries[i].value;
+}
+
+/* Adds `what` (e.g. "Origin") to the answer's Vary unless it is there. */
+static void add_vary(h2o_req_t *req, const char *what, size_t len)
+{
+    h2o_headers_t *hs = &req->res.headers;
+    ssize_t i = find_res(hs, H2O_STRLIT("vary"), -1);
+    if (i < 0) {
+        h2o_add_header(&req->pool, hs, H2O_TOKEN_VARY, NULL, what, len);
+        return;
+    }
+    h2o_iovec_t *v = &hs->entries[i].value;
+    const char *p = v->base, *end = p + v->len;
+    h2o_iovec_t el;
+    while (next_element(&p, end, &el))
+        if (h2o_lcstris(el.base, el.len, "*", 1) ||
+            (el.len == len && strncasecmp(el.base, what, len) == 0))
+            return;
+    h2o_iovec_t joined = h2o_concat(&req->pool, *v, h2o_iovec_init(H2O_STRLIT(", ")),
+                                    h2o_iovec_init(what, len));
+    *v = joined;
+}
+
+/* ---- gzip ----------------------------------------------------------------- */
+
+typedef struct gz {
+    z_stream zs;
+    unsigned char *out;
+    size_t cap;
+    struct gz *next;
+} gz;
+
+static _Thread_local struct {
+    gz *free;
+    unsigned n;
+    int closed; /* the thread is ending: streams returned now are freed */
+} gz_cache;
+
+static void gz_destroy(gz *z)
+{
+    deflateEnd(&z->zs);
+    free(z->out);
+    free(z);
+}
+
+static gz *gz_take(void)
+{
+    gz *z = gz_cache.free;
+    if (z) {
+        gz_cache.free = z->next;
+        gz_cache.n--;
+        return z;
+    }
+    z = calloc(1, sizeof(*z));
+    if (!z)
+        return NULL;
+    /* windowBits 15 + 16: a gzip wrapper, which every client takes */
+    if (deflateInit2(&z->zs, GZIP_LEVEL, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+        free(z);
+        return NULL;
+    }
+    return z;
+}
+
+static void gz_give_back(gz *z)
+{
+    if (gz_cache.closed || gz_cache.n >= GZIP_CACHE_MAX || deflateReset(&z->zs) != Z_OK) {
+        gz_destroy(z);
+        return;
+    }
+    if (z->cap > GZIP_OUT_KEEP) {
+        free(z->out);
+        z->out = NULL;
+        z->cap = 0;
+    }
+    z->next = gz_cache.free;
+    gz_cache.free = z;
+    gz_cache.n++;
+}
+
+void funcd_shape_thread_dispose(void)
+{
+    gz_cache.closed = 1;
+    while (gz_cache.free) {
+        gz *z = gz_cache.free;
+        gz_cache.free = z->next;
+        gz_destroy(z);
+    }
+    gz_cache.n = 0;
+}
+
+/* Deflates `n` bytes into z->out from `*used` on; -1 when zlib fails or
+ * memory runs out. */
+static int gz_run(gz *z, const void *in, size_t n, int flush, size_t *used)
+{
+    z->zs.next_in = (Bytef *)(uintptr_t)in;
+    z->zs.avail_in = (uInt)n;
+    for (;;) {
+        if (*used == z->cap) {
+            size_t cap = z->cap ? z->cap * 2 : GZIP_OUT_FIRST;
+            unsigned char *out = realloc(z->out, cap);
+            if (!out)
+                return -1;
+            z->out = out;
+            z->cap = cap;
+        }
+        z->zs.next_out = z->out + *used;
+        z->zs.avail_out = (uInt)(z->cap - *used);
+        int rc = deflate(&z->zs, flush);
+        *used = z->cap - z->zs.avail_out;
+        if (rc == Z_STREAM_ERROR)
+            return -1;
+        if (flush == Z_FINISH ? rc == Z_STREAM_END : z->zs.avail_in == 0 && z->zs.avail_out)
+            return 0;
+    }
+}
+
+typedef struct gz_ostream {
+    h2o_ostream_t super; /* first */
+    gz *z;
+    int decided, plain;
+    h2o_iovec_t out;
+} gz_ostream;
+
+static void dispose_gz_ostream(void *p)
+{
+    gz_ostream *g = p;
+    if (g->z)
+        gz_give_back(g->z);
+}
+
+/* The first piece decides: an answer that is complete and tiny goes as it
+ * is (funcd's own JSON Status, a short body the worker sent chunked). */
+static void gz_decide(gz_ostream *g, h2o_req_t *req, h2o_iovec_t *in, size_t n,
+                      h2o_send_state_t state)
+{
+    g->decided = 1;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += in[i].len;
+    if (!h2o_send_state_is_in_progress(state) && total < GZIP_MIN_BYTES) {
+        g->plain = 1;
+        req->res.content_length = total;
+        return;
+    }
+    if (!(g->z = gz_take())) {
+        g->plain = 1; /* out of memory: send it as it is */
+        return;
+    }
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_ENCODING, NULL,
+                   H2O_STRLIT("gzip"));
+    /* Other bytes than the worker's: a strong validator no longer holds. */
+    ssize_t e = find_res(&req->res.headers, H2O_STRLIT("etag"), -1);
+    if (e >= 0) {
+        h2o_iovec_t *v = &req->res.headers.entries[e].value;
+        if (!(v->len >= 2 && v->base[0] == 'W' && v->base[1] == '/'))
+            *v = h2o_concat(&req->pool, h2o_iovec_init(H2O_STRLIT("W/")), *v);
+    }
+}
+
+static void gz_do_send(h2o_ostream_t *os, h2o_req_t *req, h2o_iovec_t *in, size_t n,
+                       h2o_send_state_t state)
+{
+    gz_ostream *g = (gz_ostream *)os;
+    if (!g->decided)
+        gz_decide(g, req, in, n, state);
+    if (g->plain) {
+        h2o_ostream_send_next(os, req, in, n, state);
+        return;
+    }
+    size_t used = 0;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = gz_run(g->z, in[i].base, in[i].len, Z_NO_FLUSH, &used);
+    if (rc == 0)
+        rc = gz_run(g->z, NULL, 0, state == H2O_SEND_STATE_FINAL ? Z_FINISH : Z_SYNC_FLUSH,
+                    &used);
+    if (rc < 0) {
+        h2o_ostream_send_next(os, req, NULL, 0, H2O_SEND_STATE_ERROR); /* cut the stream */
+        return;
+    }
+    g->out = h2o_iovec_init(g->z->out, used);
+    h2o_ostream_send_next(os, req, &g->out, used ? 1 : 0, state);
+}
+
+/* The answer is one to compress, the client's acceptance aside. */
+static int worth_compressing(h2o_req_t *req)
+{
+    int st = req->res.status;
+    if (st < 200 || st == 204 || st == 206 || st == 304)
+        return 0;
+    if (h2o_memis(req->input.method.base, req->input.method.len, H2O_STRLIT("HEAD")))
+        return 0;
+    const h2o_headers_t *hs = &req->res.headers;
+    ssize_t ct = find_res(hs, H2O_STRLIT("content-type"), -1);
+    if (ct < 0 || !funcd_shape_compressible_type(hs->entries[ct].value.base,
+                                                 hs->entries[ct].value.len))
+        return 0;
+    if (req->res.content_length != SIZE_MAX && req->res.content_length < GZIP_MIN_BYTES)
+        return 0;
+    if (find_res(hs, H2O_STRLIT("content-encoding"), -1) >= 0 ||
+        find_res(hs, H2O_STRLIT("content-range"), -1) >= 0)
+        return 0;
+    ssize_t cc = -1;
+    while ((cc = find_res(hs, H2O_STRLIT("cache-control"), cc)) >= 0) {
+        h2o_iovec_t v = hs->entries[cc].value;
+        const char *p = v.base, *end = p + v.len;
+        h2o_iovec_t el;
+        while (next_element(&p, end, &el))
+            if (h2o_lcstris(el.base, el.len, H2O_STRLIT("no-transform")))
+                return 0;
+    }
+    return 1;
+}
+
+/* ---- the request ------------------------------------------------------- */
+
+typedef struct shape_req {
+    h2o_req_prefilter_t super; /* first */
+    funcd_shape *s;            /* a reference */
+    h2o_iovec_t origin;        /* the request's Origin (cors), or none */
+    int gzip_ok;               /* compress, and the client accepts gzip */
+} shape_req;
+
+static void dispose_shape_req(void *p)
+{
+    funcd_shape_unref(((shape_req *)p)->s);
+}
+
+static void on_setup_ostream(h2o_req_prefilter_t *pf, h2o_req_t *req, h2o_ostream_t **slot)
+{
+    shape_req *sr = (shape_req *)pf;
+    const funcd_shape *s = sr->s;
+    h2o_headers_t *hs = &req->res.headers;
+    if (s->cors) { /* the configuration answers for CORS, not the worker */
+        delete_res(hs, H2O_STRLIT("access-control-allow-origin"));
+        if (funcd_shape_origin_allowed(s, sr->origin)) {
+            h2o_iovec_t v = s->any_origin ? h2o_iovec_init(H2O_STRLIT("*")) : sr->origin;
+            h2o_add_header(&req->pool, hs, H2O_TOKEN_ACCESS_CONTROL_ALLOW_ORIGIN, NULL, v.base,
+                           v.len);
+        }
+        if (!s->any_origin)
+            add_vary(req, H2O_STRLIT("Origin"));
+    }
+    if (s->compress && worth_compressing(req)) {
+        add_vary(req, H2O_STRLIT("Accept-Encoding"));
+        if (sr->gzip_ok && req->version >= 0x101) {
+            gz_ostream *g = h2o_mem_alloc_shared(&req->pool, sizeof(*g), dispose_gz_ostream);
+            memset(g, 0, sizeof(*g));
+            g->super.do_send = gz_do_send;
+            g->super.next = *slot;
+            *slot = &g->super;
+            slot = &g->super.next;
+            req->res.content_length = SIZE_MAX; /* decided on the first piece */
+        }
+    }
+    for (size_t i = 0; i < s->n_remove; i++)
+        delete_res(hs, s->remove[i].base, s->remove[i].len);
+    for (size_t i = 0; i < s->n_set; i++) {
+        const set_header *h = &s->set[i];
+        delete_res(hs, h->name.base, h->name.len);
+        h2o_add_header_by_str(&req->pool, hs, h->name.base, h->name.len, 1, h->orig,
+                              h->value.base, h->value.len);
+    }
+    h2o_setup_next_prefilter(pf, req, slot);
+}
+
+static void answer_preflight(h2o_req_t *req, shape_req *sr, h2o_iovec_t method)
+{
+    const funcd_shape *s = sr->s;
+    h2o_iovec_t asked = req_header(req, H2O_STRLIT("access-control-request-headers"));
+    char id[40];
+    funcd_gw_new_id(funcd_gw_thread(), id);
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-funcd-invocation-id"), 0,
+                          NULL, h2o_strdup(&req->pool, id, strlen(id)).base, strlen(id));
+    if (!funcd_shape_preflight_allowed(s, sr->origin, method, asked)) {
+        h2o_iovec_t o = sr->origin;
+        sr->origin = h2o_iovec_init(NULL, 0); /* and no CORS headers */
+        funcd_gw_send_status(req, 403, "Forbidden",
+                             "CORS preflight refused: origin %.*s, method %.*s%s%.*s: not "
+                             "allowed by spec.edge.cors",
+                             (int)(o.len > 200 ? 200 : o.len), o.base,
+                             (int)(method.len > 32 ? 32 : method.len), method.base,
+                             asked.len ? ", headers " : "", (int)(asked.len > 200 ? 200 : asked.len),
+                             asked.base);
+        return;
+    }
+    h2o_mem_pool_t *pool = &req->pool;
+    h2o_headers_t *hs = &req->res.headers;
+    h2o_iovec_t methods = s->any_method ? method : s->allow_methods;
+    h2o_add_header_by_str(pool, hs, H2O_STRLIT("access-control-allow-methods"), 0,
+                          "Access-Control-Allow-Methods", methods.base, methods.len);
+    h2o_iovec_t headers = s->any_header ? asked : s->allow_headers;
+    if (headers.len)
+        h2o_add_header_by_str(pool, hs, H2O_STRLIT("access-control-allow-headers"), 0,
+                              "Access-Control-Allow-Headers", headers.base, headers.len);
+    if (s->max_age.len)
+        h2o_add_header_by_str(pool, hs, H2O_STRLIT("access-control-max-age"), 0,
+                              "Access-Control-Max-Age", s->max_age.base, s->max_age.len);
+    if (s->any_method || s->any_header)
+        add_vary(req, H2O_STRLIT("Access-Control-Request-Method, Access-Control-Request-Headers"));
+    req->res.status = 204;
+    req->res.reason = "No Content";
+    req->res.content_length = 0;
+    h2o_send_inline(req, "", 0);
+}
+
+int funcd_shape_request(h2o_req_t *req, funcd_shape *s)
+{
+    shape_req *sr = h2o_mem_alloc_shared(&req->pool, sizeof(*sr), dispose_shape_req);
+    memset(sr, 0, sizeof(*sr));
+    sr->s = s; /* the caller's reference passes to the request */
+    sr->super.on_setup_ostream = on_setup_ostream;
+    sr->super.next = req->prefilters;
+    req->prefilters = &sr->super;
+    if (s->compress)
+        for (ssize_t i = -1; (i = h2o_find_header(&req->headers, H2O_TOKEN_ACCEPT_ENCODING, i)) >= 0;)
+            sr->gzip_ok |= funcd_shape_accepts_gzip(req->headers.entries[i].value.base,
+                                                    req->headers.entries[i].value.len);
+    if (!s->cors)
+        return 0;
+    sr->origin = req_header(req, H2O_STRLIT("origin"));
+    if (!sr->origin.base || !h2o_memis(req->method.base, req->method.len, H2O_STRLIT("OPTIONS")))
+        return 0;
+    h2o_iovec_t method = req_header(req, H2O_STRLIT("access-control-request-method"));
+    if (!method.base)
+        return 0; /* a plain OPTIONS: the function's */
+    answer_preflight(req, sr, method);
+    return 1;
+}
