@@ -80,6 +80,7 @@ static void usage(FILE *out)
             "                             client (default 2097152); beyond it the stream ends\n"
             "  --max-connections N        connections each listener holds open (default 1024);\n"
             "                             more wait in the kernel's backlog\n"
+            "  --access-log FILE|-        one JSON line per data-plane request (- : stdout)\n"
             "  --shims DIR                where the runtime shims are (default: next to\n"
             "                             this binary in a build tree, else the installed ones)\n"
             "  --state-dir DIR            worker sockets and extracted artifacts (default:\n"
@@ -121,6 +122,7 @@ typedef struct flags {
     const char *node_platform;
     uint64_t image_cache, tag_refresh, git_poll, seal_age, seal_size, retention, grace;
     uint64_t stream_buffer, max_conns;
+    const char *access_log;
     funcd_log_level level;
 } flags;
 
@@ -163,7 +165,7 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_STATE, O_FNRUN, O_FNDIR, O_FNMAX, O_CONFIG, O_NO_SANDBOX, O_AUTH, O_CERTS, O_INSECURE,
        O_PLATFORM, O_CACHE, O_TAG, O_GIT, O_SEAL_AGE, O_SEAL_SIZE, O_RETENTION, O_GRACE,
        O_HOST_NET, O_SECCOMP, O_FAVOR, O_STREAM_BUF, O_MAX_CONNS, O_ALLOWED,
-       O_SRCROOT, O_KEY_FILE, O_FN_TOKENS };
+       O_SRCROOT, O_KEY_FILE, O_FN_TOKENS, O_ACCESS_LOG };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -201,6 +203,7 @@ static const struct option long_opts[] = {
     {"shutdown-grace", required_argument, 0, O_GRACE},
     {"stream-buffer-limit", required_argument, 0, O_STREAM_BUF},
     {"max-connections", required_argument, 0, O_MAX_CONNS},
+    {"access-log", required_argument, 0, O_ACCESS_LOG},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -290,6 +293,7 @@ static int parse_one(int c, const char *arg, flags *f)
         f->max_conns = n;
         return -1;
     }
+    case O_ACCESS_LOG: f->access_log = arg; break;
     case O_VERSION: printf("funcd %s\n", funcd_version()); return 0;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -525,6 +529,7 @@ static int build_platform(const flags *f, const char *shims)
         f->grace ? funcd_with_shutdown_grace(f->grace) : NULL,
         f->stream_buffer ? funcd_with_stream_buffer_limit((size_t)f->stream_buffer) : NULL,
         f->max_conns ? funcd_with_max_connections((unsigned)f->max_conns) : NULL,
+        f->access_log ? funcd_with_access_log(f->access_log) : NULL,
         funcd_with_logger(NULL, f->level, NULL),
     };
     size_t n = sizeof(opts) / sizeof(opts[0]);

@@ -252,6 +252,12 @@ FUNCD_EXTERN funcd_option *funcd_with_logger(funcd_log_fn fn, funcd_log_level mi
                                              void *payload);
 FUNCD_EXTERN funcd_option *funcd_with_log_observer(funcd_log_observer_fn fn, void *payload);
 
+/** One JSON line per data-plane request (time, method, path, status, bytes,
+ *  duration, function, namespace, invocation and trace id) appended to
+ *  `path`, or to stdout for "-"; written by a thread of its own, never by
+ *  the gateway's. Off by default. docs/observability.md. */
+FUNCD_EXTERN funcd_option *funcd_with_access_log(const char *path);
+
 /* ---- the platform ------------------------------------------------------- */
 
 /**

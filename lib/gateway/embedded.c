@@ -24,6 +24,7 @@
 #include "gateway/gateway.h"
 #include "gateway/shape.h"
 #include "http/httpd.h"
+#include "trace/edge.h"
 #include "util/misc.h"
 
 #define MAX_BODY (64 * 1024 * 1024)
@@ -46,6 +47,7 @@ typedef struct embedded {
     pthread_rwlock_t lock;
     route_entry *buckets[BUCKETS];
     funcd_logger logger;
+    funcd_edge_recorder *recorder; /* access log, spans; NULL: off */
 } embedded;
 
 static _Thread_local gw_thread *this_thread;
@@ -83,6 +85,7 @@ static void add_invocation_id(h2o_req_t *req)
     size_t n = strlen(id);
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-funcd-invocation-id"), 0,
                           NULL, h2o_strdup(&req->pool, id, n).base, n);
+    funcd_edge_note_answer(this_thread->edge, this_thread, req, id);
 }
 
 static int on_req(void *payload, h2o_req_t *req)
@@ -160,6 +163,7 @@ static void on_thread_init(void *payload, h2o_context_t *ctx)
     if (this_thread) {
         funcd_gw_thread_init(this_thread, ctx);
         this_thread->logger = &g->logger;
+        this_thread->edge = funcd_edge_recorder_attach(g->recorder);
     }
 }
 
@@ -290,6 +294,12 @@ void funcd_gw_set_logger(funcd_gateway *gw, const funcd_logger *lg)
 {
     if (gw && gw->free == gw_free && lg)
         ((embedded *)gw)->logger = *lg;
+}
+
+void funcd_gw_set_edge_recorder(funcd_gateway *gw, funcd_edge_recorder *rec)
+{
+    if (gw && gw->free == gw_free)
+        ((embedded *)gw)->recorder = rec;
 }
 
 /* The CPUs this process may run on: its affinity mask (taskset, a

@@ -21,4 +21,10 @@ unsigned funcd_gateway_embedded_threads(const funcd_gateway *gw);
  * any other gateway. Call before it listens. */
 void funcd_gw_set_logger(funcd_gateway *gw, const funcd_logger *lg);
 
+/* Gateway threads started after this record each request to `rec`
+ * (lib/trace/edge.h; it must outlive the gateway's threads); a no-op for
+ * any other gateway. Call before it listens. */
+typedef struct funcd_edge_recorder funcd_edge_recorder;
+void funcd_gw_set_edge_recorder(funcd_gateway *gw, funcd_edge_recorder *rec);
+
 #endif

@@ -22,6 +22,7 @@ typedef struct gw_thread {
     unsigned n_idle;
     uint64_t rng[2];                     /* invocation ids */
     const funcd_logger *logger;          /* funcd's log: what a caller is not told */
+    struct funcd_edge_ring *edge;        /* request records (lib/trace), or NULL: off */
 } gw_thread;
 
 /* The thread's state (set by on_thread_init). */
@@ -31,6 +32,9 @@ gw_thread *funcd_gw_thread(void);
  * passes to the invocation); rest = "/..." with the query. */
 void funcd_gw_invoke(gw_thread *t, h2o_req_t *req, funcd_fn_target *target, uint64_t timeout_ms,
                      const char *ns, size_t nsl, const char *name, size_t nl, h2o_iovec_t rest);
+
+/* A random word of the thread's generator (ids: unique, not secret). */
+uint64_t funcd_gw_random(gw_thread *t);
 
 /* A new invocation id (a random UUID) into `out`. */
 void funcd_gw_new_id(gw_thread *t, char out[40]);

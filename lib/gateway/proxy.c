@@ -27,6 +27,7 @@
 #include "gateway/gateway.h"
 #include "http/httpd.h"
 #include "http/http1.h"
+#include "trace/edge.h"
 #include "util/buf.h"
 #include "util/misc.h"
 
@@ -84,6 +85,7 @@ struct invocation {
     int finished;
     char id[40];
     char name[140]; /* ns/name, for messages */
+    funcd_edge_trace tr; /* traceparent to the worker, the edge span */
 };
 
 /* ---- helpers ---------------------------------------------------------- */
@@ -112,7 +114,7 @@ void funcd_gw_send_status(h2o_req_t *req, int code, const char *reason, const ch
     free(body);
 }
 
-static uint64_t next_random(gw_thread *t)
+uint64_t funcd_gw_random(gw_thread *t)
 {
     /* xorshift128+: ids need to be unique, not secret */
     uint64_t s1 = t->rng[0];
@@ -128,7 +130,7 @@ static uint64_t next_random(gw_thread *t)
 void funcd_gw_new_id(gw_thread *t, char out[40])
 {
     static const char hex[] = "0123456789abcdef";
-    uint64_t w[2] = {next_random(t), next_random(t)};
+    uint64_t w[2] = {funcd_gw_random(t), funcd_gw_random(t)};
     unsigned char b[16];
     for (int i = 0; i < 16; i++)
         b[i] = (unsigned char)(w[i / 8] >> ((i % 8) * 8));
@@ -691,6 +693,8 @@ static void on_grant_messages(h2o_multithread_receiver_t *receiver, h2o_linklist
         inv->ticket = NULL;
         if (h2o_timeout_is_linked(&inv->wait_entry))
             h2o_timeout_unlink(&inv->wait_entry);
+        if (inv->tr.wait_start_ns)
+            inv->tr.wait_end_ns = funcd_edge_now_ns();
         inv->slot = tk->slot;
         if (inv->slot) {
             start_proxy(inv);
@@ -746,6 +750,8 @@ static void acquire(invocation *inv)
     funcd_slot *slot = NULL;
     int rc = funcd_slot_acquire(inv->target, &tk->waiter, &slot);
     if (rc == FUNCD_SLOT_QUEUED) { /* cold: wait for a grant, at most the function's timeout */
+        if (inv->t->edge && !inv->tr.wait_start_ns)
+            inv->tr.wait_start_ns = funcd_edge_now_ns();
         inv->ticket = tk;
         inv->wait_entry.cb = on_wait_timeout;
         h2o_timeout_link(inv->t->ctx->loop, &inv->tmo->timeout, &inv->wait_entry);
@@ -770,6 +776,7 @@ static void acquire(invocation *inv)
 static void dispose_invocation(void *p)
 {
     invocation *inv = p;
+    funcd_edge_note_end(inv->t->edge, inv->t, &inv->tr, inv->req, inv->name, inv->id);
     abandon_ticket(inv);
     drop_upstream(inv);
     release_slot(inv, 0);
@@ -802,13 +809,14 @@ static int build_head(invocation *inv, h2o_iovec_t rest)
     PUT_LIT(b, " HTTP/1.1\r\nHost: function\r\n");
     for (size_t i = 0; i < req->headers.size; i++) {
         const h2o_header_t *h = &req->headers.entries[i];
-        if (is_hop_by_hop(h->name))
+        if (is_hop_by_hop(h->name) || funcd_edge_is_trace_header(h->name))
             continue;
         put(b, h->name->base, h->name->len);
         PUT_LIT(b, ": ");
         put(b, h->value.base, h->value.len);
         PUT_LIT(b, "\r\n");
     }
+    funcd_edge_put_headers(&inv->tr, b);
     char tail[128];
     int n = snprintf(tail, sizeof(tail), "X-Funcd-Invocation-Id: %s\r\nContent-Length: %zu\r\n\r\n",
                      inv->id, req->entity.base ? req->entity.len : 0);
@@ -832,6 +840,8 @@ void funcd_gw_invoke(gw_thread *t, h2o_req_t *req, funcd_fn_target *target, uint
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-funcd-invocation-id"), 0,
                           NULL, h2o_strdup(&req->pool, inv->id, strlen(inv->id)).base,
                           strlen(inv->id));
+    funcd_edge_trace_start(&inv->tr, t, req);
+    funcd_edge_note_start(t->edge, &inv->tr, req, inv->name, inv->id);
     inv->tmo = timeouts_for(t, timeout_ms ? timeout_ms : 30000);
     if (!inv->tmo || build_head(inv, rest) < 0) {
         fail(inv, 503, "ServiceUnavailable", "out of memory");

@@ -128,6 +128,11 @@ static int add_builtin(funcd_config *cfg, funcd_option *o)
     o->str = NULL;
     return 0;
 }
+funcd_option *funcd_with_access_log(const char *path)
+{
+    return string_option(OPT_ACCESS_LOG, path);
+}
+
 funcd_option *funcd_with_state_dir(const char *dir) { return string_option(OPT_STATE_DIR, dir); }
 
 static funcd_option *number_option(option_kind kind, uint64_t a, uint64_t b, uint64_t c)
@@ -522,6 +527,11 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
         cfg->observer = o->observer;
         cfg->observer_payload = o->payload;
         break;
+    case OPT_ACCESS_LOG:
+        if (!o->str || !*o->str)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_access_log: no path (\"-\" is stdout)");
+        replace_str(&cfg->access_log, &o->str);
+        break;
     }
     return 0;
 }
@@ -571,6 +581,7 @@ void funcd_config_clear(funcd_config *cfg)
     funcd_strv_free(cfg->seccomp_allow);
     funcd_strv_free(cfg->source_roots);
     free(cfg->encryption_key_file);
+    free(cfg->access_log);
     funcd_auth_clear(&cfg->fn_runner_auth);
     memset(cfg, 0, sizeof(*cfg));
 }

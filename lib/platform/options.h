@@ -46,6 +46,7 @@ typedef enum option_kind {
     OPT_SOURCE_ROOT,
     OPT_ENCRYPTION_KEY_FILE,
     OPT_FN_RUNNER_TOKEN_FILE,
+    OPT_ACCESS_LOG,
 } option_kind;
 
 struct funcd_option {
@@ -116,6 +117,7 @@ typedef struct funcd_config {
     char *encryption_key_file;    /* Secrets at rest; NULL: see platform.c */
     funcd_auth fn_runner_auth;    /* tokens the function runner takes */
     int fn_runner_auth_on;        /* 1: calls without one of them are refused */
+    char *access_log;             /* a path, "-": stdout; NULL: none */
 } funcd_config;
 
 /* Applies presets first, then the rest in order; frees every option. */

@@ -34,6 +34,7 @@
 #include "store/sqlite_private.h"
 #include "serving/serving.h"
 #include "source/resolver.h"
+#include "trace/edge.h"
 #include "util/misc.h"
 
 #ifndef FUNCD_DEFAULT_SHIM_DIR
@@ -51,6 +52,7 @@ struct funcd_platform {
     funcd_serving *serving;
     funcd_sources *sources;
     funcd_fnrunner *fnrunner;
+    funcd_edge_recorder *edge; /* access log and spans, or NULL */
     funcd_logstore *logstore; /* persistent function logs, on the blob */
     struct event *log_tick;
     char fn_runner_addr[128];
@@ -351,6 +353,19 @@ static void restore_favor_dynmods(funcd_platform *p)
                   "cgroup2 mount %s again", p->cgroup2.mnt);
 }
 
+/* Request records for the access log (and the OTLP exporter): only when
+ * asked for; the gateway's threads record nothing otherwise. */
+static int start_edge_recorder(funcd_platform *p)
+{
+    if (!p->cfg.access_log)
+        return 0;
+    int rc = funcd_edge_recorder_new(&p->edge, p->cfg.access_log, NULL, NULL, 0, &p->cfg.logger);
+    if (rc < 0)
+        return rc;
+    funcd_gw_set_edge_recorder(p->cfg.gateway, p->edge);
+    return 0;
+}
+
 static int build(funcd_platform *p)
 {
     int rc = complete_config(&p->cfg);
@@ -385,6 +400,8 @@ static int build(funcd_platform *p)
     /* A gateway of the embedder's own takes no limit from us. */
     funcd_gateway_embedded_set_max_connections(p->cfg.gateway, p->cfg.max_connections);
     funcd_gw_set_logger(p->cfg.gateway, &p->cfg.logger);
+    if ((rc = start_edge_recorder(p)) < 0)
+        return rc;
     rc = funcd_port_gateway_listen(p->cfg.gateway, p->cfg.data_plane_addr, p->data_plane_addr,
                                    sizeof(p->data_plane_addr));
     if (rc < 0)
@@ -563,6 +580,8 @@ static void teardown(funcd_platform *p)
     p->stop_ev = NULL;
     restore_favor_dynmods(p); /* while the logger is there */
     funcd_config_clear(&p->cfg); /* runtime, gateway, bus, blob, store */
+    funcd_edge_recorder_free(p->edge); /* after the gateway's threads */
+    p->edge = NULL;
     if (p->base)
         event_base_free(p->base);
     p->base = NULL;
