@@ -81,6 +81,15 @@ static void usage(FILE *out)
             "  --max-connections N        connections each listener holds open (default 1024);\n"
             "                             more wait in the kernel's backlog\n"
             "  --access-log FILE|-        one JSON line per data-plane request (- : stdout)\n"
+            "  --edge-auth-default STANCE open (default) or authenticated: functions without\n"
+            "                             spec.edge.auth (docs/edge.md)\n"
+            "  --edge-rps N               requests per second per function (default 0: off)\n"
+            "  --edge-burst N             bursts above --edge-rps (default 0: the rps)\n"
+            "  --edge-max-body BYTES      request body cap per function (default 0: off;\n"
+            "                             at most 67108864, the gateway's own cap)\n"
+            "  --edge-max-in-flight N     requests of a function at once (default 0: off)\n"
+            "  --edge-limit-per-client    --edge-rps and spec.edge.limits.rps count per client\n"
+            "                             address (default: per function)\n"
             "  --shims DIR                where the runtime shims are (default: next to\n"
             "                             this binary in a build tree, else the installed ones)\n"
             "  --state-dir DIR            worker sockets and extracted artifacts (default:\n"
@@ -123,6 +132,9 @@ typedef struct flags {
     uint64_t image_cache, tag_refresh, git_poll, seal_age, seal_size, retention, grace;
     uint64_t stream_buffer, max_conns;
     const char *access_log;
+    const char *edge_auth;
+    uint64_t edge_rps, edge_burst, edge_max_body, edge_in_flight;
+    int edge_set, edge_per_client;
     funcd_log_level level;
 } flags;
 
@@ -151,6 +163,21 @@ static int parse_bytes(const char *name, const char *s, uint64_t min, uint64_t *
     return 0;
 }
 
+/* A count from 0 to `max`. */
+static int parse_count(const char *name, const char *s, uint64_t max, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(s, &end, 10);
+    if (errno || end == s || *end || *s == '-' || n > max) {
+        fprintf(stderr, "funcd: --%s takes a count from 0 (off) to %llu, not \"%s\"\n", name,
+                (unsigned long long)max, s);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
+
 static int parse_duration(const char *name, const char *s, uint64_t *out)
 {
     if (funcd_parse_duration_ms(s, out) < 0 || *out == 0) {
@@ -165,7 +192,8 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_STATE, O_FNRUN, O_FNDIR, O_FNMAX, O_CONFIG, O_NO_SANDBOX, O_AUTH, O_CERTS, O_INSECURE,
        O_PLATFORM, O_CACHE, O_TAG, O_GIT, O_SEAL_AGE, O_SEAL_SIZE, O_RETENTION, O_GRACE,
        O_HOST_NET, O_SECCOMP, O_FAVOR, O_STREAM_BUF, O_MAX_CONNS, O_ALLOWED,
-       O_SRCROOT, O_KEY_FILE, O_FN_TOKENS, O_ACCESS_LOG };
+       O_SRCROOT, O_KEY_FILE, O_FN_TOKENS, O_ACCESS_LOG, O_EDGE_AUTH, O_EDGE_RPS, O_EDGE_BURST,
+       O_EDGE_BODY, O_EDGE_IN_FLIGHT, O_EDGE_PER_CLIENT };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -204,6 +232,12 @@ static const struct option long_opts[] = {
     {"stream-buffer-limit", required_argument, 0, O_STREAM_BUF},
     {"max-connections", required_argument, 0, O_MAX_CONNS},
     {"access-log", required_argument, 0, O_ACCESS_LOG},
+    {"edge-auth-default", required_argument, 0, O_EDGE_AUTH},
+    {"edge-rps", required_argument, 0, O_EDGE_RPS},
+    {"edge-burst", required_argument, 0, O_EDGE_BURST},
+    {"edge-max-body", required_argument, 0, O_EDGE_BODY},
+    {"edge-max-in-flight", required_argument, 0, O_EDGE_IN_FLIGHT},
+    {"edge-limit-per-client", no_argument, 0, O_EDGE_PER_CLIENT},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -294,6 +328,27 @@ static int parse_one(int c, const char *arg, flags *f)
         return -1;
     }
     case O_ACCESS_LOG: f->access_log = arg; break;
+    case O_EDGE_AUTH:
+        if (strcmp(arg, "open") != 0 && strcmp(arg, "authenticated") != 0) {
+            fprintf(stderr, "funcd: --edge-auth-default must be open or authenticated, not "
+                            "\"%s\"\n", arg);
+            return 2;
+        }
+        f->edge_auth = arg;
+        return -1;
+    case O_EDGE_RPS:
+        f->edge_set = 1;
+        return parse_count("edge-rps", arg, 1000000, &f->edge_rps) ? 2 : -1;
+    case O_EDGE_BURST:
+        f->edge_set = 1;
+        return parse_count("edge-burst", arg, 10000000, &f->edge_burst) ? 2 : -1;
+    case O_EDGE_BODY:
+        f->edge_set = 1;
+        return parse_count("edge-max-body", arg, 64ull << 20, &f->edge_max_body) ? 2 : -1;
+    case O_EDGE_IN_FLIGHT:
+        f->edge_set = 1;
+        return parse_count("edge-max-in-flight", arg, 1000000, &f->edge_in_flight) ? 2 : -1;
+    case O_EDGE_PER_CLIENT: f->edge_per_client = 1; return -1;
     case O_VERSION: printf("funcd %s\n", funcd_version()); return 0;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -530,6 +585,11 @@ static int build_platform(const flags *f, const char *shims)
         f->stream_buffer ? funcd_with_stream_buffer_limit((size_t)f->stream_buffer) : NULL,
         f->max_conns ? funcd_with_max_connections((unsigned)f->max_conns) : NULL,
         f->access_log ? funcd_with_access_log(f->access_log) : NULL,
+        f->edge_auth ? funcd_with_edge_auth_default(f->edge_auth) : NULL,
+        f->edge_set ? funcd_with_edge_limits((uint32_t)f->edge_rps, (uint32_t)f->edge_burst,
+                                             f->edge_max_body, (uint32_t)f->edge_in_flight)
+                    : NULL,
+        f->edge_per_client ? funcd_with_edge_limit_per_client(1) : NULL,
         funcd_with_logger(NULL, f->level, NULL),
     };
     size_t n = sizeof(opts) / sizeof(opts[0]);

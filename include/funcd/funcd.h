@@ -225,6 +225,27 @@ FUNCD_EXTERN funcd_option *funcd_with_stream_buffer_limit(size_t bytes);
  *  wait in the kernel's listen backlog until one closes. */
 FUNCD_EXTERN funcd_option *funcd_with_max_connections(unsigned n);
 
+/* ---- the edge (docs/edge.md) --------------------------------------------- */
+
+/** The authentication stance of functions whose spec.edge.auth is not set:
+ *  "open" (the default: no token needed) or "authenticated" (a bearer token
+ *  of funcd_with_token/_token_file whose role may invoke in the function's
+ *  namespace). Anything else makes funcd_platform_new fail (FUNCD_EINVAL). */
+FUNCD_EXTERN funcd_option *funcd_with_edge_auth_default(const char *stance);
+
+/** Limits of functions whose spec.edge.limits does not set them; every one
+ *  0 = off, and off is the default: `rps` requests per second with bursts
+ *  of `burst` (0: rps) -> 429; request bodies over `max_body` bytes -> 413
+ *  (at most 64 MiB, the gateway's own ceiling); more than `max_in_flight`
+ *  requests of a function at once -> 503. */
+FUNCD_EXTERN funcd_option *funcd_with_edge_limits(uint32_t rps, uint32_t burst, uint64_t max_body,
+                                                  uint32_t max_in_flight);
+
+/** rps/burst count per client address (and function) rather than per
+ *  function; the table is bounded (the longest-waiting client is forgotten
+ *  first). Off by default. */
+FUNCD_EXTERN funcd_option *funcd_with_edge_limit_per_client(int enabled);
+
 /* ---- authentication ----------------------------------------------------- */
 
 /** Roles: "admin" (everything), "developer" (read/write in its namespaces),

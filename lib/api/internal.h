@@ -91,6 +91,8 @@ int funcd__api_validate_function_spec(funcd__api_ctx *c, const cJSON *spec, cons
 int funcd__api_validate_functionconfig_spec(funcd__api_ctx *c, const cJSON *spec,
                                             const void *unused);
 int funcd__api_validate_secret(funcd__api_ctx *c, const cJSON *obj);
+/* A Function's spec.edge (validate_edge.c). */
+int funcd__api_check_edge(funcd__api_ctx *c, const cJSON *item, const void *unused);
 int funcd__api_normalize_secret(cJSON *obj);
 
 /* ---- base64 (standard alphabet, padded) ------------------------------- */

@@ -431,6 +431,7 @@ static const funcd__api_field spec_fields[] = {
     {"timeout", 0, funcd__api_check_duration, &timeout_ms},
     {"resources", 0, check_resources, NULL},
     {"network", 0, funcd__api_check_enum, networks},
+    {"edge", 0, funcd__api_check_edge, NULL},
 };
 
 /* The handler names a file of the artifact (native, exec mode; python3's

@@ -198,17 +198,15 @@ static void replace_object(funcd_cp *cp, const funcd_cp_request *req, const rout
 static const funcd_token *authenticate(funcd_cp *cp, const funcd_cp_request *req,
                                        funcd_cp_response *resp)
 {
-    static const char bearer[] = "Bearer ";
-    const size_t bl = sizeof(bearer) - 1;
-    if (!req->authorization || req->authorization_len <= bl ||
-        strncasecmp(req->authorization, bearer, bl) != 0) {
+    int missing;
+    const funcd_token *t =
+        funcd_auth_bearer(cp->auth, req->authorization, req->authorization_len, &missing);
+    if (missing) {
         funcd_cp_status(resp, 401, "Unauthorized", NULL,
                         "missing bearer token: send `Authorization: Bearer <token>` "
                         "(funcdctl: --token or FUNCD_TOKEN)");
         return NULL;
     }
-    const funcd_token *t =
-        funcd_auth_find(cp->auth, req->authorization + bl, req->authorization_len - bl);
     if (!t)
         funcd_cp_status(resp, 401, "Unauthorized", NULL,
                         "invalid bearer token: check --token or FUNCD_TOKEN against the server's "

@@ -2,9 +2,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <mbedtls/sha256.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "funcd/sys/error.h"
@@ -40,6 +42,23 @@ static void token_free(funcd_token *t)
     for (char **ns = t->namespaces; ns && *ns; ns++)
         free(*ns);
     free(t->namespaces);
+    free(t->name);
+}
+
+/* A name that says which token it was without giving it away. */
+static char *default_name(const char *token)
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char sum[32];
+    char name[6 + 12 + 1] = "token-";
+    if (mbedtls_sha256_ret((const unsigned char *)token, strlen(token), sum, 0) != 0)
+        return NULL;
+    for (int i = 0; i < 6; i++) {
+        name[6 + 2 * i] = hex[sum[i] >> 4];
+        name[6 + 2 * i + 1] = hex[sum[i] & 15];
+    }
+    name[18] = '\0';
+    return strdup(name);
 }
 
 int funcd_auth_add(funcd_auth *a, const char *token, funcd_role role,
@@ -54,8 +73,8 @@ int funcd_auth_add(funcd_auth *a, const char *token, funcd_role role,
         return funcd_error_set(FUNCD_EINVAL,
                                "token for role %s needs at least one namespace (or \"*\")",
                                funcd_role_name(role));
-    funcd_token t = {strdup(token), role, calloc(n + 1, sizeof(char *))};
-    int oom = !t.token || !t.namespaces;
+    funcd_token t = {strdup(token), role, calloc(n + 1, sizeof(char *)), default_name(token)};
+    int oom = !t.token || !t.namespaces || !t.name;
     for (size_t i = 0; i < n && !oom; i++)
         oom = !(t.namespaces[i] = strdup(namespaces[i]));
     if (oom) {
@@ -93,12 +112,13 @@ static int load_line(funcd_auth *a, char *line, const char *path, int lineno)
         return 0;
     char *role_s = strtok_r(NULL, " \t\r\n", &save);
     char *ns_s = strtok_r(NULL, " \t\r\n", &save);
+    char *name = strtok_r(NULL, " \t\r\n", &save);
     char *extra = strtok_r(NULL, " \t\r\n", &save);
     funcd_role role = FUNCD_ROLE_VIEWER;
     if (!role_s || (!ns_s && strcmp(role_s, "admin") != 0) || extra)
         return funcd_error_set(FUNCD_EINVAL,
-                               "%s:%d: expected `token role namespace[,namespace...]`", path,
-                               lineno);
+                               "%s:%d: expected `token role namespace[,namespace...] [name]`",
+                               path, lineno);
     if (funcd_role_parse(role_s, &role) < 0)
         return funcd_error_set(FUNCD_EINVAL, "%s:%d: unknown role '%s' (use admin, developer or "
                                "viewer)", path, lineno, role_s);
@@ -113,7 +133,16 @@ static int load_line(funcd_auth *a, char *line, const char *path, int lineno)
     nss[n] = NULL;
     if (n == 0)
         nss[n++] = "*", nss[n] = NULL;
-    return funcd_auth_add(a, tok, role, nss);
+    int rc = funcd_auth_add(a, tok, role, nss);
+    if (rc < 0 || !name)
+        return rc;
+    const funcd_token *t = funcd_auth_find(a, tok, strlen(tok));
+    char *copy = strdup(name);
+    if (!copy)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory adding a token");
+    free(t->name);
+    ((funcd_token *)t)->name = copy;
+    return 0;
 }
 
 int funcd_auth_load_file(funcd_auth *a, const char *path)
@@ -174,5 +203,37 @@ int funcd_token_allows(const funcd_token *t, const char *ns, int write)
     for (char **p = t->namespaces; *p; p++)
         if (strcmp(*p, "*") == 0 || (ns && strcmp(*p, ns) == 0))
             return 1;
+    return 0;
+}
+
+const funcd_token *funcd_auth_bearer(const funcd_auth *a, const char *authorization, size_t len,
+                                     int *missing)
+{
+    static const char bearer[] = "Bearer ";
+    const size_t bl = sizeof(bearer) - 1;
+    *missing = !authorization || len <= bl || strncasecmp(authorization, bearer, bl) != 0;
+    return *missing ? NULL : funcd_auth_find(a, authorization + bl, len - bl);
+}
+
+int funcd_auth_authorize_invoke(void *payload, const char *ns, const char *authorization,
+                                size_t authorization_len, char *subject, size_t subject_len,
+                                char *message, size_t message_len)
+{
+    int missing;
+    const funcd_token *t = funcd_auth_bearer(payload, authorization, authorization_len, &missing);
+    if (!t) {
+        snprintf(message, message_len, "%s",
+                 missing ? "this function needs a bearer token: send `Authorization: Bearer "
+                           "<token>` with a developer or admin token of its namespace"
+                         : "invalid bearer token");
+        return 401;
+    }
+    if (!funcd_token_allows(t, ns, 1)) {
+        snprintf(message, message_len, "role %s may not invoke functions in namespace \"%s\"",
+                 funcd_role_name(t->role), ns);
+        return 403;
+    }
+    snprintf(subject, subject_len, "%s", t->name);
+    message[0] = '\0';
     return 0;
 }

@@ -7,7 +7,9 @@
  * gateway threads read it under a reader lock and keep a target reference
  * for the request. The
  * request itself never leaves the gateway thread when a worker is ready
- * (proxy.c).
+ * (proxy.c). The route's edge (edge.h) is checked here, on the gateway
+ * thread and before a slot is asked for: a request it refuses never wakes
+ * a worker (docs/adr/0035-edge-before-the-activator.md).
  */
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -16,10 +18,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+#include <netinet/in.h>
 
 #include "funcd/sys/error.h"
 #include "funcd/sys/gateway.h"
+#include "gateway/edge.h"
 #include "gateway/embedded.h"
 #include "gateway/gateway.h"
 #include "gateway/shape.h"
@@ -36,6 +41,9 @@ typedef struct route_entry {
     uint64_t timeout_ms;
     funcd_fn_target *target; /* a reference, or NULL: known but cannot run */
     funcd_shape *shape;      /* a reference, or NULL: nothing to shape */
+    funcd_edge *edge;        /* the route's, copied */
+    int edge_active;         /* funcd_edge_active(edge): anything to check per request */
+    funcd_edge_limiter *lim; /* shared with the function's earlier entries */
     struct route_entry *next;
 } route_entry;
 
@@ -88,6 +96,102 @@ static void add_invocation_id(h2o_req_t *req)
     funcd_edge_note_answer(this_thread->edge, this_thread, req, id);
 }
 
+/* ---- the edge: decided under the route table's read lock, answered after */
+
+typedef struct edge_verdict {
+    int status; /* 0: admitted */
+    const char *reason;
+    uint32_t retry_after; /* seconds, 0: no Retry-After */
+    char message[400];
+    char subject[128];           /* the token's name, when authenticated */
+    int authenticated;
+    funcd_edge_limiter *in_flight; /* entered, and a reference: leave when the request ends */
+} edge_verdict;
+
+static uint64_t client_of(h2o_req_t *req)
+{
+    struct sockaddr_storage ss;
+    socklen_t n = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&ss);
+    if (n && ss.ss_family == AF_INET)
+        return funcd_edge_client_hash(&((struct sockaddr_in *)&ss)->sin_addr, 4);
+    if (n && ss.ss_family == AF_INET6)
+        return funcd_edge_client_hash(&((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+    return funcd_edge_client_hash(&ss, n);
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts; /* the vDSO: no system call */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void edge_check(const route_entry *r, h2o_req_t *req, edge_verdict *v)
+{
+    const funcd_edge *e = r->edge;
+    if (e->auth != FUNCD_EDGE_AUTH_OPEN) {
+        if (!e->authorize) { /* fail closed */
+            v->status = 503;
+            v->reason = "ServiceUnavailable";
+            v->retry_after = 5;
+            snprintf(v->message, sizeof(v->message), "function %s/%s needs authentication and "
+                     "this gateway has no way to check tokens", r->ns, r->name);
+            return;
+        }
+        h2o_iovec_t auth = funcd_httpd_header(req, H2O_TOKEN_AUTHORIZATION);
+        int code = e->authorize(e->authorize_payload, r->ns, auth.base, auth.len, v->subject,
+                                sizeof(v->subject), v->message, sizeof(v->message));
+        if (code) {
+            v->status = code == 403 ? 403 : 401;
+            v->reason = code == 403 ? "Forbidden" : "Unauthorized";
+            return;
+        }
+        v->authenticated = 1;
+    }
+    if (e->max_body_bytes && req->entity.base && req->entity.len > e->max_body_bytes) {
+        v->status = 413;
+        v->reason = "RequestEntityTooLarge";
+        snprintf(v->message, sizeof(v->message), "the request body is larger than function "
+                 "%s/%s takes (spec.edge.limits.maxBodyBytes: %llu bytes)", r->ns, r->name,
+                 (unsigned long long)e->max_body_bytes);
+        return;
+    }
+    if (e->rps) {
+        uint32_t wait = funcd_edge_rate_take(r->lim, e, e->limit_per_client ? client_of(req) : 0,
+                                             mono_ns());
+        if (wait) {
+            v->status = 429;
+            v->reason = "TooManyRequests";
+            v->retry_after = wait;
+            snprintf(v->message, sizeof(v->message), "function %s/%s takes at most %u requests "
+                     "per second%s (bursts of %u); retry after %u s", r->ns, r->name, e->rps,
+                     e->limit_per_client ? " from one client" : "", e->burst ? e->burst : e->rps,
+                     wait);
+            return;
+        }
+    }
+    if (e->max_in_flight) {
+        if (!funcd_edge_in_flight_enter(r->lim, e->max_in_flight)) {
+            v->status = 503;
+            v->reason = "ServiceUnavailable";
+            v->retry_after = 1;
+            snprintf(v->message, sizeof(v->message), "function %s/%s has %u requests in flight, "
+                     "its limit (spec.edge.limits.maxInFlight); retry later", r->ns, r->name,
+                     e->max_in_flight);
+            return;
+        }
+        funcd_edge_limiter_ref(r->lim);
+        v->in_flight = r->lim;
+    }
+}
+
+static void leave_in_flight(void *p)
+{
+    funcd_edge_limiter *l = *(funcd_edge_limiter **)p;
+    funcd_edge_in_flight_leave(l);
+    funcd_edge_limiter_unref(l);
+}
+
 static int on_req(void *payload, h2o_req_t *req)
 {
     embedded *g = payload;
@@ -125,7 +229,13 @@ static int on_req(void *payload, h2o_req_t *req)
     funcd_fn_target *target = r ? (*r)->target : NULL;
     uint64_t timeout_ms = r ? (*r)->timeout_ms : 0;
     funcd_shape *shape = r ? (*r)->shape : NULL;
-    if (target)
+    edge_verdict v;
+    v.status = 0;
+    v.authenticated = 0;
+    v.in_flight = NULL;
+    if (r && (*r)->edge_active && target)
+        edge_check(*r, req, &v);
+    if (target && !v.status)
         funcd_fn_target_ref(target);
     if (shape)
         funcd_shape_ref(shape);
@@ -138,7 +248,12 @@ static int on_req(void *payload, h2o_req_t *req)
         return 0;
     }
     if (shape && funcd_shape_request(req, shape)) { /* (takes the reference) */
-        funcd_fn_target_unref(target); /* a CORS preflight, answered here */
+        if (!v.status)
+            funcd_fn_target_unref(target); /* a CORS preflight, answered here */
+        if (v.in_flight) {
+            funcd_edge_in_flight_leave(v.in_flight);
+            funcd_edge_limiter_unref(v.in_flight);
+        }
         return 0;
     }
     if (!target) {
@@ -150,9 +265,27 @@ static int on_req(void *payload, h2o_req_t *req)
                              (int)nsl, ns, (int)nl, name, (int)nl, name);
         return 0;
     }
+    if (v.status) {
+        if (v.retry_after) {
+            char *ra = h2o_mem_alloc_pool(&req->pool, 12);
+            int len = snprintf(ra, 12, "%u", v.retry_after);
+            h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, ra,
+                           (size_t)len);
+        }
+        if (v.status == 401)
+            h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL,
+                           H2O_STRLIT("Bearer"));
+        add_invocation_id(req);
+        funcd_gw_send_status(req, v.status, v.reason, "%s", v.message);
+        return 0;
+    }
+    if (v.in_flight) /* left when the request is disposed, however it ends */
+        *(funcd_edge_limiter **)h2o_mem_alloc_shared(&req->pool, sizeof(void *),
+                                                     leave_in_flight) = v.in_flight;
     h2o_iovec_t rest_iov = rest ? h2o_iovec_init(rest, (size_t)(end - rest))
                                 : h2o_iovec_init(path_end, (size_t)(end - path_end));
-    funcd_gw_invoke(this_thread, req, target, timeout_ms, ns, nsl, name, nl, rest_iov);
+    funcd_gw_invoke(this_thread, req, target, timeout_ms, ns, nsl, name, nl, rest_iov,
+                    v.authenticated ? v.subject : NULL);
     return 0;
 }
 
@@ -207,6 +340,8 @@ static void free_entry(route_entry *e)
 {
     funcd_fn_target_unref(e->target);
     funcd_shape_unref(e->shape);
+    funcd_edge_free(e->edge);
+    funcd_edge_limiter_unref(e->lim);
     free(e->ns);
     free(e->name);
     free(e);
@@ -222,14 +357,31 @@ static int gw_set_route(funcd_gateway *base, const funcd_route *route)
         free(e);
         return funcd_error_set(FUNCD_ENOMEM, "out of memory adding a route");
     }
+    static const funcd_edge all_off = {0};
     e->timeout_ms = route->timeout_ms;
+    /* A driver of this version is always given an edge; be safe anyway. */
+    e->edge = funcd_edge_dup(route->edge ? route->edge : &all_off);
+    e->lim = funcd_edge_limiter_new();
+    if (!e->edge || !e->lim || funcd_edge_limiter_prepare(e->lim, e->edge) < 0) {
+        funcd_edge_free(e->edge);
+        funcd_edge_limiter_unref(e->lim);
+        free(e->ns);
+        free(e->name);
+        free(e);
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory adding a route");
+    }
+    e->edge_active = funcd_edge_active(e->edge);
     e->target = route->target;
     funcd_fn_target_ref(e->target);
     size_t nsl = strlen(e->ns), nl = strlen(e->name);
     pthread_rwlock_wrlock(&g->lock);
     route_entry **pp = find(g, e->ns, nsl, e->name, nl);
     route_entry *old = pp ? *pp : NULL;
-    if (old) {
+    if (old) { /* the function's buckets and in-flight count go on */
+        funcd_edge_limiter *fresh = e->lim;
+        e->lim = old->lim;
+        old->lim = fresh;
+        funcd_edge_limiter_prepare(e->lim, e->edge); /* (its table stays if this fails) */
         e->next = old->next;
         *pp = e;
     } else {

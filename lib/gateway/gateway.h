@@ -29,9 +29,12 @@ typedef struct gw_thread {
 gw_thread *funcd_gw_thread(void);
 
 /* Proxies `req` to one of the function's workers (a reference to `target`
- * passes to the invocation); rest = "/..." with the query. */
+ * passes to the invocation); rest = "/..." with the query. `subject`: the
+ * authenticated caller's name (the edge checked its token: Authorization
+ * is not passed on, X-Funcd-Subject is), or NULL. */
 void funcd_gw_invoke(gw_thread *t, h2o_req_t *req, funcd_fn_target *target, uint64_t timeout_ms,
-                     const char *ns, size_t nsl, const char *name, size_t nl, h2o_iovec_t rest);
+                     const char *ns, size_t nsl, const char *name, size_t nl, h2o_iovec_t rest,
+                     const char *subject);
 
 /* A random word of the thread's generator (ids: unique, not secret). */
 uint64_t funcd_gw_random(gw_thread *t);

@@ -165,7 +165,7 @@ static int is_hop_by_hop(const h2o_iovec_t *name)
 {
     static const char *const hop[] = {"connection", "keep-alive", "proxy-connection", "te",
                                       "trailer", "transfer-encoding", "upgrade", "content-length",
-                                      "host", "x-funcd-invocation-id", NULL};
+                                      "host", "x-funcd-invocation-id", "x-funcd-subject", NULL};
     for (const char *const *h = hop; *h; h++)
         if (h2o_lcstris(name->base, name->len, *h, strlen(*h)))
             return 1;
@@ -795,7 +795,7 @@ static void put(funcd_buf *b, const char *p, size_t n)
 
 /* The request line and headers for the worker (plain appends: this runs
  * for every request). */
-static int build_head(invocation *inv, h2o_iovec_t rest)
+static int build_head(invocation *inv, h2o_iovec_t rest, const char *subject)
 {
     h2o_req_t *req = inv->req;
     funcd_buf *b = &inv->head;
@@ -811,12 +811,19 @@ static int build_head(invocation *inv, h2o_iovec_t rest)
         const h2o_header_t *h = &req->headers.entries[i];
         if (is_hop_by_hop(h->name) || funcd_edge_is_trace_header(h->name))
             continue;
+        if (subject && h->name == &H2O_TOKEN_AUTHORIZATION->buf)
+            continue; /* the edge took the token; the worker gets who it was */
         put(b, h->name->base, h->name->len);
         PUT_LIT(b, ": ");
         put(b, h->value.base, h->value.len);
         PUT_LIT(b, "\r\n");
     }
     funcd_edge_put_headers(&inv->tr, b);
+    if (subject) {
+        PUT_LIT(b, "X-Funcd-Subject: ");
+        put(b, subject, strlen(subject));
+        PUT_LIT(b, "\r\n");
+    }
     char tail[128];
     int n = snprintf(tail, sizeof(tail), "X-Funcd-Invocation-Id: %s\r\nContent-Length: %zu\r\n\r\n",
                      inv->id, req->entity.base ? req->entity.len : 0);
@@ -825,7 +832,8 @@ static int build_head(invocation *inv, h2o_iovec_t rest)
 }
 
 void funcd_gw_invoke(gw_thread *t, h2o_req_t *req, funcd_fn_target *target, uint64_t timeout_ms,
-                     const char *ns, size_t nsl, const char *name, size_t nl, h2o_iovec_t rest)
+                     const char *ns, size_t nsl, const char *name, size_t nl, h2o_iovec_t rest,
+                     const char *subject)
 {
     invocation *inv = h2o_mem_alloc_shared(&req->pool, sizeof(*inv), dispose_invocation);
     memset(inv, 0, sizeof(*inv));
@@ -843,7 +851,7 @@ void funcd_gw_invoke(gw_thread *t, h2o_req_t *req, funcd_fn_target *target, uint
     funcd_edge_trace_start(&inv->tr, t, req);
     funcd_edge_note_start(t->edge, &inv->tr, req, inv->name, inv->id);
     inv->tmo = timeouts_for(t, timeout_ms ? timeout_ms : 30000);
-    if (!inv->tmo || build_head(inv, rest) < 0) {
+    if (!inv->tmo || build_head(inv, rest, subject) < 0) {
         fail(inv, 503, "ServiceUnavailable", "out of memory");
         return;
     }

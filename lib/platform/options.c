@@ -245,6 +245,25 @@ funcd_option *funcd_with_max_connections(unsigned n)
     return o;
 }
 
+funcd_option *funcd_with_edge_auth_default(const char *stance)
+{
+    return string_option(OPT_EDGE_AUTH, stance);
+}
+
+funcd_option *funcd_with_edge_limits(uint32_t rps, uint32_t burst, uint64_t max_body,
+                                     uint32_t max_in_flight)
+{
+    funcd_option *o = number_option(OPT_EDGE_LIMITS, rps, burst, max_in_flight);
+    if (o != &oom_option)
+        o->size = (size_t)max_body;
+    return o;
+}
+
+funcd_option *funcd_with_edge_limit_per_client(int enabled)
+{
+    return number_option(OPT_EDGE_PER_CLIENT, enabled != 0, 0, 0);
+}
+
 funcd_option *funcd_with_seccomp_allow(const char *syscall_name)
 {
     return string_option(OPT_SECCOMP_ALLOW, syscall_name);
@@ -518,6 +537,25 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
             return funcd_error_set(FUNCD_EINVAL, "funcd_with_fn_runner_token_file: path is NULL");
         cfg->fn_runner_auth_on = 1;
         return funcd_auth_load_file(&cfg->fn_runner_auth, o->str);
+    case OPT_EDGE_AUTH:
+        if (!o->str || (strcmp(o->str, "open") != 0 && strcmp(o->str, "authenticated") != 0))
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_edge_auth_default: \"%s\" is not "
+                                   "a stance; use open or authenticated",
+                                   o->str ? o->str : "(null)");
+        cfg->edge.auth = strcmp(o->str, "open") == 0 ? FUNCD_EDGE_AUTH_OPEN
+                                                      : FUNCD_EDGE_AUTH_AUTHENTICATED;
+        break;
+    case OPT_EDGE_LIMITS:
+        if (o->size > 64u * 1024 * 1024)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_edge_limits: a body limit of %zu "
+                                   "bytes is over the gateway's ceiling of 64 MiB (67108864)",
+                                   o->size);
+        cfg->edge.rps = (uint32_t)o->n[0];
+        cfg->edge.burst = (uint32_t)o->n[1];
+        cfg->edge.max_in_flight = (uint32_t)o->n[2];
+        cfg->edge.max_body_bytes = o->size;
+        break;
+    case OPT_EDGE_PER_CLIENT: cfg->edge.limit_per_client = (int)o->n[0]; break;
     case OPT_LOGGER:
         cfg->logger.fn = o->log_fn;
         cfg->logger.min = o->log_min;

@@ -4,6 +4,7 @@
 
 #include "controlplane/auth.h"
 #include "funcd/funcd.h"
+#include "funcd/sys/gateway.h"
 #include "util/log.h"
 
 typedef enum option_kind {
@@ -47,6 +48,9 @@ typedef enum option_kind {
     OPT_ENCRYPTION_KEY_FILE,
     OPT_FN_RUNNER_TOKEN_FILE,
     OPT_ACCESS_LOG,
+    OPT_EDGE_AUTH,
+    OPT_EDGE_LIMITS,
+    OPT_EDGE_PER_CLIENT,
 } option_kind;
 
 struct funcd_option {
@@ -118,6 +122,7 @@ typedef struct funcd_config {
     funcd_auth fn_runner_auth;    /* tokens the function runner takes */
     int fn_runner_auth_on;        /* 1: calls without one of them are refused */
     char *access_log;             /* a path, "-": stdout; NULL: none */
+    funcd_edge edge;              /* the daemon's edge defaults (auth, limits, per client) */
 } funcd_config;
 
 /* Applies presets first, then the rest in order; frees every option. */

@@ -461,7 +461,11 @@ static int build(funcd_platform *p)
     if (!(p->log_tick = event_new(p->base, -1, EV_PERSIST, on_log_tick, p)) ||
         event_add(p->log_tick, &every_second) < 0)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory starting the log store's timer");
+    /* The edge checks tokens with the control plane's own (docs/edge.md). */
+    p->cfg.edge.authorize = funcd_auth_authorize_invoke;
+    p->cfg.edge.authorize_payload = &p->cfg.auth;
     funcd_serving_config sc = {
+        .edge_defaults = &p->cfg.edge,
         .loop = p->base,
         .runtime = p->cfg.runtime,
         .blob = p->cfg.blob,

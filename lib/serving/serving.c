@@ -18,6 +18,7 @@
 #include "api/api.h"
 #include "artifact/bundle.h"
 #include "funcd/sys/error.h"
+#include "gateway/edge.h"
 #include "port/gateway.h"
 #include "port/runtime.h"
 #include "source/resolver.h"
@@ -69,6 +70,7 @@ typedef struct fn_entry {
     funcd_launch *workers; /* ln's workers (lib/worker), what `pool` starts */
     funcd_pool *pool;
     uint64_t timeout_ms;
+    funcd_edge *edge; /* the effective spec.edge, or NULL (all off) */
     funcd_log_ring *logs;
     char last_oom[160]; /* the last replica the kernel killed at its memory limit, or "" */
     struct fn_entry *next;
@@ -1041,8 +1043,17 @@ static void route(funcd_serving *s, fn_entry *e)
 {
     if (!s->cfg.gateway)
         return;
+    /* No edge (it could not be built): closed, as authenticated without
+     * an authenticator is (503), never open. */
+    static const funcd_edge closed = {.auth = FUNCD_EDGE_AUTH_AUTHENTICATED};
+    const funcd_edge *edge = e->edge ? e->edge : &closed;
     funcd_route r = {.namespace_ = e->ns, .name = e->name, .timeout_ms = e->timeout_ms,
-                     .target = e->pool ? funcd_serving_target(e->pool) : NULL};
+                     .target = e->pool ? funcd_serving_target(e->pool) : NULL, .edge = edge};
+    /* A gateway older than the route's edge cannot check tokens: it gets no
+     * way to the workers of a function that needs them (503), never an
+     * open one. */
+    if (s->cfg.gateway->version < 4 && edge->auth != FUNCD_EDGE_AUTH_OPEN)
+        r.target = NULL;
     funcd_port_gateway_set_route(s->cfg.gateway, &r);
 }
 
@@ -1080,6 +1091,12 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
         e->next = s->entries;
         s->entries = e;
         pthread_mutex_unlock(&s->lock);
+    }
+    funcd_edge *edge = NULL;
+    if (funcd_edge_build(cJSON_GetObjectItemCaseSensitive(spec, "edge"), s->cfg.edge_defaults,
+                         &edge) == 0) {
+        funcd_edge_free(e->edge);
+        e->edge = edge;
     }
     if (!s->cfg.runtime) {
         fail(st, "RuntimeUnavailable", "this platform has no runtime configured, so the function "
@@ -1172,6 +1189,7 @@ void funcd_serving_remove(funcd_serving *s, const char *ns, const char *name)
     if (s->cfg.gateway)
         funcd_port_gateway_remove_route(s->cfg.gateway, ns, name);
     drop_pool(e, "the function was deleted");
+    funcd_edge_free(e->edge);
     funcd_log_ring_unref(e->logs);
     free(e->ns);
     free(e->name);

@@ -38,6 +38,7 @@ typedef struct funcd_serving_config {
     void *changed_payload;
     struct funcd_logstore *logstore; /* borrowed; NULL: logs live in memory only */
     struct funcd_sources *sources;   /* borrowed; NULL: no image or git sources */
+    const funcd_edge *edge_defaults; /* borrowed; NULL: every edge feature off, auth open */
 } funcd_serving_config;
 
 typedef struct funcd_serving_status {

@@ -20,7 +20,11 @@
  * them right. Version 3 added the slot functions below and made the route's
  * last field the function's `funcd_fn_target` (it was `struct funcd_pool *`,
  * which no driver outside libfuncd could use); `endpoints`, never filled,
- * is now a reserved word that is always NULL.
+ * is now a reserved word that is always NULL. Version 4 appended the route's
+ * `edge` (what the edge does in front of the function, docs/edge.md); the
+ * platform gives a driver older than 4 no route to a function whose edge
+ * asks for authentication (it answers 503), so that such a function is
+ * never served open by a gateway that cannot check tokens.
  *
  * Ownership: funcd_with_gateway transfers the backend to the platform, which
  * calls `listen` during funcd_platform_new, `start` from funcd_platform_run,
@@ -40,7 +44,7 @@
 extern "C" {
 #endif
 
-#define FUNCD_GATEWAY_VERSION 3
+#define FUNCD_GATEWAY_VERSION 4
 
 typedef struct funcd_gateway funcd_gateway;
 
@@ -53,6 +57,73 @@ typedef struct funcd_fn_target funcd_fn_target;
 /** One request's place on one worker, from acquire to release. Opaque. */
 typedef struct funcd_slot funcd_slot;
 
+/** What a function's spec.edge asks for (docs/edge.md). */
+typedef enum funcd_edge_auth {
+    FUNCD_EDGE_AUTH_OPEN = 0,          /**< no token needed */
+    FUNCD_EDGE_AUTH_AUTHENTICATED = 1, /**< a control-plane token that may invoke in the namespace */
+} funcd_edge_auth;
+
+/** One header to set on every answer (spec.edge.headers.set). */
+typedef struct funcd_edge_header {
+    const char *name;
+    const char *value;
+} funcd_edge_header;
+
+/**
+ * Checks an `Authorization` header value for invoking a function of
+ * namespace `ns`. Returns 0 when allowed (the token's name, for
+ * X-Funcd-Subject, is copied to `subject`), 401 when there is no bearer
+ * token or it is unknown, 403 when the token may not invoke in `ns`; a
+ * sentence for the caller goes to `message` either way. Any thread, without
+ * blocking.
+ */
+typedef int (*funcd_edge_authorize_fn)(void *payload, const char *ns, const char *authorization,
+                                       size_t authorization_len, char *subject,
+                                       size_t subject_len, char *message, size_t message_len);
+
+/**
+ * The effective edge of one function: the daemon's defaults (funcd_with_edge_*)
+ * with the function's spec.edge over them. Every limit uses 0 for "off".
+ * Lists are arrays of `n_*` items; strings are NUL-terminated. The
+ * platform keeps it valid for the set_route call; a driver copies what it
+ * keeps (the embedded gateway uses funcd_edge_dup).
+ */
+typedef struct funcd_edge {
+    funcd_edge_auth auth;
+    /* limits (0: off) */
+    uint32_t rps;            /**< requests per second per function (per client address when
+                                  limit_per_client), a token bucket; over it: 429 + Retry-After */
+    uint32_t burst;          /**< the bucket's size; 0 with rps set means rps (one second's) */
+    uint64_t max_body_bytes; /**< larger request bodies: 413 */
+    uint32_t max_in_flight;  /**< requests of the function at once; more: 503 + Retry-After */
+    int limit_per_client;    /**< rps/burst count per client address (bounded table) */
+    /* cors (has_cors 0: none configured) */
+    int has_cors;
+    const char *const *cors_allow_origins;
+    size_t n_cors_allow_origins;
+    const char *const *cors_allow_methods;
+    size_t n_cors_allow_methods;
+    const char *const *cors_allow_headers;
+    size_t n_cors_allow_headers;
+    uint32_t cors_max_age; /**< seconds; 0: not sent */
+    /* response headers */
+    const funcd_edge_header *headers_set;
+    size_t n_headers_set;
+    const char *const *headers_remove;
+    size_t n_headers_remove;
+    int compress; /**< gzip answers when the client accepts it (docs/edge.md) */
+    /** Checks tokens for FUNCD_EDGE_AUTH_AUTHENTICATED; NULL when the
+     *  platform has none (such a function must then be refused, never
+     *  served open). */
+    funcd_edge_authorize_fn authorize;
+    void *authorize_payload;
+} funcd_edge;
+
+/** A copy of `edge` in one allocation (free with funcd_edge_free), or
+ *  NULL when out of memory. */
+FUNCD_EXTERN funcd_edge *funcd_edge_dup(const funcd_edge *edge);
+FUNCD_EXTERN void funcd_edge_free(funcd_edge *edge);
+
 /** Where a function's requests go. */
 typedef struct funcd_route {
     const char *namespace_;
@@ -62,6 +133,8 @@ typedef struct funcd_route {
     uint64_t timeout_ms;     /**< per-request timeout; 0: the gateway's default */
     funcd_fn_target *target; /**< the function's workers; NULL while the function cannot run
                                   (answer 503). Borrowed: funcd_fn_target_ref to keep it */
+    /* ---- version 4 ---- */
+    const funcd_edge *edge;  /**< never NULL from the platform; borrowed for the call */
 } funcd_route;
 
 struct funcd_gateway {
