@@ -126,9 +126,34 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Rate first (the cheapest check, and what keeps a flood from costing
+ * anything more, token checks included), then the body cap, the stance,
+ * and last the in-flight count, which only a request that goes on enters. */
 static void edge_check(const route_entry *r, h2o_req_t *req, edge_verdict *v)
 {
     const funcd_edge *e = r->edge;
+    if (e->rps) {
+        uint32_t wait = funcd_edge_rate_take(r->lim, e, e->limit_per_client ? client_of(req) : 0,
+                                             mono_ns());
+        if (wait) {
+            v->status = 429;
+            v->reason = "TooManyRequests";
+            v->retry_after = wait;
+            snprintf(v->message, sizeof(v->message), "function %s/%s takes at most %u requests "
+                     "per second%s (bursts of %u); retry after %u s", r->ns, r->name, e->rps,
+                     e->limit_per_client ? " from one client" : "", e->burst ? e->burst : e->rps,
+                     wait);
+            return;
+        }
+    }
+    if (e->max_body_bytes && req->entity.base && req->entity.len > e->max_body_bytes) {
+        v->status = 413;
+        v->reason = "RequestEntityTooLarge";
+        snprintf(v->message, sizeof(v->message), "the request body is larger than function "
+                 "%s/%s takes (spec.edge.limits.maxBodyBytes: %llu bytes)", r->ns, r->name,
+                 (unsigned long long)e->max_body_bytes);
+        return;
+    }
     if (e->auth != FUNCD_EDGE_AUTH_OPEN) {
         if (!e->authorize) { /* fail closed */
             v->status = 503;
@@ -147,28 +172,6 @@ static void edge_check(const route_entry *r, h2o_req_t *req, edge_verdict *v)
             return;
         }
         v->authenticated = 1;
-    }
-    if (e->max_body_bytes && req->entity.base && req->entity.len > e->max_body_bytes) {
-        v->status = 413;
-        v->reason = "RequestEntityTooLarge";
-        snprintf(v->message, sizeof(v->message), "the request body is larger than function "
-                 "%s/%s takes (spec.edge.limits.maxBodyBytes: %llu bytes)", r->ns, r->name,
-                 (unsigned long long)e->max_body_bytes);
-        return;
-    }
-    if (e->rps) {
-        uint32_t wait = funcd_edge_rate_take(r->lim, e, e->limit_per_client ? client_of(req) : 0,
-                                             mono_ns());
-        if (wait) {
-            v->status = 429;
-            v->reason = "TooManyRequests";
-            v->retry_after = wait;
-            snprintf(v->message, sizeof(v->message), "function %s/%s takes at most %u requests "
-                     "per second%s (bursts of %u); retry after %u s", r->ns, r->name, e->rps,
-                     e->limit_per_client ? " from one client" : "", e->burst ? e->burst : e->rps,
-                     wait);
-            return;
-        }
     }
     if (e->max_in_flight) {
         if (!funcd_edge_in_flight_enter(r->lim, e->max_in_flight)) {

@@ -1,0 +1,271 @@
+/*
+ * The edge's limits, end to end (docs/edge.md, "Limits"): 413 for a body
+ * over spec.edge.limits.maxBodyBytes (Content-Length and chunked), 429
+ * with Retry-After once the token bucket is empty, 503 with Retry-After at
+ * the in-flight ceiling. A refused request never starts a worker: each case
+ * checks that status.replicas and the worker processes stay as they were
+ * (0 for 413 and 429, at zero replicas).
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../harness.h"
+#include "test_serving_common.h"
+
+#define EDGE_TEST(name)                                                                            \
+    static void name##_body(env *e);                                                               \
+    TEST(name)                                                                                     \
+    {                                                                                              \
+        env e_;                                                                                    \
+        if (env_up_with(&e_, NULL, NULL, NULL, NULL) < 0) {                                        \
+            env_down(&e_);                                                                         \
+            sv_cleanup();                                                                          \
+            FAILF("cannot start a platform: %s", funcd_error_last()->message);                     \
+        }                                                                                          \
+        name##_body(&e_);                                                                          \
+        env_down(&e_);                                                                             \
+        sv_cleanup();                                                                              \
+        char left_[512];                                                                           \
+        if (sv_children(left_, sizeof(left_)))                                                     \
+            FAILF("processes left behind after the platform was freed: %s", left_);                \
+    }                                                                                              \
+    static void name##_body(env *e)
+
+/* Creates Function `name` on the native fixture with `more` (JSON members
+ * after the source, e.g. "\"edge\":{...}") and waits until it is Ready. */
+static int make_fn(env *e, const char *name, const char *more)
+{
+    char dir[256];
+    if (sv_fixture("native", dir, sizeof(dir)) != 0)
+        return -1;
+    if (sv_create(e, name,
+                  "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},%s}",
+                  dir, more) != 201)
+        return -1;
+    return sv_wait_ready(e, name, 10000) ? 0 : -1;
+}
+
+/* The function's worker processes and status.replicas.total, which must
+ * agree: -1 when they do not. */
+static int workers_of(env *e, const char *name)
+{
+    sv_proc procs[8];
+    size_t n = sv_function_procs(name, procs, 8);
+    int ready = 0, total = 0;
+    e2e_resp saved = e->r;
+    e->r = (e2e_resp)E2E_RESP_INIT;
+    int rc = sv_replicas(e, name, &ready, &total);
+    e2e_resp_free(&e->r);
+    e->r = saved;
+    if (rc < 0)
+        total = 0; /* no status.replicas yet: none */
+    return (size_t)total == n ? total : -1;
+}
+
+/* A POST of `len` bytes to `path`. */
+static long post_bytes(env *e, const char *path, size_t len)
+{
+    char *body = malloc(len + 1);
+    if (!body)
+        return -1;
+    memset(body, 'b', len);
+    body[len] = '\0';
+    long code = e2e_http_send(e->dp, "POST", path, NULL, NULL, body, len, &e->r);
+    free(body);
+    return code;
+}
+
+/* Sends `head` and then `chunks` chunks of `chunk` bytes with a chunked
+ * body on a new connection to the data plane; returns the status of the
+ * answer (0 when none). */
+static int raw_chunked(env *e, const char *path, int chunks, size_t chunk)
+{
+    const char *hp = e->dp_base + strlen("http://");
+    const char *colon = strrchr(hp, ':');
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    char head[512];
+    int n = snprintf(head, sizeof(head),
+                     "POST %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                     "Connection: close\r\n\r\n",
+                     path);
+    int ok = send(fd, head, (size_t)n, MSG_NOSIGNAL) == n;
+    char *data = malloc(chunk);
+    for (int i = 0; ok && data && i < chunks; i++) {
+        char size[32];
+        int sn = snprintf(size, sizeof(size), "%zx\r\n", chunk);
+        memset(data, 'c', chunk);
+        ok = send(fd, size, (size_t)sn, MSG_NOSIGNAL) == sn &&
+             send(fd, data, chunk, MSG_NOSIGNAL) == (ssize_t)chunk &&
+             send(fd, "\r\n", 2, MSG_NOSIGNAL) == 2;
+    }
+    free(data);
+    if (ok)
+        send(fd, "0\r\n\r\n", 5, MSG_NOSIGNAL);
+    char resp[512] = "";
+    size_t got = 0;
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    while (got < sizeof(resp) - 1) {
+        ssize_t r = recv(fd, resp + got, sizeof(resp) - 1 - got, 0);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    resp[got] = '\0';
+    close(fd);
+    int status = 0;
+    if (sscanf(resp, "HTTP/1.1 %d", &status) != 1)
+        status = 0;
+    return status;
+}
+
+/* A body over the function's cap: 413 (JSON Status), never a worker; a
+ * body under it goes through. */
+EDGE_TEST(body_over_the_cap_is_413)
+{
+    CHECK(make_fn(e, "capped", "\"edge\":{\"limits\":{\"maxBodyBytes\":\"1Ki\"}}") == 0);
+    CHECK_INT(workers_of(e, "capped"), 0);
+    CHECK_INT(post_bytes(e, DP_PATH("capped") "/x", 1025), 413);
+    CHECK_STATUS(413, "RequestEntityTooLarge", NULL);
+    CHECK(strstr(jstr(e->r.json, "message"), "maxBodyBytes"));
+    CHECK(sv_header(&e->r, "x-funcd-invocation-id")[0]);
+    /* A chunked body crossing the cap. */
+    CHECK_INT(raw_chunked(e, DP_PATH("capped") "/x", 3, 512), 413);
+    env_sleep_ms(300);
+    CHECK_INT(workers_of(e, "capped"), 0);
+    /* At the cap: served (and now there is a worker). */
+    CHECK_INT(post_bytes(e, DP_PATH("capped") "/x", 1024), 200);
+    CHECK_INT((int)strlen(jstr(e->r.json, "body")), 1024);
+    CHECK_INT(raw_chunked(e, DP_PATH("capped") "/x", 2, 512), 200);
+}
+
+/* maxBodyBytes 0 is off: only the gateway's own 64 MiB cap stays. */
+EDGE_TEST(zero_cap_is_off)
+{
+    CHECK(make_fn(e, "uncapped", "\"edge\":{\"limits\":{\"maxBodyBytes\":0}}") == 0);
+    CHECK_INT(post_bytes(e, DP_PATH("uncapped") "/x", 200000), 200);
+}
+
+/* An empty bucket: 429 with Retry-After and a JSON Status, at zero
+ * replicas, and still zero after. The bucket (1 per second, bursts of 1)
+ * is emptied by requests the body cap refuses (the rate is checked first,
+ * so they take tokens without reaching a worker). */
+EDGE_TEST(rate_over_the_bucket_is_429)
+{
+    CHECK(make_fn(e, "rated", "\"edge\":{\"limits\":{\"rps\":1,\"burst\":1,\"maxBodyBytes\":16}}") ==
+          0);
+    long code = 0;
+    for (int i = 0; i < 50 && code != 429; i++) {
+        code = post_bytes(e, DP_PATH("rated") "/x", 64);
+        CHECK(code == 413 || code == 429);
+    }
+    CHECK_INT(code, 429);
+    CHECK_STATUS(429, "TooManyRequests", NULL);
+    int retry = atoi(sv_header(&e->r, "retry-after"));
+    CHECK(retry >= 1 && retry <= 2);
+    CHECK(sv_header(&e->r, "x-funcd-invocation-id")[0]);
+    env_sleep_ms(300);
+    CHECK_INT(workers_of(e, "rated"), 0);
+    /* Once a token is back, a request goes through. */
+    env_sleep_ms(1100);
+    CHECK_INT(sv_invoke(e, "GET", DP_PATH("rated") "/x", NULL), 200);
+}
+
+/* The ceiling on requests in flight: 503 with Retry-After while one is
+ * in flight, and that request does not start the second worker it would
+ * otherwise have (concurrency 1, up to 2 replicas). */
+EDGE_TEST(in_flight_ceiling_is_503)
+{
+    CHECK(make_fn(e, "narrow", "\"scaling\":{\"concurrency\":1,\"maxReplicas\":2},"
+                               "\"edge\":{\"limits\":{\"maxInFlight\":1}}") == 0);
+    CHECK_INT(workers_of(e, "narrow"), 0);
+    sv_call slow = {.method = "GET"};
+    snprintf(slow.path, sizeof(slow.path), "%s", DP_PATH("narrow") "/sleep?ms=3000");
+    sv_batch *b = sv_batch_start(e->dp_base, &slow, 1);
+    CHECK(b);
+    int settled = 0;
+    for (int i = 0; i < 200 && !settled; i++) { /* the slow one is on its worker */
+        env_sleep_ms(20);
+        settled = workers_of(e, "narrow") == 1;
+    }
+    long code = sv_invoke(e, "GET", DP_PATH("narrow") "/x", NULL);
+    int retry = atoi(sv_header(&e->r, "retry-after"));
+    const char *why = status_problem(&e->r, 503, "ServiceUnavailable", NULL);
+    const char *message = jstr(e->r.json, "message");
+    env_sleep_ms(300);
+    int workers = workers_of(e, "narrow");
+    sv_batch_join(b);
+    long slow_code = slow.r.status;
+    e2e_resp_free(&slow.r);
+    CHECK(settled);
+    CHECK_INT(code, 503);
+    if (why)
+        FAILF("%s: %.300s", why, e->r.body);
+    CHECK(message && strstr(message, "maxInFlight"));
+    CHECK_INT(retry, 1);
+    CHECK_INT(workers, 1);
+    CHECK_INT(slow_code, 200);
+    /* The slow one is done: room again. */
+    CHECK_INT(sv_invoke(e, "GET", DP_PATH("narrow") "/x", NULL), 200);
+}
+
+/* Per client, with the daemon's defaults: each client address has its own
+ * bucket (here there is one address, so the function's bucket behaves the
+ * same), and a spec without limits takes the daemon's. */
+static void per_client_body(env *e);
+TEST(per_client_defaults)
+{
+    env e_;
+    if (env_up_with(&e_, NULL, funcd_with_edge_limits(1, 1, 16, 0),
+                    funcd_with_edge_limit_per_client(1), NULL) < 0) {
+        env_down(&e_);
+        sv_cleanup();
+        FAILF("cannot start a platform: %s", funcd_error_last()->message);
+    }
+    per_client_body(&e_);
+    env_down(&e_);
+    sv_cleanup();
+    char left_[512];
+    if (sv_children(left_, sizeof(left_)))
+        FAILF("processes left behind after the platform was freed: %s", left_);
+}
+
+static void per_client_body(env *e)
+{
+    CHECK(make_fn(e, "plain", "\"timeout\":\"30s\"") == 0);
+    long code = 0;
+    for (int i = 0; i < 50 && code != 429; i++) {
+        code = post_bytes(e, DP_PATH("plain") "/x", 64);
+        CHECK(code == 413 || code == 429);
+    }
+    CHECK_INT(code, 429);
+    CHECK(strstr(jstr(e->r.json, "message"), "from one client"));
+    CHECK_INT(workers_of(e, "plain"), 0);
+}
+
+int main(int argc, char **argv)
+{
+    sv_init();
+    const char *only = argc > 1 ? argv[1] : NULL;
+    int ran = 0;
+    SV_RUN(only, ran, body_over_the_cap_is_413);
+    SV_RUN(only, ran, zero_cap_is_off);
+    SV_RUN(only, ran, rate_over_the_bucket_is_429);
+    SV_RUN(only, ran, in_flight_ceiling_is_503);
+    SV_RUN(only, ran, per_client_defaults);
+    e2e_client_global_cleanup();
+    if (only && !ran) {
+        fprintf(stderr, "no test case named %s\n", only);
+        return 1;
+    }
+    return HARNESS_END();
+}
