@@ -180,11 +180,27 @@ TEST(limiter)
     funcd_edge_limiter_unref(l);
 }
 
+/* The example in examples/edge/ is a valid Function. */
+TEST(example_validates)
+{
+    const char *root = getenv("FUNCD_SOURCE_ROOT");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/examples/edge/function.yaml", root ? root : ".");
+    FILE *f = fopen(path, "r");
+    CHECK(f);
+    static char text[8192];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    VALID("Function", text);
+}
+
 int main(void)
 {
     RUN(edge_valid);
     RUN(edge_invalid);
     RUN(edge_build_merges_defaults);
     RUN(limiter);
+    RUN(example_validates);
     return HARNESS_END();
 }
