@@ -4,7 +4,8 @@
 #             the libraries, and what the runtimes and sources call at run
 #             time (node, git)
 #   test      also what the tests and benchmarks use (make test, CI): clang
-#             for the fuzz targets, wrk, docker-registry, skopeo, ab, sqlite3
+#             for the fuzz targets, wrk, docker-registry, skopeo, ab, sqlite3,
+#             nats-server
 # Usage: install-deps.sh [runtime|test] (default: runtime).
 # Idempotent: asks apt only for what dpkg says is missing.
 set -euo pipefail
@@ -15,11 +16,12 @@ runtime=(
   libevent-dev libh2o-evloop-dev libssl-dev libcjson-dev libyaml-dev libhttp-parser-dev
   libcurl4-openssl-dev libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev
   libmbedtls-dev libsqlite3-dev libgit2-dev libarchive-dev libseccomp-dev zlib1g-dev
+  libnats-dev
   python3 git util-linux
 )
 test=(
   clang libclang-rt-14-dev
-  curl wrk docker-registry skopeo apache2-utils openssl sqlite3
+  curl wrk docker-registry skopeo apache2-utils openssl sqlite3 nats-server
 )
 
 case $set_name in

@@ -38,6 +38,8 @@ static void usage(FILE *out)
             "  --data-dir DIR             durable substrate: sqlite store DIR/store.db, blobs in\n"
             "                             DIR/blobs, worker state in DIR/state\n"
             "  --memory                   keep everything in memory (lost on exit)\n"
+            "  --bus nats://HOST:PORT     the bus on a NATS server (several: comma-separated;\n"
+            "                             default: in-process, one node only)\n"
             "  --config FILE              flags from a YAML file (flag-name: value; lists for\n"
             "                             repeatable flags); command-line flags win\n"
             "  --listen ADDR              control-plane API (default 127.0.0.1:8080)\n"
@@ -105,6 +107,7 @@ static void usage(FILE *out)
 typedef struct flags {
     int memory;
     const char *data_dir;
+    const char *bus;
     const char *listen;
     const char *data_plane;
     const char *token_file;
@@ -193,12 +196,14 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_PLATFORM, O_CACHE, O_TAG, O_GIT, O_SEAL_AGE, O_SEAL_SIZE, O_RETENTION, O_GRACE,
        O_HOST_NET, O_SECCOMP, O_FAVOR, O_STREAM_BUF, O_MAX_CONNS, O_ALLOWED,
        O_SRCROOT, O_KEY_FILE, O_FN_TOKENS, O_ACCESS_LOG, O_EDGE_AUTH, O_EDGE_RPS, O_EDGE_BURST,
-       O_EDGE_BODY, O_EDGE_IN_FLIGHT, O_EDGE_PER_CLIENT };
+       O_EDGE_BODY, O_EDGE_IN_FLIGHT, O_EDGE_PER_CLIENT,
+       O_BUS };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
     {"data-dir", required_argument, 0, O_DATA_DIR},
     {"config", required_argument, 0, O_CONFIG},
+    {"bus", required_argument, 0, O_BUS},
     {"listen", required_argument, 0, O_LISTEN},
     {"data-plane-listen", required_argument, 0, O_DP},
     {"token-file", required_argument, 0, O_TOKENS},
@@ -249,6 +254,14 @@ static int parse_one(int c, const char *arg, flags *f)
     case O_MEMORY: f->memory = 1; break;
     case O_DATA_DIR: f->data_dir = arg; break;
     case O_CONFIG: break; /* read before parsing */
+    case O_BUS:
+        if (strncmp(arg, "nats://", 7) != 0) {
+            fprintf(stderr, "funcd: --bus takes a NATS URL like nats://127.0.0.1:4222, not "
+                            "\"%s\"\n", arg);
+            return 2;
+        }
+        f->bus = arg;
+        break;
     case O_LISTEN: f->listen = arg; break;
     case O_DP: f->data_plane = arg; break;
     case O_TOKENS: f->token_file = arg; break;
@@ -519,6 +532,23 @@ static funcd_option *node_platform_option(const char *os_arch)
     return funcd_with_node_platform(os, slash + 1);
 }
 
+/* The bus of --bus, or the in-process one with --data-dir; 0 or -1 (with a message). */
+static int open_bus(const flags *f, funcd_bus **bus)
+{
+    if (f->bus) {
+        funcd_bus_nats_options o = FUNCD_BUS_NATS_OPTIONS_INIT;
+        o.log_level = f->level; /* disconnects and reconnects go to stderr like ours */
+        if (funcd_bus_nats_new(bus, f->bus, &o) < 0) {
+            fprintf(stderr, "funcd: --bus: %s\n", funcd_error_last()->message);
+            return -1;
+        }
+    } else if (f->data_dir && funcd_bus_memory_new(bus) < 0) {
+        fprintf(stderr, "funcd: %s\n", funcd_error_last()->message);
+        return -1;
+    }
+    return 0;
+}
+
 /* Options of repeatable flags: 16 each, and --dev's source root. */
 #define LIST_SLOTS 65
 
@@ -527,15 +557,16 @@ static int build_platform(const flags *f, const char *shims)
     funcd_store *store = NULL;
     funcd_blob *blob = NULL;
     char state[4200] = "", key[4200] = "";
-    funcd_bus *bus = NULL; /* one process: the memory bus is the whole bus */
+    funcd_bus *bus = NULL; /* without --bus, one process: the memory bus is the whole bus */
     if (f->data_dir &&
         open_data_dir(f->data_dir, &store, &blob, state, sizeof(state), key, sizeof(key)) < 0)
         return -1;
     const char *key_file = f->key_file ? f->key_file : key[0] ? key : NULL;
-    if (f->data_dir && funcd_bus_memory_new(&bus) < 0) {
-        fprintf(stderr, "funcd: %s\n", funcd_error_last()->message);
-        store->free(store);
-        blob->free(blob);
+    if (open_bus(f, &bus) < 0) {
+        if (store)
+            store->free(store);
+        if (blob)
+            blob->free(blob);
         return -1;
     }
     funcd_option *lists[LIST_SLOTS] = {0}; /* repeatable flags */

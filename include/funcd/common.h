@@ -21,6 +21,17 @@
 extern "C" {
 #endif
 
+typedef enum funcd_log_level {
+    FUNCD_LOG_DEBUG = 0,
+    FUNCD_LOG_INFO = 1,
+    FUNCD_LOG_WARN = 2,
+    FUNCD_LOG_ERROR = 3,
+} funcd_log_level;
+
+/** Log lines of the platform and of drivers that log (the NATS bus); the
+ *  platform's default: stderr at INFO and above. */
+typedef void (*funcd_log_fn)(funcd_log_level level, const char *message, void *payload);
+
 /** Error codes. Callers branch on the few specific ones. */
 enum funcd_error_code {
     FUNCD_OK = 0,

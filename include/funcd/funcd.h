@@ -39,15 +39,7 @@ extern "C" {
 typedef struct funcd_platform funcd_platform;
 typedef struct funcd_option funcd_option;
 
-typedef enum funcd_log_level {
-    FUNCD_LOG_DEBUG = 0,
-    FUNCD_LOG_INFO = 1,
-    FUNCD_LOG_WARN = 2,
-    FUNCD_LOG_ERROR = 3,
-} funcd_log_level;
-
-/** The platform's own log lines (default: stderr at INFO and above). */
-typedef void (*funcd_log_fn)(funcd_log_level level, const char *message, void *payload);
+/* funcd_log_level and funcd_log_fn are in common.h (drivers log too). */
 
 /** One line a function's worker wrote, with where it came from. */
 typedef struct funcd_log_record {

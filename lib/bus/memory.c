@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bus/subject.h"
 #include "funcd/sys/bus.h"
 #include "funcd/sys/error.h"
 
@@ -65,70 +66,6 @@ typedef struct memory_bus {
 static memory_bus *mbus(funcd_bus *b)
 {
     return (memory_bus *)b;
-}
-
-static int is_space(char c)
-{
-    return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v';
-}
-
-/* NULL if valid, else why not. */
-static const char *subject_problem(const char *subject, int wildcards)
-{
-    if (!subject || !subject[0])
-        return "it is empty";
-    const char *tok = subject;
-    for (;;) {
-        const char *dot = strchr(tok, '.');
-        size_t len = dot ? (size_t)(dot - tok) : strlen(tok);
-        if (len == 0)
-            return "it has an empty token";
-        for (size_t i = 0; i < len; i++)
-            if (is_space(tok[i]))
-                return "it contains white space";
-        int star = len == 1 && tok[0] == '*', tail = len == 1 && tok[0] == '>';
-        if ((star || tail) && !wildcards)
-            return "a publish subject cannot contain wildcards";
-        if (tail && dot)
-            return "'>' must be the last token";
-        if (!dot)
-            return NULL;
-        tok = dot + 1;
-    }
-}
-
-static int check_subject(const char *subject, int wildcards, const char *what)
-{
-    const char *why = subject_problem(subject, wildcards);
-    if (why)
-        return funcd_error_set(FUNCD_EINVAL,
-                               "bus: cannot %s subject \"%s\": %s; subjects are dot-separated "
-                               "non-empty tokens like \"funcd.events.default\"",
-                               what, subject ? subject : "(null)", why);
-    return 0;
-}
-
-static size_t token_len(const char *s)
-{
-    const char *dot = strchr(s, '.');
-    return dot ? (size_t)(dot - s) : strlen(s);
-}
-
-/* Matches a valid pattern against a valid literal subject. */
-static int subject_matches(const char *pattern, const char *subject)
-{
-    for (;;) {
-        size_t pl = token_len(pattern), sl = token_len(subject);
-        if (pl == 1 && pattern[0] == '>')
-            return 1;
-        if (!(pl == 1 && pattern[0] == '*') && (pl != sl || memcmp(pattern, subject, pl) != 0))
-            return 0;
-        int pmore = pattern[pl] == '.', smore = subject[sl] == '.';
-        if (!pmore || !smore)
-            return pmore == smore;
-        pattern += pl + 1;
-        subject += sl + 1;
-    }
 }
 
 static void drop_queue(funcd_bus_sub *sub)
@@ -241,10 +178,10 @@ static int collect(memory_bus *m, const char *subject, targets *t)
     int rc = 0;
     pthread_mutex_lock(&m->lock);
     for (funcd_bus_sub *s = m->plain; s && rc == 0; s = s->next)
-        if (subject_matches(s->subject, subject))
+        if (funcd_bus_subject_matches(s->subject, subject))
             rc = targets_add(t, s);
     for (queue_group *g = m->groups; g && rc == 0; g = g->next)
-        if (g->n && subject_matches(g->subject, subject))
+        if (g->n && funcd_bus_subject_matches(g->subject, subject))
             rc = targets_add(t, g->members[g->turn++ % g->n]);
     pthread_mutex_unlock(&m->lock);
     return rc;
@@ -252,7 +189,7 @@ static int collect(memory_bus *m, const char *subject, targets *t)
 
 static int mem_publish(funcd_bus *b, const char *subject, const void *data, size_t len)
 {
-    int rc = check_subject(subject, 0, "publish to");
+    int rc = funcd_bus_check_subject(subject, 0, "publish to");
     if (rc < 0)
         return rc;
     if (!data && len)
@@ -357,7 +294,7 @@ static int mem_subscribe(funcd_bus *b, const char *subject, const char *queue_gr
                          funcd_bus_msg_cb cb, void *payload, funcd_bus_sub **out)
 {
     memory_bus *m = mbus(b);
-    int rc = check_subject(subject, 1, "subscribe to");
+    int rc = funcd_bus_check_subject(subject, 1, "subscribe to");
     if (rc < 0)
         return rc;
     if (!cb || !out)
@@ -365,11 +302,8 @@ static int mem_subscribe(funcd_bus *b, const char *subject, const char *queue_gr
                                "bus: subscribe to \"%s\" needs a callback and an out "
                                "handle",
                                subject);
-    if (queue_group && (!queue_group[0] || strpbrk(queue_group, " \t\r\n")))
-        return funcd_error_set(FUNCD_EINVAL,
-                               "bus: queue group \"%s\" on \"%s\" is invalid; use a non-empty name "
-                               "without white space, or NULL for fan-out",
-                               queue_group, subject);
+    if ((rc = funcd_bus_check_queue_group(queue_group, subject)) < 0)
+        return rc;
     funcd_bus_sub *sub = sub_new(subject, cb, payload);
     if (!sub)
         return funcd_error_set(FUNCD_ENOMEM, "bus: out of memory subscribing to \"%s\"", subject);

@@ -67,6 +67,42 @@ struct funcd_bus {
 /** A new in-process bus. */
 FUNCD_EXTERN int funcd_bus_memory_new(funcd_bus **out);
 
+#define FUNCD_BUS_NATS_OPTIONS_VERSION 1
+
+/** Options of the NATS bus. Start from FUNCD_BUS_NATS_OPTIONS_INIT (or
+ *  funcd_bus_nats_options_init): `version` says which fields the caller's
+ *  header had. Fields are only appended; zero fields pick the defaults. */
+typedef struct funcd_bus_nats_options {
+    unsigned version;          /**< FUNCD_BUS_NATS_OPTIONS_VERSION */
+    int64_t reconnect_wait_ms; /**< between reconnect attempts; 0: 2000 */
+    int max_reconnect;         /**< attempts before the bus gives up for good; 0: never gives up */
+    int reconnect_buffer;      /**< bytes of publishes held while disconnected; 0: 8 MiB */
+    int64_t timeout_ms;        /**< connecting, flushing and JetStream requests; 0: 2000 */
+    funcd_log_fn log;          /**< disconnects, reconnects, slow consumers; NULL: stderr */
+    funcd_log_level log_level; /**< lines below it are dropped */
+    void *log_payload;
+    /* Fields of later versions are appended here. */
+} funcd_bus_nats_options;
+
+#define FUNCD_BUS_NATS_OPTIONS_INIT {FUNCD_BUS_NATS_OPTIONS_VERSION}
+
+/** Fills `opts` with the defaults of `version` (FUNCD_BUS_NATS_OPTIONS_VERSION);
+ *  FUNCD_EVERSION if this library does not know that version. */
+FUNCD_EXTERN int funcd_bus_nats_options_init(funcd_bus_nats_options *opts, unsigned version);
+
+/**
+ * A bus on a NATS server at `url` ("nats://host:port"; several servers
+ * separated by commas; credentials as "nats://user:pass@host:port"), with
+ * libnats (`"nats"`). Subjects and queue groups are NATS's own. It connects
+ * before returning (FUNCD_EIO naming the URL when it cannot); afterwards
+ * libnats reconnects by itself, publishes made while disconnected are held up
+ * to `reconnect_buffer` bytes, and subscriptions resume on the new connection.
+ * Messages published while a subscriber is disconnected are not delivered to
+ * it (at most once). `opts` may be NULL (the defaults).
+ */
+FUNCD_EXTERN int funcd_bus_nats_new(funcd_bus **out, const char *url,
+                                    const funcd_bus_nats_options *opts);
+
 #ifdef __cplusplus
 }
 #endif
