@@ -1,8 +1,14 @@
 /*
  * Serving, end to end: function logs through the control plane (history
  * and follow), and what the data plane answers for unknown functions, with
- * an invocation id on every answer.
+ * an invocation id on every answer; pipelined requests on one connection.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
 #include "../harness.h"
 #include "test_serving_common.h"
 
@@ -214,6 +220,121 @@ SV_TEST(invocation_ids)
     }
 }
 
+/* ---- pipelined requests on one connection ------------------------------- */
+
+static int dp_connect(env *e)
+{
+    const char *hp = e->dp_base + strlen("http://");
+    const char *colon = strrchr(hp, ':');
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    struct timeval tv = {10, 0};
+    if (fd >= 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+/* Reads until `want` complete answers (each ends with the echo's closing
+ * brace and newline) have arrived, or the peer stops sending. */
+static size_t read_answers(int fd, char *buf, size_t cap, int want)
+{
+    size_t n = 0;
+    while (n + 1 < cap) {
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        buf[n] = '\0';
+        int got = 0;
+        for (const char *p = buf; (p = strstr(p, "HTTP/1.1 200 ")); p++)
+            got++;
+        if (got >= want && strstr(buf + n - (n > 2 ? 2 : n), "}"))
+            break;
+    }
+    buf[n] = '\0';
+    return n;
+}
+
+static int count_of(const char *hay, const char *needle)
+{
+    int k = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+        k++;
+    return k;
+}
+
+/*
+ * A client may send its next requests before the answer to the first one
+ * (pipelining), in one write or while the first is in flight; each gets its
+ * answer, in order. The gateway keeps reading a connection while it answers
+ * (lib/http/httpd.c): what arrives meanwhile must wait for its turn, and a
+ * client that hangs up mid-request must not disturb anyone else.
+ */
+SV_TEST(pipelined)
+{
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    CHECK_INT(
+        sv_create(e, "pipe",
+                  "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"}}",
+                  dir),
+        201);
+    if (!sv_wait_ready(e, "pipe", 5000))
+        FAILF("not Ready: %.500s", e->r.body);
+    static const char get1[] = "GET /fn/default/pipe/one HTTP/1.1\r\nHost: t\r\n\r\n";
+    static const char post2[] = "POST /fn/default/pipe/two HTTP/1.1\r\nHost: t\r\n"
+                                "Content-Length: 5\r\n\r\nhello";
+    static const char slow3[] = "GET /fn/default/pipe/sleep?ms=200 HTTP/1.1\r\nHost: t\r\n\r\n";
+    static const char get4[] = "GET /fn/default/pipe/four HTTP/1.1\r\nHost: t\r\n\r\n";
+    static char buf[65536];
+
+    /* All in one write. */
+    int fd = dp_connect(e);
+    CHECK(fd >= 0);
+    char all[512];
+    int len = snprintf(all, sizeof(all), "%s%s%s", get1, post2, get4);
+    CHECK_INT((int)write(fd, all, (size_t)len), len);
+    read_answers(fd, buf, sizeof(buf), 3);
+    CHECK_INT(count_of(buf, "HTTP/1.1 200 "), 3);
+    const char *a = strstr(buf, "\"path\":\"/one\""), *b = strstr(buf, "\"path\":\"/two\"");
+    const char *c = strstr(buf, "\"path\":\"/four\"");
+    if (!a || !b || !c || !(a < b && b < c))
+        FAILF("answers missing or out of order:\n%.2000s", buf);
+    CHECK(strstr(buf, "\"body\":\"hello\"") != NULL);
+
+    /* The next ones sent while a slow one is being answered. */
+    CHECK_INT((int)write(fd, slow3, sizeof(slow3) - 1), (int)sizeof(slow3) - 1);
+    usleep(50 * 1000);
+    CHECK_INT((int)write(fd, get1, sizeof(get1) - 1), (int)sizeof(get1) - 1);
+    usleep(20 * 1000);
+    CHECK_INT((int)write(fd, post2, sizeof(post2) - 1), (int)sizeof(post2) - 1);
+    read_answers(fd, buf, sizeof(buf), 3);
+    CHECK_INT(count_of(buf, "HTTP/1.1 200 "), 3);
+    a = strstr(buf, "\"path\":\"/sleep?ms=200\"");
+    b = strstr(buf, "\"path\":\"/one\"");
+    c = strstr(buf, "\"path\":\"/two\"");
+    if (!a || !b || !c || !(a < b && b < c))
+        FAILF("answers missing or out of order:\n%.2000s", buf);
+    close(fd);
+
+    /* A client that hangs up while its request is in flight. */
+    for (int i = 0; i < 5; i++) {
+        fd = dp_connect(e);
+        CHECK(fd >= 0);
+        CHECK_INT((int)write(fd, slow3, sizeof(slow3) - 1), (int)sizeof(slow3) - 1);
+        shutdown(fd, SHUT_WR);
+        usleep(10 * 1000);
+        close(fd);
+    }
+    CHECK_INT(sv_invoke(e, "GET", DP_PATH("pipe") "/after", NULL), 200);
+    CHECK_STR(jstr(e->r.json, "path"), "/after");
+}
+
 int main(int argc, char **argv)
 {
     sv_init();
@@ -222,6 +343,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, logs);
     SV_RUN(only, ran, not_found);
     SV_RUN(only, ran, invocation_ids);
+    SV_RUN(only, ran, pipelined);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no test case named %s\n", only);
