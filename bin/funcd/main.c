@@ -92,6 +92,9 @@ static void usage(FILE *out)
             "  --edge-max-in-flight N     requests of a function at once (default 0: off)\n"
             "  --edge-limit-per-client    --edge-rps and spec.edge.limits.rps count per client\n"
             "                             address (default: per function)\n"
+            "  --data-plane-metrics       serve GET /metrics on the data plane too (no token)\n"
+            "  --metrics-open             GET /metrics on the control plane without a token\n"
+            "                             (default: any valid token; docs/observability.md)\n"
             "  --shims DIR                where the runtime shims are (default: next to\n"
             "                             this binary in a build tree, else the installed ones)\n"
             "  --state-dir DIR            worker sockets and extracted artifacts (default:\n"
@@ -121,6 +124,7 @@ typedef struct flags {
     int no_sandbox;
     int host_network;
     int favordynmods;
+    int dp_metrics, metrics_open;
     const char *auth_file;
     const char *certs_dir;
     const char *insecure[16];
@@ -197,7 +201,7 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_HOST_NET, O_SECCOMP, O_FAVOR, O_STREAM_BUF, O_MAX_CONNS, O_ALLOWED,
        O_SRCROOT, O_KEY_FILE, O_FN_TOKENS, O_ACCESS_LOG, O_EDGE_AUTH, O_EDGE_RPS, O_EDGE_BURST,
        O_EDGE_BODY, O_EDGE_IN_FLIGHT, O_EDGE_PER_CLIENT,
-       O_BUS };
+       O_BUS, O_DP_METRICS, O_METRICS_OPEN };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -243,6 +247,8 @@ static const struct option long_opts[] = {
     {"edge-max-body", required_argument, 0, O_EDGE_BODY},
     {"edge-max-in-flight", required_argument, 0, O_EDGE_IN_FLIGHT},
     {"edge-limit-per-client", no_argument, 0, O_EDGE_PER_CLIENT},
+    {"data-plane-metrics", no_argument, 0, O_DP_METRICS},
+    {"metrics-open", no_argument, 0, O_METRICS_OPEN},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -270,6 +276,8 @@ static int parse_one(int c, const char *arg, flags *f)
     case O_DEV: f->dev = 1; break;
     case O_NO_SANDBOX: f->no_sandbox = 1; break;
     case O_HOST_NET: f->host_network = 1; break;
+    case O_DP_METRICS: f->dp_metrics = 1; break;
+    case O_METRICS_OPEN: f->metrics_open = 1; break;
     case O_FAVOR: f->favordynmods = 1; break;
     case O_SECCOMP:
         if (f->n_seccomp == sizeof(f->seccomp_allow) / sizeof(f->seccomp_allow[0])) {
@@ -602,6 +610,8 @@ static int build_platform(const flags *f, const char *shims)
         f->fn_token_file ? funcd_with_fn_runner_token_file(f->fn_token_file) : NULL,
         f->no_sandbox ? funcd_with_sandbox(0) : NULL,
         f->host_network ? funcd_with_host_network_allowed(1) : NULL,
+        f->dp_metrics ? funcd_with_data_plane_metrics(1) : NULL,
+        f->metrics_open ? funcd_with_metrics_open(1) : NULL,
         f->favordynmods ? funcd_with_cgroup_favordynmods(1) : NULL,
         f->auth_file ? funcd_with_registry_auth_file(f->auth_file) : NULL,
         f->certs_dir ? funcd_with_registry_certs_dir(f->certs_dir) : NULL,

@@ -237,6 +237,17 @@ FUNCD_EXTERN funcd_option *funcd_with_edge_limits(uint32_t rps, uint32_t burst, 
  *  function; the table is bounded (the longest-waiting client is forgotten
  *  first). Off by default. */
 FUNCD_EXTERN funcd_option *funcd_with_edge_limit_per_client(int enabled);
+/* ---- metrics (docs/observability.md) ------------------------------------ */
+
+/** GET /metrics (Prometheus text) on the data plane too, without a token:
+ *  every namespace's series. Off by default; the control plane always
+ *  serves it. */
+FUNCD_EXTERN funcd_option *funcd_with_data_plane_metrics(int enabled);
+
+/** GET /metrics on the control plane without a token (every namespace's
+ *  series). Off by default: any valid token may read it, and sees the
+ *  series of the namespaces it may read. */
+FUNCD_EXTERN funcd_option *funcd_with_metrics_open(int open);
 
 /* ---- authentication ----------------------------------------------------- */
 

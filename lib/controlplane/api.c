@@ -432,9 +432,18 @@ void funcd_cp_handle(funcd_cp *cp, const funcd_cp_request *req, funcd_cp_respons
         funcd_buf_puts(&resp->body, "{\"status\":\"ok\"}");
         return;
     }
+    int is_metrics = req->path_len == 8 && memcmp(req->path, "/metrics", 8) == 0;
+    if (is_metrics && cp->metrics_open) {
+        funcd_cp_metrics(cp, req, NULL, resp);
+        return;
+    }
     const funcd_token *t = authenticate(cp, req, resp);
     if (!t)
         return;
+    if (is_metrics) {
+        funcd_cp_metrics(cp, req, t, resp);
+        return;
+    }
     if (req->path_len == 8 && memcmp(req->path, "/version", 8) == 0) {
         resp->status = 200;
         funcd_buf_puts(&resp->body, cp->version_json);

@@ -19,6 +19,7 @@
 #include "util/buf.h"
 
 struct funcd_serving;
+struct funcd_metrics;
 
 typedef struct funcd_cp {
     funcd_store *store;
@@ -27,6 +28,8 @@ typedef struct funcd_cp {
     struct funcd_sources *sources;   /* images; may be NULL */
     const funcd_auth *auth;
     const char *const *source_roots; /* resolved; NULL-terminated, or NULL (admission.c) */
+    struct funcd_metrics *metrics;   /* GET /metrics (metrics.c); may be NULL */
+    int metrics_open;                /* GET /metrics without a token */
     char version_json[512]; /* the body of GET /version */
 } funcd_cp;
 
@@ -77,6 +80,11 @@ void funcd_cp_response_free(funcd_cp_response *resp);
 int funcd_cp_admit_body(funcd_cp *cp, const funcd_cp_request *req, funcd_cp_response *resp);
 /* 1 when the request carries a valid token. */
 int funcd_cp_authenticated(funcd_cp *cp, const funcd_cp_request *req);
+
+/* GET /metrics (metrics.c): every series in the namespaces `t` may read
+ * (all of them when `t` is NULL: the operator opened it). */
+void funcd_cp_metrics(funcd_cp *cp, const funcd_cp_request *req, const struct funcd_token *t,
+                      funcd_cp_response *resp);
 
 /* The images API (images.c); 0 when the path is not one of its own. */
 struct funcd_token;

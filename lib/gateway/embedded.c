@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,7 @@ typedef struct route_entry {
     funcd_edge *edge;        /* the route's, copied */
     int edge_active;         /* funcd_edge_active(edge): anything to check per request */
     funcd_edge_limiter *lim; /* shared with the function's earlier entries */
+    funcd_metrics_fn *metrics; /* held, or NULL: not counted */
     struct route_entry *next;
 } route_entry;
 
@@ -56,6 +58,9 @@ typedef struct embedded {
     route_entry *buckets[BUCKETS];
     funcd_logger logger;
     funcd_edge_recorder *recorder; /* access log, spans; NULL: off */
+    funcd_metrics *metrics; /* borrowed, or NULL */
+    int serve_metrics;      /* GET /metrics on the data plane */
+    atomic_uint next_slot;  /* metrics slots handed to threads */
 } embedded;
 
 static _Thread_local gw_thread *this_thread;
@@ -106,6 +111,7 @@ typedef struct edge_verdict {
     char subject[128];           /* the token's name, when authenticated */
     int authenticated;
     funcd_edge_limiter *in_flight; /* entered, and a reference: leave when the request ends */
+    funcd_metrics_reason why;      /* of a rejection, for funcd_edge_rejections_total */
 } edge_verdict;
 
 static uint64_t client_of(h2o_req_t *req)
@@ -138,6 +144,7 @@ static void edge_check(const route_entry *r, h2o_req_t *req, edge_verdict *v)
         if (wait) {
             v->status = 429;
             v->reason = "TooManyRequests";
+            v->why = FUNCD_METRICS_RATE_LIMITED;
             v->retry_after = wait;
             snprintf(v->message, sizeof(v->message), "function %s/%s takes at most %u requests "
                      "per second%s (bursts of %u); retry after %u s", r->ns, r->name, e->rps,
@@ -149,6 +156,7 @@ static void edge_check(const route_entry *r, h2o_req_t *req, edge_verdict *v)
     if (e->max_body_bytes && req->entity.base && req->entity.len > e->max_body_bytes) {
         v->status = 413;
         v->reason = "RequestEntityTooLarge";
+        v->why = FUNCD_METRICS_BODY_TOO_LARGE;
         snprintf(v->message, sizeof(v->message), "the request body is larger than function "
                  "%s/%s takes (spec.edge.limits.maxBodyBytes: %llu bytes)", r->ns, r->name,
                  (unsigned long long)e->max_body_bytes);
@@ -158,6 +166,7 @@ static void edge_check(const route_entry *r, h2o_req_t *req, edge_verdict *v)
         if (!e->authorize) { /* fail closed */
             v->status = 503;
             v->reason = "ServiceUnavailable";
+            v->why = FUNCD_METRICS_AUTH_UNAVAILABLE;
             v->retry_after = 5;
             snprintf(v->message, sizeof(v->message), "function %s/%s needs authentication and "
                      "this gateway has no way to check tokens", r->ns, r->name);
@@ -169,6 +178,7 @@ static void edge_check(const route_entry *r, h2o_req_t *req, edge_verdict *v)
         if (code) {
             v->status = code == 403 ? 403 : 401;
             v->reason = code == 403 ? "Forbidden" : "Unauthorized";
+            v->why = code == 403 ? FUNCD_METRICS_FORBIDDEN : FUNCD_METRICS_UNAUTHENTICATED;
             return;
         }
         v->authenticated = 1;
@@ -177,6 +187,7 @@ static void edge_check(const route_entry *r, h2o_req_t *req, edge_verdict *v)
         if (!funcd_edge_in_flight_enter(r->lim, e->max_in_flight)) {
             v->status = 503;
             v->reason = "ServiceUnavailable";
+            v->why = FUNCD_METRICS_IN_FLIGHT_LIMIT;
             v->retry_after = 1;
             snprintf(v->message, sizeof(v->message), "function %s/%s has %u requests in flight, "
                      "its limit (spec.edge.limits.maxInFlight); retry later", r->ns, r->name,
@@ -202,6 +213,10 @@ static int on_req(void *payload, h2o_req_t *req)
     size_t n = req->path_normalized.len;
     if (n == 8 && memcmp(p, "/healthz", 8) == 0) {
         funcd_httpd_send(req, 200, "application/json", "{\"status\":\"ok\"}", 15);
+        return 0;
+    }
+    if (g->serve_metrics && n == 8 && memcmp(p, "/metrics", 8) == 0) {
+        funcd_gw_send_metrics(req, g->metrics);
         return 0;
     }
     if (n < 4 || memcmp(p, "/fn/", 4) != 0) {
@@ -242,7 +257,12 @@ static int on_req(void *payload, h2o_req_t *req)
         funcd_fn_target_ref(target);
     if (shape)
         funcd_shape_ref(shape);
+    gw_track track = {r ? (*r)->metrics : NULL, this_thread->metrics_slot, 0};
+    if (track.fn) /* under the lock: the block outlives the request (metrics.h) */
+        funcd_metrics_fn_enter(track.fn, track.slot);
     pthread_rwlock_unlock(&g->lock);
+    if (track.fn)
+        track.start_ns = funcd_metrics_now_ns();
     if (!r) {
         add_invocation_id(req);
         funcd_gw_send_status(req, 404, "NotFound",
@@ -257,6 +277,7 @@ static int on_req(void *payload, h2o_req_t *req)
             funcd_edge_in_flight_leave(v.in_flight);
             funcd_edge_limiter_unref(v.in_flight);
         }
+        funcd_gw_track_end(&track, req->res.status);
         return 0;
     }
     if (!target) {
@@ -266,6 +287,7 @@ static int on_req(void *payload, h2o_req_t *req)
                              "function %.*s/%.*s cannot run; see its Ready condition (funcdctl "
                              "describe function %.*s)",
                              (int)nsl, ns, (int)nl, name, (int)nl, name);
+        funcd_gw_track_end(&track, req->res.status);
         return 0;
     }
     if (v.status) {
@@ -280,6 +302,7 @@ static int on_req(void *payload, h2o_req_t *req)
                            H2O_STRLIT("Bearer"));
         add_invocation_id(req);
         funcd_gw_send_status(req, v.status, v.reason, "%s", v.message);
+        funcd_gw_track_rejected(&track, req, v.why);
         return 0;
     }
     if (v.in_flight) /* left when the request is disposed, however it ends */
@@ -288,7 +311,7 @@ static int on_req(void *payload, h2o_req_t *req)
     h2o_iovec_t rest_iov = rest ? h2o_iovec_init(rest, (size_t)(end - rest))
                                 : h2o_iovec_init(path_end, (size_t)(end - path_end));
     funcd_gw_invoke(this_thread, req, target, timeout_ms, ns, nsl, name, nl, rest_iov,
-                    v.authenticated ? v.subject : NULL);
+                    v.authenticated ? v.subject : NULL, &track);
     return 0;
 }
 
@@ -300,6 +323,7 @@ static void on_thread_init(void *payload, h2o_context_t *ctx)
         funcd_gw_thread_init(this_thread, ctx);
         this_thread->logger = &g->logger;
         this_thread->edge = funcd_edge_recorder_attach(g->recorder);
+        this_thread->metrics_slot = atomic_fetch_add(&g->next_slot, 1);
     }
 }
 
@@ -341,6 +365,7 @@ static int gw_start(funcd_gateway *base)
 
 static void free_entry(route_entry *e)
 {
+    funcd_metrics_fn_drop(e->metrics);
     funcd_fn_target_unref(e->target);
     funcd_shape_unref(e->shape);
     funcd_edge_free(e->edge);
@@ -374,6 +399,7 @@ static int gw_set_route(funcd_gateway *base, const funcd_route *route)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory adding a route");
     }
     e->edge_active = funcd_edge_active(e->edge);
+    e->metrics = funcd_metrics_fn_hold(g->metrics, e->ns, e->name);
     e->target = route->target;
     funcd_fn_target_ref(e->target);
     size_t nsl = strlen(e->ns), nl = strlen(e->name);
@@ -443,6 +469,15 @@ static void gw_free(funcd_gateway *base)
 unsigned funcd_gateway_embedded_threads(const funcd_gateway *gw)
 {
     return gw && gw->free == gw_free ? ((const embedded *)gw)->threads : 0;
+}
+
+int funcd_gw_set_metrics(funcd_gateway *gw, funcd_metrics *m, int serve)
+{
+    if (!gw || gw->free != gw_free || !m || funcd_metrics_slots(m) < ((embedded *)gw)->threads)
+        return -1;
+    ((embedded *)gw)->metrics = m;
+    ((embedded *)gw)->serve_metrics = serve;
+    return 0;
 }
 
 void funcd_gw_set_logger(funcd_gateway *gw, const funcd_logger *lg)

@@ -5,6 +5,7 @@
 #define FUNCD_GATEWAY_EMBEDDED_H
 
 #include "funcd/sys/gateway.h"
+#include "metrics/metrics.h"
 #include "util/log.h"
 
 /* Connections the data plane holds open at once (0: the default); more
@@ -26,5 +27,12 @@ void funcd_gw_set_logger(funcd_gateway *gw, const funcd_logger *lg);
  * any other gateway. Call before it listens. */
 typedef struct funcd_edge_recorder funcd_edge_recorder;
 void funcd_gw_set_edge_recorder(funcd_gateway *gw, funcd_edge_recorder *rec);
+/* The embedded gateway counts the requests of each function in `m`
+ * (borrowed: it must outlive the gateway; with at least
+ * funcd_gateway_embedded_threads slots) and, when `serve` is set, answers
+ * GET /metrics on the data plane with them (docs/observability.md). Call
+ * before routes are set. 0; -1 when `gw` is not the embedded gateway or `m`
+ * has too few slots (nothing is changed). */
+int funcd_gw_set_metrics(funcd_gateway *gw, funcd_metrics *m, int serve);
 
 #endif

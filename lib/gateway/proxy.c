@@ -86,6 +86,7 @@ struct invocation {
     char id[40];
     char name[140]; /* ns/name, for messages */
     funcd_edge_trace tr; /* traceparent to the worker, the edge span */
+    gw_track track; /* ended when the request is disposed of, whatever answered it */
 };
 
 /* ---- helpers ---------------------------------------------------------- */
@@ -777,6 +778,7 @@ static void dispose_invocation(void *p)
 {
     invocation *inv = p;
     funcd_edge_note_end(inv->t->edge, inv->t, &inv->tr, inv->req, inv->name, inv->id);
+    funcd_gw_track_end(&inv->track, inv->req->res.status);
     abandon_ticket(inv);
     drop_upstream(inv);
     release_slot(inv, 0);
@@ -833,10 +835,11 @@ static int build_head(invocation *inv, h2o_iovec_t rest, const char *subject)
 
 void funcd_gw_invoke(gw_thread *t, h2o_req_t *req, funcd_fn_target *target, uint64_t timeout_ms,
                      const char *ns, size_t nsl, const char *name, size_t nl, h2o_iovec_t rest,
-                     const char *subject)
+                     const char *subject, const gw_track *track)
 {
     invocation *inv = h2o_mem_alloc_shared(&req->pool, sizeof(*inv), dispose_invocation);
     memset(inv, 0, sizeof(*inv));
+    inv->track = *track;
     inv->gen.proceed = on_proceed;
     inv->gen.stop = on_stop;
     inv->io_entry.cb = on_io_timeout;

@@ -156,6 +156,16 @@ funcd_option *funcd_with_cgroup_favordynmods(int enabled)
     return number_option(OPT_CGROUP_FAVORDYNMODS, enabled != 0, 0, 0);
 }
 
+funcd_option *funcd_with_data_plane_metrics(int enabled)
+{
+    return number_option(OPT_DATA_PLANE_METRICS, enabled != 0, 0, 0);
+}
+
+funcd_option *funcd_with_metrics_open(int open)
+{
+    return number_option(OPT_METRICS_OPEN, open != 0, 0, 0);
+}
+
 funcd_option *funcd_with_host_network_allowed(int allowed)
 {
     return number_option(OPT_HOST_NETWORK, allowed != 0, 0, 0);
@@ -484,6 +494,8 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
         note_runtime_option(cfg, "funcd_with_host_network_allowed");
         break;
     case OPT_CGROUP_FAVORDYNMODS: cfg->cgroup_favordynmods = (int)o->n[0]; break;
+    case OPT_DATA_PLANE_METRICS: cfg->data_plane_metrics = (int)o->n[0]; break;
+    case OPT_METRICS_OPEN: cfg->metrics_open = (int)o->n[0]; break;
     case OPT_NODE_PLATFORM: return set_node_platform(cfg, o);
     case OPT_REGISTRY_AUTH_FILE: replace_str(&cfg->registry_auth_file, &o->str); break;
     case OPT_REGISTRY_CERTS_DIR: replace_str(&cfg->registry_certs_dir, &o->str); break;

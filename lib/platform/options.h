@@ -51,6 +51,8 @@ typedef enum option_kind {
     OPT_EDGE_AUTH,
     OPT_EDGE_LIMITS,
     OPT_EDGE_PER_CLIENT,
+    OPT_DATA_PLANE_METRICS,
+    OPT_METRICS_OPEN,
 } option_kind;
 
 struct funcd_option {
@@ -123,6 +125,8 @@ typedef struct funcd_config {
     int fn_runner_auth_on;        /* 1: calls without one of them are refused */
     char *access_log;             /* a path, "-": stdout; NULL: none */
     funcd_edge edge;              /* the daemon's edge defaults (auth, limits, per client) */
+    int data_plane_metrics;       /* GET /metrics on the data plane */
+    int metrics_open;             /* GET /metrics on the control plane without a token */
 } funcd_config;
 
 /* Applies presets first, then the rest in order; frees every option. */

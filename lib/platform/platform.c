@@ -53,6 +53,7 @@ struct funcd_platform {
     funcd_sources *sources;
     funcd_fnrunner *fnrunner;
     funcd_edge_recorder *edge; /* access log and spans, or NULL */
+    funcd_metrics *metrics;
     funcd_logstore *logstore; /* persistent function logs, on the blob */
     struct event *log_tick;
     char fn_runner_addr[128];
@@ -402,6 +403,11 @@ static int build(funcd_platform *p)
     funcd_gw_set_logger(p->cfg.gateway, &p->cfg.logger);
     if ((rc = start_edge_recorder(p)) < 0)
         return rc;
+    /* One counter slot per gateway thread (docs/observability.md). */
+    unsigned gw_threads = funcd_gateway_embedded_threads(p->cfg.gateway);
+    if ((rc = funcd_metrics_new(&p->metrics, gw_threads ? gw_threads : 1)) < 0)
+        return rc;
+    funcd_gw_set_metrics(p->cfg.gateway, p->metrics, p->cfg.data_plane_metrics);
     rc = funcd_port_gateway_listen(p->cfg.gateway, p->cfg.data_plane_addr, p->data_plane_addr,
                                    sizeof(p->data_plane_addr));
     if (rc < 0)
@@ -448,6 +454,8 @@ static int build(funcd_platform *p)
     version_json(p, vj, sizeof(vj));
     funcd_cp_init(&p->cp, p->cfg.store, &p->cfg.auth, vj);
     p->cp.source_roots = (const char *const *)p->cfg.source_roots;
+    p->cp.metrics = p->metrics;
+    p->cp.metrics_open = p->cfg.metrics_open;
     funcd_cp_server_limits cl = {p->cfg.stream_buffer, p->cfg.max_connections};
     rc = funcd_cp_server_new(&p->cp_server, &p->cp, p->cfg.listen_addr, &cl, p->addr,
                              sizeof(p->addr));
@@ -479,9 +487,11 @@ static int build(funcd_platform *p)
         .changed_payload = p,
         .logstore = p->logstore,
         .sources = p->sources,
+        .metrics = p->metrics,
     };
     if ((rc = funcd_serving_new(&p->serving, &sc)) < 0)
         return rc;
+    funcd_metrics_set_gauge_source(p->metrics, funcd_serving_gauges, p->serving);
     p->cp.serving = p->serving;
     p->cp.sources = p->sources;
     p->cp.blob = p->cfg.blob;
@@ -568,6 +578,8 @@ static void teardown(funcd_platform *p)
         funcd_port_gateway_stop(p->cfg.gateway);
     funcd_controller_free(p->controller);
     p->controller = NULL;
+    if (p->metrics) /* the gateway has stopped: nothing collects any more */
+        funcd_metrics_set_gauge_source(p->metrics, NULL, NULL);
     funcd_serving_free(p->serving);
     if (p->log_tick)
         event_free(p->log_tick);
@@ -586,6 +598,8 @@ static void teardown(funcd_platform *p)
     funcd_config_clear(&p->cfg); /* runtime, gateway, bus, blob, store */
     funcd_edge_recorder_free(p->edge); /* after the gateway's threads */
     p->edge = NULL;
+    funcd_metrics_free(p->metrics); /* after the gateway, whose routes held its blocks */
+    p->metrics = NULL;
     if (p->base)
         event_base_free(p->base);
     p->base = NULL;

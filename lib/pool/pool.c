@@ -244,6 +244,8 @@ void funcd_pool_stats_get(funcd_pool *p, funcd_pool_stats *out)
 {
     pthread_mutex_lock(&p->lock);
     out->ready = p->n_ready;
+    out->starting = p->n_starting;
+    out->stopping = p->n_stopping;
     out->total = p->n_ready + p->n_starting + p->n_stopping;
     out->waiting = p->n_waiting;
     out->in_flight = p->n_in_flight;

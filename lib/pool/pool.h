@@ -65,6 +65,7 @@ struct funcd_pool_waiter {
 
 typedef struct funcd_pool_stats {
     unsigned ready;
+    unsigned starting, stopping;
     unsigned total; /* ready + starting + stopping */
     unsigned waiting;
     unsigned in_flight; /* requests being served now */

@@ -73,6 +73,8 @@ typedef struct fn_entry {
     funcd_edge *edge; /* the effective spec.edge, or NULL (all off) */
     funcd_log_ring *logs;
     char last_oom[160]; /* the last replica the kernel killed at its memory limit, or "" */
+    funcd_metrics_fn *metrics; /* held while the function exists (cold starts count into it) */
+    funcd_pool *gauge_pool; /* a reference to `pool` for readers on other threads, under s->lock */
     struct fn_entry *next;
 } fn_entry;
 
@@ -82,6 +84,7 @@ typedef struct worker_ctx {
     funcd_serving_worker pub;
     char load_msg[512];      /* before it is ready: the msg of its last ERROR log line */
     atomic_int load_checked; /* the handler load check's worker, evicted once ready */
+    uint64_t started_ns;     /* when it was prepared: its cold start runs from here */
 } worker_ctx;
 
 /* A generic interpreter worker started ahead of need (node takes ~30 ms to
@@ -803,6 +806,9 @@ static void on_worker_exited(funcd_worker_ctx *w, int status, const funcd_worker
 static void on_worker_ready(funcd_worker_ctx *w, void *payload)
 {
     launch *ln = payload;
+    const worker_ctx *wc = (const worker_ctx *)w->data;
+    funcd_metrics_cold_start(ln->s->cfg.metrics, ln->ns, ln->name,
+                             funcd_metrics_now_ns() - wc->started_ns);
     int failed = LOAD_FAILED;
     if (ln->load_check)
         atomic_compare_exchange_strong(&ln->load_state, &failed, LOAD_OK);
@@ -813,6 +819,7 @@ static void on_worker_prepare(funcd_worker_ctx *w, void *data, void *payload)
 {
     worker_ctx *wc = data;
     static atomic_uint_fast64_t next_worker_id;
+    wc->started_ns = funcd_metrics_now_ns();
     wc->pub.id = atomic_fetch_add(&next_worker_id, 1) + 1;
     wc->pub.addr.sun_family = AF_UNIX;
     snprintf(wc->pub.addr.sun_path, sizeof(wc->pub.addr.sun_path), "%s",
@@ -1039,8 +1046,23 @@ static fn_entry **find_entry(funcd_serving *s, const char *ns, const char *name)
     return NULL;
 }
 
+/* `pool` changes on the loop only; the metrics read the replicas of the
+ * one published here (under the lock, with a reference of its own). */
+static void publish_pool(funcd_serving *s, fn_entry *e)
+{
+    pthread_mutex_lock(&s->lock);
+    funcd_pool *old = e->gauge_pool;
+    e->gauge_pool = e->pool;
+    if (e->gauge_pool)
+        funcd_pool_ref(e->gauge_pool);
+    pthread_mutex_unlock(&s->lock);
+    if (old)
+        funcd_pool_unref(old);
+}
+
 static void route(funcd_serving *s, fn_entry *e)
 {
+    publish_pool(s, e);
     if (!s->cfg.gateway)
         return;
     /* No edge (it could not be built): closed, as authenticated without
@@ -1087,6 +1109,7 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
             fail(st, "InternalError", "out of memory");
             return;
         }
+        e->metrics = funcd_metrics_fn_hold(s->cfg.metrics, ns, name);
         pthread_mutex_lock(&s->lock);
         e->next = s->entries;
         s->entries = e;
@@ -1190,6 +1213,9 @@ void funcd_serving_remove(funcd_serving *s, const char *ns, const char *name)
         funcd_port_gateway_remove_route(s->cfg.gateway, ns, name);
     drop_pool(e, "the function was deleted");
     funcd_edge_free(e->edge);
+    if (e->gauge_pool) /* unlinked above: no reader can see it */
+        funcd_pool_unref(e->gauge_pool);
+    funcd_metrics_fn_drop(e->metrics);
     funcd_log_ring_unref(e->logs);
     free(e->ns);
     free(e->name);
@@ -1273,6 +1299,21 @@ unsigned funcd_serving_busy(funcd_serving *s)
     }
     pthread_mutex_unlock(&s->lock);
     return busy;
+}
+
+void funcd_serving_gauges(void *payload, funcd_metrics_gauge_put put, void *ctx)
+{
+    funcd_serving *s = payload;
+    pthread_mutex_lock(&s->lock);
+    for (fn_entry *e = s->entries; e; e = e->next) {
+        funcd_pool_stats st = {0};
+        if (e->gauge_pool)
+            funcd_pool_stats_get(e->gauge_pool, &st);
+        funcd_metrics_gauges g = {e->ns, e->name, st.ready, st.starting, st.stopping, st.waiting,
+                                  st.in_flight};
+        put(ctx, &g);
+    }
+    pthread_mutex_unlock(&s->lock);
 }
 
 void funcd_serving_free(funcd_serving *s)

@@ -17,6 +17,7 @@
 #include <sys/un.h>
 
 #include "funcd/funcd.h"
+#include "metrics/metrics.h"
 #include "pool/pool.h"
 #include "serving/logs.h"
 #include "util/log.h"
@@ -39,6 +40,7 @@ typedef struct funcd_serving_config {
     struct funcd_logstore *logstore; /* borrowed; NULL: logs live in memory only */
     struct funcd_sources *sources;   /* borrowed; NULL: no image or git sources */
     const funcd_edge *edge_defaults; /* borrowed; NULL: every edge feature off, auth open */
+    funcd_metrics *metrics;          /* borrowed; NULL: cold starts are not counted */
 } funcd_serving_config;
 
 typedef struct funcd_serving_status {
@@ -80,6 +82,10 @@ unsigned funcd_serving_busy(funcd_serving *s);
 /* Closes (if not done) and releases; workers still running are left to
  * the runtime, which kills them when it is freed. */
 void funcd_serving_free(funcd_serving *s);
+
+/* The replicas and queue of every function, for the metrics (a
+ * funcd_metrics_gauge_source; `payload` is the serving). Any thread. */
+void funcd_serving_gauges(void *payload, funcd_metrics_gauge_put put, void *ctx);
 
 /* Brings the function to its spec; fills `st` either way. */
 void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, const cJSON *fn,
