@@ -22,6 +22,7 @@ runtime=(
 test=(
   clang libclang-rt-14-dev
   curl wrk docker-registry skopeo apache2-utils openssl sqlite3 nats-server
+  prometheus
 )
 
 case $set_name in

@@ -7,10 +7,13 @@
  * only when asked to. `prometheus` has a real Prometheus (Debian's package)
  * scrape funcd and answer a query about the function that was called.
  */
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -342,6 +345,159 @@ MX_TEST(edge_rejections, NULL, NULL)
                              ",reason=\"forbidden\"}")));
 }
 
+/* ---- a real Prometheus ----------------------------------------------------- */
+
+#define PROMETHEUS "/usr/bin/prometheus" /* Debian's package */
+
+/* A loopback port nothing listens on right now. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static int write_file(const char *path, int mode, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0)
+        return -1;
+    ssize_t n = write(fd, text, strlen(text));
+    close(fd);
+    return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* Starts Prometheus on 127.0.0.1:`port` with its config and data in `dir`,
+ * its output in dir/prometheus.log; its pid, or -1. */
+static pid_t start_prometheus(const char *dir, int port)
+{
+    char config[300], data[300], logf[300], web[64];
+    snprintf(config, sizeof(config), "--config.file=%s/prometheus.yml", dir);
+    snprintf(data, sizeof(data), "--storage.tsdb.path=%s/data", dir);
+    snprintf(logf, sizeof(logf), "%s/prometheus.log", dir);
+    snprintf(web, sizeof(web), "--web.listen-address=127.0.0.1:%d", port);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(logf, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execl(PROMETHEUS, PROMETHEUS, config, data, web, "--log.level=warn",
+              "--web.enable-lifecycle", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void stop_prometheus(pid_t pid, const char *dir, int show_log)
+{
+    if (pid <= 0)
+        return;
+    kill(pid, SIGTERM);
+    int64_t deadline = e2e_now_ms() + 10000;
+    int st;
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        if (e2e_now_ms() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            break;
+        }
+        env_sleep_ms(20);
+    }
+    if (show_log) {
+        char cmd[400];
+        snprintf(cmd, sizeof(cmd), "tail -20 %s/prometheus.log >&2", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "  (no Prometheus log)\n");
+    }
+}
+
+/* The value of funcd_requests_total for function "p" and code 200 as
+ * Prometheus answers /api/v1/query, or -1 while it has none. */
+static double queried(e2e_http *prom, e2e_resp *r)
+{
+    long code = e2e_http_do(prom, "GET",
+                            "/api/v1/query?query=funcd_requests_total%7Bfunction%3D%22p%22%2C"
+                            "code%3D%22200%22%7D",
+                            NULL, NULL, r);
+    const cJSON *result = code == 200 ? jget(r->json, "data.result") : NULL;
+    const cJSON *first = cJSON_IsArray(result) ? cJSON_GetArrayItem(result, 0) : NULL;
+    const cJSON *value = first ? cJSON_GetArrayItem(jget(first, "value"), 1) : NULL;
+    if (!cJSON_IsString(value) || !jstr(first, "metric.namespace") ||
+        strcmp(jstr(first, "metric.namespace"), "default") != 0)
+        return -1;
+    return strtod(value->valuestring, NULL);
+}
+
+/*
+ * Prometheus scrapes the control plane every 500 ms with a viewer's token
+ * (a credentials file, as an operator would set it up) and its query API
+ * then has funcd_requests_total of the function that was called, with the
+ * number of calls.
+ */
+MX_TEST(prometheus, NULL, NULL)
+{
+    if (access(PROMETHEUS, X_OK) != 0) {
+        fprintf(stderr, "  %s is not installed (scripts/install-deps.sh test)\n", PROMETHEUS);
+        harness_failed_now = 1;
+        return;
+    }
+    char dir[256], fixture[256], path[320], config[1024];
+    CHECK(sv_tempdir(dir, sizeof(dir)) == 0);
+    CHECK(sv_fixture("native", fixture, sizeof(fixture)) == 0);
+    CHECK_INT(sv_create(e, "p", NATIVE_FN("10m"), fixture), 201);
+    if (!sv_wait_ready(e, "p", 5000))
+        FAILF("not Ready: %.500s", e->r.body);
+    for (int i = 0; i < 3; i++)
+        CHECK_INT(sv_invoke(e, "GET", DP_PATH("p") "/x", NULL), 200);
+    settle(e, VIEWER_TOKEN, "funcd_requests_total{" FN_LABELS("p") ",code=\"200\"}", 3);
+    snprintf(path, sizeof(path), "%s/token", dir);
+    CHECK(write_file(path, 0600, VIEWER_TOKEN "\n") == 0);
+    snprintf(config, sizeof(config),
+             "global:\n"
+             "  scrape_interval: 500ms\n"
+             "  evaluation_interval: 500ms\n"
+             "scrape_configs:\n"
+             "  - job_name: funcd\n"
+             "    metrics_path: /metrics\n"
+             "    authorization:\n"
+             "      credentials_file: %s/token\n"
+             "    static_configs:\n"
+             "      - targets: ['%s']\n",
+             dir, funcd_platform_addr(e->p));
+    snprintf(path, sizeof(path), "%s/prometheus.yml", dir);
+    CHECK(write_file(path, 0600, config) == 0);
+    int port = free_port();
+    CHECK(port > 0);
+    pid_t pid = start_prometheus(dir, port);
+    CHECK(pid > 0);
+    char base[64];
+    snprintf(base, sizeof(base), "http://127.0.0.1:%d", port);
+    e2e_http *prom = e2e_http_new(base);
+    e2e_resp r = E2E_RESP_INIT;
+    double value = -1;
+    int64_t deadline = e2e_now_ms() + 25000;
+    while (prom && (value = queried(prom, &r)) < 0 && e2e_now_ms() < deadline &&
+           waitpid(pid, NULL, WNOHANG) == 0)
+        env_sleep_ms(200);
+    e2e_http_free(prom);
+    stop_prometheus(pid, dir, value != 3);
+    char last[600];
+    snprintf(last, sizeof(last), "HTTP %ld %.500s", r.status, r.body ? r.body : "");
+    e2e_resp_free(&r);
+    if (value != 3)
+        FAILF("Prometheus has funcd_requests_total{function=\"p\",code=\"200\"} = %g, not 3; "
+              "its last answer: %s", value, last);
+}
+
 int main(int argc, char **argv)
 {
     sv_init();
@@ -353,6 +509,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, open_and_data_plane);
     SV_RUN(only, ran, deleted);
     SV_RUN(only, ran, edge_rejections);
+    SV_RUN(only, ran, prometheus);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no test case named %s\n", only);
