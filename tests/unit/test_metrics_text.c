@@ -4,7 +4,10 @@
  * equal to _count, counters summed over the gateway threads' slots, a
  * dropped function no longer written, and the namespace filter.
  */
+#include <cjson/cJSON.h>
+#include <ctype.h>
 #include <math.h>
+#include <stdio.h>
 
 #include "harness.h"
 #include "metrics/metrics.h"
@@ -187,6 +190,80 @@ TEST(values)
     funcd_buf_free(&b);
 }
 
+/* Every funcd_* and process_* name in `expr` (a _bucket, _sum or _count
+ * suffix taken off a histogram's) has a TYPE line in `text`; else the name. */
+static const char *unknown_series(const char *expr, const char *text, char *name, size_t len)
+{
+    for (const char *p = expr; *p; p++) {
+        if ((strncmp(p, "funcd_", 6) != 0 && strncmp(p, "process_", 8) != 0) ||
+            (p > expr && (isalnum((unsigned char)p[-1]) || p[-1] == '_')))
+            continue;
+        size_t n = 0;
+        while (n + 1 < len && (isalnum((unsigned char)p[n]) || p[n] == '_'))
+            n++;
+        snprintf(name, len, "%.*s", (int)n, p);
+        p += n - 1;
+        char type[200];
+        snprintf(type, sizeof(type), "# TYPE %s ", name);
+        if (strstr(text, type))
+            continue;
+        static const char *const suffixes[] = {"_bucket", "_sum", "_count"};
+        int found = 0;
+        for (int i = 0; i < 3 && !found; i++) {
+            size_t sl = strlen(suffixes[i]);
+            if (n > sl && strcmp(name + n - sl, suffixes[i]) == 0) {
+                snprintf(type, sizeof(type), "# TYPE %.*s histogram", (int)(n - sl), name);
+                found = strstr(text, type) != NULL;
+            }
+        }
+        if (!found)
+            return name;
+    }
+    return NULL;
+}
+
+static int walk_exprs(const cJSON *j, const char *text, char *bad, size_t len, int *n)
+{
+    if (cJSON_IsString(j) && j->string && strcmp(j->string, "expr") == 0) {
+        (*n)++;
+        return unknown_series(j->valuestring, text, bad, len) ? -1 : 0;
+    }
+    for (const cJSON *c = j ? j->child : NULL; c; c = c->next)
+        if (walk_exprs(c, text, bad, len, n) < 0)
+            return -1;
+    return 0;
+}
+
+/* The example dashboard queries only series funcd writes. */
+TEST(dashboard_names_real_series)
+{
+    const char *root = getenv("FUNCD_SOURCE_ROOT");
+    CHECK(root != NULL);
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/examples/observability/funcd-dashboard.json", root);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        FAILF("cannot open %s", path);
+    static char json[262144];
+    size_t len = fread(json, 1, sizeof(json) - 1, f);
+    fclose(f);
+    json[len] = '\0';
+    cJSON *d = cJSON_Parse(json);
+    CHECK(d != NULL);
+    funcd_metrics *m = NULL;
+    CHECK_INT(funcd_metrics_new(&m, 1), 0);
+    char *t = text_of(m, NULL, NULL);
+    char bad[128] = "";
+    int exprs = 0;
+    int rc = t ? walk_exprs(d, t, bad, sizeof(bad), &exprs) : -1;
+    free(t);
+    funcd_metrics_free(m);
+    cJSON_Delete(d);
+    if (rc < 0)
+        FAILF("the dashboard queries %s, which funcd does not write", bad);
+    CHECK(exprs >= 10);
+}
+
 int main(void)
 {
     RUN(escapes_label_values);
@@ -194,5 +271,6 @@ int main(void)
     RUN(dropped_while_in_use);
     RUN(namespace_filter);
     RUN(values);
+    RUN(dashboard_names_real_series);
     return HARNESS_END();
 }
