@@ -57,6 +57,7 @@ typedef struct embedded {
     pthread_rwlock_t lock;
     route_entry *buckets[BUCKETS];
     funcd_logger logger;
+    unsigned capped; /* routes with a body cap: while any, heads are checked before bodies */
     funcd_edge_recorder *recorder; /* access log, spans; NULL: off */
     funcd_metrics *metrics; /* borrowed, or NULL */
     int serve_metrics;      /* GET /metrics on the data plane */
@@ -315,6 +316,53 @@ static int on_req(void *payload, h2o_req_t *req)
     return 0;
 }
 
+/* The head of a request with a body, before h2o reads the body (httpd.c):
+ * a Content-Length over the function's cap is 413 at once, with nothing
+ * read. (A chunked body is counted once read, in edge_check.) */
+static int on_each_head(void *payload, const funcd_httpd_head *head, funcd_buf *body)
+{
+    embedded *g = payload;
+    const char *t = head->target, *end = t + head->target_len;
+    if (head->content_length == UINT64_MAX || head->target_len < 5 || memcmp(t, "/fn/", 4) != 0)
+        return 0;
+    const char *q = memchr(t, '?', head->target_len);
+    const char *path_end = q ? q : end;
+    const char *ns = t + 4;
+    const char *slash = memchr(ns, '/', (size_t)(path_end - ns));
+    if (!slash)
+        return 0;
+    const char *name = slash + 1;
+    const char *rest = memchr(name, '/', (size_t)(path_end - name));
+    size_t nsl = (size_t)(slash - ns), nl = (size_t)((rest ? rest : path_end) - name);
+    uint64_t cap = 0;
+    char fn[140];
+    pthread_rwlock_rdlock(&g->lock);
+    route_entry **r = nsl && nl ? find(g, ns, nsl, name, nl) : NULL;
+    if (r && (*r)->target) {
+        cap = (*r)->edge->max_body_bytes;
+        snprintf(fn, sizeof(fn), "%s/%s", (*r)->ns, (*r)->name);
+    }
+    pthread_rwlock_unlock(&g->lock);
+    if (!cap || head->content_length <= cap)
+        return 0;
+    cJSON *st = cJSON_CreateObject();
+    char msg[300];
+    snprintf(msg, sizeof(msg), "the request body is larger than function %s takes "
+             "(spec.edge.limits.maxBodyBytes: %llu bytes)", fn, (unsigned long long)cap);
+    cJSON_AddStringToObject(st, "kind", "Status");
+    cJSON_AddStringToObject(st, "apiVersion", "v1");
+    cJSON_AddStringToObject(st, "status", "Failure");
+    cJSON_AddNumberToObject(st, "code", 413);
+    cJSON_AddStringToObject(st, "reason", "RequestEntityTooLarge");
+    cJSON_AddStringToObject(st, "message", msg);
+    char *text = cJSON_PrintUnformatted(st);
+    cJSON_Delete(st);
+    if (text)
+        funcd_buf_append(body, text, strlen(text));
+    free(text);
+    return 413;
+}
+
 static void on_thread_init(void *payload, h2o_context_t *ctx)
 {
     embedded *g = payload;
@@ -340,10 +388,14 @@ static void on_thread_exit(void *payload, h2o_context_t *ctx)
 static int gw_listen(funcd_gateway *base, const char *addr, char *bound, size_t bound_len)
 {
     embedded *g = (embedded *)base;
-    funcd_httpd_hooks hooks = {on_req, on_thread_init, NULL, on_thread_exit, g};
+    funcd_httpd_hooks hooks = {on_req, on_thread_init, NULL, on_thread_exit, g, NULL, on_each_head};
     int rc = funcd_httpd_new(&g->httpd, addr, g->threads, MAX_BODY, &hooks, bound, bound_len);
-    if (rc == 0)
+    if (rc == 0) {
         funcd_httpd_set_max_connections(g->httpd, g->max_connections);
+        pthread_rwlock_rdlock(&g->lock);
+        funcd_httpd_check_heads(g->httpd, g->capped != 0);
+        pthread_rwlock_unlock(&g->lock);
+    }
     return rc;
 }
 
@@ -418,6 +470,8 @@ static int gw_set_route(funcd_gateway *base, const funcd_route *route)
         e->next = *head;
         *head = e;
     }
+    g->capped += (e->edge->max_body_bytes != 0) - (old && old->edge->max_body_bytes != 0);
+    funcd_httpd_check_heads(g->httpd, g->capped != 0);
     pthread_rwlock_unlock(&g->lock);
     if (old)
         free_entry(old);
@@ -430,8 +484,11 @@ static int gw_remove_route(funcd_gateway *base, const char *ns, const char *name
     pthread_rwlock_wrlock(&g->lock);
     route_entry **pp = find(g, ns, strlen(ns), name, strlen(name));
     route_entry *e = pp ? *pp : NULL;
-    if (e)
+    if (e) {
         *pp = e->next;
+        g->capped -= e->edge->max_body_bytes != 0;
+        funcd_httpd_check_heads(g->httpd, g->capped != 0);
+    }
     pthread_rwlock_unlock(&g->lock);
     if (!e)
         return funcd_error_set(FUNCD_ENOTFOUND, "no route for function %s/%s", ns, name);

@@ -40,6 +40,9 @@ typedef struct conn_ref {
     h2o_socket_cb h2o_read; /* h2o's read callback, while on_head checks */
     int refused;            /* answered before its body; draining */
     size_t drained;
+    int each;                   /* on_each_head: every request's head is looked at */
+    h2o_socket_cb h2o_reqread;  /* h2o's HTTP/1 read callback, to wrap again */
+    h2o_timeout_entry_t rearm;  /* after a request: wrap the next one's head */
 } conn_ref;
 
 typedef struct worker {
@@ -56,6 +59,7 @@ typedef struct worker {
     int paused;                     /* the listener's reads are stopped */
     h2o_timeout_t pause_timeout;    /* PAUSE_MS */
     h2o_timeout_entry_t resume;     /* linked while paused */
+    h2o_timeout_t rearm_timeout;    /* 0 ms: after the loop's pending callbacks */
     int said_out_of_fds;            /* logged once per thread */
     h2o_multithread_receiver_t stop_receiver;
     h2o_multithread_message_t stop_msg;
@@ -79,6 +83,7 @@ struct funcd_httpd {
     int quiesced;
     unsigned max_connections;
     atomic_uint connections; /* open on every thread */
+    atomic_int check_heads;  /* on_each_head on */
 };
 
 /* Bytes that arrive on a connection while its request is being answered (a
@@ -108,10 +113,43 @@ static void keep_reading(h2o_req_t *req)
         h2o_socket_read_start(sock, on_read_parked);
 }
 
+static void on_read_head(h2o_socket_t *sock, const char *err);
+
+/* A request of a connection whose heads are checked ended (h2o disposes
+ * it just before it reads the next one): wrap the next head once h2o has
+ * set its read callback again, from a 0 ms timer, which runs after the
+ * loop's pending callbacks and before it polls again. */
+static void on_checked_req_disposed(void *p)
+{
+    conn_ref *ref = *(conn_ref **)p;
+    if (ref && !h2o_timeout_is_linked(&ref->rearm))
+        h2o_timeout_link(ref->w->ctx.loop, &ref->w->rearm_timeout, &ref->rearm);
+}
+
+static void on_rearm(h2o_timeout_entry_t *entry)
+{
+    conn_ref *ref = H2O_STRUCT_FROM_MEMBER(conn_ref, rearm, entry);
+    h2o_socket_t *sock = ref->sock;
+    if (ref->h2o_read || ref->refused || sock->_cb.read != ref->h2o_reqread ||
+        !h2o_socket_is_reading(sock) || sock->input->size != 0)
+        return; /* closing, or h2o took the next head already (pipelined) */
+    ref->h2o_read = sock->_cb.read;
+    sock->_cb.read = on_read_head;
+}
+
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     funcd_httpd *srv = ((handler *)self)->srv;
     keep_reading(req);
+    if (srv->hooks.on_each_head && req->version < 0x200 && atomic_load(&srv->check_heads)) {
+        h2o_socket_t *sock = req->conn->callbacks->get_socket
+                                 ? req->conn->callbacks->get_socket(req->conn)
+                                 : NULL;
+        conn_ref *ref = sock ? sock->on_close.data : NULL;
+        if (ref && ref->each)
+            *(conn_ref **)h2o_mem_alloc_shared(&req->pool, sizeof(conn_ref *),
+                                               on_checked_req_disposed) = ref;
+    }
     return srv->hooks.on_req(srv->hooks.payload, req);
 }
 
@@ -148,6 +186,8 @@ static void on_conn_close(void *data)
 {
     conn_ref *ref = data;
     worker *w = ref->w;
+    if (h2o_timeout_is_linked(&ref->rearm))
+        h2o_timeout_unlink(&ref->rearm);
     ref->prev->next = ref->next;
     ref->next->prev = ref->prev;
     free(ref);
@@ -273,6 +313,12 @@ static void on_read_head(h2o_socket_t *sock, const char *err)
     int h2 = h2_preface(sock->input->bytes, sock->input->size);
     if (h2 < 0)
         return; /* more of the preface (or of a head) to come */
+    if (h2 > 0 && ref->each) { /* HTTP/2 is h2o's: its bodies are checked by on_req */
+        ref->each = 0;
+        unwrap_read(ref, sock);
+        h2o_read(sock, NULL);
+        return;
+    }
     if (h2 > 0) {
         refuse_h2(ref, sock);
         return;
@@ -283,6 +329,11 @@ static void on_read_head(h2o_socket_t *sock, const char *err)
     ssize_t len = funcd_http1_head(&m, sock->input->bytes, sock->input->size);
     if (len == 0 && sock->input->size < H2O_MAX_REQLEN)
         return; /* more of the head to come */
+    if (len <= 0 && ref->each) { /* h2o answers a bad head its own way */
+        unwrap_read(ref, sock);
+        h2o_read(sock, NULL);
+        return;
+    }
     if (len <= 0) {
         /* Not a head h2o may read the body of unchecked: refused. */
         funcd_buf body = FUNCD_BUF_INIT;
@@ -291,7 +342,11 @@ static void on_read_head(h2o_socket_t *sock, const char *err)
         funcd_buf_free(&body);
         return;
     }
-    funcd_httpd_head head = {m.method, m.method_len, m.target, m.target_len, NULL, 0, m.has_body};
+    funcd_httpd_head head = {m.method,   m.method_len, m.target, m.target_len, NULL, 0, m.has_body,
+                             m.chunked || m.content_length == FUNCD_HTTP1_NO_LENGTH
+                                 ? UINT64_MAX
+                                 : m.content_length,
+                             m.chunked};
     for (size_t i = 0; i < m.nfields; i++) {
         const funcd_http1_field *f = &fields[i];
         if (FUNCD_HTTP1_NAME_IS(f, "authorization")) {
@@ -300,7 +355,9 @@ static void on_read_head(h2o_socket_t *sock, const char *err)
         }
     }
     funcd_buf body = FUNCD_BUF_INIT;
-    int status = head.has_body ? srv->hooks.on_head(srv->hooks.payload, &head, &body) : 0;
+    int status = !head.has_body ? 0
+                 : ref->each    ? srv->hooks.on_each_head(srv->hooks.payload, &head, &body)
+                                : srv->hooks.on_head(srv->hooks.payload, &head, &body);
     if (status) {
         refuse(ref, sock, status, &body);
     } else {
@@ -355,10 +412,19 @@ static void on_accept(h2o_socket_t *listener, const char *err)
     ref->h2o_read = NULL;
     ref->refused = 0;
     ref->drained = 0;
+    ref->each = 0;
+    ref->h2o_reqread = NULL;
+    memset(&ref->rearm, 0, sizeof(ref->rearm));
+    ref->rearm.cb = on_rearm;
     h2o_accept(&w->accept, sock);
     /* h2o now waits for the first request: look at its head first. */
     if (srv->hooks.on_head && h2o_socket_is_reading(sock)) {
         ref->h2o_read = sock->_cb.read;
+        sock->_cb.read = on_read_head;
+    } else if (srv->hooks.on_each_head && atomic_load(&srv->check_heads) &&
+               h2o_socket_is_reading(sock)) {
+        ref->each = 1;
+        ref->h2o_reqread = ref->h2o_read = sock->_cb.read;
         sock->_cb.read = on_read_head;
     }
 }
@@ -459,6 +525,7 @@ static void *worker_main(void *arg)
     atomic_store(&w->ready, 1);
 
     h2o_timeout_init(loop, &w->pause_timeout, PAUSE_MS);
+    h2o_timeout_init(loop, &w->rearm_timeout, 0);
     w->resume.cb = on_resume;
     w->listener = h2o_evloop_socket_create(loop, w->fd, H2O_SOCKET_FLAG_DONT_READ);
     w->listener->data = w;
@@ -491,6 +558,10 @@ static void *worker_main(void *arg)
     h2o_context_dispose(&w->ctx);
     h2o_evloop_run(loop, 0); /* frees the sockets whose close was deferred */
     h2o_timeout_dispose(loop, &w->pause_timeout);
+    while (!h2o_linklist_is_empty(&w->rearm_timeout._entries))
+        h2o_timeout_unlink(H2O_STRUCT_FROM_MEMBER(h2o_timeout_entry_t, _link,
+                                                  w->rearm_timeout._entries.next));
+    h2o_timeout_dispose(loop, &w->rearm_timeout);
     h2o_evloop_destroy(loop);
     drain_recycled_buffers();
     return NULL;
@@ -560,6 +631,12 @@ fail:
     free(workers);
     free(srv);
     return rc;
+}
+
+void funcd_httpd_check_heads(funcd_httpd *srv, int on)
+{
+    if (srv)
+        atomic_store(&srv->check_heads, on != 0);
 }
 
 void funcd_httpd_set_max_connections(funcd_httpd *srv, unsigned n)

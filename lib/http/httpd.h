@@ -25,6 +25,8 @@ typedef struct funcd_httpd_head {
     const char *authorization; /* the header's value, or NULL */
     size_t authorization_len;
     int has_body; /* Content-Length > 0 or Transfer-Encoding */
+    uint64_t content_length; /* UINT64_MAX: none given (chunked, or no body) */
+    int chunked;
 } funcd_httpd_head;
 
 typedef struct funcd_httpd_hooks {
@@ -47,6 +49,14 @@ typedef struct funcd_httpd_hooks {
      * (req->http1_is_persistent = 0) whether a connection may carry
      * another. */
     int (*on_head)(void *payload, const funcd_httpd_head *head, funcd_buf *body);
+    /* Optional, on the server's threads, while funcd_httpd_check_heads is
+     * on: like on_head, for the head of every HTTP/1.1 request with a body
+     * (keep-alive ones too), and HTTP/2 stays on (its connections are not
+     * shown). Best effort: a head h2o has already taken (a pipelined
+     * request, or one right after an answer that a timer finished) is not
+     * shown, so on_req must check again. Costs a second parse of each
+     * request head and a timer per request while on. */
+    int (*on_each_head)(void *payload, const funcd_httpd_head *head, funcd_buf *body);
 } funcd_httpd_hooks;
 
 /* Binds `addr` for `nthreads` threads; writes the bound address to `bound`.
@@ -59,6 +69,8 @@ int funcd_httpd_new(funcd_httpd **out, const char *addr, unsigned nthreads, size
 #define FUNCD_HTTPD_MAX_CONNECTIONS_DEFAULT 1024u
 void funcd_httpd_set_max_connections(funcd_httpd *s, unsigned n);
 int funcd_httpd_start(funcd_httpd *s);
+/* Turns on_each_head on or off for connections from now on; any thread. */
+void funcd_httpd_check_heads(funcd_httpd *s, int on);
 /* Stops accepting, lets hooks end streams, drains connections (bounded
  * wait), and joins the threads. Idempotent. */
 /* Stops accepting new connections and asks open ones to close after their
