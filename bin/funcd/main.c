@@ -95,6 +95,8 @@ static void usage(FILE *out)
             "  --data-plane-metrics       serve GET /metrics on the data plane too (no token)\n"
             "  --metrics-open             GET /metrics on the control plane without a token\n"
             "                             (default: any valid token; docs/observability.md)\n"
+            "  --otlp-endpoint URL        export spans and function logs over OTLP/HTTP to\n"
+            "                             URL/v1/traces and URL/v1/logs (e.g. http://127.0.0.1:4318)\n"
             "  --shims DIR                where the runtime shims are (default: next to\n"
             "                             this binary in a build tree, else the installed ones)\n"
             "  --state-dir DIR            worker sockets and extracted artifacts (default:\n"
@@ -142,6 +144,7 @@ typedef struct flags {
     const char *edge_auth;
     uint64_t edge_rps, edge_burst, edge_max_body, edge_in_flight;
     int edge_set, edge_per_client;
+    const char *otlp_endpoint;
     funcd_log_level level;
 } flags;
 
@@ -201,7 +204,7 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_HOST_NET, O_SECCOMP, O_FAVOR, O_STREAM_BUF, O_MAX_CONNS, O_ALLOWED,
        O_SRCROOT, O_KEY_FILE, O_FN_TOKENS, O_ACCESS_LOG, O_EDGE_AUTH, O_EDGE_RPS, O_EDGE_BURST,
        O_EDGE_BODY, O_EDGE_IN_FLIGHT, O_EDGE_PER_CLIENT,
-       O_BUS, O_DP_METRICS, O_METRICS_OPEN };
+       O_BUS, O_DP_METRICS, O_METRICS_OPEN, O_OTLP };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -249,6 +252,7 @@ static const struct option long_opts[] = {
     {"edge-limit-per-client", no_argument, 0, O_EDGE_PER_CLIENT},
     {"data-plane-metrics", no_argument, 0, O_DP_METRICS},
     {"metrics-open", no_argument, 0, O_METRICS_OPEN},
+    {"otlp-endpoint", required_argument, 0, O_OTLP},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -370,6 +374,7 @@ static int parse_one(int c, const char *arg, flags *f)
         f->edge_set = 1;
         return parse_count("edge-max-in-flight", arg, 1000000, &f->edge_in_flight) ? 2 : -1;
     case O_EDGE_PER_CLIENT: f->edge_per_client = 1; return -1;
+    case O_OTLP: f->otlp_endpoint = arg; break;
     case O_VERSION: printf("funcd %s\n", funcd_version()); return 0;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -631,6 +636,7 @@ static int build_platform(const flags *f, const char *shims)
                                              f->edge_max_body, (uint32_t)f->edge_in_flight)
                     : NULL,
         f->edge_per_client ? funcd_with_edge_limit_per_client(1) : NULL,
+        f->otlp_endpoint ? funcd_with_otlp_endpoint(f->otlp_endpoint) : NULL,
         funcd_with_logger(NULL, f->level, NULL),
     };
     size_t n = sizeof(opts) / sizeof(opts[0]);

@@ -282,6 +282,13 @@ FUNCD_EXTERN funcd_option *funcd_with_log_observer(funcd_log_observer_fn fn, voi
  *  the gateway's. Off by default. docs/observability.md. */
 FUNCD_EXTERN funcd_option *funcd_with_access_log(const char *path);
 
+/** Exports the edge's spans and the functions' log lines over OTLP/HTTP
+ *  (protobuf) to `url` (a collector's base URL, e.g.
+ *  "http://127.0.0.1:4318": funcd POSTs to url/v1/traces and url/v1/logs),
+ *  batched and retried by a thread of its own. Off by default.
+ *  docs/observability.md. */
+FUNCD_EXTERN funcd_option *funcd_with_otlp_endpoint(const char *url);
+
 /* ---- the platform ------------------------------------------------------- */
 
 /**

@@ -18,6 +18,7 @@
     X(curl_easy_escape) \
     X(curl_easy_getinfo) \
     X(curl_easy_init) \
+    X(curl_easy_perform) \
     X(curl_easy_setopt) \
     X(curl_easy_strerror) \
     X(curl_free) \
@@ -54,6 +55,7 @@ int funcd__curl_load(void);
 #define curl_easy_escape (funcd__curl.curl_easy_escape)
 #define curl_easy_getinfo (funcd__curl.curl_easy_getinfo)
 #define curl_easy_init (funcd__curl.curl_easy_init)
+#define curl_easy_perform (funcd__curl.curl_easy_perform)
 #define curl_easy_setopt (funcd__curl.curl_easy_setopt)
 #define curl_easy_strerror (funcd__curl.curl_easy_strerror)
 #define curl_free (funcd__curl.curl_free)

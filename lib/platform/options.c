@@ -133,6 +133,11 @@ funcd_option *funcd_with_access_log(const char *path)
     return string_option(OPT_ACCESS_LOG, path);
 }
 
+funcd_option *funcd_with_otlp_endpoint(const char *url)
+{
+    return string_option(OPT_OTLP_ENDPOINT, url);
+}
+
 funcd_option *funcd_with_state_dir(const char *dir) { return string_option(OPT_STATE_DIR, dir); }
 
 static funcd_option *number_option(option_kind kind, uint64_t a, uint64_t b, uint64_t c)
@@ -582,6 +587,12 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
             return funcd_error_set(FUNCD_EINVAL, "funcd_with_access_log: no path (\"-\" is stdout)");
         replace_str(&cfg->access_log, &o->str);
         break;
+    case OPT_OTLP_ENDPOINT:
+        if (!o->str || (strncmp(o->str, "http://", 7) != 0 && strncmp(o->str, "https://", 8) != 0))
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_otlp_endpoint: \"%s\" is not an "
+                                   "http:// or https:// URL", o->str ? o->str : "(null)");
+        replace_str(&cfg->otlp_endpoint, &o->str);
+        break;
     }
     return 0;
 }
@@ -632,6 +643,7 @@ void funcd_config_clear(funcd_config *cfg)
     funcd_strv_free(cfg->source_roots);
     free(cfg->encryption_key_file);
     free(cfg->access_log);
+    free(cfg->otlp_endpoint);
     funcd_auth_clear(&cfg->fn_runner_auth);
     memset(cfg, 0, sizeof(*cfg));
 }

@@ -53,6 +53,7 @@ typedef enum option_kind {
     OPT_EDGE_PER_CLIENT,
     OPT_DATA_PLANE_METRICS,
     OPT_METRICS_OPEN,
+    OPT_OTLP_ENDPOINT,
 } option_kind;
 
 struct funcd_option {
@@ -127,6 +128,7 @@ typedef struct funcd_config {
     funcd_edge edge;              /* the daemon's edge defaults (auth, limits, per client) */
     int data_plane_metrics;       /* GET /metrics on the data plane */
     int metrics_open;             /* GET /metrics on the control plane without a token */
+    char *otlp_endpoint;          /* a base URL; NULL: no export */
 } funcd_config;
 
 /* Applies presets first, then the rest in order; frees every option. */

@@ -34,6 +34,7 @@
 #include "store/sqlite_private.h"
 #include "serving/serving.h"
 #include "source/resolver.h"
+#include "otlp/otlp.h"
 #include "trace/edge.h"
 #include "util/misc.h"
 
@@ -54,6 +55,7 @@ struct funcd_platform {
     funcd_fnrunner *fnrunner;
     funcd_edge_recorder *edge; /* access log and spans, or NULL */
     funcd_metrics *metrics;
+    funcd_otlp *otlp;          /* OTLP export, or NULL */
     funcd_logstore *logstore; /* persistent function logs, on the blob */
     struct event *log_tick;
     char fn_runner_addr[128];
@@ -358,9 +360,20 @@ static void restore_favor_dynmods(funcd_platform *p)
  * asked for; the gateway's threads record nothing otherwise. */
 static int start_edge_recorder(funcd_platform *p)
 {
-    if (!p->cfg.access_log)
+    int rc;
+    if (p->cfg.otlp_endpoint) {
+        funcd_otlp_config oc = {.endpoint = p->cfg.otlp_endpoint, .logger = &p->cfg.logger};
+        if ((rc = funcd_otlp_new(&p->otlp, &oc)) < 0)
+            return rc;
+        /* Function log lines reach the exporter, then the embedder's observer. */
+        funcd_otlp_set_next_observer(p->otlp, p->cfg.observer, p->cfg.observer_payload);
+        p->cfg.observer = funcd_otlp_observe;
+        p->cfg.observer_payload = p->otlp;
+    }
+    if (!p->cfg.access_log && !p->otlp)
         return 0;
-    int rc = funcd_edge_recorder_new(&p->edge, p->cfg.access_log, NULL, NULL, 0, &p->cfg.logger);
+    rc = funcd_edge_recorder_new(&p->edge, p->cfg.access_log, p->otlp ? funcd_otlp_on_edge : NULL,
+                                 p->otlp, 1, &p->cfg.logger);
     if (rc < 0)
         return rc;
     funcd_gw_set_edge_recorder(p->cfg.gateway, p->edge);
@@ -598,6 +611,8 @@ static void teardown(funcd_platform *p)
     funcd_config_clear(&p->cfg); /* runtime, gateway, bus, blob, store */
     funcd_edge_recorder_free(p->edge); /* after the gateway's threads */
     p->edge = NULL;
+    funcd_otlp_free(p->otlp); /* after its producers */
+    p->otlp = NULL;
     funcd_metrics_free(p->metrics); /* after the gateway, whose routes held its blocks */
     p->metrics = NULL;
     if (p->base)
