@@ -91,15 +91,22 @@ static route_entry **find(embedded *g, const char *ns, size_t nsl, const char *n
     return NULL;
 }
 
-/* Answers that never reach a worker still carry an invocation id. */
-static void add_invocation_id(h2o_req_t *req)
+/* Answers that never reach a worker still carry an invocation id (and are
+ * recorded, for function "ns/name" when one was named). */
+static void add_invocation_id_of(h2o_req_t *req, const char *ns, size_t nsl, const char *name,
+                                 size_t nl)
 {
     char id[40];
     funcd_gw_new_id(this_thread, id);
     size_t n = strlen(id);
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-funcd-invocation-id"), 0,
                           NULL, h2o_strdup(&req->pool, id, n).base, n);
-    funcd_edge_note_answer(this_thread->edge, this_thread, req, id);
+    funcd_edge_note_answer(this_thread->edge, this_thread, req, id, ns, nsl, name, nl);
+}
+
+static void add_invocation_id(h2o_req_t *req)
+{
+    add_invocation_id_of(req, NULL, 0, NULL, 0);
 }
 
 /* ---- the edge: decided under the route table's read lock, answered after */
@@ -283,7 +290,7 @@ static int on_req(void *payload, h2o_req_t *req)
     }
     if (!target) {
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT("5"));
-        add_invocation_id(req);
+        add_invocation_id_of(req, ns, nsl, name, nl);
         funcd_gw_send_status(req, 503, "ServiceUnavailable",
                              "function %.*s/%.*s cannot run; see its Ready condition (funcdctl "
                              "describe function %.*s)",
@@ -301,7 +308,7 @@ static int on_req(void *payload, h2o_req_t *req)
         if (v.status == 401)
             h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_WWW_AUTHENTICATE, NULL,
                            H2O_STRLIT("Bearer"));
-        add_invocation_id(req);
+        add_invocation_id_of(req, ns, nsl, name, nl);
         funcd_gw_send_status(req, v.status, v.reason, "%s", v.message);
         funcd_gw_track_rejected(&track, req, v.why);
         return 0;

@@ -6,6 +6,7 @@
  */
 #include "trace/edge.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -160,15 +161,17 @@ typedef struct edge_answer {
     h2o_req_t *req;
     funcd_edge_trace tr;
     char id[40];
+    char fn_name[130]; /* "ns/name", or "" */
 } edge_answer;
 
 static void on_answer_disposed(void *p)
 {
     edge_answer *a = p;
-    funcd_edge_note_end(a->ring, a->t, &a->tr, a->req, NULL, a->id);
+    funcd_edge_note_end(a->ring, a->t, &a->tr, a->req, a->fn_name[0] ? a->fn_name : NULL, a->id);
 }
 
-void funcd_edge_note_answer(funcd_edge_ring *ring, gw_thread *t, h2o_req_t *req, const char *id)
+void funcd_edge_note_answer(funcd_edge_ring *ring, gw_thread *t, h2o_req_t *req, const char *id,
+                            const char *ns, size_t nsl, const char *name, size_t nl)
 {
     if (!ring)
         return;
@@ -178,4 +181,8 @@ void funcd_edge_note_answer(funcd_edge_ring *ring, gw_thread *t, h2o_req_t *req,
     a->req = req;
     funcd_edge_trace_start(&a->tr, t, req);
     copy_str(a->id, sizeof(a->id), id, strlen(id));
+    a->fn_name[0] = '\0';
+    if (ns)
+        snprintf(a->fn_name, sizeof(a->fn_name), "%.*s/%.*s", (int)(nsl > 63 ? 63 : nsl), ns,
+                 (int)(nl > 63 ? 63 : nl), name);
 }

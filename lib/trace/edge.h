@@ -81,8 +81,10 @@ void funcd_edge_note_start(funcd_edge_ring *ring, const funcd_edge_trace *tr, co
 void funcd_edge_note_end(funcd_edge_ring *ring, gw_thread *t, const funcd_edge_trace *tr,
                          const h2o_req_t *req, const char *fn_name, const char *id);
 /* An answer the edge gives without a worker (404, a function that cannot
- * run): recorded when the request ends. */
-void funcd_edge_note_answer(funcd_edge_ring *ring, gw_thread *t, h2o_req_t *req, const char *id);
+ * run, a limit or the authentication stance refusing), for function
+ * ns/name when known (`ns` NULL: none): recorded when the request ends. */
+void funcd_edge_note_answer(funcd_edge_ring *ring, gw_thread *t, h2o_req_t *req, const char *id,
+                            const char *ns, size_t nsl, const char *name, size_t nl);
 
 /* ---- the writer --------------------------------------------------------- */
 

@@ -576,6 +576,25 @@ TR_TEST(access_log)
     CHECK_STR(jstr(l, "path"), "/fn/default/nosuch/%22q%22");
     CHECK_STR(jstr(l, "function"), "");
     CHECK_INT(strlen(jstr(l, "traceId")), 32);
+
+    /* A request the edge refuses (here its body cap) names the function. */
+    char fixture[256];
+    CHECK(sv_fixture("native", fixture, sizeof(fixture)) == 0);
+    CHECK_INT(sv_create(e, "capped",
+                        "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":"
+                        "\"%s\"},\"edge\":{\"limits\":{\"maxBodyBytes\":4}}}",
+                        fixture),
+              201);
+    CHECK(sv_wait_ready(e, "capped", 10000));
+    CHECK_INT(sv_invoke(e, "POST", DP_PATH("capped") "/x", "more than four bytes"), 413);
+    snprintf(id, sizeof(id), "%s", sv_header(&e->r, "X-Funcd-Invocation-Id"));
+    l = access_line(e, dir, id);
+    if (!l)
+        FAILF("no access log line for the 413, invocation %s", id);
+    CHECK_INT(jnum(l, "status"), 413);
+    CHECK_STR(jstr(l, "method"), "POST");
+    CHECK_STR(jstr(l, "namespace"), "default");
+    CHECK_STR(jstr(l, "function"), "capped");
 }
 
 /* ---- OTLP export -------------------------------------------------------------- */
