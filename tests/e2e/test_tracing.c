@@ -577,22 +577,24 @@ TR_TEST(access_log)
     CHECK_STR(jstr(l, "function"), "");
     CHECK_INT(strlen(jstr(l, "traceId")), 32);
 
-    /* A request the edge refuses (here its body cap) names the function. */
+    /* A request the edge refuses (here its rate limit) names the function. */
     char fixture[256];
     CHECK(sv_fixture("native", fixture, sizeof(fixture)) == 0);
     CHECK_INT(sv_create(e, "capped",
                         "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":"
-                        "\"%s\"},\"edge\":{\"limits\":{\"maxBodyBytes\":4}}}",
+                        "\"%s\"},\"edge\":{\"limits\":{\"rps\":1,\"burst\":1}}}",
                         fixture),
               201);
     CHECK(sv_wait_ready(e, "capped", 10000));
-    CHECK_INT(sv_invoke(e, "POST", DP_PATH("capped") "/x", "more than four bytes"), 413);
+    long code = 0;
+    for (int i = 0; i < 20 && code != 429; i++)
+        code = sv_invoke(e, "GET", DP_PATH("capped") "/x", NULL);
+    CHECK_INT(code, 429);
     snprintf(id, sizeof(id), "%s", sv_header(&e->r, "X-Funcd-Invocation-Id"));
     l = access_line(e, dir, id);
     if (!l)
-        FAILF("no access log line for the 413, invocation %s", id);
-    CHECK_INT(jnum(l, "status"), 413);
-    CHECK_STR(jstr(l, "method"), "POST");
+        FAILF("no access log line for the 429, invocation %s", id);
+    CHECK_INT(jnum(l, "status"), 429);
     CHECK_STR(jstr(l, "namespace"), "default");
     CHECK_STR(jstr(l, "function"), "capped");
 }
