@@ -82,7 +82,7 @@ TEST(token_file_hostile_lines)
         "tok\n",                          /* no role */
         "tok developer\n",                /* no namespace */
         "tok root ns\n",                  /* unknown role */
-        "tok viewer a b\n",               /* extra field */
+        "tok viewer a b c\n",             /* a field after the name */
         "good admin\ntok developer\n",    /* second line bad */
         "tok viewer ,,,,\n",              /* namespaces that are only commas: "*"? no: refused */
     };
