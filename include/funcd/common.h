@@ -50,6 +50,7 @@ enum funcd_error_code {
     FUNCD_ESTATE = -13,   /**< the object is not in a state that allows the call */
     FUNCD_ETIMEOUT = -14, /**< a deadline passed */
     FUNCD_ENOSPC = -15,   /**< the disk (or a quota) is full; nothing was half-written */
+    FUNCD_EUNAVAILABLE = -16, /**< a backend (a database server) cannot be reached now; retry */
 };
 
 /** Details of the last error on this thread. */

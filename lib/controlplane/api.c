@@ -80,6 +80,9 @@ static void status_from_error(funcd_cp_response *resp, int rc)
     case FUNCD_ENOSPC:
         funcd_cp_status(resp, 507, "InsufficientStorage", NULL, "%s", msg);
         break;
+    case FUNCD_EUNAVAILABLE: /* the store's database is away: retry, nothing is wrong here */
+        funcd_cp_status(resp, 503, "ServiceUnavailable", NULL, "%s", msg);
+        break;
     default: funcd_cp_status(resp, 500, "InternalError", NULL, "%s", msg); break;
     }
 }

@@ -51,6 +51,7 @@ const char *funcd_error_name(int code)
     case FUNCD_ESTATE: return "FUNCD_ESTATE";
     case FUNCD_ETIMEOUT: return "FUNCD_ETIMEOUT";
     case FUNCD_ENOSPC: return "FUNCD_ENOSPC";
+    case FUNCD_EUNAVAILABLE: return "FUNCD_EUNAVAILABLE";
     default: return "FUNCD_E?";
     }
 }
