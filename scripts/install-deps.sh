@@ -5,7 +5,8 @@
 #             time (node, git)
 #   test      also what the tests and benchmarks use (make test, CI): clang
 #             for the fuzz targets, wrk, docker-registry, skopeo, ab, sqlite3,
-#             nats-server
+#             nats-server, postgresql (the PostgreSQL drivers' tests start their own
+#             server)
 # Usage: install-deps.sh [runtime|test] (default: runtime).
 # Idempotent: asks apt only for what dpkg says is missing.
 set -euo pipefail
@@ -17,12 +18,14 @@ runtime=(
   libcurl4-openssl-dev libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev
   libmbedtls-dev libsqlite3-dev libgit2-dev libarchive-dev libseccomp-dev zlib1g-dev
   libnats-dev
+  libpq-dev
   python3 git util-linux
 )
 test=(
   clang libclang-rt-14-dev
   curl wrk docker-registry skopeo apache2-utils openssl sqlite3 nats-server
   prometheus
+  postgresql
 )
 
 case $set_name in

@@ -180,6 +180,42 @@ FUNCD_EXTERN int funcd_store_sqlite_options_init(funcd_store_sqlite_options *opt
 FUNCD_EXTERN int funcd_store_sqlite_new(funcd_store **out, const char *path,
                                         const funcd_store_sqlite_options *opts);
 
+#define FUNCD_STORE_POSTGRES_OPTIONS_VERSION 1
+
+/** Options of the PostgreSQL store (start from FUNCD_STORE_POSTGRES_OPTIONS_INIT
+ *  or funcd_store_postgres_options_init; fields are only appended; zero
+ *  fields pick the defaults). */
+typedef struct funcd_store_postgres_options {
+    unsigned version; /**< FUNCD_STORE_POSTGRES_OPTIONS_VERSION */
+    uint64_t history; /**< change-log entries kept at least, for watches; 0: 65536 */
+    /* Fields of later versions are appended here. */
+} funcd_store_postgres_options;
+
+#define FUNCD_STORE_POSTGRES_OPTIONS_INIT {FUNCD_STORE_POSTGRES_OPTIONS_VERSION}
+
+/** Fills `opts` with the defaults of `version`; FUNCD_EVERSION if unknown. */
+FUNCD_EXTERN int funcd_store_postgres_options_init(funcd_store_postgres_options *opts,
+                                                   unsigned version);
+
+/**
+ * A store in the PostgreSQL database `conninfo` names (a URL
+ * postgresql://user@host:port/db, postgresql:///db?host=/socket/dir, or
+ * keyword=value pairs), shared by every funcd that names the same database:
+ * each one's watches see every process's writes. Creates its three tables
+ * (funcd_meta, funcd_kv, funcd_changes) in the first schema of the search
+ * path if absent. `opts` may be NULL.
+ *
+ * Fails with FUNCD_EINVAL (a malformed connection string), FUNCD_EUNAVAILABLE
+ * (the server cannot be reached now), FUNCD_EIO (refused: authentication,
+ * permissions), FUNCD_EVERSION (tables of a newer funcd). Once open, every
+ * call answers FUNCD_EUNAVAILABLE while the server is away and the store
+ * reconnects by itself; watches continue where they were. A write whose
+ * connection breaks during its commit also answers FUNCD_EUNAVAILABLE: it
+ * may or may not have been applied. See docs/backends.md.
+ */
+FUNCD_EXTERN int funcd_store_postgres_new(funcd_store **out, const char *conninfo,
+                                          const funcd_store_postgres_options *opts);
+
 #ifdef __cplusplus
 }
 #endif

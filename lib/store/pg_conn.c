@@ -1,0 +1,252 @@
+/* One libpq connection that comes back by itself (pg_conn.h). */
+#include "store/pg_conn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "funcd/sys/error.h"
+
+#define BACKOFF_FIRST_MS 50
+#define BACKOFF_MAX_MS 2000
+
+int64_t funcd_pg_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void funcd_pg_put_u64(char out[8], uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        out[i] = (char)(v & 0xff);
+}
+
+uint64_t funcd_pg_get_u64(const PGresult *r, int row, int col)
+{
+    const unsigned char *p = (const unsigned char *)PQgetvalue(r, row, col);
+    uint64_t v = 0;
+    if (PQgetisnull(r, row, col) || PQgetlength(r, row, col) != 8)
+        return 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+uint32_t funcd_pg_get_u32(const PGresult *r, int row, int col)
+{
+    const unsigned char *p = (const unsigned char *)PQgetvalue(r, row, col);
+    if (PQgetisnull(r, row, col) || PQgetlength(r, row, col) != 4)
+        return 0;
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* The server's notices (a NOTICE of CREATE ... IF NOT EXISTS) are not ours
+ * to print on the host's stderr. */
+static void quiet(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
+/* "host=H port=P dbname=D" of a conninfo, for messages: no password. */
+static char *display_of(PQconninfoOption *opts)
+{
+    char buf[600] = "";
+    size_t n = 0;
+    for (PQconninfoOption *o = opts; o && o->keyword; o++) {
+        if (!o->val || !*o->val ||
+            (strcmp(o->keyword, "host") != 0 && strcmp(o->keyword, "hostaddr") != 0 &&
+             strcmp(o->keyword, "port") != 0 && strcmp(o->keyword, "dbname") != 0))
+            continue;
+        int w = snprintf(buf + n, sizeof(buf) - n, "%s%s=%s", n ? " " : "", o->keyword, o->val);
+        if (w < 0 || (size_t)w >= sizeof(buf) - n)
+            break;
+        n += (size_t)w;
+    }
+    return strdup(n ? buf : "the default server (PGHOST, or the local socket)");
+}
+
+int funcd_pg_conn_init(funcd_pg_conn *c, const char *conninfo, const char *who,
+                       funcd_pg_setup_fn setup, void *setup_arg)
+{
+    memset(c, 0, sizeof(*c));
+    c->who = who;
+    c->setup = setup;
+    c->setup_arg = setup_arg;
+    if (!conninfo)
+        return funcd_error_set(FUNCD_EINVAL, "%s: no PostgreSQL connection string", who);
+    char *err = NULL;
+    PQconninfoOption *opts = PQconninfoParse(conninfo, &err);
+    if (!opts) {
+        int rc = funcd_error_set(FUNCD_EINVAL,
+                                 "%s: the PostgreSQL connection string is not valid: %s(a URL "
+                                 "postgresql://user@host:port/db or host=... dbname=... pairs)",
+                                 who, err ? err : "out of memory ");
+        PQfreemem(err);
+        return rc;
+    }
+    c->display = display_of(opts);
+    PQconninfoFree(opts);
+    c->conninfo = strdup(conninfo);
+    if (!c->conninfo || !c->display) {
+        funcd_pg_conn_close(c);
+        return funcd_error_set(FUNCD_ENOMEM, "%s: out of memory", who);
+    }
+    return 0;
+}
+
+void funcd_pg_conn_close(funcd_pg_conn *c)
+{
+    if (c->conn)
+        PQfinish(c->conn);
+    c->conn = NULL;
+    free(c->conninfo);
+    free(c->display);
+    c->conninfo = c->display = NULL;
+}
+
+static void set_last_error(funcd_pg_conn *c, const char *why)
+{
+    snprintf(c->last_error, sizeof(c->last_error), "%s", why ? why : "unknown error");
+    size_t n = strlen(c->last_error); /* libpq's messages end in a newline */
+    while (n && (c->last_error[n - 1] == '\n' || c->last_error[n - 1] == ' '))
+        c->last_error[--n] = '\0';
+}
+
+void funcd_pg_conn_lost(funcd_pg_conn *c, const char *why)
+{
+    if (why)
+        set_last_error(c, why);
+    if (c->conn)
+        PQfinish(c->conn);
+    c->conn = NULL;
+    c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 : BACKOFF_FIRST_MS;
+    if (c->backoff_ms > BACKOFF_MAX_MS)
+        c->backoff_ms = BACKOFF_MAX_MS;
+    c->retry_at_ms = funcd_pg_now_ms() + c->backoff_ms;
+}
+
+static int unavailable(funcd_pg_conn *c)
+{
+    return funcd_error_set(FUNCD_EUNAVAILABLE,
+                           "%s: the PostgreSQL server (%s) cannot be reached: %s; funcd "
+                           "reconnects by itself, retry",
+                           c->who, c->display, c->last_error);
+}
+
+/* Defaults a connection string can override: a bounded connect, and TCP
+ * keepalives so that a server lost behind a partition is noticed. */
+static PGconn *connect_now(const char *conninfo)
+{
+    static const char *const keys[] = {"connect_timeout", "keepalives_idle",
+                                       "keepalives_interval", "keepalives_count",
+                                       "application_name", "dbname", NULL};
+    const char *values[] = {"5", "10", "5", "3", "funcd", conninfo, NULL};
+    return PQconnectdbParams(keys, values, 1);
+}
+
+int funcd_pg_conn_ready(funcd_pg_conn *c)
+{
+    if (c->conn && PQstatus(c->conn) == CONNECTION_OK)
+        return 0;
+    if (c->conn)
+        funcd_pg_conn_lost(c, PQerrorMessage(c->conn));
+    if (funcd_pg_now_ms() < c->retry_at_ms)
+        return unavailable(c);
+    c->conn = connect_now(c->conninfo);
+    if (!c->conn || PQstatus(c->conn) != CONNECTION_OK) {
+        funcd_pg_conn_lost(c, c->conn ? PQerrorMessage(c->conn) : "out of memory");
+        return unavailable(c);
+    }
+    PQsetNoticeProcessor(c->conn, quiet, NULL);
+    int rc = c->setup ? c->setup(c->conn, c->setup_arg) : 0;
+    if (rc < 0) {
+        if (PQstatus(c->conn) != CONNECTION_OK) { /* it went away while we set up */
+            funcd_pg_conn_lost(c, PQerrorMessage(c->conn));
+            return unavailable(c);
+        }
+        PQfinish(c->conn);
+        c->conn = NULL;
+        return rc;
+    }
+    c->backoff_ms = 0;
+    return 0;
+}
+
+/* SQLSTATE classes that mean "the server is not there for us now". */
+static int state_unavailable(const char *state)
+{
+    return state && (strncmp(state, "08", 2) == 0 ||    /* connection exception */
+                     strncmp(state, "57P", 3) == 0 ||   /* admin shutdown, crash, starting up */
+                     strcmp(state, "53300") == 0);      /* too many connections */
+}
+
+int funcd_pg_conn_error(funcd_pg_conn *c, PGresult *r, const char *what, const char *key)
+{
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    char msg[300];
+    snprintf(msg, sizeof(msg), "%s",
+             r && PQresultErrorMessage(r)[0] ? PQresultErrorMessage(r)
+             : c->conn                       ? PQerrorMessage(c->conn)
+                                             : "no connection");
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n')
+        msg[--n] = '\0';
+    const char *of = key ? " of \"" : "", *k = key ? key : "", *q = key ? "\"" : "";
+    int broken = !c->conn || PQstatus(c->conn) != CONNECTION_OK || state_unavailable(state);
+    PQclear(r);
+    if (broken) {
+        funcd_pg_conn_lost(c, msg);
+        return funcd_error_set(FUNCD_EUNAVAILABLE,
+                               "%s: the PostgreSQL server (%s) went away during the %s%s%s%s: "
+                               "%s; funcd reconnects by itself, retry",
+                               c->who, c->display, what, of, k, q, msg);
+    }
+    if (state && strcmp(state, "53100") == 0)
+        return funcd_error_set(FUNCD_ENOSPC,
+                               "%s: the PostgreSQL server (%s) is out of disk space; the %s%s%s%s "
+                               "was not applied",
+                               c->who, c->display, what, of, k, q);
+    return funcd_error_set(FUNCD_EIO, "%s: PostgreSQL (%s) failed the %s%s%s%s: %s", c->who,
+                           c->display, what, of, k, q, msg);
+}
+
+int funcd_pg_conn_exec(funcd_pg_conn *c, const char *sql, const char *what, const char *key)
+{
+    PGresult *r = PQexec(c->conn, sql);
+    ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+        PQclear(r);
+        return 0;
+    }
+    return funcd_pg_conn_error(c, r, what, key);
+}
+
+PGresult *funcd_pg_conn_run(funcd_pg_conn *c, const char *name, int n, const char *const *values,
+                            const int *lengths, const char *what, const char *key, int *err)
+{
+    int formats[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    PGresult *r = PQexecPrepared(c->conn, name, n, values, lengths, formats, 1);
+    ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+        *err = 0;
+        return r;
+    }
+    *err = funcd_pg_conn_error(c, r, what, key);
+    return NULL;
+}
+
+int funcd_pg_conn_prepare(PGconn *conn, const char *name, const char *sql, int n,
+                          const unsigned *types)
+{
+    PGresult *r = PQprepare(conn, name, sql, n, (const Oid *)types);
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (!ok)
+        funcd_error_set(FUNCD_EIO, "PostgreSQL refused statement %s: %s", name,
+                        PQresultErrorMessage(r));
+    PQclear(r);
+    return ok ? 0 : FUNCD_EIO;
+}
