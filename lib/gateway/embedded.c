@@ -343,15 +343,25 @@ static int on_each_head(void *payload, const funcd_httpd_head *head, funcd_buf *
     size_t nsl = (size_t)(slash - ns), nl = (size_t)((rest ? rest : path_end) - name);
     uint64_t cap = 0;
     char fn[140];
+    gw_track track = {NULL, 0, 0}; /* a refusal is counted as any answer of the function */
     pthread_rwlock_rdlock(&g->lock);
     route_entry **r = nsl && nl ? find(g, ns, nsl, name, nl) : NULL;
     if (r && (*r)->target) {
         cap = (*r)->edge->max_body_bytes;
         snprintf(fn, sizeof(fn), "%s/%s", (*r)->ns, (*r)->name);
+        if (cap && head->content_length > cap && (*r)->metrics && this_thread) {
+            track.fn = (*r)->metrics;
+            track.slot = this_thread->metrics_slot;
+            funcd_metrics_fn_enter(track.fn, track.slot);
+        }
     }
     pthread_rwlock_unlock(&g->lock);
     if (!cap || head->content_length <= cap)
         return 0;
+    if (track.fn) { /* nothing was read: no duration to speak of */
+        funcd_metrics_fn_reject(track.fn, track.slot, FUNCD_METRICS_BODY_TOO_LARGE);
+        funcd_metrics_fn_done(track.fn, track.slot, 413, 0);
+    }
     cJSON *st = cJSON_CreateObject();
     char msg[300];
     snprintf(msg, sizeof(msg), "the request body is larger than function %s takes "
