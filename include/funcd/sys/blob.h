@@ -91,6 +91,21 @@ FUNCD_EXTERN int funcd_blob_memory_new(funcd_blob **out);
  */
 FUNCD_EXTERN int funcd_blob_file_new(funcd_blob **out, const char *dir);
 
+/**
+ * A blob store in the PostgreSQL database `conninfo` names (a URL
+ * postgresql://user@host:port/db, postgresql:///db?host=/socket/dir, or
+ * keyword=value pairs), shared by every funcd that names it: objects are
+ * rows of up to 1 MiB chunks in funcd_blobs and funcd_blob_chunks (created
+ * if absent in the first schema of the search path). A put replaces an
+ * object atomically; a get reads one snapshot. The name is "postgres".
+ *
+ * Fails with FUNCD_EINVAL (a malformed connection string) or
+ * FUNCD_EUNAVAILABLE (the server cannot be reached now). Once open, calls
+ * answer FUNCD_EUNAVAILABLE while the server is away and the store
+ * reconnects by itself. See docs/backends.md.
+ */
+FUNCD_EXTERN int funcd_blob_postgres_new(funcd_blob **out, const char *conninfo);
+
 #ifdef __cplusplus
 }
 #endif
