@@ -1,6 +1,6 @@
 /*
  * The blob store on PostgreSQL (libpq): what several funcd nodes share
- * (docs/adr/0036-postgres-drivers.md).
+ * (docs/adr/0038-postgres-drivers.md).
  *
  * Tables: `funcd_blobs` (one row per object: key, size, mtime) and
  * `funcd_blob_chunks` (the bytes, in rows of up to 1 MiB, so a range reads

@@ -1,6 +1,6 @@
 /*
  * One libpq connection that comes back by itself: what the PostgreSQL store
- * and blob drivers share (docs/adr/0035-postgres-drivers.md).
+ * and blob drivers share (docs/adr/0038-postgres-drivers.md).
  *
  * While the server cannot be reached, calls answer FUNCD_EUNAVAILABLE at
  * once and a new connection is tried only after a backoff (50 ms doubling

@@ -1,21 +1,21 @@
 /*
  * The store on PostgreSQL (libpq), shared by every funcd that names the same
- * database (docs/adr/0035-postgres-drivers.md).
+ * database (docs/adr/0038-postgres-drivers.md).
  *
  * Tables: `funcd_kv` (the keys as they are now), `funcd_changes` (the change
  * log that watches replay and follow) and a one-row `funcd_meta` (the global
  * revision and the newest revision dropped from the log). Keys are bytea, so
  * their order is byte order whatever the database's collation.
  *
- * A write is one transaction that starts by bumping the revision in the meta
- * row: the row lock it takes serializes the writers of every process, so
- * revisions are handed out one by one, commit in their order, and a write
- * that fails rolls its revision back (a SEQUENCE would leave gaps and could
- * commit 6 before 5). The transaction ends with pg_notify on channel
- * `funcd_store`: a wake-up only. Each store follows the change log from the
- * last revision it delivered (`fed`), whoever wrote it: after its own commits
- * on the writer's thread, and on a notification on the listener thread,
- * which holds a second connection that does nothing but LISTEN.
+ * A write is one call of the plpgsql function funcd_write, one statement in
+ * its own transaction: it locks the meta row first, which serializes the
+ * writers of every process, so revisions are handed out one by one, commit
+ * in their order, and a failed precondition changes nothing (a SEQUENCE
+ * would leave gaps and could commit 6 before 5). It ends with pg_notify on
+ * channel `funcd_store`: a wake-up only. Each store follows the change log
+ * from the last revision it delivered (`fed`), whoever wrote it: after its
+ * own commits on the writer's thread, and on a notification on the listener
+ * thread, which holds a second connection that does nothing but LISTEN.
  *
  * One connection behind one recursive mutex, as in the sqlite store:
  * delivery happens under it, which gives watchers revision order, no
