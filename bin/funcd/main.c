@@ -38,6 +38,10 @@ static void usage(FILE *out)
             "  --data-dir DIR             durable substrate: sqlite store DIR/store.db, blobs in\n"
             "                             DIR/blobs, worker state in DIR/state\n"
             "  --memory                   keep everything in memory (lost on exit)\n"
+            "  --store postgres://...     the store in a PostgreSQL database (shared by nodes;\n"
+            "                             also postgresql:///DB?host=/socket/dir)\n"
+            "  --blob postgres://...|file:DIR  blobs in PostgreSQL, or in DIR (a shared mount)\n"
+            "                             (both replace what --data-dir or --memory would use)\n"
             "  --bus nats://HOST:PORT     the bus on a NATS server (several: comma-separated;\n"
             "                             default: in-process, one node only)\n"
             "  --config FILE              flags from a YAML file (flag-name: value; lists for\n"
@@ -113,6 +117,7 @@ typedef struct flags {
     int memory;
     const char *data_dir;
     const char *bus;
+    const char *store_url, *blob_url;
     const char *listen;
     const char *data_plane;
     const char *token_file;
@@ -204,13 +209,15 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_HOST_NET, O_SECCOMP, O_FAVOR, O_STREAM_BUF, O_MAX_CONNS, O_ALLOWED,
        O_SRCROOT, O_KEY_FILE, O_FN_TOKENS, O_ACCESS_LOG, O_EDGE_AUTH, O_EDGE_RPS, O_EDGE_BURST,
        O_EDGE_BODY, O_EDGE_IN_FLIGHT, O_EDGE_PER_CLIENT,
-       O_BUS, O_DP_METRICS, O_METRICS_OPEN, O_OTLP };
+       O_BUS, O_STORE, O_BLOB, O_DP_METRICS, O_METRICS_OPEN, O_OTLP };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
     {"data-dir", required_argument, 0, O_DATA_DIR},
     {"config", required_argument, 0, O_CONFIG},
     {"bus", required_argument, 0, O_BUS},
+    {"store", required_argument, 0, O_STORE},
+    {"blob", required_argument, 0, O_BLOB},
     {"listen", required_argument, 0, O_LISTEN},
     {"data-plane-listen", required_argument, 0, O_DP},
     {"token-file", required_argument, 0, O_TOKENS},
@@ -264,6 +271,8 @@ static int parse_one(int c, const char *arg, flags *f)
     case O_MEMORY: f->memory = 1; break;
     case O_DATA_DIR: f->data_dir = arg; break;
     case O_CONFIG: break; /* read before parsing */
+    case O_STORE: f->store_url = arg; break; /* checked by open_substrate */
+    case O_BLOB: f->blob_url = arg; break;
     case O_BUS:
         if (strncmp(arg, "nats://", 7) != 0) {
             fprintf(stderr, "funcd: --bus takes a NATS URL like nats://127.0.0.1:4222, not "
@@ -545,6 +554,65 @@ static funcd_option *node_platform_option(const char *os_arch)
     return funcd_with_node_platform(os, slash + 1);
 }
 
+/* --store and --blob: the driver a substrate URL names. The one place that
+ * maps such URLs to drivers; a new driver adds a branch. 0 or -1 (with a
+ * message). */
+static int open_substrate(const char *flag, const char *url, funcd_store **store,
+                          funcd_blob **blob)
+{
+    int is_pg = strncmp(url, "postgres://", 11) == 0 || strncmp(url, "postgresql://", 13) == 0;
+    int rc = -1;
+    if (store && is_pg)
+        rc = funcd_store_postgres_new(store, url, NULL);
+    else if (blob && is_pg)
+        rc = funcd_blob_postgres_new(blob, url);
+    else if (blob && strncmp(url, "file:", 5) == 0 && url[5])
+        rc = funcd_blob_file_new(blob, url + 5);
+    else {
+        fprintf(stderr, "funcd: --%s takes %s, not \"%s\"\n", flag,
+                store ? "a PostgreSQL URL (postgres://user@host:5432/db)"
+                      : "a PostgreSQL URL (postgres://...) or file:DIR",
+                url);
+        return -1;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "funcd: --%s: %s\n", flag, funcd_error_last()->message);
+        return -1;
+    }
+    return 0;
+}
+
+/* Replaces the store and blob of --data-dir or --memory with those of
+ * --store and --blob; frees everything on failure. */
+static int open_urls(const flags *f, funcd_store **store, funcd_blob **blob)
+{
+    funcd_store *s = NULL;
+    funcd_blob *b = NULL;
+    if ((f->store_url && open_substrate("store", f->store_url, &s, NULL) < 0) ||
+        (f->blob_url && open_substrate("blob", f->blob_url, NULL, &b) < 0)) {
+        if (s)
+            s->free(s);
+        if (*store)
+            (*store)->free(*store);
+        if (*blob)
+            (*blob)->free(*blob);
+        *store = NULL;
+        *blob = NULL;
+        return -1;
+    }
+    if (s) {
+        if (*store)
+            (*store)->free(*store);
+        *store = s;
+    }
+    if (b) {
+        if (*blob)
+            (*blob)->free(*blob);
+        *blob = b;
+    }
+    return 0;
+}
+
 /* The bus of --bus, or the in-process one with --data-dir; 0 or -1 (with a message). */
 static int open_bus(const flags *f, funcd_bus **bus)
 {
@@ -573,6 +641,8 @@ static int build_platform(const flags *f, const char *shims)
     funcd_bus *bus = NULL; /* without --bus, one process: the memory bus is the whole bus */
     if (f->data_dir &&
         open_data_dir(f->data_dir, &store, &blob, state, sizeof(state), key, sizeof(key)) < 0)
+        return -1;
+    if (open_urls(f, &store, &blob) < 0)
         return -1;
     const char *key_file = f->key_file ? f->key_file : key[0] ? key : NULL;
     if (open_bus(f, &bus) < 0) {
