@@ -8,7 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "metrics/metrics.h"
 #include "opentelemetry/proto/collector/logs/v1/logs_service.pb-c.h"
+#include "opentelemetry/proto/collector/metrics/v1/metrics_service.pb-c.h"
 #include "opentelemetry/proto/collector/trace/v1/trace_service.pb-c.h"
 #include "otlp/otlp.h"
 
@@ -322,4 +324,210 @@ uint8_t *funcd_otlp_encode_logs(const funcd_otlp_log *logs, size_t n, size_t *le
     req.n_resource_logs = 1;
     req.resource_logs = &rlp;
     return pack(&a, &req.base, len);
+}
+
+/* ---- metrics ------------------------------------------------------------- */
+
+typedef Opentelemetry__Proto__Metrics__V1__Metric Metric;
+typedef Opentelemetry__Proto__Metrics__V1__NumberDataPoint NumberPoint;
+typedef Opentelemetry__Proto__Metrics__V1__HistogramDataPoint HistPoint;
+
+#define MAX_METRICS 64
+#define CUMULATIVE \
+    OPENTELEMETRY__PROTO__METRICS__V1__AGGREGATION_TEMPORALITY__AGGREGATION_TEMPORALITY_CUMULATIVE
+
+/* What the visitor builds: one Metric per family, its points appended. */
+typedef struct mbuild {
+    arena a;
+    Metric *metrics[MAX_METRICS + 1];
+    size_t n;
+    void **points; /* the current family's points */
+    size_t npoints, cap;
+    uint64_t start_ns, now_ns;
+} mbuild;
+
+static char *arena_str(arena *a, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = arena_alloc(a, n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* Ends the current family: its points go into its Metric. */
+static void close_family(mbuild *b)
+{
+    if (!b->n)
+        return;
+    Metric *m = b->metrics[b->n - 1];
+    if (m->data_case == OPENTELEMETRY__PROTO__METRICS__V1__METRIC__DATA_HISTOGRAM) {
+        m->histogram->n_data_points = b->npoints;
+        m->histogram->data_points = (HistPoint **)b->points;
+    } else if (m->data_case == OPENTELEMETRY__PROTO__METRICS__V1__METRIC__DATA_SUM) {
+        m->sum->n_data_points = b->npoints;
+        m->sum->data_points = (NumberPoint **)b->points;
+    } else {
+        m->gauge->n_data_points = b->npoints;
+        m->gauge->data_points = (NumberPoint **)b->points;
+    }
+    b->points = NULL;
+    b->npoints = b->cap = 0;
+}
+
+static Metric *add_metric(mbuild *b, const char *name, const char *help, const char *unit,
+                          funcd_metric_type type)
+{
+    close_family(b);
+    Metric *m = b->n < MAX_METRICS ? arena_alloc(&b->a, sizeof(*m)) : NULL;
+    if (!m)
+        return NULL;
+    *m = (Metric)OPENTELEMETRY__PROTO__METRICS__V1__METRIC__INIT;
+    m->name = arena_str(&b->a, name);
+    m->description = arena_str(&b->a, help);
+    /* UCUM: "s" for seconds, "By" for bytes, "1" for counts */
+    m->unit = (char *)(strcmp(unit, "seconds") == 0 ? "s" : strcmp(unit, "bytes") == 0 ? "By" : "1");
+    if (type == FUNCD_METRIC_HISTOGRAM) {
+        Opentelemetry__Proto__Metrics__V1__Histogram *h = arena_alloc(&b->a, sizeof(*h));
+        if (!h)
+            return NULL;
+        *h = (Opentelemetry__Proto__Metrics__V1__Histogram)
+            OPENTELEMETRY__PROTO__METRICS__V1__HISTOGRAM__INIT;
+        h->aggregation_temporality = CUMULATIVE;
+        m->data_case = OPENTELEMETRY__PROTO__METRICS__V1__METRIC__DATA_HISTOGRAM;
+        m->histogram = h;
+    } else if (type == FUNCD_METRIC_COUNTER) {
+        Opentelemetry__Proto__Metrics__V1__Sum *sum = arena_alloc(&b->a, sizeof(*sum));
+        if (!sum)
+            return NULL;
+        *sum = (Opentelemetry__Proto__Metrics__V1__Sum)OPENTELEMETRY__PROTO__METRICS__V1__SUM__INIT;
+        sum->aggregation_temporality = CUMULATIVE;
+        sum->is_monotonic = 1;
+        m->data_case = OPENTELEMETRY__PROTO__METRICS__V1__METRIC__DATA_SUM;
+        m->sum = sum;
+    } else {
+        Opentelemetry__Proto__Metrics__V1__Gauge *g = arena_alloc(&b->a, sizeof(*g));
+        if (!g)
+            return NULL;
+        *g = (Opentelemetry__Proto__Metrics__V1__Gauge)
+            OPENTELEMETRY__PROTO__METRICS__V1__GAUGE__INIT;
+        m->data_case = OPENTELEMETRY__PROTO__METRICS__V1__METRIC__DATA_GAUGE;
+        m->gauge = g;
+    }
+    b->metrics[b->n++] = m;
+    return m;
+}
+
+static void on_family(void *payload, const funcd_metric_family *f)
+{
+    mbuild *b = payload;
+    add_metric(b, f->name, f->help, f->unit, f->type);
+}
+
+static void push_point(mbuild *b, void *p)
+{
+    if (b->npoints == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 16;
+        void **np = arena_alloc(&b->a, cap * sizeof(void *));
+        if (!np)
+            return;
+        if (b->npoints)
+            memcpy(np, b->points, b->npoints * sizeof(void *));
+        b->points = np;
+        b->cap = cap;
+    }
+    b->points[b->npoints++] = p;
+}
+
+static attrs labels(mbuild *b, const funcd_metric_label *l, size_t n)
+{
+    attrs at = attrs_new(&b->a, n ? n : 1);
+    for (size_t i = 0; i < n; i++)
+        kv_str(&b->a, &at, arena_str(&b->a, l[i].name), arena_str(&b->a, l[i].value));
+    return at;
+}
+
+static void on_sample(void *payload, const funcd_metric_family *f, const funcd_metric_sample *s)
+{
+    mbuild *b = payload;
+    if (!b->n || b->a.failed)
+        return;
+    attrs at = labels(b, s->labels, s->n_labels);
+    if (f->type == FUNCD_METRIC_HISTOGRAM) {
+        HistPoint *p = arena_alloc(&b->a, sizeof(*p));
+        size_t nb = s->n_buckets;
+        uint64_t *counts = arena_alloc(&b->a, (nb ? nb : 1) * sizeof(uint64_t));
+        double *bounds = arena_alloc(&b->a, (nb ? nb : 1) * sizeof(double));
+        if (!p || !counts || !bounds)
+            return;
+        *p = (HistPoint)OPENTELEMETRY__PROTO__METRICS__V1__HISTOGRAM_DATA_POINT__INIT;
+        /* Prometheus buckets are cumulative and end with +Inf; OTLP's count
+         * each bucket alone and leave +Inf's bound out. */
+        for (size_t i = 0; i < nb; i++)
+            counts[i] = s->buckets[i] - (i ? s->buckets[i - 1] : 0);
+        for (size_t i = 0; i + 1 < nb; i++)
+            bounds[i] = s->bounds[i];
+        p->n_bucket_counts = nb;
+        p->bucket_counts = counts;
+        p->n_explicit_bounds = nb ? nb - 1 : 0;
+        p->explicit_bounds = bounds;
+        p->count = s->count;
+        p->sum = s->sum;
+        p->start_time_unix_nano = b->start_ns;
+        p->time_unix_nano = b->now_ns;
+        p->n_attributes = at.n;
+        p->attributes = at.kv;
+        push_point(b, p);
+        return;
+    }
+    NumberPoint *p = arena_alloc(&b->a, sizeof(*p));
+    if (!p)
+        return;
+    *p = (NumberPoint)OPENTELEMETRY__PROTO__METRICS__V1__NUMBER_DATA_POINT__INIT;
+    p->value_case = OPENTELEMETRY__PROTO__METRICS__V1__NUMBER_DATA_POINT__VALUE_AS_DOUBLE;
+    p->as_double = s->value;
+    if (f->type == FUNCD_METRIC_COUNTER)
+        p->start_time_unix_nano = b->start_ns;
+    p->time_unix_nano = b->now_ns;
+    p->n_attributes = at.n;
+    p->attributes = at.kv;
+    push_point(b, p);
+}
+
+uint8_t *funcd_otlp_encode_metrics(funcd_metrics *m, uint64_t start_ns, uint64_t now_ns,
+                                   uint64_t dropped, size_t *len)
+{
+    mbuild b = {.start_ns = start_ns, .now_ns = now_ns};
+    funcd_metrics_visitor v = {on_family, on_sample, &b};
+    if (funcd_metrics_collect(m, NULL, NULL, &v) < 0) {
+        arena_free(&b.a);
+        return NULL;
+    }
+    /* The exporter's own: what it could not deliver. */
+    if (add_metric(&b, "funcd_otlp_dropped_items_total",
+                   "Spans and log records the OTLP exporter dropped (queue full, or never "
+                   "accepted after every retry).",
+                   "", FUNCD_METRIC_COUNTER)) {
+        funcd_metric_sample s = {.value = (double)dropped};
+        funcd_metric_family f = {"funcd_otlp_dropped_items_total", "", FUNCD_METRIC_COUNTER, ""};
+        on_sample(&b, &f, &s);
+    }
+    close_family(&b);
+    Opentelemetry__Proto__Metrics__V1__ScopeMetrics sm =
+        OPENTELEMETRY__PROTO__METRICS__V1__SCOPE_METRICS__INIT;
+    sm.scope = scope(&b.a, "funcd.metrics");
+    sm.n_metrics = b.n;
+    sm.metrics = b.metrics;
+    Opentelemetry__Proto__Metrics__V1__ScopeMetrics *smp = &sm;
+    Opentelemetry__Proto__Metrics__V1__ResourceMetrics rm =
+        OPENTELEMETRY__PROTO__METRICS__V1__RESOURCE_METRICS__INIT;
+    rm.resource = resource(&b.a);
+    rm.n_scope_metrics = 1;
+    rm.scope_metrics = &smp;
+    Opentelemetry__Proto__Metrics__V1__ResourceMetrics *rmp = &rm;
+    Opentelemetry__Proto__Collector__Metrics__V1__ExportMetricsServiceRequest req =
+        OPENTELEMETRY__PROTO__COLLECTOR__METRICS__V1__EXPORT_METRICS_SERVICE_REQUEST__INIT;
+    req.n_resource_metrics = 1;
+    req.resource_metrics = &rmp;
+    return pack(&b.a, &req.base, len);
 }

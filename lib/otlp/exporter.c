@@ -35,7 +35,12 @@ typedef struct trace_slot {
 } trace_slot;
 
 struct funcd_otlp {
-    char *traces_url, *logs_url;
+    char *traces_url, *logs_url, *metrics_url;
+    uint64_t metrics_ms;
+    pthread_mutex_t metrics_lock; /* held while collecting; guards `metrics` */
+    funcd_metrics *metrics;
+    uint64_t start_ns;
+    int64_t next_metrics_ms;
     uint64_t flush_ms, retry_base_ms;
     size_t max_batch, max_queue;
     unsigned max_attempts;
@@ -369,12 +374,53 @@ static void flush_once(funcd_otlp *o, int final)
     free(logs);
 }
 
+void funcd_otlp_set_metrics(funcd_otlp *o, funcd_metrics *m)
+{
+    pthread_mutex_lock(&o->metrics_lock);
+    o->metrics = m;
+    pthread_mutex_unlock(&o->metrics_lock);
+}
+
+void funcd_otlp_stop_metrics(funcd_otlp *o)
+{
+    if (o)
+        funcd_otlp_set_metrics(o, NULL);
+}
+
+static uint64_t wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Every metrics_ms: the whole registry, one request. */
+static void send_metrics(funcd_otlp *o)
+{
+    int64_t now = funcd_mono_ms();
+    if (now < o->next_metrics_ms)
+        return;
+    o->next_metrics_ms = now + (int64_t)o->metrics_ms;
+    uint64_t dropped = funcd_otlp_dropped(o);
+    size_t len = 0;
+    uint8_t *body = NULL;
+    pthread_mutex_lock(&o->metrics_lock);
+    int on = o->metrics != NULL;
+    if (on)
+        body = funcd_otlp_encode_metrics(o->metrics, o->start_ns, wall_ns(), dropped, &len);
+    pthread_mutex_unlock(&o->metrics_lock);
+    if (on)
+        send_batch(o, "metric batches", o->metrics_url, body, len, 0);
+}
+
 static void *sender_main(void *arg)
 {
     funcd_otlp *o = arg;
     pthread_mutex_lock(&o->lock);
     while (!o->stop) {
         struct timespec until = mono_after(o->flush_ms);
+        if (o->metrics_ms < o->flush_ms) /* (metrics are looked at after each flush) */
+            until = mono_after(o->metrics_ms);
         while (!o->stop && o->nspans < o->max_batch && o->nlogs < o->max_batch &&
                pthread_cond_timedwait(&o->cond, &o->lock, &until) == 0)
             ;
@@ -382,6 +428,7 @@ static void *sender_main(void *arg)
             break;
         pthread_mutex_unlock(&o->lock);
         flush_once(o, 0);
+        send_metrics(o);
         pthread_mutex_lock(&o->lock);
     }
     pthread_mutex_unlock(&o->lock);
@@ -436,10 +483,15 @@ int funcd_otlp_new(funcd_otlp **out, const funcd_otlp_config *cfg)
         o->max_batch = o->max_queue;
     o->retry_base_ms = cfg->retry_base_ms ? cfg->retry_base_ms : 200;
     o->max_attempts = cfg->max_attempts ? cfg->max_attempts : 6;
+    o->metrics_ms = cfg->metrics_ms ? cfg->metrics_ms : 10000;
+    o->start_ns = wall_ns();
+    o->next_metrics_ms = funcd_mono_ms() + (int64_t)o->metrics_ms;
+    pthread_mutex_init(&o->metrics_lock, NULL);
     if (cfg->logger)
         o->logger = *cfg->logger;
     o->traces_url = join_url(ep, "/v1/traces");
     o->logs_url = join_url(ep, "/v1/logs");
+    o->metrics_url = join_url(ep, "/v1/metrics");
     o->spans = calloc(o->max_queue, sizeof(*o->spans));
     o->logs = calloc(o->max_queue, sizeof(*o->logs));
     o->traces = calloc(TRACE_SLOTS, sizeof(*o->traces));
@@ -450,15 +502,17 @@ int funcd_otlp_new(funcd_otlp **out, const funcd_otlp_config *cfg)
     pthread_cond_init(&o->cond, &ca);
     pthread_condattr_destroy(&ca);
     int rc = 0;
-    if (!o->traces_url || !o->logs_url || !o->spans || !o->logs || !o->traces)
+    if (!o->traces_url || !o->logs_url || !o->metrics_url || !o->spans || !o->logs || !o->traces)
         rc = funcd_error_set(FUNCD_ENOMEM, "out of memory starting the OTLP exporter");
     else if ((rc = pthread_create(&o->thread, NULL, sender_main, o)) != 0)
         rc = funcd_error_set(FUNCD_EIO, "cannot start the OTLP exporter: %s", strerror(rc));
     if (rc < 0) {
         pthread_cond_destroy(&o->cond);
         pthread_mutex_destroy(&o->lock);
+        pthread_mutex_destroy(&o->metrics_lock);
         free(o->traces_url);
         free(o->logs_url);
+        free(o->metrics_url);
         free(o->spans);
         free(o->logs);
         free(o->traces);
@@ -486,8 +540,10 @@ void funcd_otlp_free(funcd_otlp *o)
         curl_easy_cleanup(o->curl);
     pthread_cond_destroy(&o->cond);
     pthread_mutex_destroy(&o->lock);
+    pthread_mutex_destroy(&o->metrics_lock);
     free(o->traces_url);
     free(o->logs_url);
+    free(o->metrics_url);
     free(o->spans);
     free(o->logs);
     free(o->traces);

@@ -17,6 +17,7 @@
 #include "util/log.h"
 
 typedef struct funcd_otlp funcd_otlp;
+typedef struct funcd_metrics funcd_metrics;
 
 typedef struct funcd_otlp_config {
     const char *endpoint;      /* base URL: <endpoint>/v1/traces, <endpoint>/v1/logs */
@@ -25,6 +26,7 @@ typedef struct funcd_otlp_config {
     size_t max_queue;          /* items of each signal held at most (0: 8192) */
     uint64_t retry_base_ms;    /* first backoff, doubled each time (0: 200) */
     unsigned max_attempts;     /* tries of one batch (0: 6) */
+    uint64_t metrics_ms;       /* how often metrics are sent (0: 10000) */
     const funcd_logger *logger;
 } funcd_otlp_config;
 
@@ -40,6 +42,14 @@ void funcd_otlp_on_edge(const funcd_edge_rec *rec, void *otlp);
  * below (the embedder's own). */
 void funcd_otlp_observe(const funcd_log_record *rec, void *otlp);
 void funcd_otlp_set_next_observer(funcd_otlp *o, funcd_log_observer_fn fn, void *payload);
+
+/* Sends the series of `m` (funcd_metrics_collect) every metrics_ms to
+ * <endpoint>/v1/metrics, cumulative from now, with the exporter's own
+ * dropped-items counter. Call before anything is queued. */
+void funcd_otlp_set_metrics(funcd_otlp *o, funcd_metrics *m);
+/* No collection after this returns (one in progress is waited for): call
+ * before what the metrics' gauges read goes away. */
+void funcd_otlp_stop_metrics(funcd_otlp *o);
 
 /* Items (spans and log records) dropped so far: queue full, or a batch
  * the endpoint refused or never took after every retry. */
@@ -80,5 +90,9 @@ typedef struct funcd_otlp_log {
  * malloc()ed buffer; NULL when out of memory. */
 uint8_t *funcd_otlp_encode_spans(const funcd_otlp_span *spans, size_t n, size_t *len);
 uint8_t *funcd_otlp_encode_logs(const funcd_otlp_log *logs, size_t n, size_t *len);
+/* An ExportMetricsServiceRequest of every series of `m` (cumulative since
+ * `start_ns`, read at `now_ns`) and funcd_otlp_dropped_items_total. */
+uint8_t *funcd_otlp_encode_metrics(funcd_metrics *m, uint64_t start_ns, uint64_t now_ns,
+                                   uint64_t dropped, size_t *len);
 
 #endif

@@ -421,6 +421,8 @@ static int build(funcd_platform *p)
     if ((rc = funcd_metrics_new(&p->metrics, gw_threads ? gw_threads : 1)) < 0)
         return rc;
     funcd_gw_set_metrics(p->cfg.gateway, p->metrics, p->cfg.data_plane_metrics);
+    if (p->otlp)
+        funcd_otlp_set_metrics(p->otlp, p->metrics);
     rc = funcd_port_gateway_listen(p->cfg.gateway, p->cfg.data_plane_addr, p->data_plane_addr,
                                    sizeof(p->data_plane_addr));
     if (rc < 0)
@@ -591,6 +593,7 @@ static void teardown(funcd_platform *p)
         funcd_port_gateway_stop(p->cfg.gateway);
     funcd_controller_free(p->controller);
     p->controller = NULL;
+    funcd_otlp_stop_metrics(p->otlp); /* its collections read serving's gauges too */
     if (p->metrics) /* the gateway has stopped: nothing collects any more */
         funcd_metrics_set_gauge_source(p->metrics, NULL, NULL);
     funcd_serving_free(p->serving);

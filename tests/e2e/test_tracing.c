@@ -18,6 +18,7 @@
 
 #include "../harness.h"
 #include "opentelemetry/proto/collector/logs/v1/logs_service.pb-c.h"
+#include "opentelemetry/proto/collector/metrics/v1/metrics_service.pb-c.h"
 #include "opentelemetry/proto/collector/trace/v1/trace_service.pb-c.h"
 #include "test_serving_common.h"
 #include "trace/traceparent.h"
@@ -42,8 +43,8 @@ typedef struct otlp_rx {
     pthread_mutex_t lock;
     int stop;
     int fail_traces;
-    int trace_posts, log_posts, bad_posts;
-    cJSON *spans, *logs;
+    int trace_posts, log_posts, metric_posts, bad_posts;
+    cJSON *spans, *logs, *metrics;
 } otlp_rx;
 
 static otlp_rx rx;
@@ -82,9 +83,67 @@ static cJSON *attrs_json(Opentelemetry__Proto__Common__V1__KeyValue **kv, size_t
     return a;
 }
 
+/* Metrics as {name, kind: "sum"|"gauge"|"histogram", points: [{attrs,
+ * value or count}]}. */
+static int rx_take_metrics(const uint8_t *body, size_t len)
+{
+    Opentelemetry__Proto__Collector__Metrics__V1__ExportMetricsServiceRequest *req =
+        opentelemetry__proto__collector__metrics__v1__export_metrics_service_request__unpack(
+            NULL, len, body);
+    if (!req)
+        return -1;
+    for (size_t i = 0; i < req->n_resource_metrics; i++)
+        for (size_t j = 0; j < req->resource_metrics[i]->n_scope_metrics; j++) {
+            const Opentelemetry__Proto__Metrics__V1__ScopeMetrics *sm =
+                req->resource_metrics[i]->scope_metrics[j];
+            for (size_t k = 0; k < sm->n_metrics; k++) {
+                const Opentelemetry__Proto__Metrics__V1__Metric *m = sm->metrics[k];
+                cJSON *o = cJSON_CreateObject(), *pts = cJSON_CreateArray();
+                cJSON_AddStringToObject(o, "name", m->name);
+                if (m->data_case == OPENTELEMETRY__PROTO__METRICS__V1__METRIC__DATA_HISTOGRAM) {
+                    cJSON_AddStringToObject(o, "kind", "histogram");
+                    for (size_t p = 0; p < m->histogram->n_data_points; p++) {
+                        const Opentelemetry__Proto__Metrics__V1__HistogramDataPoint *d =
+                            m->histogram->data_points[p];
+                        cJSON *pt = cJSON_CreateObject();
+                        cJSON_AddItemToObject(pt, "attrs",
+                                              attrs_json(d->attributes, d->n_attributes));
+                        cJSON_AddNumberToObject(pt, "count", (double)d->count);
+                        uint64_t in_buckets = 0;
+                        for (size_t b = 0; b < d->n_bucket_counts; b++)
+                            in_buckets += d->bucket_counts[b];
+                        cJSON_AddNumberToObject(pt, "inBuckets", (double)in_buckets);
+                        cJSON_AddNumberToObject(pt, "bounds", (double)d->n_explicit_bounds);
+                        cJSON_AddItemToArray(pts, pt);
+                    }
+                } else {
+                    int sum = m->data_case == OPENTELEMETRY__PROTO__METRICS__V1__METRIC__DATA_SUM;
+                    cJSON_AddStringToObject(o, "kind", sum ? "sum" : "gauge");
+                    size_t n = sum ? m->sum->n_data_points : m->gauge->n_data_points;
+                    for (size_t p = 0; p < n; p++) {
+                        const Opentelemetry__Proto__Metrics__V1__NumberDataPoint *d =
+                            sum ? m->sum->data_points[p] : m->gauge->data_points[p];
+                        cJSON *pt = cJSON_CreateObject();
+                        cJSON_AddItemToObject(pt, "attrs",
+                                              attrs_json(d->attributes, d->n_attributes));
+                        cJSON_AddNumberToObject(pt, "value", d->as_double);
+                        cJSON_AddItemToArray(pts, pt);
+                    }
+                }
+                cJSON_AddItemToObject(o, "points", pts);
+                cJSON_AddItemToArray(rx.metrics, o);
+            }
+        }
+    opentelemetry__proto__collector__metrics__v1__export_metrics_service_request__free_unpacked(
+        req, NULL);
+    return 0;
+}
+
 /* Decodes a POST body; 0, or -1 when it is not the message its path says. */
 static int rx_take(const char *path, const uint8_t *body, size_t len)
 {
+    if (strcmp(path, "/v1/metrics") == 0)
+        return rx_take_metrics(body, len);
     if (strcmp(path, "/v1/traces") == 0) {
         Opentelemetry__Proto__Collector__Trace__V1__ExportTraceServiceRequest *req =
             opentelemetry__proto__collector__trace__v1__export_trace_service_request__unpack(
@@ -164,7 +223,9 @@ static int rx_serve(rx_conn *c)
                              "Content-Length: 0\r\n\r\n";
         pthread_mutex_lock(&rx.lock);
         int traces = strcmp(path, "/v1/traces") == 0, logs = strcmp(path, "/v1/logs") == 0;
-        if (strcmp(method, "POST") != 0 || (!traces && !logs)) {
+        int metrics = strcmp(path, "/v1/metrics") == 0;
+        rx.metric_posts += metrics;
+        if (strcmp(method, "POST") != 0 || (!traces && !logs && !metrics)) {
             rx.bad_posts++;
             answer = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
         } else if (traces && rx.trace_posts++ < rx.fail_traces) {
@@ -250,6 +311,7 @@ static int rx_start(int fail_traces)
     rx.fail_traces = fail_traces;
     rx.spans = cJSON_CreateArray();
     rx.logs = cJSON_CreateArray();
+    rx.metrics = cJSON_CreateArray();
     rx.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t al = sizeof(a);
@@ -271,7 +333,8 @@ static void rx_stop(void)
     close(rx.fd);
     cJSON_Delete(rx.spans);
     cJSON_Delete(rx.logs);
-    rx.spans = rx.logs = NULL;
+    cJSON_Delete(rx.metrics);
+    rx.spans = rx.logs = rx.metrics = NULL;
 }
 
 /* A copy (kept until env_down) of the first span or log whose `key` is
@@ -780,6 +843,77 @@ TR_TEST(otlp_retry)
         FAILF("%d trace POSTs: the three 503s were not all retried", posts);
 }
 
+/* The point of metric `name` whose attribute function is `fn` (and code
+ * `code`, when not NULL), as a copy kept until env_down; NULL if none. */
+static const cJSON *rx_point(env *e, const char *name, const char *fn, const char *code)
+{
+    const cJSON *found = NULL, *m, *pt;
+    pthread_mutex_lock(&rx.lock);
+    cJSON_ArrayForEach(m, rx.metrics)
+    {
+        if (strcmp(jstr(m, "name"), name) != 0)
+            continue;
+        const cJSON *pts = jget(m, "points");
+        cJSON_ArrayForEach(pt, pts)
+        {
+            const cJSON *at = jget(pt, "attrs");
+            const char *f = attr_str(at, "function"), *c = attr_str(at, "code");
+            if (f && strcmp(f, fn) == 0 && (!code || (c && strcmp(c, code) == 0))) {
+                cJSON *copy = cJSON_Duplicate(pt, 1);
+                cJSON_AddStringToObject(copy, "kind", jstr(m, "kind"));
+                found = env_keep(e, copy); /* the latest export wins */
+            }
+        }
+    }
+    pthread_mutex_unlock(&rx.lock);
+    return found;
+}
+
+typedef struct point_want {
+    const char *name, *fn, *code;
+    double at_least;
+    const cJSON *found;
+} point_want;
+
+static int rx_has_point(env *e, void *arg)
+{
+    point_want *w = arg;
+    w->found = rx_point(e, w->name, w->fn, w->code);
+    return w->found && (jget(w->found, "value") ? jnum(w->found, "value")
+                                                 : jnum(w->found, "count")) >= w->at_least;
+}
+
+/* Metrics go every 10 s: the series of the platform's registry (the same
+ * as GET /metrics) arrive as OTLP sums, gauges and histograms. */
+TR_TEST(otlp_metrics)
+{
+    (void)dir;
+    CHECK(make_tracer(e) == 0);
+    for (int i = 0; i < 3; i++)
+        CHECK_INT(invoke_with(e, DP_PATH("tracer") "/x", NULL), 200);
+    point_want w = {"funcd_requests_total", "tracer", "200", 3, NULL};
+    if (!env_poll(e, 30000, rx_has_point, &w))
+        FAILF("no funcd_requests_total{function=tracer,code=200} >= 3 (%d metric POSTs)",
+              rx.metric_posts);
+    CHECK_STR(jstr(w.found, "kind"), "sum");
+    CHECK_STR(attr_str(jget(w.found, "attrs"), "namespace"), "default");
+    point_want h = {"funcd_request_duration_seconds", "tracer", NULL, 3, NULL};
+    CHECK(env_poll(e, 1000, rx_has_point, &h));
+    CHECK_STR(jstr(h.found, "kind"), "histogram");
+    CHECK_INT(jnum(h.found, "inBuckets"), jnum(h.found, "count"));
+    CHECK(jnum(h.found, "bounds") > 0);
+    point_want g = {"funcd_replicas", "tracer", NULL, 0, NULL};
+    CHECK(env_poll(e, 1000, rx_has_point, &g));
+    CHECK_STR(jstr(g.found, "kind"), "gauge");
+    pthread_mutex_lock(&rx.lock);
+    int found_dropped = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, rx.metrics)
+    found_dropped |= strcmp(jstr(m, "name"), "funcd_otlp_dropped_items_total") == 0;
+    pthread_mutex_unlock(&rx.lock);
+    CHECK(found_dropped);
+}
+
 int main(int argc, char **argv)
 {
     sv_init();
@@ -791,6 +925,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, access_log);
     SV_RUN(only, ran, otlp_export);
     SV_RUN(only, ran, otlp_retry);
+    SV_RUN(only, ran, otlp_metrics);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no test case named %s\n", only);
