@@ -1,0 +1,290 @@
+/*
+ * Shaping at the edge, end to end (docs/edge.md, "Shaping"): a Function's
+ * spec.edge.cors, .headers and .compress seen through the data plane of an
+ * embedded platform, against the native fixture worker's /shape answers
+ * (Content-Type, Content-Encoding and size chosen by the test, an
+ * X-Remove-Me header and a CORS header of the worker's own).
+ */
+#include <zlib.h>
+
+#include "../harness.h"
+#include "test_serving_common.h"
+
+#define ORIGIN "https://app.example"
+
+/* CORS for ORIGIN (PUT and DELETE beyond the simple methods, two request
+ * headers), two headers set (one replacing the worker's), one removed,
+ * gzip on. */
+#define EDGE_SPEC                                                                                  \
+    "\"edge\":{\"cors\":{\"allowOrigins\":[\"" ORIGIN "\"],\"allowMethods\":[\"PUT\",\"DELETE\"],"  \
+    "\"allowHeaders\":[\"content-type\",\"x-api-key\"],\"maxAge\":600},"                           \
+    "\"headers\":{\"set\":{\"X-Frame-Options\":\"DENY\",\"X-Worker-Pid\":\"hidden\"},"             \
+    "\"remove\":[\"X-Remove-Me\"]},\"compress\":true}"
+
+/* Creates Function `name` on the native fixture with EDGE_SPEC; 1 when it
+ * is Ready. */
+static int create_shaped(env *e, const char *name)
+{
+    char dir[256];
+    if (sv_fixture("native", dir, sizeof(dir)) != 0)
+        return 0;
+    if (sv_create(e, name,
+                  "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"
+                  EDGE_SPEC "}",
+                  dir) != 201) {
+        fprintf(stderr, "  create %s: HTTP %ld %.500s\n", name, e->r.status, e->r.body);
+        return 0;
+    }
+    return sv_wait_ready(e, name, 10000);
+}
+
+/* A data-plane request with extra header lines (NULL-terminated). */
+static long dp(env *e, const char *method, const char *path, const char *const *headers)
+{
+    return e2e_http_send(e->dp, method, path, NULL, headers, NULL, 0, &e->r);
+}
+
+/* The body the fixture's /shape sends for kb=N (its SHAPE_LINE lines). */
+static char *shape_body(size_t kb, size_t *len)
+{
+    size_t want = kb * 1024, at = 0;
+    char *b = malloc(want + 1), line[128];
+    for (int i = 0; b && at < want; i++) {
+        int n = snprintf(line, sizeof(line), "line %06d: the edge compresses what is worth it\n", i);
+        size_t take = want - at < (size_t)n ? want - at : (size_t)n;
+        memcpy(b + at, line, take);
+        at += take;
+    }
+    if (b)
+        b[at] = '\0';
+    *len = at;
+    return b;
+}
+
+/* Inflates a gzip body; NULL when it is not one. */
+static char *gunzip(const char *in, size_t in_len, size_t *out_len)
+{
+    z_stream zs = {0};
+    if (inflateInit2(&zs, 15 + 16) != Z_OK)
+        return NULL;
+    size_t cap = in_len * 8 + 1024, len = 0;
+    char *out = malloc(cap);
+    zs.next_in = (Bytef *)(uintptr_t)in;
+    zs.avail_in = (uInt)in_len;
+    int rc = Z_OK;
+    while (out && rc == Z_OK) {
+        if (len == cap) {
+            char *more = realloc(out, cap *= 2);
+            if (!more) {
+                free(out);
+                out = NULL;
+                break;
+            }
+            out = more;
+        }
+        zs.next_out = (Bytef *)out + len;
+        zs.avail_out = (uInt)(cap - len);
+        rc = inflate(&zs, Z_NO_FLUSH);
+        len = cap - zs.avail_out;
+    }
+    inflateEnd(&zs);
+    if (rc != Z_STREAM_END || zs.avail_in != 0) {
+        free(out);
+        return NULL;
+    }
+    *out_len = len;
+    return out;
+}
+
+/* 1 when the comma list `list` names `what` (any case). */
+static int lists(const char *list, const char *what)
+{
+    char copy[512];
+    snprintf(copy, sizeof(copy), "%s", list);
+    for (char *save = NULL, *t = strtok_r(copy, ", ", &save); t; t = strtok_r(NULL, ", ", &save))
+        if (strcasecmp(t, what) == 0)
+            return 1;
+    return 0;
+}
+
+/*
+ * A CORS preflight is answered by the gateway: 204 with the allowed origin,
+ * methods, headers and max age, for a Function with no worker, which it
+ * does not start; one from another origin, or for a method or header not
+ * allowed, is 403 with no CORS headers. A plain OPTIONS is the function's.
+ */
+SV_TEST(preflight)
+{
+    CHECK(create_shaped(e, "pre"));
+    static const char *const ok[] = {"Origin: " ORIGIN, "Access-Control-Request-Method: PUT",
+                                     "Access-Control-Request-Headers: Content-Type, X-API-Key",
+                                     NULL};
+    CHECK_INT(dp(e, "OPTIONS", DP_PATH("pre") "/x", ok), 204);
+    CHECK_STR(sv_header(&e->r, "Access-Control-Allow-Origin"), ORIGIN);
+    CHECK_STR(sv_header(&e->r, "Access-Control-Allow-Methods"), "PUT, DELETE");
+    CHECK_STR(sv_header(&e->r, "Access-Control-Allow-Headers"), "content-type, x-api-key");
+    CHECK_STR(sv_header(&e->r, "Access-Control-Max-Age"), "600");
+    CHECK(lists(sv_header(&e->r, "Vary"), "Origin"));
+    CHECK_STR(sv_header(&e->r, "X-Frame-Options"), "DENY"); /* set on every answer */
+    CHECK(sv_header(&e->r, "X-Funcd-Invocation-Id")[0]);
+    CHECK_INT(e->r.len, 0);
+
+    static const char *const other_origin[] = {"Origin: https://evil.example",
+                                               "Access-Control-Request-Method: PUT", NULL};
+    static const char *const other_method[] = {"Origin: " ORIGIN,
+                                               "Access-Control-Request-Method: PATCH", NULL};
+    static const char *const other_header[] = {"Origin: " ORIGIN,
+                                               "Access-Control-Request-Method: GET",
+                                               "Access-Control-Request-Headers: x-secret", NULL};
+    const char *const *refused[] = {other_origin, other_method, other_header};
+    for (size_t i = 0; i < 3; i++) {
+        dp(e, "OPTIONS", DP_PATH("pre") "/x", refused[i]);
+        CHECK_DP_STATUS(403, "Forbidden");
+        CHECK_STR(sv_header(&e->r, "Access-Control-Allow-Origin"), "");
+        CHECK_STR(sv_header(&e->r, "Access-Control-Allow-Methods"), "");
+    }
+    /* None of it reached a worker: there is none. */
+    int ready = -1, total = -1;
+    CHECK(sv_replicas(e, "pre", &ready, &total) == 0);
+    CHECK_INT(total, 0);
+    CHECK_INT(sv_function_procs("pre", NULL, 0), 0);
+
+    /* An OPTIONS that is not a preflight goes to the function. */
+    static const char *const plain[] = {"Origin: " ORIGIN, NULL};
+    CHECK_INT(dp(e, "OPTIONS", DP_PATH("pre") "/x", plain), 200);
+    CHECK_STR(jstr(e->r.json, "method"), "OPTIONS");
+    CHECK_STR(sv_header(&e->r, "Access-Control-Allow-Origin"), ORIGIN);
+}
+
+/*
+ * Answers from the worker: Access-Control-Allow-Origin for an allowed
+ * origin, none for another (the worker's own is replaced or removed: the
+ * configuration answers for CORS); headers set, replaced and removed, on
+ * the worker's answers and on funcd's own.
+ */
+SV_TEST(cors_and_headers)
+{
+    CHECK(create_shaped(e, "hdr"));
+    static const char *const allowed[] = {"Origin: " ORIGIN, NULL};
+    CHECK_INT(dp(e, "GET", DP_PATH("hdr") "/shape?kb=1", allowed), 200);
+    CHECK_STR(sv_header(&e->r, "Access-Control-Allow-Origin"), ORIGIN);
+    CHECK(lists(sv_header(&e->r, "Vary"), "Origin"));
+    CHECK_STR(sv_header(&e->r, "X-Frame-Options"), "DENY");
+    CHECK_STR(sv_header(&e->r, "X-Worker-Pid"), "hidden");
+    CHECK_STR(sv_header(&e->r, "X-Remove-Me"), "");
+    CHECK(!strstr(e->r.headers, "X-Remove-Me"));
+
+    static const char *const other[] = {"Origin: https://evil.example", NULL};
+    CHECK_INT(dp(e, "GET", DP_PATH("hdr") "/shape?kb=1", other), 200);
+    CHECK_STR(sv_header(&e->r, "Access-Control-Allow-Origin"), "");
+    CHECK(lists(sv_header(&e->r, "Vary"), "Origin"));
+    CHECK_INT(dp(e, "GET", DP_PATH("hdr") "/shape?kb=1", NULL), 200);
+    CHECK_STR(sv_header(&e->r, "Access-Control-Allow-Origin"), "");
+
+    /* funcd's own answer (the worker exits without one): shaped the same. */
+    dp(e, "GET", DP_PATH("hdr") "/exit?code=3", allowed);
+    CHECK_DP_STATUS(502, "BadGateway");
+    CHECK_STR(sv_header(&e->r, "X-Frame-Options"), "DENY");
+    CHECK_STR(sv_header(&e->r, "Access-Control-Allow-Origin"), ORIGIN);
+}
+
+/* A /shape answer of `kb` KiB with `query` and the request headers, its
+ * body (inflated when gzip'd) compared with the fixture's. */
+static const char *check_body(env *e, const char *query, size_t kb, const char *const *headers,
+                              int want_gzip)
+{
+    static char why[256];
+    char path[256];
+    snprintf(path, sizeof(path), DP_PATH("gz") "/shape?kb=%zu%s", kb, query);
+    if (dp(e, "GET", path, headers) != 200) {
+        snprintf(why, sizeof(why), "GET %s: HTTP %ld", path, e->r.status);
+        return why;
+    }
+    const char *ce = sv_header(&e->r, "Content-Encoding");
+    if (want_gzip != (strcmp(ce, "gzip") == 0)) {
+        snprintf(why, sizeof(why), "GET %s: Content-Encoding \"%s\"", path, ce);
+        return why;
+    }
+    size_t want_len, got_len = e->r.len;
+    char *want = shape_body(kb, &want_len), *got = e->r.body, *inflated = NULL;
+    if (want_gzip && !(inflated = got = gunzip(e->r.body, e->r.len, &got_len))) {
+        free(want);
+        snprintf(why, sizeof(why), "GET %s: not a gzip body", path);
+        return why;
+    }
+    int same = want && got_len == want_len && memcmp(got, want, want_len) == 0;
+    free(want);
+    free(inflated);
+    if (!same)
+        snprintf(why, sizeof(why), "GET %s: %zu bytes, not the %zu the worker sent", path, got_len,
+                 want_len);
+    else if (want_gzip && e->r.len >= want_len / 2)
+        snprintf(why, sizeof(why), "GET %s: %zu bytes only gzip'd to %zu", path, want_len, e->r.len);
+    else
+        return NULL;
+    return why;
+}
+
+#define CHECK_BODY(query, kb, hdrs, gz)                                                         \
+    do {                                                                                           \
+        const char *why_ = check_body(e, (query), (kb), (hdrs), (gz));                          \
+        if (why_)                                                                                  \
+            FAILF("%s\n%s", why_, e->r.headers);                                                   \
+    } while (0)
+
+/*
+ * gzip when the client takes it and the answer is text, JSON or the like
+ * and not tiny, streamed (a chunked answer too); never for an event
+ * stream, an answer already encoded, a client that does not accept it, or
+ * a tiny answer. Vary: Accept-Encoding whenever it could have been.
+ */
+SV_TEST(gzip)
+{
+    CHECK(create_shaped(e, "gz"));
+    static const char *const gzip[] = {"Accept-Encoding: gzip, deflate", NULL};
+    static const char *const none[] = {"Accept-Encoding: identity", NULL};
+    static const char *const refused[] = {"Accept-Encoding: br, gzip;q=0", NULL};
+
+    CHECK_BODY("&type=application/json", 64, gzip, 1);
+    CHECK(lists(sv_header(&e->r, "Vary"), "Accept-Encoding"));
+    CHECK_STR(sv_header(&e->r, "Content-Length"), "");
+    CHECK_BODY("&type=text/plain&chunked=1", 300, gzip, 1); /* streamed, in two pieces */
+    CHECK_BODY("&type=text/html;charset=utf-8", 3, gzip, 1);
+
+    CHECK_BODY("&type=text/event-stream", 64, gzip, 0);
+    CHECK_BODY("&type=image/png", 64, gzip, 0);
+    CHECK_BODY("&type=application/json", 64, none, 0);
+    CHECK(lists(sv_header(&e->r, "Vary"), "Accept-Encoding"));
+    CHECK_BODY("&type=application/json", 64, refused, 0);
+    CHECK_BODY("&type=application/json", 64, NULL, 0);
+    CHECK_BODY("&type=application/json", 0, gzip, 0); /* nothing to compress */
+
+    /* Already encoded: left as the worker sent it. */
+    char path[128];
+    snprintf(path, sizeof(path), DP_PATH("gz") "/shape?kb=8&type=text/plain&encoding=br");
+    CHECK_INT(dp(e, "GET", path, gzip), 200);
+    CHECK_STR(sv_header(&e->r, "Content-Encoding"), "br");
+    size_t want_len;
+    char *want = shape_body(8, &want_len);
+    CHECK(want != NULL);
+    int same = e->r.len == want_len && memcmp(e->r.body, want, want_len) == 0;
+    free(want);
+    CHECK(same);
+
+}
+
+int main(int argc, char **argv)
+{
+    sv_init();
+    const char *only = argc > 1 ? argv[1] : NULL;
+    int ran = 0;
+    SV_RUN(only, ran, preflight);
+    SV_RUN(only, ran, cors_and_headers);
+    SV_RUN(only, ran, gzip);
+    e2e_client_global_cleanup();
+    if (only && !ran) {
+        fprintf(stderr, "no test case named %s\n", only);
+        return 1;
+    }
+    return HARNESS_END();
+}
