@@ -21,7 +21,6 @@ conns=${BENCH_CONNECTIONS:-50}
 runs=${BENCH_COLD_RUNS:-100}
 rounds=${BENCH_ROUNDS:-5}
 [ -n "${BENCH_GATEWAY_THREADS:-}" ] && export FUNCD_GATEWAY_THREADS=$BENCH_GATEWAY_THREADS
-token=funcd-dev-token
 work=$(mktemp -d /tmp/fb.XXXX) # short: worker socket paths must fit in 108 bytes
 pids=()
 cleanup() {
@@ -29,27 +28,10 @@ cleanup() {
   [ -n "${BENCH_KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
+. bench/lib.sh
 
 command -v nginx >/dev/null || { echo "serving.sh: nginx is missing (bench/run.sh installs it)"; exit 1; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-# --allow-host-network: the warm worker also listens on a TCP port of the host (spec.network:
-# host) so that the same process can be measured directly; the sandbox stays on otherwise.
-"$build/bin/funcd/funcd" --memory --dev --source-root "$work" --allow-host-network --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 --fn-runner-listen 127.0.0.1:0 \
-  --shims "$build/shims" --state-dir "$work/s" 2>"$work/funcd.log" &
-pids+=($!)
-funcd_pid=$!
-for _ in $(seq 200); do grep -q 'data plane listening' "$work/funcd.log" && break; sleep 0.05; done
-api="http://$(sed -n 's/.*control plane listening on //p' "$work/funcd.log")"
-dp="http://$(sed -n 's/.*data plane listening on //p' "$work/funcd.log")"
-fns="$api/apis/funcd.dev/v1/namespaces/default/functions"
-
-create() { # name runtime handler dir scaling-json [env-json [network]]
-  curl -sf -o /dev/null -H "Authorization: Bearer $token" -d "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",
-    \"metadata\":{\"name\":\"$1\"},\"spec\":{\"runtime\":\"$2\",\"handler\":\"$3\",\"source\":{\"path\":\"$4\"},
-    \"scaling\":$5,\"env\":${6:-{\}},\"network\":\"${7:-none}\"}}" "$fns"
-}
-wait_ok() { for _ in $(seq 400); do curl -sf -o /dev/null "$1" && return 0; sleep 0.025; done; echo "no answer from $1"; exit 1; }
+start_funcd
 
 # ---- 1. warm path ---------------------------------------------------------------
 mkdir -p "$work/native"
@@ -59,39 +41,11 @@ create warm native worker "$work/native" \
   '{"minReplicas":1,"maxReplicas":1,"concurrency":10000,"queueLength":10000,"idleTimeout":"1h"}' \
   "{\"BENCH_TCP_PORT\":\"$wport\"}" host
 wait_ok "$dp/fn/default/warm/"
-sock=$(ls -d "$work"/s/run/w*/worker.sock | head -n 1)
+sock=$(first_worker_socket)
 
 nport=$(free_port)
-mkdir -p "$work/nginx"
-# As root nginx would drop to www-data, which may not enter funcd's 0700 state dir.
-nginx_user=""
-[ "$(id -u)" -eq 0 ] && nginx_user="user root;"
-cat >"$work/nginx/nginx.conf" <<CONF
-$nginx_user
-worker_processes 1;
-daemon off;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $work/nginx; proxy_temp_path $work/nginx;
-  fastcgi_temp_path $work/nginx; uwsgi_temp_path $work/nginx; scgi_temp_path $work/nginx;
-  keepalive_requests 1000000;
-  upstream worker { server unix:$sock; keepalive 256; keepalive_requests 1000000; }
-  server {
-    listen 127.0.0.1:$nport;
-    location / { proxy_pass http://worker; proxy_http_version 1.1; proxy_set_header Connection ""; }
-  }
-}
-CONF
-nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" 2>/dev/null &
-pids+=($!)
-wait_ok "http://127.0.0.1:$nport/"
+start_nginx "$work/nginx" "$nport" "$sock"
 
-rps() { awk '/Requests\/sec/ {print $2}'; }
-lat() { awk '$1=="50%" {p50=$2} $1=="99%" {p99=$2} END {print p50 " / " p99}'; }
-ratio() { python3 -c "print(f'{float($1)/float($2):.2f}')"; }
 url_of() {
   case $1 in
     direct) echo "http://127.0.0.1:$wport/" ;;

@@ -1,6 +1,7 @@
 /*
  * A minimal native worker for benchmarks: one thread, epoll, HTTP/1.1
- * keep-alive, answers every request with "hello\n". It serves the worker
+ * keep-alive, answers every request with "hello\n" (or, with $BENCH_BODY_BYTES=N,
+ * N bytes of JSON: something worth compressing). It serves the worker
  * contract on $FUNCD_LISTEN (a Unix socket) and, when $BENCH_TCP_PORT is
  * set, also on 127.0.0.1:$BENCH_TCP_PORT so a TCP load generator can reach
  * it directly. Requests are expected without bodies (GET).
@@ -20,8 +21,34 @@
 
 #define MAX_CONNS 4096
 
-static const char response[] = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
-                               "Content-Length: 6\r\n\r\nhello\n";
+static const char hello[] = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                            "Content-Length: 6\r\n\r\nhello\n";
+static const char *response = hello;
+static size_t response_len = sizeof(hello) - 1;
+
+/* A JSON answer of `n` bytes: a list of similar records, as an API sends. */
+static void json_response(size_t n)
+{
+    char *r = malloc(n + 128);
+    if (!r || n < 16)
+        exit(1);
+    int h = snprintf(r, 128, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             "Content-Length: %zu\r\n\r\n", n);
+    char *b = r + h;
+    size_t at = 0;
+    b[at++] = '[';
+    for (int i = 0; at < n - 1; i++) {
+        char rec[96];
+        int l = snprintf(rec, sizeof(rec), "%s{\"id\":%d,\"name\":\"item-%d\",\"ok\":true}",
+                         i ? "," : "", i, i * 7);
+        size_t take = (size_t)l < n - 1 - at ? (size_t)l : n - 1 - at;
+        memcpy(b + at, rec, take);
+        at += take;
+    }
+    b[at++] = ']';
+    response = r;
+    response_len = (size_t)h + at;
+}
 
 typedef struct conn {
     int fd;
@@ -63,7 +90,7 @@ static int serve(conn *c)
         if (!end)
             return c->len < sizeof(c->buf) ? 0 : -1;
         size_t used = (size_t)(end + 4 - c->buf);
-        if (write(c->fd, response, sizeof(response) - 1) != (ssize_t)(sizeof(response) - 1))
+        if (write(c->fd, response, response_len) != (ssize_t)response_len)
             return -1;
         memmove(c->buf, c->buf + used, c->len - used);
         c->len -= used;
@@ -75,6 +102,9 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const char *path = getenv("FUNCD_LISTEN");
     const char *tcp = getenv("BENCH_TCP_PORT");
+    const char *body = getenv("BENCH_BODY_BYTES");
+    if (body && atoi(body) > 0)
+        json_response((size_t)atoi(body));
     if (!path) {
         fprintf(stderr, "worker: FUNCD_LISTEN is not set\n");
         return 1;

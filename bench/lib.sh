@@ -1,0 +1,71 @@
+# Helpers shared by the gateway benchmarks (bench/serving.sh, bench/edge.sh);
+# sourced, not run. They expect $build (the build directory), $work (a short
+# temporary directory: worker socket paths must fit in 108 bytes) and the
+# array pids (processes to end on exit) from the script.
+token=funcd-dev-token
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_ok() { for _ in $(seq 400); do curl -sf -o /dev/null "$1" && return 0; sleep 0.025; done; echo "no answer from $1"; exit 1; }
+rps() { awk '/Requests\/sec/ {print $2}'; }
+lat() { awk '$1=="50%" {p50=$2} $1=="99%" {p99=$2} END {print p50 " / " p99}'; }
+ratio() { python3 -c "print(f'{float($1)/float($2):.2f}')"; }
+
+# Starts funcd (in memory, --dev, ephemeral ports; extra flags appended) and
+# sets funcd_pid, api, dp and fns from its log.
+start_funcd() {
+  # --allow-host-network: a warm worker may also listen on a TCP port of the host
+  # (spec.network: host) so that the same process can be measured directly.
+  "$build/bin/funcd/funcd" --memory --dev --source-root "$work" --allow-host-network --listen 127.0.0.1:0 \
+    --data-plane-listen 127.0.0.1:0 --fn-runner-listen 127.0.0.1:0 \
+    --shims "$build/shims" --state-dir "$work/s" "$@" 2>"$work/funcd.log" &
+  pids+=($!)
+  funcd_pid=$!
+  for _ in $(seq 200); do grep -q 'data plane listening' "$work/funcd.log" && break; sleep 0.05; done
+  api="http://$(sed -n 's/.*control plane listening on //p' "$work/funcd.log")"
+  dp="http://$(sed -n 's/.*data plane listening on //p' "$work/funcd.log")"
+  fns="$api/apis/funcd.dev/v1/namespaces/default/functions"
+}
+
+create() { # name runtime handler dir scaling-json [env-json [network [more-spec-fields]]]
+  curl -sf -o /dev/null -H "Authorization: Bearer $token" -d "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",
+    \"metadata\":{\"name\":\"$1\"},\"spec\":{\"runtime\":\"$2\",\"handler\":\"$3\",\"source\":{\"path\":\"$4\"},
+    \"scaling\":$5,\"env\":${6:-{\}},\"network\":\"${7:-none}\"${8:+,$8}}}" "$fns"
+}
+
+# The socket of the first worker of a function whose state dir path matches
+# nothing else (the only one when one function runs).
+first_worker_socket() { ls -d "$work"/s/run/w*/worker.sock | head -n 1; }
+
+# nginx with one worker process on 127.0.0.1:PORT proxying / to the Unix
+# socket SOCK over keep-alive connections; HTTP_EXTRA goes in http {},
+# LOCATION_EXTRA in location / {}. Usage: start_nginx DIR PORT SOCK [HTTP_EXTRA [LOCATION_EXTRA]]
+start_nginx() {
+  local dir=$1 port=$2 sock=$3 http_extra=${4:-} location_extra=${5:-}
+  mkdir -p "$dir"
+  # As root nginx would drop to www-data, which may not enter funcd's 0700 state dir.
+  local nginx_user=""
+  [ "$(id -u)" -eq 0 ] && nginx_user="user root;"
+  cat >"$dir/nginx.conf" <<CONF
+$nginx_user
+worker_processes 1;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $dir; proxy_temp_path $dir;
+  fastcgi_temp_path $dir; uwsgi_temp_path $dir; scgi_temp_path $dir;
+  keepalive_requests 1000000;
+  upstream worker { server unix:$sock; keepalive 256; keepalive_requests 1000000; }
+  $http_extra
+  server {
+    listen 127.0.0.1:$port;
+    location / { proxy_pass http://worker; proxy_http_version 1.1; proxy_set_header Connection ""; $location_extra }
+  }
+}
+CONF
+  nginx -c "$dir/nginx.conf" -p "$dir" 2>/dev/null &
+  pids+=($!)
+  wait_ok "http://127.0.0.1:$port/"
+}
