@@ -1,6 +1,6 @@
 /*
  * Shaping at the edge: CORS, response headers set and removed, gzip
- * (shape.h; docs/edge.md, "Shaping"; docs/adr/0035-edge-shaping.md).
+ * (shape.h; docs/edge.md, "Shaping"; docs/adr/0039-edge-shaping.md).
  *
  * It all hangs on one h2o request prefilter, put on the request before
  * anything is answered: whoever answers (the proxy with the worker's
