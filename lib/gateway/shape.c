@@ -703,11 +703,16 @@ int funcd_shape_request(h2o_req_t *req, funcd_shape *s)
     if (!s->cors)
         return 0;
     sr->origin = req_header(req, H2O_STRLIT("origin"));
-    if (!sr->origin.base || !h2o_memis(req->method.base, req->method.len, H2O_STRLIT("OPTIONS")))
+    if (!funcd_shape_is_preflight(s, req))
         return 0;
-    h2o_iovec_t method = req_header(req, H2O_STRLIT("access-control-request-method"));
-    if (!method.base)
-        return 0; /* a plain OPTIONS: the function's */
-    answer_preflight(req, sr, method);
+    answer_preflight(req, sr, req_header(req, H2O_STRLIT("access-control-request-method")));
     return 1;
+}
+
+int funcd_shape_is_preflight(const funcd_shape *s, h2o_req_t *req)
+{
+    /* An OPTIONS without both headers is not a preflight: the function's. */
+    return s->cors && h2o_memis(req->method.base, req->method.len, H2O_STRLIT("OPTIONS")) &&
+           req_header(req, H2O_STRLIT("origin")).base &&
+           req_header(req, H2O_STRLIT("access-control-request-method")).base;
 }

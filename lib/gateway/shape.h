@@ -62,6 +62,11 @@ void funcd_shape_unref(funcd_shape *s); /* NULL is fine */
  */
 int funcd_shape_request(h2o_req_t *req, funcd_shape *s);
 
+/* 1 when `req` is a CORS preflight that `s` answers (funcd_shape_request
+ * will): the gateway lets it pass its authentication and limits, which a
+ * preflight (no credentials, no worker) has nothing to do with. */
+int funcd_shape_is_preflight(const funcd_shape *s, h2o_req_t *req);
+
 /* Frees this thread's cached deflate streams (at gateway thread exit). */
 void funcd_shape_thread_dispose(void);
 
