@@ -255,11 +255,14 @@ static int on_req(void *payload, h2o_req_t *req)
     funcd_fn_target *target = r ? (*r)->target : NULL;
     uint64_t timeout_ms = r ? (*r)->timeout_ms : 0;
     funcd_shape *shape = r ? (*r)->shape : NULL;
+    /* A CORS preflight carries no credentials and reaches no worker: it is
+     * answered below, before the stance and the limits (shape.h). */
+    int preflight = shape && funcd_shape_is_preflight(shape, req);
     edge_verdict v;
     v.status = 0;
     v.authenticated = 0;
     v.in_flight = NULL;
-    if (r && (*r)->edge_active && target)
+    if (r && (*r)->edge_active && target && !preflight)
         edge_check(*r, req, &v);
     if (target && !v.status)
         funcd_fn_target_ref(target);
@@ -278,15 +281,14 @@ static int on_req(void *payload, h2o_req_t *req)
                              (int)nsl, ns);
         return 0;
     }
-    if (shape && funcd_shape_request(req, shape)) { /* (takes the reference) */
-        if (!v.status)
+    if (shape) {
+        if (preflight)
+            add_invocation_id(req);
+        if (funcd_shape_request(req, shape)) { /* (takes the reference) */
             funcd_fn_target_unref(target); /* a CORS preflight, answered here */
-        if (v.in_flight) {
-            funcd_edge_in_flight_leave(v.in_flight);
-            funcd_edge_limiter_unref(v.in_flight);
+            funcd_gw_track_end(&track, req->res.status);
+            return 0;
         }
-        funcd_gw_track_end(&track, req->res.status);
-        return 0;
     }
     if (!target) {
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT("5"));

@@ -652,10 +652,6 @@ static void answer_preflight(h2o_req_t *req, shape_req *sr, h2o_iovec_t method)
 {
     const funcd_shape *s = sr->s;
     h2o_iovec_t asked = req_header(req, H2O_STRLIT("access-control-request-headers"));
-    char id[40];
-    funcd_gw_new_id(funcd_gw_thread(), id);
-    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-funcd-invocation-id"), 0,
-                          NULL, h2o_strdup(&req->pool, id, strlen(id)).base, strlen(id));
     if (!funcd_shape_preflight_allowed(s, sr->origin, method, asked)) {
         h2o_iovec_t o = sr->origin;
         sr->origin = h2o_iovec_init(NULL, 0); /* and no CORS headers */
