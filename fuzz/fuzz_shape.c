@@ -40,11 +40,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         p = nul + 1;
     }
-    const char *origins[] = {"https://app.example"}, *methods[] = {"PUT", "*"};
+    const char *origins[] = {"https://app.example"}, *methods[] = {"PUT", "DELETE"};
     const char *headers[] = {"content-type", "x-api-key"};
-    funcd_shape_spec spec = {origins, 1, methods, 1, headers, 2, 60};
+    funcd_edge edge = {.has_cors = 1,
+                       .cors_allow_origins = origins, .n_cors_allow_origins = 1,
+                       .cors_allow_methods = methods, .n_cors_allow_methods = 2,
+                       .cors_allow_headers = headers, .n_cors_allow_headers = 2,
+                       .cors_max_age = 60};
     funcd_shape *shape = NULL;
-    if (funcd_shape_new(&shape, &spec) == 0 && shape) {
+    if (funcd_shape_new(&shape, &edge) == 0 && shape) {
         int ok = funcd_shape_preflight_allowed(shape, part[0], part[1], part[2]);
         check(!ok || funcd_shape_origin_allowed(shape, part[0]),
               "a preflight allowed from an origin that is not");

@@ -82,12 +82,14 @@ static int is_header_value(const char *s)
     return 1;
 }
 
-/* Headers that frame the message or the connection: the gateway owns them. */
+/* Headers that frame the message or the connection, and Content-Encoding
+ * (the gateway's gzip decides it): the gateway owns them. */
 static int is_framing_header(const char *name)
 {
     static const char *const own[] = {"content-length", "transfer-encoding", "connection",
                                       "keep-alive", "upgrade", "te", "trailer",
-                                      "proxy-connection", "x-funcd-invocation-id", NULL};
+                                      "proxy-connection", "x-funcd-invocation-id",
+                                      "content-encoding", NULL};
     for (const char *const *o = own; *o; o++)
         if (strcasecmp(name, *o) == 0)
             return 1;
@@ -100,8 +102,8 @@ static int check_header_name(funcd__api_ctx *c, const char *name)
         return funcd__api_fail(c, "must be a header name: letters, digits and !#$%%&'*+-.^_`|~, "
                                   "at most %d characters", MAX_HEADER_NAME);
     if (is_framing_header(name))
-        return funcd__api_fail(c, "is set by the gateway itself (it frames the message or the "
-                                  "connection) and cannot be changed here");
+        return funcd__api_fail(c, "is set by the gateway itself (it frames or encodes the "
+                                  "message, or the connection) and cannot be changed here");
     return 0;
 }
 

@@ -461,7 +461,8 @@ static int gw_set_route(funcd_gateway *base, const funcd_route *route)
     /* A driver of this version is always given an edge; be safe anyway. */
     e->edge = funcd_edge_dup(route->edge ? route->edge : &all_off);
     e->lim = funcd_edge_limiter_new();
-    if (!e->edge || !e->lim || funcd_edge_limiter_prepare(e->lim, e->edge) < 0) {
+    if (!e->edge || !e->lim || funcd_edge_limiter_prepare(e->lim, e->edge) < 0 ||
+        funcd_shape_new(&e->shape, e->edge) < 0) {
         funcd_edge_free(e->edge);
         funcd_edge_limiter_unref(e->lim);
         free(e->ns);

@@ -61,7 +61,8 @@ static int owned_by_gateway(const char *name)
 {
     static const char *const owned[] = {"content-length", "transfer-encoding", "connection",
                                         "keep-alive", "proxy-connection", "te", "trailer",
-                                        "upgrade", "content-encoding", NULL};
+                                        "upgrade", "content-encoding", "x-funcd-invocation-id",
+                                        NULL};
     for (const char *const *o = owned; *o; o++)
         if (h2o_lcstris(name, strlen(name), *o, strlen(*o)))
             return 1;
@@ -149,54 +150,57 @@ static int copy_list(h2o_iovec_t **out, size_t *n, int *star, const char *const 
     return 0;
 }
 
-int funcd_shape_new(funcd_shape **out, const funcd_shape_spec *spec)
+int funcd_shape_new(funcd_shape **out, const funcd_edge *edge)
 {
     *out = NULL;
+    if (!edge)
+        return 0;
     size_t n_set = 0, n_remove = 0;
-    for (size_t i = 0; i < spec->n_set; i++)
-        n_set += !owned_by_gateway(spec->set_names[i]);
-    for (size_t i = 0; i < spec->n_remove; i++)
-        n_remove += !owned_by_gateway(spec->remove[i]);
-    if (!spec->n_allow_origins && !n_set && !n_remove && !spec->compress)
+    for (size_t i = 0; i < edge->n_headers_set; i++)
+        n_set += !owned_by_gateway(edge->headers_set[i].name);
+    for (size_t i = 0; i < edge->n_headers_remove; i++)
+        n_remove += !owned_by_gateway(edge->headers_remove[i]);
+    if (!edge->has_cors && !n_set && !n_remove && !edge->compress)
         return 0;
     funcd_shape *s = calloc(1, sizeof(*s));
     if (!s)
         return -1;
     atomic_init(&s->refs, 1);
-    s->compress = spec->compress != 0;
-    s->cors = spec->n_allow_origins > 0;
+    s->compress = edge->compress != 0;
+    s->cors = edge->has_cors != 0;
     static const char *const safelisted[] = {"GET", "HEAD", "POST"};
     char age[24];
-    snprintf(age, sizeof(age), "%u", spec->max_age);
-    if (copy_list(&s->origins, &s->n_origins, &s->any_origin, spec->allow_origins,
-                  spec->n_allow_origins, 0) < 0 ||
-        copy_list(&s->methods, &s->n_methods, &s->any_method, spec->allow_methods,
-                  spec->n_allow_methods, 0) < 0 ||
-        copy_list(&s->headers, &s->n_headers, &s->any_header, spec->allow_headers,
-                  spec->n_allow_headers, 1) < 0 ||
-        (spec->n_allow_methods ? join(&s->allow_methods, spec->allow_methods, spec->n_allow_methods)
-                               : join(&s->allow_methods, safelisted, 3)) < 0 ||
-        join(&s->allow_headers, spec->allow_headers, spec->n_allow_headers) < 0 ||
-        (spec->max_age && dup_iov(&s->max_age, age, 0) < 0))
+    snprintf(age, sizeof(age), "%u", (unsigned)edge->cors_max_age);
+    if (copy_list(&s->origins, &s->n_origins, &s->any_origin, edge->cors_allow_origins,
+                  edge->n_cors_allow_origins, 0) < 0 ||
+        copy_list(&s->methods, &s->n_methods, &s->any_method, edge->cors_allow_methods,
+                  edge->n_cors_allow_methods, 0) < 0 ||
+        copy_list(&s->headers, &s->n_headers, &s->any_header, edge->cors_allow_headers,
+                  edge->n_cors_allow_headers, 1) < 0 ||
+        (edge->n_cors_allow_methods
+             ? join(&s->allow_methods, edge->cors_allow_methods, edge->n_cors_allow_methods)
+             : join(&s->allow_methods, safelisted, 3)) < 0 ||
+        join(&s->allow_headers, edge->cors_allow_headers, edge->n_cors_allow_headers) < 0 ||
+        (edge->cors_max_age && dup_iov(&s->max_age, age, 0) < 0))
         goto oom;
     s->set = calloc(n_set ? n_set : 1, sizeof(*s->set));
     if (!s->set)
         goto oom;
-    for (size_t i = 0; i < spec->n_set; i++) {
-        if (owned_by_gateway(spec->set_names[i]))
+    for (size_t i = 0; i < edge->n_headers_set; i++) {
+        const funcd_edge_header *eh = &edge->headers_set[i];
+        if (owned_by_gateway(eh->name))
             continue;
         set_header *h = &s->set[s->n_set++];
-        if (dup_iov(&h->name, spec->set_names[i], 1) < 0 ||
-            !(h->orig = strdup(spec->set_names[i])) ||
-            dup_iov(&h->value, spec->set_values[i], 0) < 0)
+        if (dup_iov(&h->name, eh->name, 1) < 0 || !(h->orig = strdup(eh->name)) ||
+            dup_iov(&h->value, eh->value, 0) < 0)
             goto oom;
     }
     s->remove = calloc(n_remove ? n_remove : 1, sizeof(*s->remove));
     if (!s->remove)
         goto oom;
-    for (size_t i = 0; i < spec->n_remove; i++)
-        if (!owned_by_gateway(spec->remove[i]) && dup_iov(&s->remove[s->n_remove++],
-                                                           spec->remove[i], 1) < 0)
+    for (size_t i = 0; i < edge->n_headers_remove; i++)
+        if (!owned_by_gateway(edge->headers_remove[i]) &&
+            dup_iov(&s->remove[s->n_remove++], edge->headers_remove[i], 1) < 0)
             goto oom;
     *out = s;
     return 0;

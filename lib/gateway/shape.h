@@ -20,35 +20,20 @@
 #include <h2o.h>
 #include <stddef.h>
 
-/* What a route asks for, as plain strings (copied by funcd_shape_new). */
-typedef struct funcd_shape_spec {
-    /* CORS: on when allow_origins is not empty; "*" allows any origin. */
-    const char *const *allow_origins;
-    size_t n_allow_origins;
-    /* Methods a preflight may ask for ("*": any); GET, HEAD and POST
-     * always may (browsers do not preflight them for their method). */
-    const char *const *allow_methods;
-    size_t n_allow_methods;
-    /* Request headers a preflight may ask for (any case; "*": any). */
-    const char *const *allow_headers;
-    size_t n_allow_headers;
-    unsigned max_age; /* seconds a browser may cache a preflight; 0: no Access-Control-Max-Age */
-    /* Response headers set (replacing any of that name) and removed. */
-    const char *const *set_names;
-    const char *const *set_values;
-    size_t n_set;
-    const char *const *remove;
-    size_t n_remove;
-    int compress; /* gzip what is worth it (funcd_shape_compressible_type) */
-} funcd_shape_spec;
+#include "funcd/sys/gateway.h"
 
 typedef struct funcd_shape funcd_shape;
 
-/* Compiles `spec`; *out = NULL when it asks for nothing. Fails only when
- * out of memory. Framing headers (Content-Length, Transfer-Encoding,
- * Connection, ...) and Content-Encoding are left alone by set and remove:
- * the gateway owns them. */
-int funcd_shape_new(funcd_shape **out, const funcd_shape_spec *spec);
+/* Compiles the shaping part of `edge` (cors_*, headers_*, compress; see
+ * funcd/sys/gateway.h and docs/edge.md): CORS is on with has_cors, "*" in
+ * a list allows any; GET, HEAD and POST are always allowed methods (a
+ * browser does not preflight them for their method); an empty
+ * allowMethods is answered as "GET, HEAD, POST". *out = NULL when `edge`
+ * (which may be NULL) asks for nothing. -1 only when out of memory.
+ * Framing headers (Content-Length, Transfer-Encoding, Connection, ...) and
+ * Content-Encoding are left alone by set and remove: the gateway owns
+ * them (validation refuses them first). */
+int funcd_shape_new(funcd_shape **out, const funcd_edge *edge);
 void funcd_shape_ref(funcd_shape *s);
 void funcd_shape_unref(funcd_shape *s); /* NULL is fine */
 

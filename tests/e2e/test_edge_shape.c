@@ -157,6 +157,52 @@ SV_TEST(preflight)
 }
 
 /*
+ * A preflight comes before the authentication stance and the limits: it is
+ * answered without a token and takes no token of the rate; the refusals
+ * those make are shaped like any answer of the function.
+ */
+SV_TEST(preflight_before_edge)
+{
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    CHECK_INT(sv_create(e, "limited",
+                        "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":"
+                        "\"%s\"},\"edge\":{\"limits\":{\"rps\":1,\"burst\":1},"
+                        "\"cors\":{\"allowOrigins\":[\"" ORIGIN "\"]}}}",
+                        dir),
+              201);
+    CHECK_INT(sv_create(e, "private",
+                        "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":"
+                        "\"%s\"},\"edge\":{\"auth\":\"authenticated\","
+                        "\"cors\":{\"allowOrigins\":[\"" ORIGIN "\"]}}}",
+                        dir),
+              201);
+    CHECK(sv_wait_ready(e, "limited", 10000));
+    CHECK(sv_wait_ready(e, "private", 10000));
+    static const char *const pre[] = {"Origin: " ORIGIN, "Access-Control-Request-Method: POST",
+                                      NULL};
+    static const char *const plain[] = {"Origin: " ORIGIN, NULL};
+
+    /* Preflights take no token of the rate: the bucket's one is there after them. */
+    for (int i = 0; i < 5; i++)
+        CHECK_INT(dp(e, "OPTIONS", DP_PATH("limited") "/", pre), 204);
+    CHECK_INT(dp(e, "GET", DP_PATH("limited") "/", plain), 200);
+    dp(e, "GET", DP_PATH("limited") "/", plain);
+    CHECK_DP_STATUS(429, "TooManyRequests");
+    CHECK_STR(sv_header(&e->r, "Access-Control-Allow-Origin"), ORIGIN); /* shaped too */
+
+    /* A preflight needs no token; the request itself does. */
+    CHECK_INT(dp(e, "OPTIONS", DP_PATH("private") "/", pre), 204);
+    CHECK_STR(sv_header(&e->r, "Access-Control-Allow-Origin"), ORIGIN);
+    dp(e, "GET", DP_PATH("private") "/", plain);
+    CHECK_DP_STATUS(401, "Unauthorized");
+    CHECK_STR(sv_header(&e->r, "Access-Control-Allow-Origin"), ORIGIN);
+    int ready = -1, total = -1;
+    CHECK(sv_replicas(e, "private", &ready, &total) == 0);
+    CHECK_INT(total, 0);
+}
+
+/*
  * Answers from the worker: Access-Control-Allow-Origin for an allowed
  * origin, none for another (the worker's own is replaced or removed: the
  * configuration answers for CORS); headers set, replaced and removed, on
@@ -279,6 +325,7 @@ int main(int argc, char **argv)
     const char *only = argc > 1 ? argv[1] : NULL;
     int ran = 0;
     SV_RUN(only, ran, preflight);
+    SV_RUN(only, ran, preflight_before_edge);
     SV_RUN(only, ran, cors_and_headers);
     SV_RUN(only, ran, gzip);
     e2e_client_global_cleanup();

@@ -65,6 +65,11 @@ TEST(edge_invalid)
             "must be an object");
     INVALID("Function", FN("  edge: {headers: {remove: [Transfer-Encoding]}}\n"),
             "spec.edge.headers.remove[0]", "set by the gateway itself");
+    /* compress decides it: a configured one would lie about the bytes */
+    INVALID("Function", FN("  edge: {headers: {set: {Content-Encoding: gzip}}}\n"),
+            "spec.edge.headers.set[Content-Encoding]", "set by the gateway itself");
+    INVALID("Function", FN("  edge: {headers: {remove: [content-encoding]}}\n"),
+            "spec.edge.headers.remove[0]", "set by the gateway itself");
     INVALID("Function", FN("  edge: {compress: yes please}\n"), "spec.edge.compress",
             "must be true or false");
 }

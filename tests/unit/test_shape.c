@@ -60,9 +60,13 @@ TEST(preflights)
     const char *origins[] = {"https://app.example", "HTTPS://Other.Example"};
     const char *methods[] = {"PUT", "DELETE"};
     const char *headers[] = {"Content-Type", "x-api-key"};
-    funcd_shape_spec spec = {origins, 2, methods, 2, headers, 2, 600};
+    funcd_edge edge = {.has_cors = 1,
+                       .cors_allow_origins = origins, .n_cors_allow_origins = 2,
+                       .cors_allow_methods = methods, .n_cors_allow_methods = 2,
+                       .cors_allow_headers = headers, .n_cors_allow_headers = 2,
+                       .cors_max_age = 600};
     funcd_shape *s = NULL;
-    CHECK_INT(funcd_shape_new(&s, &spec), 0);
+    CHECK_INT(funcd_shape_new(&s, &edge), 0);
     CHECK(s != NULL);
     CHECK(funcd_shape_origin_allowed(s, IOV("https://app.example")));
     CHECK(funcd_shape_origin_allowed(s, IOV("https://other.example")));
@@ -81,29 +85,42 @@ TEST(preflights)
     funcd_shape_unref(s);
 
     const char *any[] = {"*"};
-    funcd_shape_spec open = {any, 1, any, 1, any, 1, 0};
+    funcd_edge open = {.has_cors = 1,
+                       .cors_allow_origins = any, .n_cors_allow_origins = 1,
+                       .cors_allow_methods = any, .n_cors_allow_methods = 1,
+                       .cors_allow_headers = any, .n_cors_allow_headers = 1};
     CHECK_INT(funcd_shape_new(&s, &open), 0);
     CHECK(funcd_shape_preflight_allowed(s, IOV("https://whoever.example"), IOV("PATCH"),
                                         IOV("x-anything")));
+    funcd_shape_unref(s);
+
+    /* A cors block that allows no origin: every preflight refused. */
+    funcd_edge none = {.has_cors = 1};
+    CHECK_INT(funcd_shape_new(&s, &none), 0);
+    CHECK(s != NULL);
+    CHECK(!funcd_shape_preflight_allowed(s, IOV("https://app.example"), IOV("GET"), NONE));
     funcd_shape_unref(s);
 }
 
 TEST(compile)
 {
     funcd_shape *s = (funcd_shape *)1;
-    funcd_shape_spec nothing = {0};
+    funcd_edge nothing = {.rps = 10, .max_in_flight = 4}; /* limits only */
     CHECK_INT(funcd_shape_new(&s, &nothing), 0);
     CHECK(s == NULL); /* nothing to shape: the request path costs one branch */
+    s = (funcd_shape *)1;
+    CHECK_INT(funcd_shape_new(&s, NULL), 0);
+    CHECK(s == NULL);
 
     /* Only headers the gateway owns: nothing left to do. */
-    const char *names[] = {"Content-Length", "transfer-encoding"}, *values[] = {"1", "x"};
+    const funcd_edge_header set[] = {{"Content-Length", "1"}, {"transfer-encoding", "x"}};
     const char *remove[] = {"Connection", "Content-Encoding"};
-    funcd_shape_spec owned = {.set_names = names, .set_values = values, .n_set = 2,
-                              .remove = remove, .n_remove = 2};
+    funcd_edge owned = {.headers_set = set, .n_headers_set = 2, .headers_remove = remove,
+                        .n_headers_remove = 2};
     CHECK_INT(funcd_shape_new(&s, &owned), 0);
     CHECK(s == NULL);
 
-    funcd_shape_spec gz = {.compress = 1};
+    funcd_edge gz = {.compress = 1};
     CHECK_INT(funcd_shape_new(&s, &gz), 0);
     CHECK(s != NULL);
     funcd_shape_ref(s);
