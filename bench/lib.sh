@@ -27,9 +27,10 @@ start_funcd() {
 }
 
 create() { # name runtime handler dir scaling-json [env-json [network [more-spec-fields]]]
-  curl -sf -o /dev/null -H "Authorization: Bearer $token" -d "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",
+  curl -s -o "$work/create.out" -w '%{http_code}' -H "Authorization: Bearer $token" -d "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",
     \"metadata\":{\"name\":\"$1\"},\"spec\":{\"runtime\":\"$2\",\"handler\":\"$3\",\"source\":{\"path\":\"$4\"},
-    \"scaling\":$5,\"env\":${6:-{\}},\"network\":\"${7:-none}\"${8:+,$8}}}" "$fns"
+    \"scaling\":$5,\"env\":${6:-{\}},\"network\":\"${7:-none}\"${8:+,$8}}}" "$fns" >"$work/create.code"
+  [ "$(cat "$work/create.code")" = 201 ] || { echo "creating $1: HTTP $(cat "$work/create.code") $(cat "$work/create.out")"; return 1; }
 }
 
 # The socket of the first worker of a function whose state dir path matches
