@@ -12,11 +12,20 @@
  * unsubscribe waits on the mailbox's condition variable until a callback
  * running on another thread returns; a reference count keeps the mailbox alive
  * for publishers that picked it just before it was removed.
+ *
+ * Durable streams (version 2) keep, per durable consumer, a queue of the
+ * messages it has not acknowledged yet (a copy each: streams are small and
+ * consumers few). One thread at a time pumps a consumer's queue, head first,
+ * into its attached subscriptions in turn; another thread that finds it
+ * pumping only flags `again`. A refused message stays at the head and the pump
+ * stops: the next publish to the stream or the next attach retries it (there
+ * is no timer thread in this bus).
  */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bus/subject.h"
 #include "funcd/sys/bus.h"
@@ -30,11 +39,15 @@ typedef struct queued_msg {
 } queued_msg;
 
 typedef struct queue_group queue_group;
+typedef struct consumer consumer;
+typedef struct stream stream;
 
 struct funcd_bus_sub {
     struct funcd_bus_sub *prev, *next; /* the bus's plain list (plain subs only) */
     char *subject;
     queue_group *group; /* NULL for fan-out */
+    consumer *consumer; /* a durable consumer's subscription (then `dcb`, not `cb`) */
+    funcd_bus_durable_cb dcb;
     funcd_bus_msg_cb cb;
     void *payload;
     atomic_int refs; /* one for the bus's lists, one per publisher holding it */
@@ -61,7 +74,34 @@ typedef struct memory_bus {
     pthread_mutex_t lock; /* guards the lists and groups, never held during a callback */
     funcd_bus_sub *plain;
     queue_group *groups;
+    stream *streams;
 } memory_bus;
+
+/* A message a durable consumer has not acknowledged yet. */
+typedef struct dmsg {
+    struct dmsg *next;
+    int64_t at_ms; /* when it was stored (CLOCK_MONOTONIC), for max_age */
+    char *subject;
+    size_t len;
+    unsigned char data[];
+} dmsg;
+
+struct consumer {
+    consumer *next;
+    stream *stream;
+    char *name;
+    dmsg *head, *tail;
+    funcd_bus_sub **members; /* attached subscriptions, served in turn */
+    size_t n, cap, turn;
+    int pumping, again, deleted;
+};
+
+struct stream {
+    stream *next;
+    char *name, *subjects;
+    int64_t max_age_ms;
+    consumer *consumers;
+};
 
 static memory_bus *mbus(funcd_bus *b)
 {
@@ -187,6 +227,8 @@ static int collect(memory_bus *m, const char *subject, targets *t)
     return rc;
 }
 
+static int store_and_pump(memory_bus *m, const char *subject, const void *data, size_t len);
+
 static int mem_publish(funcd_bus *b, const char *subject, const void *data, size_t len)
 {
     int rc = funcd_bus_check_subject(subject, 0, "publish to");
@@ -206,6 +248,10 @@ static int mem_publish(funcd_bus *b, const char *subject, const void *data, size
     }
     if (t.subs != t.inline_subs)
         free(t.subs);
+    if (rc == 0) {
+        rc = store_and_pump(mbus(b), subject, data, len);
+        rc = rc == FUNCD_ENOTFOUND ? 0 : rc; /* no stream takes it: a plain publish */
+    }
     return rc;
 }
 
@@ -326,10 +372,15 @@ static int mem_subscribe(funcd_bus *b, const char *subject, const char *queue_gr
     return 0;
 }
 
+static void consumer_detach(consumer *c, funcd_bus_sub *sub);
+
 static void unlink_sub(memory_bus *m, funcd_bus_sub *sub)
 {
     pthread_mutex_lock(&m->lock);
-    if (sub->group) {
+    if (sub->consumer) {
+        consumer_detach(sub->consumer, sub);
+        sub->consumer = NULL;
+    } else if (sub->group) {
         group_leave(m, sub);
         sub->group = NULL;
     } else {
@@ -359,6 +410,8 @@ static void mem_unsubscribe(funcd_bus *b, funcd_bus_sub *sub)
     sub_unref(sub);
 }
 
+static void stream_free(stream *st);
+
 static void mem_free(funcd_bus *b)
 {
     memory_bus *m = mbus(b);
@@ -377,8 +430,340 @@ static void mem_free(funcd_bus *b)
             sub_unref(g->members[i]);
         group_free(g);
     }
+    while (m->streams) {
+        stream *st = m->streams;
+        m->streams = st->next;
+        stream_free(st);
+    }
     pthread_mutex_destroy(&m->lock);
     free(m);
+}
+
+/* ---- durable streams (version 2) ------------------------------------------------------ */
+
+#define DEFAULT_MAX_AGE_MS (24 * 3600 * 1000LL)
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void dmsg_free(dmsg *d)
+{
+    free(d->subject);
+    free(d);
+}
+
+static void consumer_free(consumer *c)
+{
+    while (c->head) {
+        dmsg *d = c->head;
+        c->head = d->next;
+        dmsg_free(d);
+    }
+    free(c->members);
+    free(c->name);
+    free(c);
+}
+
+static void stream_free(stream *st)
+{
+    while (st->consumers) {
+        consumer *c = st->consumers;
+        st->consumers = c->next;
+        for (size_t i = 0; i < c->n; i++)
+            c->members[i]->consumer = NULL; /* subscriptions outliving the bus: forgiven */
+        consumer_free(c);
+    }
+    free(st->name);
+    free(st->subjects);
+    free(st);
+}
+
+static stream *find_stream(memory_bus *m, const char *name)
+{
+    for (stream *st = m->streams; st; st = st->next)
+        if (strcmp(st->name, name) == 0)
+            return st;
+    return NULL;
+}
+
+static consumer *find_consumer(stream *st, const char *name)
+{
+    for (consumer *c = st->consumers; c; c = c->next)
+        if (strcmp(c->name, name) == 0)
+            return c;
+    return NULL;
+}
+
+/* Called with the bus lock. */
+static void consumer_detach(consumer *c, funcd_bus_sub *sub)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        if (c->members[i] == sub) {
+            memmove(&c->members[i], &c->members[i + 1], (c->n - i - 1) * sizeof(*c->members));
+            c->n--;
+            return;
+        }
+    }
+}
+
+/* Runs a durable callback through the subscription's gate: 1 acknowledged,
+ * 0 refused, -1 not delivered (the subscription was ended). */
+static int run_durable(funcd_bus_sub *sub, dmsg *d)
+{
+    pthread_mutex_lock(&sub->mu);
+    if (sub->ended) {
+        pthread_mutex_unlock(&sub->mu);
+        return -1;
+    }
+    sub->running = 1;
+    sub->runner = pthread_self();
+    pthread_mutex_unlock(&sub->mu);
+    int rc = sub->dcb(d->subject, d->data, d->len, sub->payload);
+    pthread_mutex_lock(&sub->mu);
+    sub->running = 0;
+    pthread_cond_broadcast(&sub->idle);
+    pthread_mutex_unlock(&sub->mu);
+    return rc == 0 ? 1 : 0;
+}
+
+/* Delivers c's queue to its members, head first, until it is empty, nobody
+ * is attached or a message is refused; called with the bus lock, which is
+ * dropped around each callback. */
+static void pump_locked(memory_bus *m, consumer *c)
+{
+    if (c->pumping) {
+        c->again = 1;
+        return;
+    }
+    c->pumping = 1;
+    for (;;) {
+        c->again = 0;
+        int64_t cutoff = now_ms() - c->stream->max_age_ms;
+        while (c->head && c->head->at_ms < cutoff) {
+            dmsg *d = c->head;
+            if (!(c->head = d->next))
+                c->tail = NULL;
+            dmsg_free(d);
+        }
+        if (c->deleted || !c->head || !c->n)
+            break;
+        funcd_bus_sub *sub = c->members[c->turn++ % c->n];
+        dmsg *d = c->head; /* only the pump removes the head */
+        atomic_fetch_add(&sub->refs, 1);
+        pthread_mutex_unlock(&m->lock);
+        int delivered = run_durable(sub, d);
+        pthread_mutex_lock(&m->lock);
+        sub_unref(sub);
+        if (delivered == 1) {
+            if (!(c->head = d->next))
+                c->tail = NULL;
+            dmsg_free(d);
+        } else if (delivered == 0 && !c->again) {
+            break; /* refused: retried at the next publish or attach */
+        }
+    }
+    c->pumping = 0;
+    if (c->deleted)
+        consumer_free(c); /* consumer_delete left it to us */
+}
+
+/* Stores a message for every consumer of the stream taking `subject`, then
+ * pumps them; FUNCD_ENOTFOUND when no stream takes it. */
+static int store_and_pump(memory_bus *m, const char *subject, const void *data, size_t len)
+{
+    pthread_mutex_lock(&m->lock);
+    stream *st = m->streams;
+    while (st && !funcd_bus_subject_matches(st->subjects, subject))
+        st = st->next;
+    if (!st) {
+        pthread_mutex_unlock(&m->lock);
+        return FUNCD_ENOTFOUND;
+    }
+    int64_t at = now_ms();
+    for (consumer *c = st->consumers; c; c = c->next) {
+        dmsg *d = malloc(sizeof(*d) + len);
+        if (!d || !(d->subject = strdup(subject))) {
+            free(d);
+            pthread_mutex_unlock(&m->lock);
+            return funcd_error_set(FUNCD_ENOMEM, "bus: out of memory storing a message on "
+                                   "\"%s\" in stream %s", subject, st->name);
+        }
+        d->next = NULL;
+        d->at_ms = at;
+        d->len = len;
+        if (len)
+            memcpy(d->data, data, len);
+        if (c->tail)
+            c->tail->next = d;
+        else
+            c->head = d;
+        c->tail = d;
+    }
+    /* The lock is dropped inside each pump, and a consumer deleted meanwhile
+     * is unlinked: find the next one by name, or start over (pumping one
+     * twice only finds its queue empty). */
+    consumer *c = st->consumers;
+    while (c) {
+        char *name = strdup(c->name);
+        if (!name)
+            break; /* the messages are stored; the next publish or attach pumps them */
+        pump_locked(m, c);
+        consumer *still = find_consumer(st, name);
+        free(name);
+        c = still ? still->next : st->consumers;
+    }
+    pthread_mutex_unlock(&m->lock);
+    return 0;
+}
+
+static int mem_stream_ensure(funcd_bus *b, const char *name, const char *subjects,
+                             int64_t max_age_ms)
+{
+    memory_bus *m = mbus(b);
+    int rc = funcd_bus_check_name("stream", name);
+    if (rc < 0 || (rc = funcd_bus_check_subject(subjects, 1, "keep a stream of")) < 0)
+        return rc;
+    if (max_age_ms < 0)
+        return funcd_error_set(FUNCD_EINVAL, "bus: stream %s: max age %lld ms is negative", name,
+                               (long long)max_age_ms);
+    pthread_mutex_lock(&m->lock);
+    stream *st = find_stream(m, name);
+    if (st) {
+        if (strcmp(st->subjects, subjects) == 0)
+            st->max_age_ms = max_age_ms ? max_age_ms : DEFAULT_MAX_AGE_MS;
+        rc = strcmp(st->subjects, subjects) == 0
+                 ? 0
+                 : funcd_error_set(FUNCD_EEXISTS, "bus: stream %s exists with subjects \"%s\", "
+                                   "not \"%s\"", name, st->subjects, subjects);
+        pthread_mutex_unlock(&m->lock);
+        return rc;
+    }
+    for (stream *o = m->streams; o; o = o->next) {
+        if (funcd_bus_patterns_overlap(o->subjects, subjects)) {
+            pthread_mutex_unlock(&m->lock);
+            return funcd_error_set(FUNCD_EEXISTS, "bus: stream %s's subjects \"%s\" overlap "
+                                   "stream %s's \"%s\"", name, subjects, o->name, o->subjects);
+        }
+    }
+    st = calloc(1, sizeof(*st));
+    if (!st || !(st->name = strdup(name)) || !(st->subjects = strdup(subjects))) {
+        if (st)
+            stream_free(st);
+        pthread_mutex_unlock(&m->lock);
+        return funcd_error_set(FUNCD_ENOMEM, "bus: out of memory creating stream %s", name);
+    }
+    st->max_age_ms = max_age_ms ? max_age_ms : DEFAULT_MAX_AGE_MS;
+    st->next = m->streams;
+    m->streams = st;
+    pthread_mutex_unlock(&m->lock);
+    return 0;
+}
+
+static int mem_publish_durable(funcd_bus *b, const char *subject, const void *data, size_t len)
+{
+    int rc = funcd_bus_check_subject(subject, 0, "publish to");
+    if (rc < 0)
+        return rc;
+    if (!data && len)
+        return funcd_error_set(FUNCD_EINVAL, "bus: publish to \"%s\" has no data but %zu bytes",
+                               subject, len);
+    /* Plain subscribers see it as well, as on NATS. */
+    if ((rc = mem_publish(b, subject, data, len)) < 0)
+        return rc;
+    pthread_mutex_lock(&mbus(b)->lock);
+    stream *st = mbus(b)->streams;
+    while (st && !funcd_bus_subject_matches(st->subjects, subject))
+        st = st->next;
+    pthread_mutex_unlock(&mbus(b)->lock);
+    if (!st)
+        return funcd_error_set(FUNCD_ENOTFOUND, "bus: no stream keeps subject \"%s\"; create "
+                               "one whose subjects match it first", subject);
+    return 0;
+}
+
+static int mem_consume(funcd_bus *b, const char *stream_name, const char *durable,
+                       funcd_bus_durable_cb cb, void *payload, funcd_bus_sub **out)
+{
+    memory_bus *m = mbus(b);
+    int rc = funcd_bus_check_name("stream", stream_name);
+    if (rc < 0 || (rc = funcd_bus_check_name("consumer", durable)) < 0)
+        return rc;
+    if (!cb || !out)
+        return funcd_error_set(FUNCD_EINVAL, "bus: consume of %s needs a callback and an out "
+                               "handle", durable);
+    funcd_bus_sub *sub = sub_new(durable, NULL, payload);
+    if (!sub)
+        return funcd_error_set(FUNCD_ENOMEM, "bus: out of memory attaching to %s", durable);
+    sub->dcb = cb;
+    pthread_mutex_lock(&m->lock);
+    stream *st = find_stream(m, stream_name);
+    consumer *c = st ? find_consumer(st, durable) : NULL;
+    if (st && !c && (c = calloc(1, sizeof(*c)))) {
+        if (!(c->name = strdup(durable))) {
+            free(c);
+            c = NULL;
+        } else {
+            c->stream = st;
+            c->next = st->consumers;
+            st->consumers = c;
+        }
+    }
+    if (c && c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 4;
+        funcd_bus_sub **p = realloc(c->members, cap * sizeof(*p));
+        if (p) {
+            c->members = p;
+            c->cap = cap;
+        }
+    }
+    if (!st || !c || c->n == c->cap) {
+        pthread_mutex_unlock(&m->lock);
+        sub_free(sub);
+        return st ? funcd_error_set(FUNCD_ENOMEM, "bus: out of memory attaching to %s", durable)
+                  : funcd_error_set(FUNCD_ENOTFOUND, "bus: no stream %s to consume from",
+                                    stream_name);
+    }
+    c->members[c->n++] = sub;
+    sub->consumer = c;
+    *out = sub;
+    pump_locked(m, c); /* what was stored while nobody was attached */
+    pthread_mutex_unlock(&m->lock);
+    return 0;
+}
+
+static int mem_consumer_delete(funcd_bus *b, const char *stream_name, const char *durable)
+{
+    memory_bus *m = mbus(b);
+    int rc = funcd_bus_check_name("stream", stream_name);
+    if (rc < 0 || (rc = funcd_bus_check_name("consumer", durable)) < 0)
+        return rc;
+    pthread_mutex_lock(&m->lock);
+    stream *st = find_stream(m, stream_name);
+    consumer *c = st ? find_consumer(st, durable) : NULL;
+    if (!c)
+        rc = funcd_error_set(FUNCD_ENOTFOUND, "bus: no consumer %s on stream %s", durable,
+                             stream_name);
+    else if (c->n)
+        rc = funcd_error_set(FUNCD_ESTATE, "bus: consumer %s on stream %s has %zu subscriptions "
+                             "attached; unsubscribe them first", durable, stream_name, c->n);
+    if (rc == 0) {
+        for (consumer **pp = &st->consumers; *pp; pp = &(*pp)->next) {
+            if (*pp == c) {
+                *pp = c->next;
+                break;
+            }
+        }
+        if (c->pumping)
+            c->deleted = 1; /* its pump frees it */
+        else
+            consumer_free(c);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return rc;
 }
 
 FUNCD_EXTERN int funcd_bus_memory_new(funcd_bus **out)
@@ -399,6 +784,10 @@ FUNCD_EXTERN int funcd_bus_memory_new(funcd_bus **out)
     m->base.subscribe = mem_subscribe;
     m->base.unsubscribe = mem_unsubscribe;
     m->base.free = mem_free;
+    m->base.stream_ensure = mem_stream_ensure;
+    m->base.publish_durable = mem_publish_durable;
+    m->base.consume = mem_consume;
+    m->base.consumer_delete = mem_consumer_delete;
     *out = &m->base;
     return 0;
 }

@@ -18,6 +18,13 @@
  * One subscription's handler never runs concurrently with itself in libnats
  * (one dispatcher per subscription), which is the port's other promise.
  *
+ * Durable streams (version 2) are JetStream's: a stream with interest
+ * retention (a message stays until every consumer acknowledged it), and per
+ * consumer name one durable push consumer whose deliver group is that name,
+ * so every subscription attached to it shares its messages. libnats deletes a
+ * consumer it created when such a subscription is unsubscribed, but not when
+ * it is destroyed, so unsubscribe destroys: the consumer keeps its place.
+ *
  * Reconnecting is libnats's: the options below only set its knobs and route
  * its disconnect, reconnect and error events to funcd's logger.
  */
@@ -36,10 +43,13 @@
 #define DEFAULT_RECONNECT_WAIT_MS 2000
 #define DEFAULT_RECONNECT_BUFFER (8 * 1024 * 1024)
 #define DEFAULT_TIMEOUT_MS 2000
+#define DEFAULT_MAX_AGE_MS (24 * 3600 * 1000LL)
+#define REDELIVER_MS 1000 /* a refused durable message comes back after this */
 
 typedef struct nats_bus {
     funcd_bus base;
     natsConnection *nc;
+    jsCtx *js;
     funcd_logger log;
     char where[256]; /* the URL without credentials, for messages */
     int64_t timeout_ms;
@@ -54,6 +64,7 @@ struct funcd_bus_sub {
     nats_bus *bus;
     natsSubscription *ns;
     funcd_bus_msg_cb cb;
+    funcd_bus_durable_cb dcb; /* a durable consumer's subscription */
     void *payload;
     atomic_int refs; /* unsubscribe's and libnats's (until on-complete) */
 
@@ -192,34 +203,93 @@ static void sub_unref(funcd_bus_sub *sub)
     free(sub);
 }
 
-static void on_msg(natsConnection *nc, natsSubscription *ns, natsMsg *msg, void *closure)
+/* Through the gate: 0 when the subscription was ended (drop the message). */
+static int gate_enter(funcd_bus_sub *sub)
 {
-    funcd_bus_sub *sub = closure;
     pthread_mutex_lock(&sub->mu);
-    if (sub->ended) {
-        pthread_mutex_unlock(&sub->mu);
-        natsMsg_Destroy(msg);
-        return;
+    int open = !sub->ended;
+    if (open) {
+        sub->running = 1;
+        sub->runner = pthread_self();
     }
-    sub->running = 1;
-    sub->runner = pthread_self();
     pthread_mutex_unlock(&sub->mu);
+    return open;
+}
 
-    const char *data = natsMsg_GetData(msg);
-    sub->cb(natsMsg_GetSubject(msg), data ? data : "", (size_t)natsMsg_GetDataLength(msg),
-            sub->payload);
-    natsMsg_Destroy(msg);
-
+static void gate_leave(funcd_bus_sub *sub)
+{
     pthread_mutex_lock(&sub->mu);
     sub->running = 0;
     pthread_cond_broadcast(&sub->idle);
     pthread_mutex_unlock(&sub->mu);
 }
 
+static void on_msg(natsConnection *nc, natsSubscription *ns, natsMsg *msg, void *closure)
+{
+    funcd_bus_sub *sub = closure;
+    if (gate_enter(sub)) {
+        const char *data = natsMsg_GetData(msg);
+        sub->cb(natsMsg_GetSubject(msg), data ? data : "", (size_t)natsMsg_GetDataLength(msg),
+                sub->payload);
+        gate_leave(sub);
+    }
+    natsMsg_Destroy(msg);
+}
+
+/* A durable message: acknowledged when the callback says 0, else handed back
+ * (also when the subscription ended before it ran) to come again. */
+static void on_durable_msg(natsConnection *nc, natsSubscription *ns, natsMsg *msg,
+                           void *closure)
+{
+    funcd_bus_sub *sub = closure;
+    int rc = -1;
+    if (gate_enter(sub)) {
+        const char *data = natsMsg_GetData(msg);
+        rc = sub->dcb(natsMsg_GetSubject(msg), data ? data : "",
+                      (size_t)natsMsg_GetDataLength(msg), sub->payload);
+        gate_leave(sub);
+    }
+    /* A failed ack or nak leaves the message to JetStream's ack wait: it comes again. */
+    if (rc == 0)
+        natsMsg_Ack(msg, NULL);
+    else
+        natsMsg_NakWithDelay(msg, REDELIVER_MS, NULL);
+    natsMsg_Destroy(msg);
+}
+
 /* libnats will not call on_msg for this subscription again. */
 static void on_complete(void *closure)
 {
     sub_unref(closure);
+}
+
+static funcd_bus_sub *sub_new(nats_bus *n, void *payload)
+{
+    funcd_bus_sub *sub = calloc(1, sizeof(*sub));
+    if (!sub)
+        return NULL;
+    sub->bus = n;
+    sub->payload = payload;
+    atomic_init(&sub->refs, 2);
+    pthread_mutex_init(&sub->mu, NULL);
+    pthread_cond_init(&sub->idle, NULL);
+    return sub;
+}
+
+/* Asks libnats to say when it is done with `sub`; on failure (the
+ * subscription was closed already: the connection closed under us) libnats
+ * may still hold `sub` in a dispatch, so it is left to the process rather
+ * than freed under libnats. */
+static int watch_completion(funcd_bus_sub *sub, const char *what)
+{
+    natsStatus s = natsSubscription_SetOnCompleteCB(sub->ns, on_complete, sub);
+    if (s == NATS_OK)
+        return 0;
+    int rc = funcd_error_set(FUNCD_EIO, "bus: cannot subscribe to \"%s\" on NATS at %s: %s",
+                             what, sub->bus->where, natsStatus_GetText(s));
+    sub->ended = 1;
+    natsSubscription_Destroy(sub->ns);
+    return rc;
 }
 
 static int nats_subscribe(funcd_bus *b, const char *subject, const char *queue_group,
@@ -235,15 +305,10 @@ static int nats_subscribe(funcd_bus *b, const char *subject, const char *queue_g
                                subject);
     if ((rc = funcd_bus_check_queue_group(queue_group, subject)) < 0)
         return rc;
-    funcd_bus_sub *sub = calloc(1, sizeof(*sub));
+    funcd_bus_sub *sub = sub_new(n, payload);
     if (!sub)
         return funcd_error_set(FUNCD_ENOMEM, "bus: out of memory subscribing to \"%s\"", subject);
-    sub->bus = n;
     sub->cb = cb;
-    sub->payload = payload;
-    atomic_init(&sub->refs, 2);
-    pthread_mutex_init(&sub->mu, NULL);
-    pthread_cond_init(&sub->idle, NULL);
     natsStatus s = queue_group
                        ? natsConnection_QueueSubscribe(&sub->ns, n->nc, subject, queue_group,
                                                        on_msg, sub)
@@ -255,16 +320,8 @@ static int nats_subscribe(funcd_bus *b, const char *subject, const char *queue_g
         sub_unref(sub);
         return rc;
     }
-    if ((s = natsSubscription_SetOnCompleteCB(sub->ns, on_complete, sub)) != NATS_OK) {
-        /* Closed already (the connection closed under us): libnats may still
-         * hold `sub` in a dispatch, so it is left to the process rather than
-         * freed under libnats. */
-        rc = funcd_error_set(FUNCD_EIO, "bus: cannot subscribe to \"%s\" on NATS at %s: %s",
-                             subject, n->where, natsStatus_GetText(s));
-        sub->ended = 1;
-        natsSubscription_Destroy(sub->ns);
+    if ((rc = watch_completion(sub, subject)) < 0)
         return rc;
-    }
     *out = sub;
     return 0;
 }
@@ -273,15 +330,16 @@ static void nats_unsubscribe(funcd_bus *b, funcd_bus_sub *sub)
 {
     if (!sub)
         return;
-    /* Fails only when the connection is closed, which ended the subscription anyway. */
-    natsSubscription_Unsubscribe(sub->ns);
+    /* Destroy, not Unsubscribe: both end the interest, but Unsubscribe would
+     * also delete a durable consumer libnats created. */
+    natsSubscription_Destroy(sub->ns);
+    sub->ns = NULL;
     pthread_mutex_lock(&sub->mu);
     sub->ended = 1;
     /* A callback running on this thread is our caller: waiting would never end. */
     while (sub->running && !pthread_equal(sub->runner, pthread_self()))
         pthread_cond_wait(&sub->idle, &sub->mu);
     pthread_mutex_unlock(&sub->mu);
-    natsSubscription_Destroy(sub->ns);
     sub_unref(sub);
 }
 
@@ -302,11 +360,179 @@ static void nats_free(funcd_bus *b)
         while (!n->closed)
             pthread_cond_wait(&n->cv, &n->mu);
         pthread_mutex_unlock(&n->mu);
+        jsCtx_Destroy(n->js);
         natsConnection_Destroy(n->nc);
     }
     pthread_cond_destroy(&n->cv);
     pthread_mutex_destroy(&n->mu);
     free(n);
+}
+
+/* ---- durable streams: JetStream ------------------------------------------------------ */
+
+/* FUNCD_E* for a failed JetStream call; `jerr` is the server's code. */
+static int js_error(nats_bus *n, natsStatus s, jsErrCode jerr, const char *what)
+{
+    if (s == NATS_TIMEOUT)
+        return funcd_error_set(FUNCD_ETIMEOUT, "bus: %s: NATS at %s did not answer in %lld ms",
+                               what, n->where, (long long)n->timeout_ms);
+    if (jerr == JSNotEnabledErr || jerr == JSNotEnabledForAccountErr)
+        return funcd_error_set(FUNCD_ENOTSUP, "bus: %s: JetStream is not enabled on NATS at %s "
+                               "(start nats-server with -js)", what, n->where);
+    return funcd_error_set(FUNCD_EIO, "bus: %s on NATS at %s: %s (JetStream error %d)", what,
+                           n->where, nats_why(s), (int)jerr);
+}
+
+static int nats_stream_ensure(funcd_bus *b, const char *name, const char *subjects,
+                              int64_t max_age_ms)
+{
+    nats_bus *n = nbus(b);
+    int rc = funcd_bus_check_name("stream", name);
+    if (rc < 0 || (rc = funcd_bus_check_subject(subjects, 1, "keep a stream of")) < 0)
+        return rc;
+    if (max_age_ms < 0 || max_age_ms > INT64_MAX / 1000000)
+        return funcd_error_set(FUNCD_EINVAL, "bus: stream %s: max age %lld ms is out of range",
+                               name, (long long)max_age_ms);
+    const char *subj[1] = {subjects};
+    jsStreamConfig cfg;
+    jsStreamConfig_Init(&cfg);
+    cfg.Name = name;
+    cfg.Subjects = subj;
+    cfg.SubjectsLen = 1;
+    cfg.Retention = js_InterestPolicy;
+    cfg.Storage = js_FileStorage;
+    cfg.MaxAge = (max_age_ms ? max_age_ms : DEFAULT_MAX_AGE_MS) * 1000000; /* nanoseconds */
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_AddStream(&si, n->js, &cfg, NULL, &jerr);
+    jsStreamInfo_Destroy(si);
+    si = NULL;
+    if (s != NATS_OK && jerr == JSStreamNameExistErr) {
+        /* It exists with another configuration: the same subjects take the new max age. */
+        jerr = 0;
+        s = js_GetStreamInfo(&si, n->js, name, NULL, &jerr);
+        int same = s == NATS_OK && si->Config && si->Config->SubjectsLen == 1 &&
+                   strcmp(si->Config->Subjects[0], subjects) == 0;
+        if (s == NATS_OK && !same)
+            rc = funcd_error_set(FUNCD_EEXISTS, "bus: stream %s exists with subjects \"%s\", "
+                                 "not \"%s\"", name,
+                                 si->Config && si->Config->SubjectsLen ? si->Config->Subjects[0]
+                                                                       : "",
+                                 subjects);
+        jsStreamInfo_Destroy(si);
+        si = NULL;
+        if (rc < 0)
+            return rc;
+        if (s == NATS_OK) {
+            s = js_UpdateStream(&si, n->js, &cfg, NULL, &jerr);
+            jsStreamInfo_Destroy(si);
+        }
+    }
+    if (s == NATS_OK)
+        return 0;
+    if (jerr == JSStreamSubjectOverlapErr)
+        return funcd_error_set(FUNCD_EEXISTS, "bus: stream %s's subjects \"%s\" overlap another "
+                               "stream's on NATS at %s", name, subjects, n->where);
+    char what[128];
+    snprintf(what, sizeof(what), "cannot create stream %s", name);
+    return js_error(n, s, jerr, what);
+}
+
+static int nats_publish_durable(funcd_bus *b, const char *subject, const void *data, size_t len)
+{
+    nats_bus *n = nbus(b);
+    int rc = funcd_bus_check_subject(subject, 0, "publish to");
+    if (rc < 0)
+        return rc;
+    if (!data && len)
+        return funcd_error_set(FUNCD_EINVAL, "bus: publish to \"%s\" has no data but %zu bytes",
+                               subject, len);
+    if (len > INT32_MAX)
+        return funcd_error_set(FUNCD_EINVAL, "bus: a message of %zu bytes to \"%s\" is larger "
+                               "than NATS carries", len, subject);
+    jsPubAck *pa = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_Publish(&pa, n->js, subject, data, (int)len, NULL, &jerr);
+    jsPubAck_Destroy(pa);
+    if (s == NATS_OK)
+        return 0;
+    if (s == NATS_NO_RESPONDERS)
+        return funcd_error_set(FUNCD_ENOTFOUND, "bus: no stream keeps subject \"%s\" on NATS at "
+                               "%s; create one whose subjects match it first", subject, n->where);
+    char what[160];
+    snprintf(what, sizeof(what), "cannot store a message on \"%.100s\"", subject);
+    return js_error(n, s, jerr, what);
+}
+
+static int nats_consume(funcd_bus *b, const char *stream, const char *durable,
+                        funcd_bus_durable_cb cb, void *payload, funcd_bus_sub **out)
+{
+    nats_bus *n = nbus(b);
+    int rc = funcd_bus_check_name("stream", stream);
+    if (rc < 0 || (rc = funcd_bus_check_name("consumer", durable)) < 0)
+        return rc;
+    if (!cb || !out)
+        return funcd_error_set(FUNCD_EINVAL, "bus: consume of %s needs a callback and an out "
+                               "handle", durable);
+    /* libnats wants the subject to filter on: the stream's own. */
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_GetStreamInfo(&si, n->js, stream, NULL, &jerr);
+    char what[160];
+    if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr)
+        return funcd_error_set(FUNCD_ENOTFOUND, "bus: no stream %s to consume from on NATS at %s",
+                               stream, n->where);
+    if (s != NATS_OK || !si->Config || si->Config->SubjectsLen < 1) {
+        jsStreamInfo_Destroy(si);
+        snprintf(what, sizeof(what), "cannot look up stream %s", stream);
+        return js_error(n, s == NATS_OK ? NATS_ERR : s, jerr, what);
+    }
+    char subject[256];
+    snprintf(subject, sizeof(subject), "%s", si->Config->Subjects[0]);
+    jsStreamInfo_Destroy(si);
+
+    funcd_bus_sub *sub = sub_new(n, payload);
+    if (!sub)
+        return funcd_error_set(FUNCD_ENOMEM, "bus: out of memory attaching to %s", durable);
+    sub->dcb = cb;
+    jsSubOptions so;
+    jsSubOptions_Init(&so);
+    so.Stream = stream;
+    so.Queue = durable; /* the deliver group: attached subscriptions share the messages */
+    so.Config.Durable = durable;
+    so.Config.DeliverPolicy = js_DeliverNew;
+    so.Config.AckPolicy = js_AckExplicit;
+    so.ManualAck = true;
+    s = js_Subscribe(&sub->ns, n->js, subject, on_durable_msg, sub, NULL, &so, &jerr);
+    if (s != NATS_OK) {
+        snprintf(what, sizeof(what), "cannot attach to consumer %s of stream %s", durable, stream);
+        rc = js_error(n, s, jerr, what);
+        atomic_store(&sub->refs, 1);
+        sub_unref(sub);
+        return rc;
+    }
+    if ((rc = watch_completion(sub, durable)) < 0)
+        return rc;
+    *out = sub;
+    return 0;
+}
+
+static int nats_consumer_delete(funcd_bus *b, const char *stream, const char *durable)
+{
+    nats_bus *n = nbus(b);
+    int rc = funcd_bus_check_name("stream", stream);
+    if (rc < 0 || (rc = funcd_bus_check_name("consumer", durable)) < 0)
+        return rc;
+    jsErrCode jerr = 0;
+    natsStatus s = js_DeleteConsumer(n->js, stream, durable, NULL, &jerr);
+    if (s == NATS_OK)
+        return 0;
+    if (s == NATS_NOT_FOUND || jerr == JSConsumerNotFoundErr || jerr == JSStreamNotFoundErr)
+        return funcd_error_set(FUNCD_ENOTFOUND, "bus: no consumer %s on stream %s on NATS at %s",
+                               durable, stream, n->where);
+    char what[160];
+    snprintf(what, sizeof(what), "cannot delete consumer %s of stream %s", durable, stream);
+    return js_error(n, s, jerr, what);
 }
 
 /* ---- construction ---------------------------------------------------------------------- */
@@ -394,6 +620,10 @@ FUNCD_EXTERN int funcd_bus_nats_new(funcd_bus **out, const char *url,
     n->base.subscribe = nats_subscribe;
     n->base.unsubscribe = nats_unsubscribe;
     n->base.free = nats_free;
+    n->base.stream_ensure = nats_stream_ensure;
+    n->base.publish_durable = nats_publish_durable;
+    n->base.consume = nats_consume;
+    n->base.consumer_delete = nats_consumer_delete;
 
     natsOptions *no = make_options(n, url, &o);
     if (!no) {
@@ -406,6 +636,16 @@ FUNCD_EXTERN int funcd_bus_nats_new(funcd_bus **out, const char *url,
         int rc = funcd_error_set(FUNCD_EIO, "bus: cannot connect to NATS at %s: %s (is "
                                  "nats-server running there?)", n->where, nats_why(s));
         n->nc = NULL;
+        nats_free(&n->base);
+        return rc;
+    }
+    /* A context only: no traffic until a durable call (JetStream may be off). */
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.Wait = n->timeout_ms;
+    if ((s = natsConnection_JetStream(&n->js, n->nc, &jo)) != NATS_OK) {
+        int rc = funcd_error_set(FUNCD_ENOMEM, "bus: cannot make a JetStream context: %s",
+                                 nats_why(s));
         nats_free(&n->base);
         return rc;
     }

@@ -81,3 +81,31 @@ int funcd_bus_subject_matches(const char *pattern, const char *subject)
         subject += sl + 1;
     }
 }
+
+int funcd_bus_check_name(const char *what, const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > 64 || strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                         "0123456789_-") != n)
+        return funcd_error_set(FUNCD_EINVAL,
+                               "bus: %s name \"%s\" is invalid; use 1 to 64 of A-Z a-z 0-9 _ -",
+                               what, name ? name : "(null)");
+    return 0;
+}
+
+int funcd_bus_patterns_overlap(const char *a, const char *b)
+{
+    for (;;) {
+        size_t al = token_len(a), bl = token_len(b);
+        if ((al == 1 && a[0] == '>') || (bl == 1 && b[0] == '>'))
+            return 1;
+        int wild = (al == 1 && a[0] == '*') || (bl == 1 && b[0] == '*');
+        if (!wild && (al != bl || memcmp(a, b, al) != 0))
+            return 0;
+        int amore = a[al] == '.', bmore = b[bl] == '.';
+        if (!amore || !bmore)
+            return amore == bmore;
+        a += al + 1;
+        b += bl + 1;
+    }
+}

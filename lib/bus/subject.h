@@ -12,4 +12,11 @@ int funcd_bus_check_queue_group(const char *group, const char *subject);
 /* Matches a valid pattern against a valid literal subject. */
 int funcd_bus_subject_matches(const char *pattern, const char *subject);
 
+/* 0 for a stream or consumer name of 1 to 64 [A-Za-z0-9_-] (what NATS
+ * JetStream and file names accept alike), else FUNCD_EINVAL. */
+int funcd_bus_check_name(const char *what, const char *name);
+
+/* Whether some literal subject matches both valid patterns. */
+int funcd_bus_patterns_overlap(const char *a, const char *b);
+
 #endif

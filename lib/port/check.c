@@ -34,6 +34,10 @@ static const funcd_port_slot bus_slots[] = {
     SLOT(funcd_bus, subscribe, 1, 1),
     SLOT(funcd_bus, unsubscribe, 1, 1),
     SLOT(funcd_bus, free, 1, 1),
+    SLOT(funcd_bus, stream_ensure, 2, 0),
+    SLOT(funcd_bus, publish_durable, 2, 0),
+    SLOT(funcd_bus, consume, 2, 0),
+    SLOT(funcd_bus, consumer_delete, 2, 0),
 };
 TABLE(bus, funcd_bus, FUNCD_BUS_VERSION, bus_slots);
 

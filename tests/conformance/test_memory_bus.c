@@ -2,6 +2,7 @@
 #include <pthread.h>
 
 #include "../harness.h"
+#include "bus_durable_suite.h"
 #include "bus_suite.h"
 #include "funcd/sys/bus.h"
 
@@ -15,6 +16,11 @@ static funcd_bus *make_memory(void *payload)
 TEST(conformance)
 {
     CHECK_INT(funcd_bus_conformance_run(make_memory, NULL, 1), 0);
+}
+
+TEST(durable_conformance)
+{
+    CHECK_INT(funcd_bus_durable_conformance_run(make_memory, NULL, 1), 0);
 }
 
 typedef struct tally {
@@ -111,6 +117,7 @@ TEST(bad_arguments)
 int main(void)
 {
     RUN(conformance);
+    RUN(durable_conformance);
     RUN(synchronous_on_the_publisher_thread);
     RUN(queue_group_round_robin_is_even);
     RUN(self_publish_does_not_recurse);

@@ -1,7 +1,9 @@
 /*
  * The NATS bus against a real nats-server the test starts itself
  * (tests/nats_env.c): the bus conformance suite, then what only NATS brings:
- * a server restarted under a subscriber, and connection errors.
+ * a server restarted under a subscriber, a JetStream durable consumer that
+ * was away (its process gone, and the server restarted meanwhile), and
+ * connection errors.
  * Exits 77 when nats-server is not installed.
  */
 #include <pthread.h>
@@ -10,6 +12,7 @@
 
 #include "../harness.h"
 #include "../nats_env.h"
+#include "bus_durable_suite.h"
 #include "bus_suite.h"
 #include "funcd/funcd.h"
 #include "funcd/sys/bus.h"
@@ -26,6 +29,11 @@ static funcd_bus *make_nats(void *payload)
 TEST(conformance)
 {
     CHECK_INT(funcd_bus_conformance_run(make_nats, NULL, 1), 0);
+}
+
+TEST(durable_conformance)
+{
+    CHECK_INT(funcd_bus_durable_conformance_run(make_nats, NULL, 1), 0);
 }
 
 static void sleep_ms(int ms)
@@ -107,6 +115,56 @@ TEST(server_restart_under_a_subscriber)
     CHECK_INT(total, 51); /* nothing twice */
 }
 
+static int ack_cb(const char *subject, const void *data, size_t len, void *payload)
+{
+    atomic_fetch_add((atomic_int *)payload, 1);
+    return 0;
+}
+
+/* A durable consumer whose bus is gone (a node that died) while messages
+ * were published, and the server restarted meanwhile (the stream is on
+ * disk): attached again from a new bus, it gets every one of them, once. */
+TEST(durable_consumer_away_across_a_restart)
+{
+    atomic_int first = 0, later = 0;
+    funcd_bus *b = NULL;
+    funcd_bus_sub *sub = NULL;
+    CHECK_INT(funcd_bus_nats_new(&b, env.url, NULL), 0);
+    int rc = b->stream_ensure(b, "away", "away.>", 0);
+    if (rc == 0)
+        rc = b->consume(b, "away", "node", ack_cb, &first, &sub);
+    if (sub)
+        b->unsubscribe(b, sub);
+    sub = NULL;
+    b->free(b); /* the consumer's node is gone */
+    CHECK_INT(rc, 0);
+
+    CHECK_INT(funcd_bus_nats_new(&b, env.url, NULL), 0);
+    int published = 0;
+    for (int i = 0; i < 20; i++)
+        published += b->publish_durable(b, "away.event", "e", 1) == 0;
+    b->free(b);
+    CHECK_INT(published, 20);
+
+    nats_env_halt(&env);
+    CHECK_INT(nats_env_resume(&env), 0);
+
+    funcd_bus_nats_options o = FUNCD_BUS_NATS_OPTIONS_INIT;
+    o.timeout_ms = 10000; /* JetStream may still be recovering its store */
+    CHECK_INT(funcd_bus_nats_new(&b, env.url, &o), 0);
+    rc = b->consume(b, "away", "node", ack_cb, &later, &sub);
+    int got = rc == 0 ? wait_at_least(&later, 20, 15000) : -1;
+    sleep_ms(300);
+    int total = atomic_load(&later);
+    if (sub)
+        b->unsubscribe(b, sub);
+    b->free(b);
+    CHECK_INT(rc, 0);
+    CHECK_INT(got, 20);
+    CHECK_INT(total, 20);
+    CHECK_INT(atomic_load(&first), 0);
+}
+
 /* Nothing listens: a clear error naming the server, without its password. */
 TEST(unreachable_server)
 {
@@ -149,6 +207,8 @@ int main(void)
         return 1;
     }
     RUN(conformance);
+    RUN(durable_conformance);
+    RUN(durable_consumer_away_across_a_restart);
     RUN(server_restart_under_a_subscriber);
     RUN(unreachable_server);
     RUN(bad_arguments);

@@ -20,6 +20,13 @@
  * calls `free` once. Message data is borrowed for the duration of a call
  * or a callback.
  *
+ * Durable streams (version 2, optional): plain subscriptions are at most
+ * once (a subscriber that is away misses what was published meanwhile). A
+ * stream keeps the messages of its subjects for durable consumers, which get
+ * each one at least once, including what was published while no subscription
+ * was attached to them. NATS maps this onto JetStream (an interest-retention
+ * stream, one durable push consumer with a deliver group per consumer name).
+ *
  * Threads: every method may be called from any thread. Callbacks may run on
  * any thread (the memory driver runs them on the publisher's); one
  * subscription's callback is never run concurrently with itself. A callback
@@ -34,12 +41,18 @@
 extern "C" {
 #endif
 
-#define FUNCD_BUS_VERSION 1
+#define FUNCD_BUS_VERSION 2
 
 typedef struct funcd_bus funcd_bus;
 typedef struct funcd_bus_sub funcd_bus_sub; /* driver-defined */
 
 typedef void (*funcd_bus_msg_cb)(const char *subject, const void *data, size_t len, void *payload);
+
+/** A durable consumer's callback: 0 acknowledges the message; anything else
+ *  has it delivered again later (NATS: after a second; the memory bus: at
+ *  the stream's next publish or the consumer's next attach). */
+typedef int (*funcd_bus_durable_cb)(const char *subject, const void *data, size_t len,
+                                    void *payload);
 
 struct funcd_bus {
     unsigned version;
@@ -60,6 +73,37 @@ struct funcd_bus {
 
     /** Releases the bus. Subscriptions must be ended. */
     void (*free)(funcd_bus *b);
+
+    /* ---- version 2: optional (durable streams; FUNCD_ENOTSUP without them) ---- */
+
+    /** Makes the stream `name` keep what is published to subjects matching
+     *  `subjects` (a pattern) until every durable consumer of the stream has
+     *  acknowledged it, or for `max_age_ms` at most (0: 24 hours). Names are
+     *  [A-Za-z0-9_-]. The same name and pattern again is 0; FUNCD_EEXISTS when
+     *  the name has another pattern or another stream's pattern overlaps. */
+    int (*stream_ensure)(funcd_bus *b, const char *name, const char *subjects,
+                         int64_t max_age_ms);
+
+    /** Publishes to a literal subject and returns once a stream has stored
+     *  the message: FUNCD_ENOTFOUND when no stream takes the subject,
+     *  FUNCD_ETIMEOUT when the server did not confirm in time (the message may
+     *  or may not be stored). `publish` to such a subject stores it too, without
+     *  the confirmation. */
+    int (*publish_durable)(funcd_bus *b, const char *subject, const void *data, size_t len);
+
+    /** Attaches a subscription to the durable consumer `durable` of `stream`
+     *  (FUNCD_ENOTFOUND without the stream), creating the consumer on first
+     *  use. A consumer gets every message the stream stores after its creation,
+     *  at least once, whether or not a subscription is attached at the time;
+     *  the subscriptions attached to one consumer share its messages (each to
+     *  one of them). `unsubscribe` detaches and the consumer keeps its place;
+     *  a message refused or unacknowledged at detach is delivered again. */
+    int (*consume)(funcd_bus *b, const char *stream, const char *durable,
+                   funcd_bus_durable_cb cb, void *payload, funcd_bus_sub **out);
+
+    /** Deletes a durable consumer and what it had not yet acknowledged
+     *  (FUNCD_ENOTFOUND when absent). Detach its subscriptions first. */
+    int (*consumer_delete)(funcd_bus *b, const char *stream, const char *durable);
 };
 
 #define FUNCD_BUS_INIT {FUNCD_BUS_VERSION}
