@@ -489,10 +489,14 @@ static int parse_head(invocation *inv, h2o_socket_t *sock)
         h2o_iovec_t name = h2o_iovec_init(h->name, h->name_len);
         if (is_hop_by_hop(&name))
             continue;
-        h2o_add_header_by_str(&req->pool, &req->res.headers,
-                              h2o_strdup(&req->pool, h->name, h->name_len).base, h->name_len, 1,
-                              NULL, h2o_strdup(&req->pool, h->value, h->value_len).base,
-                              h->value_len);
+        char *lname = h2o_strdup(&req->pool, h->name, h->name_len).base;
+        /* HTTP/2 names are lowercase (RFC 9113, 8.2.1): h2o 2.2.5 sends a
+         * name that is not one of its tokens as given, and clients reset
+         * the stream over "Content-Type" or "X-Foo". */
+        if (req->version >= 0x200)
+            h2o_strtolower(lname, h->name_len);
+        h2o_add_header_by_str(&req->pool, &req->res.headers, lname, h->name_len, 1, NULL,
+                              h2o_strdup(&req->pool, h->value, h->value_len).base, h->value_len);
     }
     m->fields = NULL; /* `headers` ends here; the body needs none */
     m->nfields = m->max_fields = 0;
