@@ -101,6 +101,12 @@ static void usage(FILE *out)
             "                             (default: any valid token; docs/observability.md)\n"
             "  --otlp-endpoint URL        export spans and function logs over OTLP/HTTP to\n"
             "                             URL/v1/traces and URL/v1/logs (e.g. http://127.0.0.1:4318)\n"
+            "  --tls-cert FILE --tls-key FILE  TLS on the control plane, data plane and\n"
+            "                             function runner with this PEM certificate and key\n"
+            "  --tls self-signed          TLS with a self-signed certificate made at the first\n"
+            "                             start and kept (DATA-DIR/tls.crt and tls.key, or in\n"
+            "                             the state directory with --memory); its SHA-256\n"
+            "                             fingerprint is printed\n"
             "  --shims DIR                where the runtime shims are (default: next to\n"
             "                             this binary in a build tree, else the installed ones)\n"
             "  --state-dir DIR            worker sockets and extracted artifacts (default:\n"
@@ -150,6 +156,8 @@ typedef struct flags {
     uint64_t edge_rps, edge_burst, edge_max_body, edge_in_flight;
     int edge_set, edge_per_client;
     const char *otlp_endpoint;
+    const char *tls_cert, *tls_key;
+    int tls_self_signed;
     funcd_log_level level;
 } flags;
 
@@ -209,7 +217,8 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_HOST_NET, O_SECCOMP, O_FAVOR, O_STREAM_BUF, O_MAX_CONNS, O_ALLOWED,
        O_SRCROOT, O_KEY_FILE, O_FN_TOKENS, O_ACCESS_LOG, O_EDGE_AUTH, O_EDGE_RPS, O_EDGE_BURST,
        O_EDGE_BODY, O_EDGE_IN_FLIGHT, O_EDGE_PER_CLIENT,
-       O_BUS, O_STORE, O_BLOB, O_DP_METRICS, O_METRICS_OPEN, O_OTLP };
+       O_BUS, O_STORE, O_BLOB, O_DP_METRICS, O_METRICS_OPEN, O_OTLP, O_TLS, O_TLS_CERT,
+       O_TLS_KEY };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -260,6 +269,9 @@ static const struct option long_opts[] = {
     {"data-plane-metrics", no_argument, 0, O_DP_METRICS},
     {"metrics-open", no_argument, 0, O_METRICS_OPEN},
     {"otlp-endpoint", required_argument, 0, O_OTLP},
+    {"tls", required_argument, 0, O_TLS},
+    {"tls-cert", required_argument, 0, O_TLS_CERT},
+    {"tls-key", required_argument, 0, O_TLS_KEY},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -384,6 +396,16 @@ static int parse_one(int c, const char *arg, flags *f)
         return parse_count("edge-max-in-flight", arg, 1000000, &f->edge_in_flight) ? 2 : -1;
     case O_EDGE_PER_CLIENT: f->edge_per_client = 1; return -1;
     case O_OTLP: f->otlp_endpoint = arg; break;
+    case O_TLS:
+        if (strcmp(arg, "self-signed") != 0) {
+            fprintf(stderr, "funcd: --tls takes \"self-signed\", not \"%s\" (for a certificate of "
+                            "your own: --tls-cert FILE --tls-key FILE)\n", arg);
+            return 2;
+        }
+        f->tls_self_signed = 1;
+        break;
+    case O_TLS_CERT: f->tls_cert = arg; break;
+    case O_TLS_KEY: f->tls_key = arg; break;
     case O_VERSION: printf("funcd %s\n", funcd_version()); return 0;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -404,6 +426,14 @@ static int parse_flags(int argc, char **argv, flags *f)
     }
     if (f->data_dir && f->memory) {
         fprintf(stderr, "funcd: --data-dir and --memory exclude each other\n");
+        return 2;
+    }
+    if (!f->tls_cert != !f->tls_key) {
+        fprintf(stderr, "funcd: --tls-cert and --tls-key go together: give both files\n");
+        return 2;
+    }
+    if (f->tls_cert && f->tls_self_signed) {
+        fprintf(stderr, "funcd: --tls self-signed and --tls-cert/--tls-key exclude each other\n");
         return 2;
     }
     if (!f->memory && !f->data_dir) {
@@ -707,6 +737,10 @@ static int build_platform(const flags *f, const char *shims)
                     : NULL,
         f->edge_per_client ? funcd_with_edge_limit_per_client(1) : NULL,
         f->otlp_endpoint ? funcd_with_otlp_endpoint(f->otlp_endpoint) : NULL,
+        f->tls_cert ? funcd_with_tls_cert_files(f->tls_cert, f->tls_key) : NULL,
+        /* Kept with the data (a restart serves the same certificate), or in
+         * the state directory. */
+        f->tls_self_signed ? funcd_with_tls_self_signed(f->data_dir) : NULL,
         funcd_with_logger(NULL, f->level, NULL),
     };
     size_t n = sizeof(opts) / sizeof(opts[0]);
@@ -743,10 +777,16 @@ static void announce(const flags *f)
     for (size_t i = 0; i < f->n_roots; i++)
         fprintf(stderr, "funcd: source root %s: spec.source.path may name directories under it\n",
                 f->source_roots[i]);
-    fprintf(stderr, "funcd: control plane listening on %s\n", funcd_platform_addr(running));
-    fprintf(stderr, "funcd: data plane listening on %s\n", funcd_platform_data_plane_addr(running));
-    fprintf(stderr, "funcd: function runner listening on %s\n",
+    const char *fp = funcd_platform_tls_fingerprint(running);
+    const char *scheme = *fp ? "https://" : "";
+    fprintf(stderr, "funcd: control plane listening on %s%s\n", scheme, funcd_platform_addr(running));
+    fprintf(stderr, "funcd: data plane listening on %s%s\n", scheme,
+            funcd_platform_data_plane_addr(running));
+    fprintf(stderr, "funcd: function runner listening on %s%s\n", *fp ? "TLS " : "",
             funcd_platform_fn_runner_addr(running));
+    if (*fp)
+        fprintf(stderr, "funcd: TLS certificate %s, SHA-256 fingerprint %s\n",
+                funcd_platform_tls_cert_file(running), fp);
 }
 
 int main(int argc, char **argv)

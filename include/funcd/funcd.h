@@ -249,6 +249,22 @@ FUNCD_EXTERN funcd_option *funcd_with_data_plane_metrics(int enabled);
  *  series of the namespaces it may read. */
 FUNCD_EXTERN funcd_option *funcd_with_metrics_open(int open);
 
+/* ---- TLS ---------------------------------------------------------------- */
+
+/** TLS on the control plane, the data plane (when the gateway is the
+ *  embedded one) and the function runner's TCP listener, with the PEM
+ *  certificate (chain) in `cert_file` and its unencrypted PEM key in
+ *  `key_file`. Both are read by funcd_platform_new: a missing, unreadable
+ *  or mismatched file is FUNCD_EINVAL naming it. docs/edge.md. */
+FUNCD_EXTERN funcd_option *funcd_with_tls_cert_files(const char *cert_file, const char *key_file);
+
+/** TLS as above with a self-signed certificate kept in DIR/tls.crt and
+ *  DIR/tls.key (ECDSA P-256, mode 0600; for localhost, 127.0.0.1, ::1 and
+ *  the host's name): made at the first start, reused after, made again once
+ *  it has expired. `dir` NULL: the state directory. Its SHA-256 fingerprint
+ *  is logged; funcd_platform_tls_fingerprint returns it. */
+FUNCD_EXTERN funcd_option *funcd_with_tls_self_signed(const char *dir);
+
 /* ---- authentication ----------------------------------------------------- */
 
 /** Roles: "admin" (everything), "developer" (read/write in its namespaces),
@@ -333,6 +349,14 @@ FUNCD_EXTERN const char *funcd_platform_data_plane_addr(const funcd_platform *p)
 
 /** The bound function-runner (gRPC) address, "127.0.0.1:PORT". */
 FUNCD_EXTERN const char *funcd_platform_fn_runner_addr(const funcd_platform *p);
+
+/** The served certificate's SHA-256 fingerprint ("AB:CD:...", 95
+ *  characters); "" without TLS. */
+FUNCD_EXTERN const char *funcd_platform_tls_fingerprint(const funcd_platform *p);
+
+/** The served certificate's file (the self-signed one's path too); NULL
+ *  without TLS. */
+FUNCD_EXTERN const char *funcd_platform_tls_cert_file(const funcd_platform *p);
 
 /** The library version, FUNCD_VERSION_STRING when headers and library match. */
 FUNCD_EXTERN const char *funcd_version(void);

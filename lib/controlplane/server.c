@@ -551,6 +551,7 @@ int funcd_cp_server_new(funcd_cp_server **out, funcd_cp *cp, const char *addr,
         return rc;
     }
     funcd_httpd_set_max_connections(srv->httpd, limits ? limits->max_connections : 0);
+    funcd_httpd_set_tls(srv->httpd, limits ? limits->tls : NULL);
     *out = srv;
     return 0;
 }

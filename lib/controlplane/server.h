@@ -18,6 +18,7 @@ typedef struct funcd_cp_server funcd_cp_server;
 typedef struct funcd_cp_server_limits {
     size_t stream_buffer;     /* 0: FUNCD_CP_STREAM_BUFFER_DEFAULT */
     unsigned max_connections; /* 0: FUNCD_HTTPD_MAX_CONNECTIONS_DEFAULT */
+    struct ssl_ctx_st *tls;   /* serve TLS with it (ALPN http/1.1 only); NULL: plain */
 } funcd_cp_server_limits;
 
 /* `limits` may be NULL (the defaults). */

@@ -25,11 +25,13 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
+#include <openssl/ssl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,6 +76,7 @@ struct conn {
     funcd_grpc_call *calls; /* calls whose stream is open */
     int in_recv;            /* inside mem_recv: submit, but flush later */
     int read_paused;
+    int tls;                /* bev is an OpenSSL bufferevent */
 };
 
 struct funcd_grpc_call {
@@ -643,14 +646,27 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     funcd_grpc_server *s = arg;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    struct bufferevent *bev =
-        bufferevent_socket_new(s->cfg.loop, fd, BEV_OPT_CLOSE_ON_FREE);
+    /* TLS (docs/adr/0037-tls.md): libevent's OpenSSL bufferevent runs the
+     * handshake, then the session reads and writes plaintext through it as
+     * through a socket's. A Unix socket stays plain. */
+    int tls = s->cfg.tls && sa->sa_family != AF_UNIX;
+    SSL *ssl = tls ? SSL_new(s->cfg.tls) : NULL;
+    struct bufferevent *bev = NULL;
+    if (ssl) /* frees `ssl` itself when it fails (BEV_OPT_CLOSE_ON_FREE) */
+        bev = bufferevent_openssl_socket_new(s->cfg.loop, fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                             BEV_OPT_CLOSE_ON_FREE);
+    else if (!tls)
+        bev = bufferevent_socket_new(s->cfg.loop, fd, BEV_OPT_CLOSE_ON_FREE);
     if (!bev) {
         close(fd);
         return;
     }
+    if (ssl) /* a client that hangs up without close_notify is just gone */
+        bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
     if (funcd_grpc_server_adopt(s, bev) < 0)
         log_at(s, FUNCD_LOG_WARN, "grpc: %s", funcd_error_last()->message);
+    else if (ssl)
+        s->conns->tls = 1; /* adopt put it first */
 }
 
 /* accept() failing (EMFILE, ENOBUFS) would fire again at once, forever:
@@ -757,6 +773,8 @@ static void conn_goaway(conn *c)
     ssize_t n;
     while (evbuffer_get_length(out) < OUT_HIGH && (n = nghttp2_session_mem_send(c->h2, &data)) > 0)
         evbuffer_add(out, data, (size_t)n);
+    if (c->tls) /* best effort ends here: bytes written past OpenSSL would be garbage */
+        return;
     evutil_socket_t fd = bufferevent_getfd(c->bev);
     if (fd >= 0) {
         /* A socket bufferevent freezes its output's start between its own

@@ -71,6 +71,10 @@ typedef struct funcd_grpc_config {
     /* Set: every call but the health check needs `authorization: Bearer T`
      * with a token of it, else UNAUTHENTICATED. Borrowed. NULL: none. */
     const struct funcd_auth *auth;
+    /* Set: TCP connections speak TLS with it (offer ALPN h2 in it);
+     * borrowed, used while the server lives. A Unix socket stays plain
+     * (its mode guards it). NULL: h2c. */
+    struct ssl_ctx_st *tls;
 } funcd_grpc_config;
 
 /* Listens on `addr`: "host:port" (port 0: ephemeral), or "unix:/path" (a

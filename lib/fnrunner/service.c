@@ -163,7 +163,8 @@ int funcd_fnrunner_new(funcd_fnrunner **out, const funcd_fnrunner_config *cfg, c
     if (rc == 0)
         rc = funcd_eval_chain_new_default(&fr->chain, &fr->eval);
     if (rc == 0) {
-        funcd_grpc_config g = {cfg->loop, fr->max_message, on_call, fr, cfg->logger, cfg->auth};
+        funcd_grpc_config g = {cfg->loop, fr->max_message, on_call, fr, cfg->logger, cfg->auth,
+                               cfg->tls};
         rc = funcd_grpc_server_new(&fr->grpc, &g, addr, bound, bound_len);
     }
     if (rc < 0) {

@@ -53,6 +53,7 @@ typedef struct embedded {
     funcd_gateway base;
     unsigned threads;
     unsigned max_connections; /* 0: the httpd default */
+    SSL_CTX *tls;             /* borrowed until listen; NULL: plain */
     funcd_httpd *httpd;
     pthread_rwlock_t lock;
     route_entry *buckets[BUCKETS];
@@ -414,8 +415,17 @@ static int gw_listen(funcd_gateway *base, const char *addr, char *bound, size_t 
         pthread_rwlock_rdlock(&g->lock);
         funcd_httpd_check_heads(g->httpd, g->capped != 0);
         pthread_rwlock_unlock(&g->lock);
+        funcd_httpd_set_tls(g->httpd, g->tls);
     }
     return rc;
+}
+
+int funcd_gateway_embedded_set_tls(funcd_gateway *gw, SSL_CTX *tls)
+{
+    if (!gw || gw->listen != gw_listen)
+        return -1;
+    ((embedded *)gw)->tls = tls;
+    return 0;
 }
 
 int funcd_gateway_embedded_set_max_connections(funcd_gateway *gw, unsigned n)

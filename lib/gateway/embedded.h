@@ -13,6 +13,12 @@
  * `gw` is not the embedded gateway (nothing is changed). */
 int funcd_gateway_embedded_set_max_connections(funcd_gateway *gw, unsigned n);
 
+/* Serves the data plane over TLS with `tls` (borrowed until `listen`,
+ * which takes its own reference). Call before `listen`. 0 when set; -1
+ * when `gw` is not the embedded gateway. */
+struct ssl_ctx_st;
+int funcd_gateway_embedded_set_tls(funcd_gateway *gw, struct ssl_ctx_st *tls);
+
 /* The number of threads the embedded gateway serves on (what
  * funcd_gateway_embedded_new settled on); 0 for any other gateway. */
 unsigned funcd_gateway_embedded_threads(const funcd_gateway *gw);

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <h2o/http1.h>
+#include <h2o/http2.h>
 
 #include "funcd/sys/error.h"
 #include "http/http1.h"
@@ -43,6 +45,10 @@ typedef struct conn_ref {
     int each;                   /* on_each_head: every request's head is looked at */
     h2o_socket_cb h2o_reqread;  /* h2o's HTTP/1 read callback, to wrap again */
     h2o_timeout_entry_t rearm;  /* after a request: wrap the next one's head */
+    /* TLS: the handshake's timeout; a refusal being written. */
+    h2o_timeout_entry_t tls_timeout;
+    struct timeval connected_at;
+    funcd_buf tls_answer;
 } conn_ref;
 
 typedef struct worker {
@@ -84,6 +90,7 @@ struct funcd_httpd {
     unsigned max_connections;
     atomic_uint connections; /* open on every thread */
     atomic_int check_heads;  /* on_each_head on */
+    SSL_CTX *tls;            /* NULL: plain TCP */
 };
 
 /* Bytes that arrive on a connection while its request is being answered (a
@@ -188,6 +195,9 @@ static void on_conn_close(void *data)
     worker *w = ref->w;
     if (h2o_timeout_is_linked(&ref->rearm))
         h2o_timeout_unlink(&ref->rearm);
+    if (h2o_timeout_is_linked(&ref->tls_timeout))
+        h2o_timeout_unlink(&ref->tls_timeout);
+    funcd_buf_free(&ref->tls_answer);
     ref->prev->next = ref->next;
     ref->next->prev = ref->prev;
     free(ref);
@@ -217,12 +227,19 @@ static void on_read_refused(h2o_socket_t *sock, const char *err)
     }
 }
 
+static void tls_answer(conn_ref *ref, h2o_socket_t *sock, const struct iovec *iov, int n);
+
 /* Writes `iov` straight to the socket (h2o has not seen the connection's
  * first bytes, so nothing else is queued: a fresh socket takes a few
  * hundred bytes; if not, the client sees a close), shuts its write side
- * and drops what the client still sends, up to REFUSED_DRAIN. */
+ * and drops what the client still sends, up to REFUSED_DRAIN. Under TLS
+ * the answer goes through the socket's encryption instead. */
 static void answer_and_close(conn_ref *ref, h2o_socket_t *sock, const struct iovec *iov, int n)
 {
+    if (sock->ssl) {
+        tls_answer(ref, sock, iov, n);
+        return;
+    }
     int fd = h2o_socket_get_fd(sock);
     ssize_t w = writev(fd, iov, n);
     (void)w;
@@ -367,6 +384,95 @@ static void on_read_head(h2o_socket_t *sock, const char *err)
     funcd_buf_free(&body);
 }
 
+/* h2o now waits for the connection's first request: look at its head
+ * first (the control plane's on_head, the data plane's on_each_head). */
+static void watch_first_head(funcd_httpd *srv, conn_ref *ref, h2o_socket_t *sock)
+{
+    if (srv->hooks.on_head && h2o_socket_is_reading(sock)) {
+        ref->h2o_read = sock->_cb.read;
+        sock->_cb.read = on_read_head;
+    } else if (srv->hooks.on_each_head && atomic_load(&srv->check_heads) &&
+               h2o_socket_is_reading(sock)) {
+        ref->each = 1;
+        ref->h2o_reqread = ref->h2o_read = sock->_cb.read;
+        sock->_cb.read = on_read_head;
+    }
+}
+
+/* ---- TLS (docs/adr/0037-tls.md) ------------------------------------------
+ * funcd runs the handshake itself rather than through h2o_accept: h2o's
+ * own TLS accept hands the connection to its HTTP/1 reader, which reads
+ * what came decrypted with the handshake's last flight at once, before the
+ * head checks could wrap it. Here h2o's HTTP/1 takes the connection with
+ * that input held back for a moment, the checks wrap its reader as over
+ * TCP (watch_first_head), and then the input is handed on: the checks run
+ * on the decrypted stream, HTTP/2 preface refusal included. */
+
+static void tls_stop_timeout(conn_ref *ref)
+{
+    if (h2o_timeout_is_linked(&ref->tls_timeout))
+        h2o_timeout_unlink(&ref->tls_timeout);
+}
+
+static void on_tls_timeout(h2o_timeout_entry_t *entry)
+{
+    conn_ref *ref = H2O_STRUCT_FROM_MEMBER(conn_ref, tls_timeout, entry);
+    h2o_socket_close(ref->sock);
+}
+
+static void on_tls_handshake(h2o_socket_t *sock, const char *err)
+{
+    conn_ref *ref = sock->on_close.data;
+    worker *w = ref->w;
+    tls_stop_timeout(ref);
+    if (err) {
+        h2o_socket_close(sock);
+        return;
+    }
+    h2o_iovec_t proto = h2o_socket_ssl_get_selected_protocol(sock);
+    if (proto.len == 2 && memcmp(proto.base, "h2", 2) == 0) {
+        /* Offered only where h2o's HTTP/2 serves (never with on_head). */
+        h2o_http2_accept(&w->accept, sock, ref->connected_at);
+        return;
+    }
+    h2o_buffer_t *input = sock->input;
+    h2o_buffer_init(&sock->input, &h2o_socket_buffer_prototype);
+    h2o_http1_accept(&w->accept, sock, ref->connected_at);
+    sock->input = input;
+    watch_first_head(w->srv, ref, sock);
+    if (sock->input->size && h2o_socket_is_reading(sock))
+        sock->_cb.read(sock, NULL);
+}
+
+static void tls_accept(conn_ref *ref, h2o_socket_t *sock)
+{
+    worker *w = ref->w;
+    ref->connected_at = *h2o_get_timestamp(&w->ctx, NULL, NULL);
+    ref->tls_timeout.cb = on_tls_timeout;
+    h2o_timeout_link(w->ctx.loop, &w->ctx.handshake_timeout, &ref->tls_timeout);
+    h2o_socket_ssl_handshake(sock, w->srv->tls, NULL, on_tls_handshake);
+}
+
+static void on_tls_answer_written(h2o_socket_t *sock, const char *err)
+{
+    if (!err)
+        shutdown(h2o_socket_get_fd(sock), SHUT_WR);
+}
+
+/* answer_and_close over TLS: the answer is encrypted and written by h2o
+ * (kept with the connection until it closes), then the write side shut. */
+static void tls_answer(conn_ref *ref, h2o_socket_t *sock, const struct iovec *iov, int n)
+{
+    for (int i = 0; i < n; i++)
+        funcd_buf_append(&ref->tls_answer, iov[i].iov_base, iov[i].iov_len);
+    h2o_iovec_t buf = h2o_iovec_init(ref->tls_answer.data, ref->tls_answer.len);
+    if (buf.len)
+        h2o_socket_write(sock, &buf, 1, on_tls_answer_written);
+    ref->refused = 1;
+    sock->_cb.read = on_read_refused;
+    on_read_refused(sock, NULL);
+}
+
 static void on_accept(h2o_socket_t *listener, const char *err)
 {
     worker *w = listener->data;
@@ -416,17 +522,14 @@ static void on_accept(h2o_socket_t *listener, const char *err)
     ref->h2o_reqread = NULL;
     memset(&ref->rearm, 0, sizeof(ref->rearm));
     ref->rearm.cb = on_rearm;
-    h2o_accept(&w->accept, sock);
-    /* h2o now waits for the first request: look at its head first. */
-    if (srv->hooks.on_head && h2o_socket_is_reading(sock)) {
-        ref->h2o_read = sock->_cb.read;
-        sock->_cb.read = on_read_head;
-    } else if (srv->hooks.on_each_head && atomic_load(&srv->check_heads) &&
-               h2o_socket_is_reading(sock)) {
-        ref->each = 1;
-        ref->h2o_reqread = ref->h2o_read = sock->_cb.read;
-        sock->_cb.read = on_read_head;
+    ref->tls_timeout = (h2o_timeout_entry_t){0};
+    ref->tls_answer = (funcd_buf)FUNCD_BUF_INIT;
+    if (srv->tls) {
+        tls_accept(ref, sock);
+        return;
     }
+    h2o_accept(&w->accept, sock);
+    watch_first_head(srv, ref, sock);
 }
 
 static void on_stop_message(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
@@ -639,6 +742,15 @@ void funcd_httpd_check_heads(funcd_httpd *srv, int on)
         atomic_store(&srv->check_heads, on != 0);
 }
 
+void funcd_httpd_set_tls(funcd_httpd *srv, SSL_CTX *tls)
+{
+    if (srv->tls)
+        SSL_CTX_free(srv->tls);
+    srv->tls = tls;
+    if (tls)
+        SSL_CTX_up_ref(tls);
+}
+
 void funcd_httpd_set_max_connections(funcd_httpd *srv, unsigned n)
 {
     srv->max_connections = n ? n : FUNCD_HTTPD_MAX_CONNECTIONS_DEFAULT;
@@ -702,6 +814,8 @@ void funcd_httpd_free(funcd_httpd *srv)
             close(srv->workers[i].fd);
     if (srv->config.hosts)
         h2o_config_dispose(&srv->config);
+    if (srv->tls)
+        SSL_CTX_free(srv->tls);
     free(srv->workers);
     free(srv);
 }

@@ -68,6 +68,11 @@ int funcd_httpd_new(funcd_httpd **out, const char *addr, unsigned nthreads, size
  * default. */
 #define FUNCD_HTTPD_MAX_CONNECTIONS_DEFAULT 1024u
 void funcd_httpd_set_max_connections(funcd_httpd *s, unsigned n);
+/* Serves TLS with `tls` (a reference is taken; NULL: plain TCP). Call
+ * before start. Its ALPN list decides HTTP/2: a server with on_head must
+ * offer only http/1.1 (a client that speaks HTTP/2 anyway gets the same
+ * GOAWAY as over TCP). */
+void funcd_httpd_set_tls(funcd_httpd *s, SSL_CTX *tls);
 int funcd_httpd_start(funcd_httpd *s);
 /* Turns on_each_head on or off for connections from now on; any thread. */
 void funcd_httpd_check_heads(funcd_httpd *s, int on);

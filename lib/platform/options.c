@@ -116,6 +116,23 @@ funcd_option *funcd_with_builtin(const char *image, funcd_builtin_fn fn, void *p
     return o;
 }
 
+funcd_option *funcd_with_tls_cert_files(const char *cert_file, const char *key_file)
+{
+    funcd_option *o = string_option(OPT_TLS_FILES, cert_file);
+    if (o == &oom_option || !key_file)
+        return o;
+    if (!(o->namespaces = calloc(2, sizeof(char *))) || !(o->namespaces[0] = strdup(key_file))) {
+        option_free(o);
+        return &oom_option;
+    }
+    return o;
+}
+
+funcd_option *funcd_with_tls_self_signed(const char *dir)
+{
+    return string_option(OPT_TLS_SELF_SIGNED, dir);
+}
+
 static int add_builtin(funcd_config *cfg, funcd_option *o)
 {
     if (!o->str || !*o->str || !o->builtin)
@@ -573,6 +590,21 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
         cfg->edge.max_body_bytes = o->size;
         break;
     case OPT_EDGE_PER_CLIENT: cfg->edge.limit_per_client = (int)o->n[0]; break;
+    case OPT_TLS_FILES:
+        if (!o->str || !*o->str || !o->namespaces || !*o->namespaces[0])
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_tls_cert_files: give both a "
+                                   "certificate file and a key file");
+        replace_str(&cfg->tls_cert, &o->str);
+        replace_str(&cfg->tls_key, &o->namespaces[0]);
+        cfg->tls_self_signed = 0;
+        break;
+    case OPT_TLS_SELF_SIGNED:
+        replace_str(&cfg->tls_dir, &o->str);
+        cfg->tls_self_signed = 1;
+        free(cfg->tls_cert);
+        free(cfg->tls_key);
+        cfg->tls_cert = cfg->tls_key = NULL;
+        break;
     case OPT_LOGGER:
         cfg->logger.fn = o->log_fn;
         cfg->logger.min = o->log_min;
@@ -645,5 +677,8 @@ void funcd_config_clear(funcd_config *cfg)
     free(cfg->access_log);
     free(cfg->otlp_endpoint);
     funcd_auth_clear(&cfg->fn_runner_auth);
+    free(cfg->tls_cert);
+    free(cfg->tls_key);
+    free(cfg->tls_dir);
     memset(cfg, 0, sizeof(*cfg));
 }

@@ -54,6 +54,8 @@ typedef enum option_kind {
     OPT_DATA_PLANE_METRICS,
     OPT_METRICS_OPEN,
     OPT_OTLP_ENDPOINT,
+    OPT_TLS_FILES,       /* str: the certificate, namespaces[0]: the key */
+    OPT_TLS_SELF_SIGNED, /* str: the directory, NULL: the state directory */
 } option_kind;
 
 struct funcd_option {
@@ -129,6 +131,9 @@ typedef struct funcd_config {
     int data_plane_metrics;       /* GET /metrics on the data plane */
     int metrics_open;             /* GET /metrics on the control plane without a token */
     char *otlp_endpoint;          /* a base URL; NULL: no export */
+    char *tls_cert, *tls_key;     /* TLS from these files, or */
+    int tls_self_signed;          /* 1: a self-signed pair in tls_dir */
+    char *tls_dir;                /* NULL: the state directory */
 } funcd_config;
 
 /* Applies presets first, then the rest in order; frees every option. */

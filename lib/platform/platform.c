@@ -36,6 +36,7 @@
 #include "source/resolver.h"
 #include "otlp/otlp.h"
 #include "trace/edge.h"
+#include "tls/tls.h"
 #include "util/misc.h"
 
 #ifndef FUNCD_DEFAULT_SHIM_DIR
@@ -64,6 +65,8 @@ struct funcd_platform {
     funcd_cgroup2_saved cgroup2; /* favordynmods, when we set it */
     char addr[128];
     char data_plane_addr[128];
+    funcd_tls tls;                          /* the certificate served, when TLS is on */
+    SSL_CTX *tls_cp, *tls_dp, *tls_fn;      /* one per listener: each its own ALPN */
 
     pthread_mutex_t lock; /* guards the lifecycle fields below */
     pthread_cond_t cond;
@@ -380,6 +383,34 @@ static int start_edge_recorder(funcd_platform *p)
     return 0;
 }
 
+/* TLS on every listener (docs/adr/0037-tls.md): the operator's pair, or
+ * the self-signed one kept in its directory (the state directory unless
+ * named). */
+static int setup_tls(funcd_platform *p)
+{
+    funcd_config *c = &p->cfg;
+    if (!c->tls_cert && !c->tls_self_signed)
+        return 0;
+    int rc = c->tls_self_signed
+                 ? funcd_tls_self_signed(&p->tls, c->tls_dir ? c->tls_dir : p->state_dir)
+                 : funcd_tls_load(&p->tls, c->tls_cert, c->tls_key);
+    if (rc < 0)
+        return rc;
+    if (!(p->tls_cp = funcd_tls_server_ctx(&p->tls, FUNCD_TLS_ALPN_HTTP1)) ||
+        !(p->tls_dp = funcd_tls_server_ctx(&p->tls, FUNCD_TLS_ALPN_H2_HTTP1)) ||
+        !(p->tls_fn = funcd_tls_server_ctx(&p->tls, FUNCD_TLS_ALPN_H2)))
+        return funcd_error_last()->code;
+    funcd_log(&c->logger, FUNCD_LOG_INFO, "TLS: %s certificate %s%s, SHA-256 fingerprint %s",
+              p->tls.self_signed ? "self-signed" : "the", p->tls.cert_file,
+              p->tls.created ? " (made now)" : p->tls.self_signed ? " (kept from before)" : "",
+              p->tls.fingerprint);
+    if (funcd_gateway_embedded_set_tls(c->gateway, p->tls_dp) < 0)
+        funcd_log(&c->logger, FUNCD_LOG_WARN, "TLS: the data plane's gateway (%s) is not the "
+                  "embedded one: it serves as it is configured, without funcd's certificate",
+                  c->gateway->name ? c->gateway->name : "injected");
+    return 0;
+}
+
 static int build(funcd_platform *p)
 {
     int rc = complete_config(&p->cfg);
@@ -411,6 +442,8 @@ static int build(funcd_platform *p)
     if (p->cfg.functions_dir && (rc = make_absolute(&p->cfg.functions_dir)) < 0)
         return rc;
 
+    if ((rc = setup_tls(p)) < 0)
+        return rc;
     /* A gateway of the embedder's own takes no limit from us. */
     funcd_gateway_embedded_set_max_connections(p->cfg.gateway, p->cfg.max_connections);
     funcd_gw_set_logger(p->cfg.gateway, &p->cfg.logger);
@@ -460,6 +493,7 @@ static int build(funcd_platform *p)
         .logger = &p->cfg.logger,
         .sources = p->sources,
         .auth = p->cfg.fn_runner_auth_on ? &p->cfg.fn_runner_auth : NULL,
+        .tls = p->tls_fn,
     };
     rc = funcd_fnrunner_new(&p->fnrunner, &fc, p->cfg.fn_runner_addr, p->fn_runner_addr,
                             sizeof(p->fn_runner_addr));
@@ -471,7 +505,7 @@ static int build(funcd_platform *p)
     p->cp.source_roots = (const char *const *)p->cfg.source_roots;
     p->cp.metrics = p->metrics;
     p->cp.metrics_open = p->cfg.metrics_open;
-    funcd_cp_server_limits cl = {p->cfg.stream_buffer, p->cfg.max_connections};
+    funcd_cp_server_limits cl = {p->cfg.stream_buffer, p->cfg.max_connections, p->tls_cp};
     rc = funcd_cp_server_new(&p->cp_server, &p->cp, p->cfg.listen_addr, &cl, p->addr,
                              sizeof(p->addr));
     if (rc < 0)
@@ -618,6 +652,10 @@ static void teardown(funcd_platform *p)
     p->otlp = NULL;
     funcd_metrics_free(p->metrics); /* after the gateway, whose routes held its blocks */
     p->metrics = NULL;
+    SSL_CTX_free(p->tls_cp); /* every listener is gone */
+    SSL_CTX_free(p->tls_dp);
+    SSL_CTX_free(p->tls_fn);
+    p->tls_cp = p->tls_dp = p->tls_fn = NULL;
     if (p->base)
         event_base_free(p->base);
     p->base = NULL;
@@ -823,6 +861,7 @@ void funcd_platform_free(funcd_platform *p)
     if (!p)
         return;
     funcd_platform_shutdown(p);
+    funcd_tls_clear(&p->tls);
     pthread_cond_destroy(&p->cond);
     pthread_mutex_destroy(&p->lock);
     free(p);
@@ -836,6 +875,16 @@ const char *funcd_platform_addr(const funcd_platform *p)
 const char *funcd_platform_data_plane_addr(const funcd_platform *p)
 {
     return p ? p->data_plane_addr : "";
+}
+
+const char *funcd_platform_tls_fingerprint(const funcd_platform *p)
+{
+    return p ? p->tls.fingerprint : "";
+}
+
+const char *funcd_platform_tls_cert_file(const funcd_platform *p)
+{
+    return p ? p->tls.cert_file : NULL;
 }
 
 const char *funcd_platform_fn_runner_addr(const funcd_platform *p)
