@@ -36,6 +36,7 @@ typedef struct ctl_ctx {
     const char *server;
     int server_explicit; /* --server or FUNCD_SERVER was given */
     const char *token;
+    const char *cacert; /* --cacert or FUNCD_CACERT: the CA file of an https server */
     const char *ns;
     int ns_explicit; /* -n was given: a manifest's own namespace must then agree */
     ctl_output output;

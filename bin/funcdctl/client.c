@@ -47,9 +47,14 @@ typedef struct sink {
 
 char *ctl_normalize_url(const char *server)
 {
+    return ctl_normalize_url_as(server, "http://");
+}
+
+char *ctl_normalize_url_as(const char *server, const char *scheme)
+{
     funcd_buf b = FUNCD_BUF_INIT;
     if (!strstr(server, "://"))
-        funcd_buf_puts(&b, "http://");
+        funcd_buf_puts(&b, scheme);
     funcd_buf_puts(&b, server);
     while (b.len > 0 && b.data && b.data[b.len - 1] == '/')
         b.data[--b.len] = '\0';
@@ -87,11 +92,34 @@ static struct curl_slist *request_headers(const ctl_client *c, const char *conte
     return list;
 }
 
-int ctl_client_new(ctl_client **out, const char *server, const char *token)
+void ctl_curl_tls(void *curl, const char *cacert)
+{
+    if (cacert && *cacert)
+        curl_easy_setopt(curl, CURLOPT_CAINFO, cacert);
+}
+
+const char *ctl_tls_advice(int rc)
+{
+    switch (rc) {
+    case CURLE_PEER_FAILED_VERIFICATION:
+        return "its TLS certificate is not trusted; give the CA that signed it, or funcd's "
+               "self-signed certificate (funcd prints its path at start), with --cacert FILE "
+               "or FUNCD_CACERT";
+    case CURLE_SSL_CACERT_BADFILE:
+        return "the --cacert / FUNCD_CACERT file cannot be read as PEM certificates";
+    case CURLE_SSL_CONNECT_ERROR:
+        return "the TLS handshake failed; does this funcd serve TLS (funcd --tls ...)? "
+               "without it, use http://";
+    default: return NULL;
+    }
+}
+
+int ctl_client_new(ctl_client **out, const char *server, const char *token, const char *cacert)
 {
     *out = NULL;
     ctl_client *c = calloc(1, sizeof(*c));
-    if (!c || !(c->server = ctl_normalize_url(server)) || !(c->curl = curl_easy_init()) ||
+    const char *scheme = cacert && *cacert ? "https://" : "http://";
+    if (!c || !(c->server = ctl_normalize_url_as(server, scheme)) || !(c->curl = curl_easy_init()) ||
         (token && *token && !(c->token = funcd_strdup(token))) ||
         !(c->headers = request_headers(c, "application/json"))) {
         ctl_client_free(c);
@@ -103,6 +131,7 @@ int ctl_client_new(ctl_client **out, const char *server, const char *token)
     curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT, CTL_CONNECT_TIMEOUT_S);
     curl_easy_setopt(c->curl, CURLOPT_TCP_KEEPALIVE, 1L);
+    ctl_curl_tls(c->curl, cacert);
     *out = c;
     return 0;
 }
@@ -235,7 +264,13 @@ static void set_method(CURL *curl, const char *method, const void *body, size_t 
 static int report_transport(const ctl_client *c, CURLcode rc)
 {
     const char *detail = c->errbuf[0] ? c->errbuf : curl_easy_strerror(rc);
-    if (rc == CURLE_OPERATION_TIMEDOUT)
+    const char *tls = ctl_tls_advice(rc);
+    if (tls)
+        ctl_fail("cannot connect to funcd at %s securely: %s (%s)", c->server, detail, tls);
+    else if (rc == CURLE_GOT_NOTHING && !strncmp(c->server, "http://", 7))
+        ctl_fail("funcd at %s closed the connection without an answer: %s (if it serves TLS, "
+                 "use https:// and --cacert FILE)", c->server, detail);
+    else if (rc == CURLE_OPERATION_TIMEDOUT)
         ctl_fail("funcd at %s did not answer in time: %s (is it overloaded or stuck? check its "
                  "log)",
                  c->server, detail);

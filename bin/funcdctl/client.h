@@ -24,14 +24,25 @@ typedef struct ctl_response {
 
 #define CTL_RESPONSE_INIT {0, FUNCD_BUF_INIT}
 
-/* `server` is a base URL ("http://127.0.0.1:8080"); `token` may be NULL.
- * Returns 0, or -1 with a message printed. */
-int ctl_client_new(ctl_client **out, const char *server, const char *token);
+/* `server` is a base URL ("http://127.0.0.1:8080", "https://..."); `token`
+ * may be NULL; `cacert` (may be NULL: the system's CAs) is the PEM file an
+ * https server's certificate must chain to, and makes a server given
+ * without a scheme https. Returns 0, or -1 with a message printed. */
+int ctl_client_new(ctl_client **out, const char *server, const char *token, const char *cacert);
+
+/* Sets what ctl_client_new sets for TLS on another libcurl handle. */
+void ctl_curl_tls(void *curl, const char *cacert);
+
+/* When `rc` (a CURLcode) is a certificate problem: what went wrong and what
+ * to do, for a message; else NULL. */
+const char *ctl_tls_advice(int rc);
 void ctl_client_free(ctl_client *c);
 
 /* `url` with "http://" added when it has no scheme and trailing slashes
  * removed; malloc()ed (never NULL unless out of memory). */
 char *ctl_normalize_url(const char *url);
+/* The same with `scheme` ("https://") added instead. */
+char *ctl_normalize_url_as(const char *url, const char *scheme);
 
 /* The base URL as used (scheme added, trailing slash removed). */
 const char *ctl_client_server(const ctl_client *c);

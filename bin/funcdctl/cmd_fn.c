@@ -38,6 +38,7 @@ typedef struct eval_opts {
     const char *image, *file, *exec_path, *runner;
     int64_t timeout_ms;
     const char *token; /* --token / FUNCD_TOKEN, for a runner that asks for one */
+    const char *cacert; /* --cacert / FUNCD_CACERT, for a runner serving TLS */
 } eval_opts;
 
 /* ---- the command line ----------------------------------------------------- */
@@ -240,8 +241,24 @@ static size_t collect(char *data, size_t size, size_t nmemb, void *userdata)
     return n;
 }
 
-/* An "every address" host (0.0.0.0, [::]) reached through --server's host. */
+/* An "every address" host (0.0.0.0, [::]) reached through --server's host;
+ * over TLS when the control plane is (funcd serves TLS on every listener
+ * or on none). */
+static char *reachable_host(const char *addr, const char *server);
+
 static char *reachable(const char *addr, const char *server)
+{
+    char *a = reachable_host(addr, server);
+    if (!a || strncmp(server, "https://", 8) != 0)
+        return a;
+    funcd_buf b = FUNCD_BUF_INIT;
+    char *out = funcd_buf_printf(&b, "https://%s", a) == 0 ? funcd_buf_detach(&b, NULL) : NULL;
+    funcd_buf_free(&b);
+    free(a);
+    return out;
+}
+
+static char *reachable_host(const char *addr, const char *server)
 {
     const char *port = strrchr(addr, ':');
     size_t host_len = port ? (size_t)(port - addr) : 0;
@@ -265,7 +282,9 @@ static char *reachable(const char *addr, const char *server)
  * what went wrong (unreachable, refused, no runner). */
 static char *runner_from_version(const ctl_ctx *ctx, funcd_buf *why)
 {
-    char *base = ctl_normalize_url(ctx->server), *addr = NULL;
+    char *base = ctl_normalize_url_as(ctx->server, ctx->cacert && *ctx->cacert ? "https://"
+                                                                                 : "http://");
+    char *addr = NULL;
     funcd_buf url = FUNCD_BUF_INIT, body = FUNCD_BUF_INIT, auth = FUNCD_BUF_INIT;
     struct curl_slist *headers = NULL;
     CURL *curl = curl_easy_init();
@@ -281,10 +300,13 @@ static char *runner_from_version(const ctl_ctx *ctx, funcd_buf *why)
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, VERSION_TIMEOUT_MS);
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
+    ctl_curl_tls(curl, ctx->cacert);
     CURLcode rc = curl_easy_perform(curl);
     if (rc != CURLE_OK) {
-        funcd_buf_printf(why, "cannot reach funcd at %s to ask where its function runner is: %s",
-                         base, curl_easy_strerror(rc));
+        const char *tls = ctl_tls_advice(rc);
+        funcd_buf_printf(why, "cannot reach funcd at %s to ask where its function runner is: "
+                         "%s%s%s%s", base, curl_easy_strerror(rc), tls ? " (" : "",
+                         tls ? tls : "", tls ? ")" : "");
         goto out;
     }
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
@@ -422,6 +444,8 @@ static int report_results(const eval_response *resp)
 static int report_failure(const ctl_grpc_result *res)
 {
     const char *message = res->message.len ? res->message.data : "the runner said no more";
+    if (res->status == CTL_GRPC_TRANSPORT && strstr(message, " TLS "))
+        return ctl_fail("%s", message); /* it says what to do */
     if (res->status == CTL_GRPC_TRANSPORT)
         return ctl_fail("%s (is funcd running, with --fn-runner-listen at that address? "
                         "set --runner or FUNCD_FN_RUNNER)",
@@ -439,6 +463,7 @@ static int evaluate(const eval_opts *o, const char *runner, const funcd_buf *req
         .timeout_ms = o->timeout_ms,
         .max_response = MAX_MESSAGE,
         .token = o->token,
+        .cacert = o->cacert,
     };
     ctl_grpc_result res = CTL_GRPC_RESULT_INIT;
     eval_response resp;
@@ -456,7 +481,7 @@ static int evaluate(const eval_opts *o, const char *runner, const funcd_buf *req
 
 static int cmd_fn_eval(ctl_ctx *ctx, int argc, char **argv)
 {
-    eval_opts o = {.token = ctx->token};
+    eval_opts o = {.token = ctx->token, .cacert = ctx->cacert};
     funcd_buf input = FUNCD_BUF_INIT, request = FUNCD_BUF_INIT;
     char *runner = NULL;
     int rc = parse_eval(ctx, argc, argv, &o);

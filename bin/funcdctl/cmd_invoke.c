@@ -171,29 +171,33 @@ static char *reachable(const char *addr, const char *server)
     size_t host_len = port ? (size_t)(port - addr) : strlen(addr);
     int unspecified = host_len == 0 || (host_len == 7 && !strncmp(addr, "0.0.0.0", 7)) ||
                       (host_len == 4 && !strncmp(addr, "[::]", 4));
+    /* funcd serves TLS on every listener or on none: the control plane's
+     * scheme is the data plane's. */
+    const char *scheme = strncmp(server, "https://", 8) == 0 ? "https://" : "http://";
     if (!unspecified || !port)
-        return ctl_normalize_url(addr);
+        return ctl_normalize_url_as(addr, scheme);
     CURLU *u = curl_url();
     char *host = NULL, *url = NULL;
     if (u && curl_url_set(u, CURLUPART_URL, server, 0) == CURLUE_OK &&
         curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK) {
         funcd_buf b = FUNCD_BUF_INIT;
-        if (funcd_buf_printf(&b, "http://%s%s", host, port) == 0)
+        if (funcd_buf_printf(&b, "%s%s%s", scheme, host, port) == 0)
             url = funcd_buf_detach(&b, NULL);
         funcd_buf_free(&b);
     }
     curl_free(host);
     curl_url_cleanup(u);
-    return url ? url : ctl_normalize_url(addr);
+    return url ? url : ctl_normalize_url_as(addr, scheme);
 }
 
 char *ctl_data_plane_url(ctl_ctx *ctx, const char *flag, int quiet)
 {
     const char *env = getenv("FUNCD_DATA_PLANE");
+    const char *scheme = ctx->cacert && *ctx->cacert ? "https://" : "http://";
     if (flag && *flag)
-        return ctl_normalize_url(flag);
+        return ctl_normalize_url_as(flag, scheme);
     if (env && *env)
-        return ctl_normalize_url(env);
+        return ctl_normalize_url_as(env, scheme);
     ctl_client *client = ctl_ctx_client(ctx);
     ctl_response resp = CTL_RESPONSE_INIT;
     cJSON *version = NULL;
@@ -313,6 +317,10 @@ static struct curl_slist *request_headers(const invoke_opts *o, const funcd_buf 
 static int report_transport(const char *base, CURLcode rc, const char *errbuf)
 {
     const char *detail = errbuf[0] ? errbuf : curl_easy_strerror(rc);
+    const char *tls = ctl_tls_advice(rc);
+    if (tls)
+        return ctl_fail("cannot connect to the data plane at %s securely: %s (%s)", base, detail,
+                        tls);
     if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
         rc == CURLE_OPERATION_TIMEDOUT)
         return ctl_fail("cannot reach the data plane at %s: %s (is `funcd` running? set "
@@ -400,8 +408,10 @@ int cmd_invoke(ctl_ctx *ctx, int argc, char **argv)
         rc = CTL_EXIT_ERROR;
     if (rc == 0 && (!(curl = curl_easy_init()) || !(url = function_url(curl, base, ctx->ns, &o))))
         rc = ctl_fail("out of memory");
-    if (rc == 0)
+    if (rc == 0) {
+        ctl_curl_tls(curl, ctx->cacert);
         rc = exchange(&o, curl, base, url, &body);
+    }
     if (curl)
         curl_easy_cleanup(curl);
     free(url);

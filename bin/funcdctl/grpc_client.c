@@ -9,7 +9,11 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <arpa/inet.h>
 #include <nghttp2/nghttp2.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -174,11 +178,13 @@ typedef struct endpoint {
     char port[16];
     char authority[300];
     char unix_path[108]; /* "unix:/path": a Unix socket, host and port unused */
+    int tls;             /* "https://", or no scheme and a CA file given */
 } endpoint;
 
-static int parse_addr(const char *addr, endpoint *ep)
+static int parse_addr(const char *addr, const char *cacert, endpoint *ep)
 {
     const char *s = addr;
+    ep->tls = 0;
     if (!strncmp(s, "unix:", 5)) {
         if (!s[5] || strlen(s + 5) >= sizeof(ep->unix_path))
             return -1;
@@ -189,6 +195,10 @@ static int parse_addr(const char *addr, endpoint *ep)
     ep->unix_path[0] = '\0';
     if (!strncmp(s, "http://", 7))
         s += 7;
+    else if (!strncmp(s, "https://", 8))
+        s += 8, ep->tls = 1;
+    else if (cacert && *cacert)
+        ep->tls = 1;
     size_t n = strcspn(s, "/");
     const char *host = s, *port = NULL;
     size_t host_len = n;
@@ -290,6 +300,104 @@ static int dial(const endpoint *ep, int64_t deadline, funcd_buf *why)
     if (fd < 0)
         funcd_buf_printf(why, "%s", strerror(err));
     return fd;
+}
+
+/* ---- TLS ------------------------------------------------------------------ */
+
+/* The handshake over the connected non-blocking socket, verifying the
+ * runner's certificate against `cacert` (NULL: the system's CAs) and its
+ * name or address, offering ALPN h2. NULL with `why` set. */
+static SSL *tls_handshake(int fd, const endpoint *ep, const char *cacert, int64_t deadline,
+                          funcd_buf *why)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    SSL *ssl = ctx ? SSL_new(ctx) : NULL;
+    SSL_CTX_free(ctx); /* the SSL keeps its own reference */
+    if (!ssl)
+        return funcd_buf_puts(why, "cannot start TLS (out of memory?)"), NULL;
+    SSL_set_min_proto_version(ssl, TLS1_2_VERSION);
+    SSL_set_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    int ca_ok = cacert && *cacert ? SSL_CTX_load_verify_locations(SSL_get_SSL_CTX(ssl), cacert,
+                                                                  NULL)
+                                  : SSL_CTX_set_default_verify_paths(SSL_get_SSL_CTX(ssl));
+    if (ca_ok != 1) {
+        funcd_buf_printf(why, "cannot use the CA file %s: %s", cacert ? cacert : "(system)",
+                         ERR_reason_error_string(ERR_peek_last_error()));
+        SSL_free(ssl);
+        return NULL;
+    }
+    unsigned char ip[16];
+    int is_ip = inet_pton(AF_INET, ep->host, ip) == 1 || inet_pton(AF_INET6, ep->host, ip) == 1;
+    X509_VERIFY_PARAM *param = SSL_get0_param(ssl);
+    if (is_ip)
+        X509_VERIFY_PARAM_set1_ip_asc(param, ep->host);
+    else {
+        SSL_set_tlsext_host_name(ssl, ep->host);
+        SSL_set1_host(ssl, ep->host);
+    }
+    SSL_set_verify(ssl, SSL_VERIFY_PEER, NULL);
+    SSL_set_alpn_protos(ssl, (const unsigned char *)"\x02h2", 3);
+    SSL_set_fd(ssl, fd);
+    for (;;) {
+        ERR_clear_error();
+        int r = SSL_connect(ssl);
+        if (r == 1)
+            return ssl;
+        int e = SSL_get_error(ssl, r);
+        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+            struct pollfd pfd = {.fd = fd, .events = e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT};
+            int ready = poll(&pfd, 1, remaining_ms(deadline ? deadline
+                                                            : funcd_mono_ms() + CONNECT_TIMEOUT_MS));
+            if (ready > 0 || (ready < 0 && errno == EINTR))
+                continue;
+            funcd_buf_puts(why, "the TLS handshake did not finish in time");
+            break;
+        }
+        long v = SSL_get_verify_result(ssl);
+        if (v != X509_V_OK)
+            funcd_buf_printf(why, "its TLS certificate is not trusted: %s (give the CA that "
+                             "signed it, or funcd's self-signed certificate, with --cacert "
+                             "FILE or FUNCD_CACERT)", X509_verify_cert_error_string(v));
+        else {
+            unsigned long err = ERR_peek_last_error();
+            funcd_buf_printf(why, "the TLS handshake failed: %s (does the runner serve TLS? "
+                             "without it, drop https:// and --cacert)",
+                             err ? ERR_reason_error_string(err) : "the connection closed");
+        }
+        break;
+    }
+    SSL_free(ssl);
+    return NULL;
+}
+
+/* send/recv through TLS when `ssl` is set: -1 with errno EAGAIN when
+ * OpenSSL waits for the socket, 0 at the end of the stream. */
+static ssize_t io_send(int fd, SSL *ssl, const void *buf, size_t len)
+{
+    if (!ssl)
+        return send(fd, buf, len, MSG_NOSIGNAL);
+    int n = SSL_write(ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
+    if (n > 0)
+        return n;
+    int e = SSL_get_error(ssl, n);
+    errno = e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? EAGAIN : EPIPE;
+    return -1;
+}
+
+static ssize_t io_recv(int fd, SSL *ssl, void *buf, size_t len)
+{
+    if (!ssl)
+        return recv(fd, buf, len, 0);
+    int n = SSL_read(ssl, buf, (int)len);
+    if (n > 0)
+        return n;
+    int e = SSL_get_error(ssl, n);
+    if (e == SSL_ERROR_ZERO_RETURN)
+        return 0;
+    if (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && errno == 0)
+        return 0; /* closed without close_notify */
+    errno = e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? EAGAIN : ECONNRESET;
+    return -1;
 }
 
 /* ---- the call ------------------------------------------------------------- */
@@ -449,7 +557,7 @@ static int submit(nghttp2_session *session, call_state *st, const endpoint *ep)
 
 /* Moves bytes both ways until the stream closes. 0, or -1 with `why` set
  * (and *timed_out when the deadline passed). */
-static int pump(nghttp2_session *session, int fd, call_state *st, int64_t deadline,
+static int pump(nghttp2_session *session, int fd, SSL *ssl, call_state *st, int64_t deadline,
                 funcd_buf *why, int *timed_out)
 {
     const uint8_t *pending = NULL;
@@ -475,7 +583,7 @@ static int pump(nghttp2_session *session, int fd, call_state *st, int64_t deadli
         if (ready < 0)
             return funcd_buf_printf(why, "poll: %s", strerror(errno)), -1;
         if (pfd.revents & POLLOUT) {
-            ssize_t n = send(fd, pending, pending_len, MSG_NOSIGNAL);
+            ssize_t n = io_send(fd, ssl, pending, pending_len);
             if (n < 0 && errno != EAGAIN && errno != EINTR)
                 return funcd_buf_printf(why, "send: %s", strerror(errno)), -1;
             if (n > 0) {
@@ -483,8 +591,10 @@ static int pump(nghttp2_session *session, int fd, call_state *st, int64_t deadli
                 pending_len -= (size_t)n;
             }
         }
-        if (pfd.revents & (POLLIN | POLLHUP | POLLERR)) {
-            ssize_t n = recv(fd, in, sizeof(in), 0);
+        /* TLS hands out a record per read: read until it waits for more. */
+        for (int more = !!(pfd.revents & (POLLIN | POLLHUP | POLLERR)); more && !st->closed;) {
+            errno = 0;
+            ssize_t n = io_recv(fd, ssl, in, sizeof(in));
             if (n < 0 && errno != EAGAIN && errno != EINTR)
                 return funcd_buf_printf(why, "recv: %s", strerror(errno)), -1;
             if (n == 0)
@@ -495,6 +605,7 @@ static int pump(nghttp2_session *session, int fd, call_state *st, int64_t deadli
                 if (used < 0)
                     return funcd_buf_printf(why, "HTTP/2: %s", nghttp2_strerror((int)used)), -1;
             }
+            more = ssl && n > 0;
         }
     }
     return 0;
@@ -590,8 +701,9 @@ int ctl_grpc_unary(const ctl_grpc_call *call, ctl_grpc_result *out)
                            ? funcd_mono_ms() + call->timeout_ms + DEADLINE_GRACE_MS
                            : 0;
     int fd = -1, timed_out = 0;
+    SSL *ssl = NULL;
     out->status = CTL_GRPC_TRANSPORT;
-    if (parse_addr(call->addr, &ep) != 0) {
+    if (parse_addr(call->addr, call->cacert, &ep) != 0) {
         funcd_buf_printf(&out->message, "\"%s\" is not an address: use HOST:PORT", call->addr);
         return out->status;
     }
@@ -601,7 +713,11 @@ int ctl_grpc_unary(const ctl_grpc_call *call, ctl_grpc_result *out)
     } else if ((fd = dial(&ep, deadline, &why)) < 0) {
         funcd_buf_printf(&out->message, "cannot reach the function runner at %s: %s",
                          ep.authority, why.data ? why.data : "?");
-    } else if (pump(session, fd, &st, deadline, &why, &timed_out) != 0 && !st.http1_only) {
+    } else if (ep.tls && !ep.unix_path[0] &&
+               !(ssl = tls_handshake(fd, &ep, call->cacert, deadline, &why))) {
+        funcd_buf_printf(&out->message, "cannot reach the function runner at %s: %s",
+                         ep.authority, why.data ? why.data : "?");
+    } else if (pump(session, fd, ssl, &st, deadline, &why, &timed_out) != 0 && !st.http1_only) {
         if (timed_out)
             fail(out, CTL_GRPC_DEADLINE_EXCEEDED, "no answer from %s in time", ep.authority);
         else if (st.http_status == 0)
@@ -613,6 +729,7 @@ int ctl_grpc_unary(const ctl_grpc_call *call, ctl_grpc_result *out)
     } else {
         conclude(&st, &ep);
     }
+    SSL_free(ssl);
     if (fd >= 0)
         close(fd);
     nghttp2_session_del(session);

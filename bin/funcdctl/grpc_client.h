@@ -1,6 +1,6 @@
 /*
- * funcdctl's gRPC client: one unary call over HTTP/2 cleartext (prior
- * knowledge, no TLS, no compression), with libnghttp2's client session on a
+ * funcdctl's gRPC client: one unary call over HTTP/2 (cleartext with prior
+ * knowledge, or TLS with ALPN h2; no compression), with libnghttp2's client session on a
  * socket this code drives itself, plus the few protobuf wire-format helpers
  * that encoding a request and decoding a response by hand need.
  *
@@ -25,13 +25,17 @@
 #define CTL_GRPC_TRANSPORT (-1)
 
 typedef struct ctl_grpc_call {
-    const char *addr;         /* "host:port", "[v6]:port", "http://host:port" or "unix:/path" */
+    const char *addr;         /* "host:port", "[v6]:port", "http[s]://host:port" or "unix:/path" */
     const char *path;         /* "/package.Service/Method" */
     const uint8_t *request;   /* the serialized request message */
     size_t request_len;
     int64_t timeout_ms;       /* sent as grpc-timeout; the call gives up a second later. 0: none */
     size_t max_response;      /* a larger response message fails the call (RESOURCE_EXHAUSTED) */
     const char *token;        /* sent as `authorization: Bearer TOKEN`; NULL or "": none */
+    /* TLS ("https://ADDR", or ADDR without a scheme when this is set): the
+     * runner's certificate must chain to this PEM file (NULL: the system's
+     * CAs) and name the host or address dialled. */
+    const char *cacert;
 } ctl_grpc_call;
 
 typedef struct ctl_grpc_result {

@@ -200,6 +200,9 @@ static void print_global_flags(FILE *out)
     fputs("Global flags (anywhere on the line):\n"
           "  --server URL           control plane (env FUNCD_SERVER; default " DEFAULT_SERVER ")\n"
           "  --token TOKEN          bearer token (env FUNCD_TOKEN)\n"
+          "  --cacert FILE          the CA (or funcd's self-signed certificate) an https\n"
+          "                         server must present a certificate of (env\n"
+          "                         FUNCD_CACERT); a server without a scheme is then https\n"
           "  -n, --namespace NS     namespace (default \"" DEFAULT_NAMESPACE "\")\n"
           "  -o, --output FORMAT    table, wide, json, yaml or name (default table); each\n"
           "                         command says which it prints and refuses the others\n"
@@ -381,7 +384,7 @@ volatile sig_atomic_t *ctl_stop_on_signals(void)
 ctl_client *ctl_ctx_client(ctl_ctx *ctx)
 {
     if (!ctx->client)
-        ctl_client_new(&ctx->client, ctx->server, ctx->token);
+        ctl_client_new(&ctx->client, ctx->server, ctx->token, ctx->cacert);
     return ctx->client;
 }
 
@@ -484,6 +487,10 @@ static int parse_globals(ctl_ctx *ctx, int argc, char **argv, char **rest, int *
             if (r < 0)
                 return CTL_EXIT_USAGE;
             ctx->token = value;
+        } else if ((r = ctl_flag_value(ctx, argc, argv, &i, NULL, "--cacert", &value)) != 0) {
+            if (r < 0)
+                return CTL_EXIT_USAGE;
+            ctx->cacert = value;
         } else if ((r = ctl_flag_value(ctx, argc, argv, &i, "-n", "--namespace", &value)) != 0) {
             if (r < 0)
                 return CTL_EXIT_USAGE;
@@ -555,6 +562,7 @@ int main(int argc, char **argv)
         .server = server && *server ? server : DEFAULT_SERVER,
         .server_explicit = server && *server,
         .token = getenv("FUNCD_TOKEN"),
+        .cacert = getenv("FUNCD_CACERT"),
         .ns = DEFAULT_NAMESPACE,
     };
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)

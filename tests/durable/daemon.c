@@ -79,7 +79,8 @@ static int find_addr(const char *log, const char *what, char *out, size_t len)
             continue;
         at += wl;
         at[strcspn(at, "\r\n")] = '\0';
-        snprintf(out, len, "http://%s", at);
+        /* A funcd serving TLS prints its URLs with https:// */
+        snprintf(out, len, "%s%s", strstr(at, "://") ? "" : "http://", at);
         found = 1;
     }
     fclose(f);
