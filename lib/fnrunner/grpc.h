@@ -1,6 +1,7 @@
 /*
  * A unary gRPC server: HTTP/2 cleartext with prior knowledge (h2c, as gRPC
- * clients speak it), libnghttp2's session API on the platform loop.
+ * clients speak it) or over TLS (cfg->tls), libnghttp2's session API on the
+ * platform loop.
  *
  * The server handles the transport and the gRPC envelope: the 5-byte message
  * framing, grpc-timeout deadlines, trailers, grpc.health.v1.Health/Check,
