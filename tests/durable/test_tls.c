@@ -7,7 +7,8 @@
  * HTTP/2 (ALPN h2) to a client trusting the certificate; the control plane
  * offers only http/1.1 and still refuses a body without a token before
  * reading it; the function runner answers EvaluateFunction over TLS (ALPN
- * h2) to funcdctl's gRPC client.
+ * h2) to funcdctl's gRPC client; the edge's 413 from a request's head works
+ * under TLS.
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -258,7 +259,7 @@ static void tls_body(tls_test *t)
     snprintf(body, sizeof(body),
              "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":"
              "\"tls-fn\"},\"spec\":{\"runtime\":\"native\",\"handler\":\"worker\","
-             "\"source\":{\"path\":\"%s\"}}}",
+             "\"source\":{\"path\":\"%s\"},\"edge\":{\"limits\":{\"maxBodyBytes\":100}}}}",
              t->fn);
     cp_url(t, DD_NS "/functions/tls-fn", url, sizeof(url));
     request("PUT", url, t->cert, 0, DD_TOKEN, body, &g);
@@ -276,6 +277,14 @@ static void tls_body(tls_test *t)
     request("GET", url, NULL, 1, NULL, NULL, &g);
     CHECK_INT(g.status, 0);
     CHECK_INT(g.rc, CURLE_PEER_FAILED_VERIFICATION);
+    /* The edge's 413 from the head works on the decrypted stream too. */
+    char big[1001];
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    request("POST", url, t->cert, 0, NULL, big, &g);
+    CHECK_INT(g.status, 413);
+    request("POST", url, t->cert, 1, NULL, big, &g);
+    CHECK_INT(g.status, 413);
 
     /* The function runner over TLS: a real EvaluateFunction (the builtin
      * set-namespace), its address and scheme taken from /version. */
