@@ -646,7 +646,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     funcd_grpc_server *s = arg;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    /* TLS (docs/adr/0039-tls.md): libevent's OpenSSL bufferevent runs the
+    /* TLS (docs/adr/0041-tls.md): libevent's OpenSSL bufferevent runs the
      * handshake, then the session reads and writes plaintext through it as
      * through a socket's. A Unix socket stays plain. */
     int tls = s->cfg.tls && sa->sa_family != AF_UNIX;

@@ -399,7 +399,7 @@ static void watch_first_head(funcd_httpd *srv, conn_ref *ref, h2o_socket_t *sock
     }
 }
 
-/* ---- TLS (docs/adr/0039-tls.md) ------------------------------------------
+/* ---- TLS (docs/adr/0041-tls.md) ------------------------------------------
  * funcd runs the handshake itself rather than through h2o_accept: h2o's
  * own TLS accept hands the connection to its HTTP/1 reader, which reads
  * what came decrypted with the handshake's last flight at once, before the

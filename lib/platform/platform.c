@@ -383,7 +383,7 @@ static int start_edge_recorder(funcd_platform *p)
     return 0;
 }
 
-/* TLS on every listener (docs/adr/0039-tls.md): the operator's pair, or
+/* TLS on every listener (docs/adr/0041-tls.md): the operator's pair, or
  * the self-signed one kept in its directory (the state directory unless
  * named). */
 static int setup_tls(funcd_platform *p)

@@ -1,5 +1,5 @@
 /*
- * TLS for funcd's three listeners (docs/adr/0039-tls.md): a certificate and
+ * TLS for funcd's three listeners (docs/adr/0041-tls.md): a certificate and
  * key the operator gives, or a self-signed pair made once with mbedtls and
  * kept in a directory; OpenSSL contexts for serving them (h2o and libevent
  * speak OpenSSL), one per listener because each offers its own ALPN list.
