@@ -6,7 +6,7 @@
 #   test      also what the tests and benchmarks use (make test, CI): clang
 #             for the fuzz targets, wrk, docker-registry, skopeo, ab, sqlite3,
 #             nats-server, postgresql (the PostgreSQL drivers' tests start their own
-#             server)
+#             server), nginx-light (the cluster tests' load balancer)
 # Usage: install-deps.sh [runtime|test] (default: runtime).
 # Idempotent: asks apt only for what dpkg says is missing.
 set -euo pipefail
@@ -26,6 +26,7 @@ test=(
   curl wrk docker-registry skopeo apache2-utils openssl sqlite3 nats-server
   prometheus
   postgresql
+  nginx-light
 )
 
 case $set_name in

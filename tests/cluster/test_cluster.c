@@ -1,0 +1,419 @@
+/*
+ * Three funcd nodes on one PostgreSQL and one NATS server (issue 15), with
+ * nginx in front of their data planes, driven over real HTTP:
+ *
+ *   serve       a Function applied through node 1's API is served by node
+ *               3's data plane (the time it took is printed);
+ *   node_kill   constant load through nginx; node 2 is SIGKILLed mid-run;
+ *               the only requests that fail are ones in flight at the kill
+ *               that nginx sent to node 2 (its access log names the
+ *               upstream of each); a Function created afterwards becomes
+ *               Ready and serves;
+ *   db_restart  PostgreSQL stopped and started again under light API and
+ *               data-plane load on one node: the API answers 503 (a JSON
+ *               Status) while it is away, the data plane keeps serving, the
+ *               API recovers without a restart of funcd, and every write
+ *               acknowledged with 201 is there afterwards.
+ *
+ * Usage: test-cluster CASE. Exits 77 when PostgreSQL, nats-server or nginx
+ * is not installed.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../e2e/client.h"
+#include "../e2e/env.h"
+#include "../harness.h"
+#include "cluster.h"
+#include "load.h"
+
+#define N1 0
+#define N2 1
+#define N3 2
+
+static cl_cluster cl;
+
+/* Starts the nodes of `order` (indexes, -1 ends it) in that order. */
+static int start_nodes(const int *order)
+{
+    for (; *order >= 0; order++)
+        if (cl_node_start(&cl, *order, NULL) < 0)
+            return -1;
+    return 0;
+}
+
+TEST(serve)
+{
+    const int order[] = {N1, N2, N3, -1};
+    CHECK(start_nodes(order) == 0);
+    CHECK_INT(cl_put_function(&cl, cl.node[N1].d.cp, "hello", NULL), 201);
+    int64_t t0 = e2e_now_ms();
+    char url[256];
+    cl_fn_url(url, sizeof(url), cl.node[N3].d.dp, "hello", "/hello");
+    /* Generous: the time is what matters, and it is printed. */
+    long ms = cl_wait_200(url, 15000);
+    CHECK(ms >= 0);
+    fprintf(stderr, "  applied through n1, served by n3 %lld ms after the 201 "
+                    "(the cold start of n3's worker included)\n",
+            (long long)(e2e_now_ms() - t0));
+    /* And node 3's API lists it: one store. */
+    e2e_http *h = e2e_http_new(cl.node[N3].d.cp);
+    e2e_resp r = E2E_RESP_INIT;
+    long st = e2e_http_do(h, "GET", DD_NS "/functions/hello", DD_TOKEN, NULL, &r);
+    e2e_resp_free(&r);
+    e2e_http_free(h);
+    CHECK_INT(st, 200);
+}
+
+/* The line of nginx's access log for request `id`: its upstream addresses
+ * ("A" or "A, B" when nginx went on to the next) in `up`; 1 when found. */
+static int access_line(const char *id, char *up, size_t n)
+{
+    FILE *f = fopen(cl.access_log, "re");
+    char line[512];
+    int found = 0;
+    size_t idl = strlen(id);
+    while (f && !found && fgets(line, sizeof(line), f))
+        if (strncmp(line, id, idl) == 0 && line[idl] == ' ') {
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(up, n, "%s", line + idl + 1);
+            found = 1;
+        }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* How many access-log lines name `addr` (host:port) as an upstream. */
+static long served_by(const char *addr)
+{
+    FILE *f = fopen(cl.access_log, "re");
+    char line[512];
+    long n = 0;
+    while (f && fgets(line, sizeof(line), f))
+        n += strstr(line, addr) != NULL;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+static const char *hostport(int node)
+{
+    return cl.node[node].d.dp + strlen("http://");
+}
+
+/* Waits (up to `timeout_ms`) until the load has `want` more answers 200. */
+static int load_gains(cl_load *l, long want, int timeout_ms)
+{
+    long from = cl_load_ok(l);
+    for (int waited = 0; waited < timeout_ms; waited += 20) {
+        if (cl_load_ok(l) - from >= want)
+            return 1;
+        dd_sleep_ms(20);
+    }
+    return 0;
+}
+
+/* Every failure of the load was a request in flight at the kill (started
+ * before node 2 was reaped, ended after the SIGKILL was sent) that nginx
+ * had sent to node 2. */
+static int failures_were_in_flight_on(cl_load *l, int64_t killed, int64_t reaped, int node)
+{
+    int ok = 1;
+    for (int i = 0; i < l->n; i++)
+        for (int j = 0; j < l->t[i].nfails; j++) {
+            const cl_failure *f = &l->t[i].fails[j];
+            char up[256] = "";
+            int logged = access_line(f->id, up, sizeof(up));
+            fprintf(stderr, "  failed: %s %s [%+lld, %+lld] ms from the kill: HTTP %ld, "
+                            "upstream %s; %.100s\n",
+                    l->t[i].method, f->id, (long long)(f->start - killed),
+                    (long long)(f->end - killed), f->status, logged ? up : "(not logged)",
+                    f->body);
+            if (f->start > reaped || f->end < killed || !logged || !strstr(up, hostport(node)))
+                ok = 0;
+        }
+    return ok;
+}
+
+TEST(node_kill)
+{
+    /* n2 first: with leases, the first node takes the cluster lease. */
+    const int order[] = {N2, N1, N3, -1};
+    CHECK(start_nodes(order) == 0);
+    CHECK_INT(cl_put_function(&cl, cl.node[N1].d.cp, "web", NULL), 201);
+    char url[256];
+    for (int i = 0; i < CL_NODES; i++) {
+        /* Warm on every node, so the load meets no cold start. */
+        cl_fn_url(url, sizeof(url), cl.node[i].d.dp, "web", "/hello");
+        CHECK(cl_wait_200(url, 15000) >= 0);
+    }
+    CHECK(cl_nginx_start(&cl) == 0);
+
+    /* GETs nginx may send again to the next node; POSTs it never resends
+     * once sent, so those in flight on node 2 at the kill fail. Each thread
+     * has one request in flight at a time: at most 4 were at the kill. */
+    cl_load load = {0};
+    char get[256], post[256];
+    cl_fn_url(get, sizeof(get), cl.lb, "web", "/hello");
+    cl_fn_url(post, sizeof(post), cl.lb, "web", "/sleep?ms=20");
+    cl_load_add(&load, "GET", get);
+    cl_load_add(&load, "GET", get);
+    cl_load_add(&load, "POST", post);
+    cl_load_add(&load, "POST", post);
+    CHECK(cl_load_start(&load) == 0);
+    int steady = load_gains(&load, 200, 30000);
+    long before = cl_load_ok(&load), failed_before = cl_load_failed(&load);
+    long n2_before = served_by(hostport(N2));
+
+    int64_t killed = e2e_now_ms();
+    int64_t reaped = cl_node_kill(&cl, N2);
+    int after = load_gains(&load, 300, 30000);
+    long n1_after = served_by(hostport(N1)), n3_after = served_by(hostport(N3));
+    long passed_on = served_by(", "); /* "A, B": nginx went on to the next node */
+
+    /* Controller work goes on: a new Function becomes Ready and serves
+     * through nginx. */
+    long put = cl_put_function(&cl, cl.node[N1].d.cp, "after-kill", NULL);
+    long ready = put == 201 ? cl_wait_ready(cl.node[N3].d.cp, "after-kill", 30000) : -1;
+    cl_fn_url(url, sizeof(url), cl.lb, "after-kill", "/hello");
+    long served = ready >= 0 ? cl_wait_200(url, 15000) : -1;
+    cl_load_stop(&load);
+
+    long total_failed = cl_load_failed(&load);
+    fprintf(stderr, "  load: %ld answers 200 before the kill (%ld by n2), %ld after; "
+                    "%ld failed; %ld passed on to the next node by nginx; n2 reaped %lld ms "
+                    "after the SIGKILL\n",
+            before, n2_before, cl_load_ok(&load) - before, total_failed, passed_on,
+            (long long)(reaped - killed));
+    fprintf(stderr, "  after-kill: Ready %ld ms after its 201, served through nginx %ld ms later\n",
+            ready, served);
+    CHECK(steady);
+    CHECK_INT(failed_before, 0);
+    CHECK(n2_before > 0); /* node 2 had its share of the load */
+    CHECK(after);
+    CHECK(failures_were_in_flight_on(&load, killed, reaped, N2));
+    CHECK(total_failed <= load.n);
+    CHECK(n1_after > 0 && n3_after > 0);
+    CHECK_INT(put, 201);
+    CHECK(ready >= 0);
+    CHECK(served >= 0);
+}
+
+/* ---- database restart ----------------------------------------------------------- */
+
+#define MAX_WRITES 4096
+
+typedef struct writer {
+    pthread_t th;
+    const char *api;
+    atomic_int stop;
+    atomic_long acked, unavailable;
+    long other;              /* answers neither 201 nor 503 */
+    char other_body[300];
+    int acked_ids[MAX_WRITES]; /* fc-<id> acknowledged with 201 */
+} writer;
+
+/* One FunctionConfig PUT after another, each with a new name, a little
+ * apart: the light API load. */
+static void *write_loop(void *arg)
+{
+    writer *w = arg;
+    e2e_http *h = e2e_http_new(w->api);
+    e2e_resp r = E2E_RESP_INIT;
+    for (int id = 0; h && id < MAX_WRITES && !atomic_load(&w->stop); id++) {
+        char path[128], body[512];
+        snprintf(path, sizeof(path), DD_NS "/functionconfigs/fc-%d", id);
+        snprintf(body, sizeof(body),
+                 "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"FunctionConfig\",\"metadata\":"
+                 "{\"name\":\"fc-%d\"},\"spec\":{\"image\":\"set-labels\",\"binaryExecutor\":"
+                 "{\"path\":\"set-labels\"}}}",
+                 id);
+        long st = e2e_http_do(h, "PUT", path, DD_TOKEN, body, &r);
+        if (st == 201) {
+            w->acked_ids[atomic_load(&w->acked)] = id;
+            atomic_fetch_add(&w->acked, 1);
+        } else if (st == 503) {
+            atomic_fetch_add(&w->unavailable, 1);
+        } else if (w->other++ == 0) {
+            snprintf(w->other_body, sizeof(w->other_body), "HTTP %ld %s", st,
+                     r.body ? r.body : "");
+        }
+        dd_sleep_ms(20);
+    }
+    e2e_resp_free(&r);
+    e2e_http_free(h);
+    return NULL;
+}
+
+static int acked_at_least(writer *w, long n, int timeout_ms)
+{
+    for (int waited = 0; waited < timeout_ms; waited += 20) {
+        if (atomic_load(&w->acked) >= n)
+            return 1;
+        dd_sleep_ms(20);
+    }
+    return 0;
+}
+
+/* GET of the list on `api` until it answers `want`; the last answer in `r`. */
+static long api_until(e2e_http *h, long want, int timeout_ms, e2e_resp *r)
+{
+    int64_t t0 = e2e_now_ms();
+    while (e2e_now_ms() - t0 < timeout_ms) {
+        if (e2e_http_do(h, "GET", DD_NS "/functionconfigs", DD_TOKEN, NULL, r) == want)
+            return (long)(e2e_now_ms() - t0);
+        dd_sleep_ms(20);
+    }
+    return -1;
+}
+
+/* Every acknowledged FunctionConfig is in the list `list`. */
+static long missing_acked(const writer *w, const cJSON *list)
+{
+    char *seen = calloc(MAX_WRITES, 1);
+    long missing = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, jget(list, "items"))
+    {
+        const char *name = jstr(item, "metadata.name");
+        int id;
+        if (seen && name && sscanf(name, "fc-%d", &id) == 1 && id >= 0 && id < MAX_WRITES)
+            seen[id] = 1;
+    }
+    for (long i = 0; i < atomic_load(&w->acked); i++)
+        if (!seen || !seen[w->acked_ids[i]]) {
+            fprintf(stderr, "  fc-%d was acknowledged (201) and is gone\n", w->acked_ids[i]);
+            missing++;
+        }
+    free(seen);
+    return missing;
+}
+
+static void db_restart_body(writer *w, cl_load *dp, e2e_http **hp, e2e_resp *r)
+{
+    CHECK(cl_node_start(&cl, N1, NULL) == 0);
+    const char *api = cl.node[N1].d.cp;
+    e2e_http *h = *hp = e2e_http_new(api);
+    CHECK(h);
+    CHECK_INT(cl_put_function(&cl, api, "steady", NULL), 201);
+    char url[256];
+    cl_fn_url(url, sizeof(url), cl.node[N1].d.dp, "steady", "/hello");
+    CHECK(cl_wait_200(url, 15000) >= 0);
+
+    cl_load_add(dp, "GET", url);
+    CHECK(cl_load_start(dp) == 0);
+    w->api = api;
+    CHECK(pthread_create(&w->th, NULL, write_loop, w) == 0);
+    CHECK(acked_at_least(w, 10, 20000));
+
+    pg_env_stop_server(&cl.pg);
+    int64_t stopped = e2e_now_ms();
+    long to_503 = api_until(h, 503, 10000, r);
+    fprintf(stderr, "  PostgreSQL stopped: the API answered 503 after %ld ms: %.200s\n", to_503,
+            r->body ? r->body : "");
+    CHECK(to_503 >= 0);
+    CHECK_STR(jstr(r->json, "kind"), "Status");
+    CHECK_STR(jstr(r->json, "reason"), "ServiceUnavailable");
+    CHECK_INT((long)jnum(r->json, "code"), 503);
+    long acked_down = atomic_load(&w->acked);
+    long served_down = cl_load_ok(dp);
+    dd_sleep_ms(2000);
+    /* While it is away: data plane answers, no write acknowledged. */
+    long served_while_down = cl_load_ok(dp) - served_down;
+    long acked_while_down = atomic_load(&w->acked) - acked_down;
+
+    CHECK(pg_env_restart_server(&cl.pg) == 0);
+    int64_t restarted = e2e_now_ms();
+    long to_200 = api_until(h, 200, 30000, r);
+    fprintf(stderr, "  away %lld ms; the API answered 200 again %ld ms after the restart; "
+                    "%ld data-plane answers while it was away\n",
+            (long long)(restarted - stopped), to_200, served_while_down);
+    CHECK(to_200 >= 0);
+    long acked_up = atomic_load(&w->acked);
+    CHECK(acked_at_least(w, acked_up + 10, 20000));
+    /* The controller's watch came back too: a new Function is Ready. */
+    CHECK_INT(cl_put_function(&cl, api, "after-db", NULL), 201);
+    CHECK(cl_wait_ready(api, "after-db", 30000) >= 0);
+
+    atomic_store(&w->stop, 1);
+    pthread_join(w->th, NULL);
+    w->th = 0;
+    cl_load_stop(dp);
+    fprintf(stderr, "  writes: %ld acknowledged, %ld answered 503, %ld otherwise; data plane: "
+                    "%ld answers 200, %ld failed\n",
+            atomic_load(&w->acked), atomic_load(&w->unavailable), w->other, cl_load_ok(dp),
+            cl_load_failed(dp));
+    CHECK(served_while_down > 0);
+    CHECK_INT(acked_while_down, 0);
+    CHECK_INT(cl_load_failed(dp), 0);
+    if (w->other)
+        FAILF("%ld writes answered neither 201 nor 503, first: %s", w->other, w->other_body);
+    CHECK_INT(e2e_http_do(h, "GET", DD_NS "/functionconfigs", DD_TOKEN, NULL, r), 200);
+    CHECK_INT(missing_acked(w, r->json), 0);
+}
+
+TEST(db_restart)
+{
+    static writer w;
+    cl_load dp = {0};
+    e2e_http *h = NULL;
+    e2e_resp r = E2E_RESP_INIT;
+    memset(&w, 0, sizeof(w));
+    db_restart_body(&w, &dp, &h, &r);
+    atomic_store(&w.stop, 1);
+    if (w.th)
+        pthread_join(w.th, NULL);
+    cl_load_stop(&dp);
+    e2e_resp_free(&r);
+    e2e_http_free(h);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct {
+        const char *name;
+        void (*fn)(void);
+    } cases[] = {{"serve", serve}, {"node_kill", node_kill}, {"db_restart", db_restart}};
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s serve|node_kill|db_restart\n", argv[0]);
+        return 2;
+    }
+    if (!cl_tools_present())
+        return 77;
+    signal(SIGPIPE, SIG_IGN);
+    e2e_client_global_init();
+    int found = 0;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (strcmp(argv[1], cases[i].name) != 0)
+            continue;
+        found = 1;
+        if (cl_init(&cl, "cluster", SERVING_WORKER) == 0) {
+            harness_failed_now = 0;
+            cases[i].fn();
+            fprintf(stderr, "%s %s\n", harness_failed_now ? "FAIL" : "ok  ", argv[1]);
+            *(harness_failed_now ? &harness_failed : &harness_passed) += 1;
+        } else {
+            fprintf(stderr, "FAIL %s: the cluster did not start\n", argv[1]);
+            harness_failed++;
+        }
+        if (harness_failed)
+            for (int n = 0; n < CL_NODES; n++)
+                if (cl.node[n].log[0])
+                    dd_dump_log(&cl.node[n].d);
+        if (cl_down(&cl)) {
+            fprintf(stderr, "FAIL %s: a worker outlived its node\n", argv[1]);
+            harness_failed++;
+        }
+    }
+    e2e_client_global_cleanup();
+    if (!found) {
+        fprintf(stderr, "no case %s\n", argv[1]);
+        return 2;
+    }
+    return HARNESS_END();
+}
