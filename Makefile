@@ -42,6 +42,7 @@ bench: test-deps build
 	@bash bench/coldstart.sh $(BUILD)
 	@bash bench/fnrunner.sh $(BUILD)
 	@bash bench/durable.sh $(BUILD)
+	@bash bench/cluster.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(TEST_BUILD)
