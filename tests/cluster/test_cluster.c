@@ -11,7 +11,8 @@
  *               Ready and serves;
  *   db_restart  PostgreSQL stopped and started again under light API and
  *               data-plane load on one node: the API answers 503 (a JSON
- *               Status) while it is away, the data plane keeps serving, the
+ *               Status) while it is away, the data plane keeps serving (and
+ *               starts the first worker of a Function it knows), the
  *               API recovers without a restart of funcd, and every write
  *               acknowledged with 201 is there afterwards.
  *
@@ -305,6 +306,13 @@ static void db_restart_body(writer *w, cl_load *dp, e2e_http **hp, e2e_resp *r)
     cl_fn_url(url, sizeof(url), cl.node[N1].d.dp, "steady", "/hello");
     CHECK(cl_wait_200(url, 15000) >= 0);
 
+    /* Known to the node but never called: its first worker starts while the
+     * database is away. */
+    CHECK_INT(cl_put_function(&cl, api, "cold", NULL), 201);
+    CHECK(cl_wait_ready(api, "cold", 15000) >= 0);
+    char cold[256];
+    cl_fn_url(cold, sizeof(cold), cl.node[N1].d.dp, "cold", "/hello");
+
     cl_load_add(dp, "GET", url);
     CHECK(cl_load_start(dp) == 0);
     w->api = api;
@@ -322,6 +330,9 @@ static void db_restart_body(writer *w, cl_load *dp, e2e_http **hp, e2e_resp *r)
     CHECK_INT((long)jnum(r->json, "code"), 503);
     long acked_down = atomic_load(&w->acked);
     long served_down = cl_load_ok(dp);
+    long cold_ms = cl_wait_200(cold, 10000);
+    fprintf(stderr, "  a first worker started while PostgreSQL was away: %ld ms\n", cold_ms);
+    CHECK(cold_ms >= 0);
     dd_sleep_ms(2000);
     /* While it is away: data plane answers, no write acknowledged. */
     long served_while_down = cl_load_ok(dp) - served_down;
