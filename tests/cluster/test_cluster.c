@@ -208,16 +208,27 @@ TEST(node_kill)
 /* ---- database restart ----------------------------------------------------------- */
 
 #define MAX_WRITES 4096
+#define WRITERS 2
 
 typedef struct writer {
     pthread_t th;
+    int started;
+    int idx;
     const char *api;
     atomic_int stop;
     atomic_long acked, unavailable;
     long other;              /* answers neither 201 nor 503 */
     char other_body[300];
-    int acked_ids[MAX_WRITES]; /* fc-<id> acknowledged with 201 */
+    int acked_ids[MAX_WRITES]; /* fc-<idx>-<id> acknowledged with 201 */
 } writer;
+
+typedef struct db_test {
+    writer w[WRITERS];
+    cl_load dp;
+    e2e_http *h;
+    e2e_resp r;
+    e2e_watch *watch; /* FunctionConfigs, opened before the first write */
+} db_test;
 
 /* One FunctionConfig PUT after another, each with a new name, a little
  * apart: the light API load. */
@@ -228,12 +239,12 @@ static void *write_loop(void *arg)
     e2e_resp r = E2E_RESP_INIT;
     for (int id = 0; h && id < MAX_WRITES && !atomic_load(&w->stop); id++) {
         char path[128], body[512];
-        snprintf(path, sizeof(path), DD_NS "/functionconfigs/fc-%d", id);
+        snprintf(path, sizeof(path), DD_NS "/functionconfigs/fc-%d-%d", w->idx, id);
         snprintf(body, sizeof(body),
                  "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"FunctionConfig\",\"metadata\":"
-                 "{\"name\":\"fc-%d\"},\"spec\":{\"image\":\"set-labels\",\"binaryExecutor\":"
+                 "{\"name\":\"fc-%d-%d\"},\"spec\":{\"image\":\"set-labels\",\"binaryExecutor\":"
                  "{\"path\":\"set-labels\"}}}",
-                 id);
+                 w->idx, id);
         long st = e2e_http_do(h, "PUT", path, DD_TOKEN, body, &r);
         if (st == 201) {
             w->acked_ids[atomic_load(&w->acked)] = id;
@@ -244,63 +255,108 @@ static void *write_loop(void *arg)
             snprintf(w->other_body, sizeof(w->other_body), "HTTP %ld %s", st,
                      r.body ? r.body : "");
         }
-        dd_sleep_ms(20);
+        dd_sleep_ms(10);
     }
     e2e_resp_free(&r);
     e2e_http_free(h);
     return NULL;
 }
 
-static int acked_at_least(writer *w, long n, int timeout_ms)
+static long acked(db_test *t)
+{
+    long n = 0;
+    for (int i = 0; i < WRITERS; i++)
+        n += atomic_load(&t->w[i].acked);
+    return n;
+}
+
+static int acked_at_least(db_test *t, long n, int timeout_ms)
 {
     for (int waited = 0; waited < timeout_ms; waited += 20) {
-        if (atomic_load(&w->acked) >= n)
+        if (acked(t) >= n)
             return 1;
         dd_sleep_ms(20);
     }
     return 0;
 }
 
-/* GET of the list on `api` until it answers `want`; the last answer in `r`. */
-static long api_until(e2e_http *h, long want, int timeout_ms, e2e_resp *r)
+/* GET of the list on the API until it answers `want`; the last answer in t->r. */
+static long api_until(db_test *t, long want, int timeout_ms)
 {
     int64_t t0 = e2e_now_ms();
     while (e2e_now_ms() - t0 < timeout_ms) {
-        if (e2e_http_do(h, "GET", DD_NS "/functionconfigs", DD_TOKEN, NULL, r) == want)
+        if (e2e_http_do(t->h, "GET", DD_NS "/functionconfigs", DD_TOKEN, NULL, &t->r) == want)
             return (long)(e2e_now_ms() - t0);
         dd_sleep_ms(20);
     }
     return -1;
 }
 
-/* Every acknowledged FunctionConfig is in the list `list`. */
-static long missing_acked(const writer *w, const cJSON *list)
+/* Marks fc-<w>-<id> in `seen` (WRITERS x MAX_WRITES counters); 0 when the
+ * name is not one of the writers'. */
+static int mark(unsigned char *seen, const char *name)
 {
-    char *seen = calloc(MAX_WRITES, 1);
+    int w, id;
+    if (!name || sscanf(name, "fc-%d-%d", &w, &id) != 2 || w < 0 || w >= WRITERS || id < 0 ||
+        id >= MAX_WRITES)
+        return 0;
+    if (seen[w * MAX_WRITES + id] < 255)
+        seen[w * MAX_WRITES + id]++;
+    return 1;
+}
+
+/* How many acknowledged writes `seen` lacks, the first few named on stderr
+ * as not in `what` (NULL: quiet). */
+static long missing_acked(db_test *t, const unsigned char *seen, const char *what)
+{
     long missing = 0;
-    const cJSON *item;
-    cJSON_ArrayForEach(item, jget(list, "items"))
-    {
-        const char *name = jstr(item, "metadata.name");
-        int id;
-        if (seen && name && sscanf(name, "fc-%d", &id) == 1 && id >= 0 && id < MAX_WRITES)
-            seen[id] = 1;
-    }
-    for (long i = 0; i < atomic_load(&w->acked); i++)
-        if (!seen || !seen[w->acked_ids[i]]) {
-            fprintf(stderr, "  fc-%d was acknowledged (201) and is gone\n", w->acked_ids[i]);
-            missing++;
-        }
-    free(seen);
+    for (int i = 0; i < WRITERS; i++)
+        for (long j = 0; j < atomic_load(&t->w[i].acked); j++)
+            if (!seen[i * MAX_WRITES + t->w[i].acked_ids[j]]) {
+                if (what && missing < 5)
+                    fprintf(stderr, "  fc-%d-%d was acknowledged (201) and is not in %s\n", i,
+                            t->w[i].acked_ids[j], what);
+                missing++;
+            }
     return missing;
 }
 
-static void db_restart_body(writer *w, cl_load *dp, e2e_http **hp, e2e_resp *r)
+/* Every acknowledged write is in the list, and came once as ADDED on the
+ * watch opened before the first write. */
+static void check_acked(db_test *t)
+{
+    unsigned char *listed = calloc(WRITERS * MAX_WRITES, 1);
+    unsigned char *added = calloc(WRITERS * MAX_WRITES, 1);
+    CHECK(listed && added);
+    if (e2e_http_do(t->h, "GET", DD_NS "/functionconfigs", DD_TOKEN, NULL, &t->r) == 200) {
+        const cJSON *item;
+        cJSON_ArrayForEach(item, jget(t->r.json, "items")) mark(listed, jstr(item, "metadata.name"));
+    }
+    /* The events come in revision order; the last write's event ends the wait. */
+    long dups = 0;
+    for (cJSON *ev; missing_acked(t, added, NULL) && (ev = e2e_watch_next_json(t->watch, 10000));
+         cJSON_Delete(ev)) {
+        const char *type = jstr(ev, "type"), *name = jstr(ev, "object.metadata.name");
+        if (type && strcmp(type, "ADDED") == 0 && mark(added, name) && name) {
+            int w, id;
+            sscanf(name, "fc-%d-%d", &w, &id);
+            dups += added[w * MAX_WRITES + id] > 1;
+        }
+    }
+    long not_listed = missing_acked(t, listed, "the list");
+    long not_watched = missing_acked(t, added, "the watch opened before the writes");
+    free(listed);
+    free(added);
+    CHECK_INT(not_listed, 0);
+    CHECK_INT(not_watched, 0);
+    CHECK_INT(dups, 0);
+}
+
+static void db_restart_body(db_test *t)
 {
     CHECK(cl_node_start(&cl, N1, NULL) == 0);
     const char *api = cl.node[N1].d.cp;
-    e2e_http *h = *hp = e2e_http_new(api);
-    CHECK(h);
+    CHECK((t->h = e2e_http_new(api)) != NULL);
     CHECK_INT(cl_put_function(&cl, api, "steady", NULL), 201);
     char url[256];
     cl_fn_url(url, sizeof(url), cl.node[N1].d.dp, "steady", "/hello");
@@ -313,75 +369,91 @@ static void db_restart_body(writer *w, cl_load *dp, e2e_http **hp, e2e_resp *r)
     char cold[256];
     cl_fn_url(cold, sizeof(cold), cl.node[N1].d.dp, "cold", "/hello");
 
-    cl_load_add(dp, "GET", url);
-    CHECK(cl_load_start(dp) == 0);
-    w->api = api;
-    CHECK(pthread_create(&w->th, NULL, write_loop, w) == 0);
-    CHECK(acked_at_least(w, 10, 20000));
+    char watch[256];
+    snprintf(watch, sizeof(watch), "%s" DD_NS "/functionconfigs?watch=true", api);
+    CHECK((t->watch = e2e_watch_open(watch, DD_TOKEN)) != NULL);
+    CHECK_INT(e2e_watch_status(t->watch, 10000), 200);
+
+    cl_load_add(&t->dp, "GET", url);
+    CHECK(cl_load_start(&t->dp) == 0);
+    for (int i = 0; i < WRITERS; i++) {
+        t->w[i].idx = i;
+        t->w[i].api = api;
+        CHECK(pthread_create(&t->w[i].th, NULL, write_loop, &t->w[i]) == 0);
+        t->w[i].started = 1;
+    }
+    CHECK(acked_at_least(t, 20, 20000));
 
     pg_env_stop_server(&cl.pg);
     int64_t stopped = e2e_now_ms();
-    long to_503 = api_until(h, 503, 10000, r);
+    long to_503 = api_until(t, 503, 10000);
     fprintf(stderr, "  PostgreSQL stopped: the API answered 503 after %ld ms: %.200s\n", to_503,
-            r->body ? r->body : "");
+            t->r.body ? t->r.body : "");
     CHECK(to_503 >= 0);
-    CHECK_STR(jstr(r->json, "kind"), "Status");
-    CHECK_STR(jstr(r->json, "reason"), "ServiceUnavailable");
-    CHECK_INT((long)jnum(r->json, "code"), 503);
-    long acked_down = atomic_load(&w->acked);
-    long served_down = cl_load_ok(dp);
+    CHECK_STR(jstr(t->r.json, "kind"), "Status");
+    CHECK_STR(jstr(t->r.json, "reason"), "ServiceUnavailable");
+    CHECK_INT((long)jnum(t->r.json, "code"), 503);
+    long acked_down = acked(t);
+    long served_down = cl_load_ok(&t->dp);
     long cold_ms = cl_wait_200(cold, 10000);
     fprintf(stderr, "  a first worker started while PostgreSQL was away: %ld ms\n", cold_ms);
     CHECK(cold_ms >= 0);
     dd_sleep_ms(2000);
     /* While it is away: data plane answers, no write acknowledged. */
-    long served_while_down = cl_load_ok(dp) - served_down;
-    long acked_while_down = atomic_load(&w->acked) - acked_down;
+    long served_while_down = cl_load_ok(&t->dp) - served_down;
+    long acked_while_down = acked(t) - acked_down;
 
     CHECK(pg_env_restart_server(&cl.pg) == 0);
     int64_t restarted = e2e_now_ms();
-    long to_200 = api_until(h, 200, 30000, r);
+    long to_200 = api_until(t, 200, 30000);
     fprintf(stderr, "  away %lld ms; the API answered 200 again %ld ms after the restart; "
                     "%ld data-plane answers while it was away\n",
             (long long)(restarted - stopped), to_200, served_while_down);
     CHECK(to_200 >= 0);
-    long acked_up = atomic_load(&w->acked);
-    CHECK(acked_at_least(w, acked_up + 10, 20000));
+    CHECK(acked_at_least(t, acked(t) + 20, 20000));
     /* The controller's watch came back too: a new Function is Ready. */
     CHECK_INT(cl_put_function(&cl, api, "after-db", NULL), 201);
     CHECK(cl_wait_ready(api, "after-db", 30000) >= 0);
 
-    atomic_store(&w->stop, 1);
-    pthread_join(w->th, NULL);
-    w->th = 0;
-    cl_load_stop(dp);
+    for (int i = 0; i < WRITERS; i++) {
+        atomic_store(&t->w[i].stop, 1);
+        pthread_join(t->w[i].th, NULL);
+        t->w[i].started = 0;
+    }
+    cl_load_stop(&t->dp);
+    long unavailable = 0, other = 0;
+    for (int i = 0; i < WRITERS; i++) {
+        unavailable += atomic_load(&t->w[i].unavailable);
+        other += t->w[i].other;
+    }
     fprintf(stderr, "  writes: %ld acknowledged, %ld answered 503, %ld otherwise; data plane: "
                     "%ld answers 200, %ld failed\n",
-            atomic_load(&w->acked), atomic_load(&w->unavailable), w->other, cl_load_ok(dp),
-            cl_load_failed(dp));
+            acked(t), unavailable, other, cl_load_ok(&t->dp), cl_load_failed(&t->dp));
     CHECK(served_while_down > 0);
     CHECK_INT(acked_while_down, 0);
-    CHECK_INT(cl_load_failed(dp), 0);
-    if (w->other)
-        FAILF("%ld writes answered neither 201 nor 503, first: %s", w->other, w->other_body);
-    CHECK_INT(e2e_http_do(h, "GET", DD_NS "/functionconfigs", DD_TOKEN, NULL, r), 200);
-    CHECK_INT(missing_acked(w, r->json), 0);
+    CHECK_INT(cl_load_failed(&t->dp), 0);
+    for (int i = 0; i < WRITERS; i++)
+        if (t->w[i].other)
+            FAILF("%ld writes answered neither 201 nor 503, first: %s", t->w[i].other,
+                  t->w[i].other_body);
+    check_acked(t);
 }
 
 TEST(db_restart)
 {
-    static writer w;
-    cl_load dp = {0};
-    e2e_http *h = NULL;
-    e2e_resp r = E2E_RESP_INIT;
-    memset(&w, 0, sizeof(w));
-    db_restart_body(&w, &dp, &h, &r);
-    atomic_store(&w.stop, 1);
-    if (w.th)
-        pthread_join(w.th, NULL);
-    cl_load_stop(&dp);
-    e2e_resp_free(&r);
-    e2e_http_free(h);
+    static db_test t;
+    memset(&t, 0, sizeof(t));
+    t.r = (e2e_resp)E2E_RESP_INIT;
+    db_restart_body(&t);
+    for (int i = 0; i < WRITERS; i++) {
+        atomic_store(&t.w[i].stop, 1);
+        if (t.w[i].started)
+            pthread_join(t.w[i].th, NULL);
+    }
+    cl_load_stop(&t.dp);
+    e2e_watch_close(t.watch);
+    e2e_resp_free(&t.r);
+    e2e_http_free(t.h);
 }
 
 int main(int argc, char **argv)
