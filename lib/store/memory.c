@@ -345,11 +345,21 @@ static int mem_list(funcd_store *s, const char *prefix, funcd_store_list_cb cb, 
     return 0;
 }
 
-/* Replays the retained events after `after` to a watch not yet linked. */
-static void replay(memory_store *m, funcd_store_watch *w, uint64_t after)
+/* Replays the retained events after `after` to a watch not yet linked
+ * (watchers.c links it, under the same lock). */
+static int replay_locked(void *store, funcd_store_watch *w, uint64_t after, uint64_t *revision)
 {
+    memory_store *m = store;
+    *revision = m->revision;
+    if (after < m->compacted)
+        return funcd_error_set(FUNCD_EGONE,
+                               "store: cannot watch prefix \"%s\" from revision %" PRIu64
+                               ": history up to revision %" PRIu64
+                               " was compacted; list the prefix again and watch from the "
+                               "list's revision",
+                               w->prefix, after, m->compacted);
     if (!m->ring_len)
-        return;
+        return 0;
     uint64_t first = ring_at(m, 0)->revision; /* the ring holds consecutive revisions */
     size_t start = after >= first ? (size_t)(after - first + 1) : 0;
     funcd_watch_list_enter(&m->watches);
@@ -358,48 +368,21 @@ static void replay(memory_store *m, funcd_store_watch *w, uint64_t after)
         funcd_watch_deliver(w, &ev);
     }
     funcd_watch_list_leave(&m->watches);
+    return 0;
 }
 
 static int mem_watch(funcd_store *s, const char *prefix, uint64_t after, funcd_store_watch_cb cb,
                      void *payload, funcd_store_watch **out)
 {
     memory_store *m = ms(s);
-    if (!cb || !out)
-        return funcd_error_set(FUNCD_EINVAL, "store: watch needs a callback and an out handle");
-    if (!prefix)
-        prefix = "";
-    funcd_store_watch *w = funcd_watch_new(prefix, after, cb, payload);
-    if (!w)
-        return funcd_error_set(FUNCD_ENOMEM, "store: out of memory watching prefix \"%s\"", prefix);
-    lock(m);
-    if (after < m->compacted) {
-        uint64_t compacted = m->compacted;
-        unlock(m);
-        funcd_watch_free(w);
-        return funcd_error_set(FUNCD_EGONE,
-                               "store: cannot watch prefix \"%s\" from revision %" PRIu64
-                               ": history up to revision %" PRIu64
-                               " was compacted; list the prefix again and watch from the "
-                               "list's revision",
-                               prefix, after, compacted);
-    }
-    replay(m, w, after);
-    if (w->delivered < m->revision)
-        w->delivered = m->revision; /* the rest of the history did not match the prefix */
-    funcd_watch_list_append(&m->watches, w);
-    unlock(m);
-    *out = w;
-    return 0;
+    return funcd_store_watch_open(&m->lock, &m->watches, m, replay_locked, prefix, after, cb,
+                                  payload, out);
 }
 
 static void mem_unwatch(funcd_store *s, funcd_store_watch *w)
 {
     memory_store *m = ms(s);
-    if (!w)
-        return;
-    lock(m);
-    funcd_watch_list_remove(&m->watches, w);
-    unlock(m);
+    funcd_store_watch_close(&m->lock, &m->watches, w);
 }
 
 static uint64_t mem_revision(funcd_store *s)

@@ -538,10 +538,11 @@ static int gone(const char *prefix, uint64_t after, uint64_t compacted)
 }
 
 /* Replays the log after `after` (one statement: one snapshot with the
- * revision), then links the watch: under the lock the follower delivers
- * under, so nothing falls between the two. */
-static int watch_locked(pg_store *st, funcd_store_watch *w, uint64_t after)
+ * revision); watchers.c then links the watch under the lock the follower
+ * delivers under, so nothing falls between the two. */
+static int replay_locked(void *store, funcd_store_watch *w, uint64_t after, uint64_t *revision)
 {
+    pg_store *st = store;
     int rc = funcd_pg_conn_ready(&st->db);
     if (rc < 0)
         return rc;
@@ -557,7 +558,8 @@ static int watch_locked(pg_store *st, funcd_store_watch *w, uint64_t after)
         return funcd_error_set(FUNCD_EIO, "store: the funcd_meta row is missing in %s",
                                st->db.display);
     }
-    uint64_t revision = funcd_pg_get_u64(r, 0, 0), compacted = funcd_pg_get_u64(r, 0, 1);
+    uint64_t compacted = funcd_pg_get_u64(r, 0, 1);
+    *revision = funcd_pg_get_u64(r, 0, 0);
     if (after < compacted) {
         PQclear(r);
         return gone(w->prefix, after, compacted);
@@ -569,9 +571,6 @@ static int watch_locked(pg_store *st, funcd_store_watch *w, uint64_t after)
     }
     funcd_watch_list_leave(&st->watches);
     PQclear(r);
-    if (w->delivered < revision)
-        w->delivered = revision; /* the rest of the log did not match the prefix */
-    funcd_watch_list_append(&st->watches, w);
     return 0;
 }
 
@@ -579,32 +578,14 @@ static int pg_watch(funcd_store *s, const char *prefix, uint64_t after, funcd_st
                     void *payload, funcd_store_watch **out)
 {
     pg_store *st = pq(s);
-    if (!cb || !out)
-        return funcd_error_set(FUNCD_EINVAL, "store: watch needs a callback and an out handle");
-    if (!prefix)
-        prefix = "";
-    funcd_store_watch *w = funcd_watch_new(prefix, after, cb, payload);
-    if (!w)
-        return funcd_error_set(FUNCD_ENOMEM, "store: out of memory watching prefix \"%s\"", prefix);
-    pthread_mutex_lock(&st->lock);
-    int rc = watch_locked(st, w, after);
-    pthread_mutex_unlock(&st->lock);
-    if (rc < 0) {
-        funcd_watch_free(w);
-        return rc;
-    }
-    *out = w;
-    return 0;
+    return funcd_store_watch_open(&st->lock, &st->watches, st, replay_locked, prefix, after, cb,
+                                  payload, out);
 }
 
 static void pg_unwatch(funcd_store *s, funcd_store_watch *w)
 {
     pg_store *st = pq(s);
-    if (!w)
-        return;
-    pthread_mutex_lock(&st->lock);
-    funcd_watch_list_remove(&st->watches, w);
-    pthread_mutex_unlock(&st->lock);
+    funcd_store_watch_close(&st->lock, &st->watches, w);
 }
 
 static uint64_t pg_revision(funcd_store *s)

@@ -698,10 +698,11 @@ static int check_purged(sqlite_store *st, funcd_store_watch *w, uint64_t after, 
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-/* Replays, then links the watch: both under the lock writers commit under,
- * so no write falls between the two. */
-static int watch_locked(sqlite_store *st, funcd_store_watch *w, uint64_t after)
+/* Replays; watchers.c then links the watch, both under the lock writers
+ * commit under, so no write falls between the two. */
+static int replay_locked(void *store, funcd_store_watch *w, uint64_t after, uint64_t *revision)
 {
+    sqlite_store *st = store;
     int opened, err = 0;
     meta m = {0, 0};
     int rc = begin_read(st, &opened);
@@ -714,44 +715,22 @@ static int watch_locked(sqlite_store *st, funcd_store_watch *w, uint64_t after)
     if (rc != SQLITE_OK)
         err = db_error(st, rc, "watch", w->prefix);
     end_read(st, opened);
-    if (err < 0)
-        return err;
-    if (w->delivered < m.revision)
-        w->delivered = m.revision; /* the rest of the log did not match the prefix */
-    funcd_watch_list_append(&st->watches, w);
-    return 0;
+    *revision = m.revision;
+    return err < 0 ? err : 0;
 }
 
 static int sq_watch(funcd_store *s, const char *prefix, uint64_t after, funcd_store_watch_cb cb,
                     void *payload, funcd_store_watch **out)
 {
     sqlite_store *st = sq(s);
-    if (!cb || !out)
-        return funcd_error_set(FUNCD_EINVAL, "store: watch needs a callback and an out handle");
-    if (!prefix)
-        prefix = "";
-    funcd_store_watch *w = funcd_watch_new(prefix, after, cb, payload);
-    if (!w)
-        return funcd_error_set(FUNCD_ENOMEM, "store: out of memory watching prefix \"%s\"", prefix);
-    pthread_mutex_lock(&st->lock);
-    int rc = watch_locked(st, w, after);
-    pthread_mutex_unlock(&st->lock);
-    if (rc < 0) {
-        funcd_watch_free(w);
-        return rc;
-    }
-    *out = w;
-    return 0;
+    return funcd_store_watch_open(&st->lock, &st->watches, st, replay_locked, prefix, after, cb,
+                                  payload, out);
 }
 
 static void sq_unwatch(funcd_store *s, funcd_store_watch *w)
 {
     sqlite_store *st = sq(s);
-    if (!w)
-        return;
-    pthread_mutex_lock(&st->lock);
-    funcd_watch_list_remove(&st->watches, w);
-    pthread_mutex_unlock(&st->lock);
+    funcd_store_watch_close(&st->lock, &st->watches, w);
 }
 
 static uint64_t sq_revision(funcd_store *s)

@@ -115,6 +115,43 @@ void funcd_watch_list_clear(funcd_watch_list *l)
     l->tail = NULL;
 }
 
+int funcd_store_watch_open(pthread_mutex_t *lock, funcd_watch_list *l, void *store,
+                           funcd_watch_replay_fn replay, const char *prefix, uint64_t after,
+                           funcd_store_watch_cb cb, void *payload, funcd_store_watch **out)
+{
+    if (!cb || !out)
+        return funcd_error_set(FUNCD_EINVAL, "store: watch needs a callback and an out handle");
+    if (!prefix)
+        prefix = "";
+    funcd_store_watch *w = funcd_watch_new(prefix, after, cb, payload);
+    if (!w)
+        return funcd_error_set(FUNCD_ENOMEM, "store: out of memory watching prefix \"%s\"", prefix);
+    uint64_t revision = 0;
+    pthread_mutex_lock(lock);
+    int rc = replay(store, w, after, &revision);
+    if (rc == 0) {
+        if (w->delivered < revision)
+            w->delivered = revision; /* the rest of the history did not match the prefix */
+        funcd_watch_list_append(l, w);
+    }
+    pthread_mutex_unlock(lock);
+    if (rc < 0) {
+        funcd_watch_free(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+void funcd_store_watch_close(pthread_mutex_t *lock, funcd_watch_list *l, funcd_store_watch *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(lock);
+    funcd_watch_list_remove(l, w);
+    pthread_mutex_unlock(lock);
+}
+
 int funcd_store_check_key(const char *key, const char *what)
 {
     if (!key || !key[0])

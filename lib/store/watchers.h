@@ -7,6 +7,7 @@
 #ifndef FUNCD_STORE_WATCHERS_H
 #define FUNCD_STORE_WATCHERS_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,5 +60,25 @@ void funcd_watch_list_dispatch(funcd_watch_list *l, const funcd_store_event *ev)
 void funcd_watch_list_remove(funcd_watch_list *l, funcd_store_watch *w);
 /* Frees every watch (the store is going away). */
 void funcd_watch_list_clear(funcd_watch_list *l);
+
+/* ---- a driver's watch and unwatch ------------------------------------- */
+
+/*
+ * The driver's part of opening a watch, under its lock: replay what it
+ * keeps after `after` to `w` (not yet linked) and set `*revision` to the
+ * store's revision then; a negative error (FUNCD_EGONE when `after` is
+ * older than the history) leaves `w` to the caller to free.
+ */
+typedef int (*funcd_watch_replay_fn)(void *store, funcd_store_watch *w, uint64_t after,
+                                     uint64_t *revision);
+
+/* The store's watch(): checks the arguments, makes the watch, and under
+ * `lock` replays (driver's `replay`) and links it into `l`, so no write
+ * falls between the two. */
+int funcd_store_watch_open(pthread_mutex_t *lock, funcd_watch_list *l, void *store,
+                           funcd_watch_replay_fn replay, const char *prefix, uint64_t after,
+                           funcd_store_watch_cb cb, void *payload, funcd_store_watch **out);
+/* The store's unwatch(): NULL is nothing; else removed under `lock`. */
+void funcd_store_watch_close(pthread_mutex_t *lock, funcd_watch_list *l, funcd_store_watch *w);
 
 #endif
