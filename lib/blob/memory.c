@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blob/shared.h"
 #include "funcd/sys/blob.h"
 #include "funcd/sys/error.h"
 #include "util/misc.h"
@@ -52,14 +53,6 @@ static blob_obj *find(const memory_blob *m, const char *key, size_t *pos)
     return i < m->n && strcmp(m->objs[i]->key, key) == 0 ? m->objs[i] : NULL;
 }
 
-static int check_key(const char *key, const char *what)
-{
-    if (!key || !key[0])
-        return funcd_error_set(FUNCD_EINVAL,
-                               "blob: %s needs a non-empty key (like \"sha256:<hex>\")", what);
-    return 0;
-}
-
 static int not_found(const char *key, const char *what)
 {
     return funcd_error_set(FUNCD_ENOTFOUND,
@@ -96,7 +89,7 @@ static int insert(memory_blob *m, size_t pos, const char *key, unsigned char *da
 static int mem_put(funcd_blob *b, const char *key, const void *data, size_t len)
 {
     memory_blob *m = mb(b);
-    int rc = check_key(key, "put");
+    int rc = funcd_blob_check_key(key, "put");
     if (rc < 0)
         return rc;
     if (!data && len)
@@ -129,47 +122,36 @@ static int mem_put(funcd_blob *b, const char *key, const void *data, size_t len)
     return 0;
 }
 
-static int mem_get(funcd_blob *b, const char *key, uint64_t offset, uint64_t length, void **out,
-                   size_t *out_len)
+/* get() under the lock (shared.c checks the arguments and takes it). */
+static int get_locked(void *blob, const char *key, uint64_t offset, uint64_t length, void **out,
+                      size_t *out_len)
 {
-    memory_blob *m = mb(b);
-    int rc = check_key(key, "get");
+    blob_obj *o = find(blob, key, NULL);
+    if (!o)
+        return not_found(key, "read");
+    size_t n;
+    unsigned char *copy;
+    int rc = funcd_blob_span(key, o->len, offset, length, &n, &copy);
     if (rc < 0)
         return rc;
-    if (!out || !out_len)
-        return funcd_error_set(FUNCD_EINVAL, "blob: get of \"%s\" needs out pointers", key);
-    pthread_mutex_lock(&m->lock);
-    blob_obj *o = find(m, key, NULL);
-    if (!o) {
-        pthread_mutex_unlock(&m->lock);
-        return not_found(key, "read");
-    }
-    if (offset > o->len) {
-        size_t size = o->len;
-        pthread_mutex_unlock(&m->lock);
-        return funcd_error_set(FUNCD_ERANGE,
-                               "blob: offset %" PRIu64 " lies past the end of \"%s\" (%zu bytes); "
-                               "stat it for its size",
-                               offset, key, size);
-    }
-    uint64_t avail = o->len - offset;
-    size_t n = (size_t)(length < avail ? length : avail);
-    unsigned char *copy = malloc(n ? n : 1);
-    if (copy && n)
+    if (n)
         memcpy(copy, o->data + offset, n);
-    pthread_mutex_unlock(&m->lock);
-    if (!copy)
-        return funcd_error_set(FUNCD_ENOMEM, "blob: out of memory reading %zu bytes of \"%s\"", n,
-                               key);
     *out = copy;
     *out_len = n;
     return 0;
 }
 
+static int mem_get(funcd_blob *b, const char *key, uint64_t offset, uint64_t length, void **out,
+                   size_t *out_len)
+{
+    memory_blob *m = mb(b);
+    return funcd_blob_get_locked(&m->lock, m, get_locked, key, offset, length, out, out_len);
+}
+
 static int mem_stat(funcd_blob *b, const char *key, funcd_blob_stat *out)
 {
     memory_blob *m = mb(b);
-    int rc = check_key(key, "stat");
+    int rc = funcd_blob_check_key(key, "stat");
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&m->lock);
@@ -239,7 +221,7 @@ static int mem_list(funcd_blob *b, const char *prefix, funcd_blob_list_cb cb, vo
 static int mem_del(funcd_blob *b, const char *key)
 {
     memory_blob *m = mb(b);
-    int rc = check_key(key, "delete");
+    int rc = funcd_blob_check_key(key, "delete");
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&m->lock);

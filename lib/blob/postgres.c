@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blob/shared.h"
 #include "funcd/sys/blob.h"
 #include "funcd/sys/error.h"
 #include "store/pg_conn.h"
@@ -93,14 +94,6 @@ static pg_blob *pb(funcd_blob *b)
     return (pg_blob *)b;
 }
 
-static int check_key(const char *key, const char *what)
-{
-    if (!key || !key[0])
-        return funcd_error_set(FUNCD_EINVAL,
-                               "blob: %s needs a non-empty key (like \"sha256:<hex>\")", what);
-    return 0;
-}
-
 static int not_found(const char *key, const char *what)
 {
     return funcd_error_set(FUNCD_ENOTFOUND, "blob: cannot %s \"%s\": no such object", what, key);
@@ -168,7 +161,7 @@ fail:
 static int pg_put(funcd_blob *b, const char *key, const void *data, size_t len)
 {
     pg_blob *p = pb(b);
-    int rc = check_key(key, "put");
+    int rc = funcd_blob_check_key(key, "put");
     if (rc < 0)
         return rc;
     if (!data && len)
@@ -212,9 +205,10 @@ static void assemble(const PGresult *r, uint64_t offset, size_t n, unsigned char
     }
 }
 
-static int get_locked(pg_blob *p, const char *key, uint64_t offset, uint64_t length, void **out,
+static int get_locked(void *blob, const char *key, uint64_t offset, uint64_t length, void **out,
                       size_t *out_len)
 {
+    pg_blob *p = blob;
     int rc = funcd_pg_conn_ready(&p->db);
     if (rc < 0)
         return rc;
@@ -237,21 +231,12 @@ static int get_locked(pg_blob *p, const char *key, uint64_t offset, uint64_t len
         PQclear(r);
         return not_found(key, "read");
     }
-    uint64_t size = funcd_pg_get_u64(r, 0, 0);
-    if (offset > size) {
+    size_t n;
+    unsigned char *copy;
+    rc = funcd_blob_span(key, funcd_pg_get_u64(r, 0, 0), offset, length, &n, &copy);
+    if (rc < 0) {
         PQclear(r);
-        return funcd_error_set(FUNCD_ERANGE,
-                               "blob: offset %" PRIu64 " lies past the end of \"%s\" (%" PRIu64
-                               " bytes); stat it for its size",
-                               offset, key, size);
-    }
-    uint64_t avail = size - offset;
-    size_t n = (size_t)(length < avail ? length : avail);
-    unsigned char *copy = malloc(n ? n : 1);
-    if (!copy) {
-        PQclear(r);
-        return funcd_error_set(FUNCD_ENOMEM, "blob: out of memory reading %zu bytes of \"%s\"", n,
-                               key);
+        return rc;
     }
     assemble(r, offset, n, copy);
     PQclear(r);
@@ -264,21 +249,13 @@ static int pg_get(funcd_blob *b, const char *key, uint64_t offset, uint64_t leng
                   size_t *out_len)
 {
     pg_blob *p = pb(b);
-    int rc = check_key(key, "get");
-    if (rc < 0)
-        return rc;
-    if (!out || !out_len)
-        return funcd_error_set(FUNCD_EINVAL, "blob: get of \"%s\" needs out pointers", key);
-    pthread_mutex_lock(&p->lock);
-    rc = get_locked(p, key, offset, length, out, out_len);
-    pthread_mutex_unlock(&p->lock);
-    return rc;
+    return funcd_blob_get_locked(&p->lock, p, get_locked, key, offset, length, out, out_len);
 }
 
 static int pg_stat(funcd_blob *b, const char *key, funcd_blob_stat *out)
 {
     pg_blob *p = pb(b);
-    int rc = check_key(key, "stat");
+    int rc = funcd_blob_check_key(key, "stat");
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&p->lock);
@@ -377,7 +354,7 @@ static int del_locked(pg_blob *p, const char *key)
 static int pg_del(funcd_blob *b, const char *key)
 {
     pg_blob *p = pb(b);
-    int rc = check_key(key, "delete");
+    int rc = funcd_blob_check_key(key, "delete");
     if (rc < 0)
         return rc;
     pthread_mutex_lock(&p->lock);

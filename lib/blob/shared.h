@@ -1,0 +1,33 @@
+/*
+ * What the memory and PostgreSQL blob drivers share: the checks of a key
+ * and of get()'s arguments, and the span of an object a get reads, so both
+ * answer the same errors with the same words.
+ */
+#ifndef FUNCD_BLOB_SHARED_H
+#define FUNCD_BLOB_SHARED_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+int funcd_blob_check_key(const char *key, const char *what);
+
+/* The driver's part of get(), under its lock: the object's bytes from
+ * `offset`, at most `length`, in a buffer of its own (funcd_blob_span). */
+typedef int (*funcd_blob_get_fn)(void *blob, const char *key, uint64_t offset, uint64_t length,
+                                 void **out, size_t *out_len);
+
+/* The blob's get(): checks the key and out pointers, then runs `get`
+ * under `lock`. */
+int funcd_blob_get_locked(pthread_mutex_t *lock, void *blob, funcd_blob_get_fn get,
+                          const char *key, uint64_t offset, uint64_t length, void **out,
+                          size_t *out_len);
+
+/* How much of an object of `size` bytes a get of (`offset`, `length`)
+ * reads, in *n, and a buffer that holds it (at least one byte, for an
+ * empty read) in *copy; FUNCD_ERANGE when `offset` lies past the end,
+ * FUNCD_ENOMEM. */
+int funcd_blob_span(const char *key, uint64_t size, uint64_t offset, uint64_t length, size_t *n,
+                    unsigned char **copy);
+
+#endif
