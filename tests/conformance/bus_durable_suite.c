@@ -3,6 +3,7 @@
 
 #include <stdatomic.h>
 
+#include "bus_common.h"
 #include "conformance.h"
 
 /* Redelivery after a refusal may take a second (NATS), on a loaded machine more. */
@@ -27,34 +28,14 @@ static int durable_cb(const char *subject, const void *data, size_t len, void *p
     return 0;
 }
 
-typedef struct acked_target {
-    dcounter **cs;
-    size_t n;
-    int want;
-} acked_target;
-
-static int acked_total(dcounter **cs, size_t n)
-{
-    int sum = 0;
-    for (size_t i = 0; i < n; i++)
-        sum += atomic_load(&cs[i]->acked);
-    return sum;
-}
-
-static int reached(void *arg)
-{
-    acked_target *t = arg;
-    return acked_total(t->cs, t->n) >= t->want;
-}
-
 /* Waits until the counters together acknowledged `want`, then a little longer
  * for extra deliveries; returns their total. */
 static int wait_acked(dcounter **cs, size_t n, int want)
 {
-    acked_target t = {cs, n, want};
-    if (conf_wait(reached, &t, DURABLE_WAIT_MS))
-        conf_sleep_ms(DURABLE_SETTLE_MS);
-    return acked_total(cs, n);
+    atomic_int *counts[2];
+    for (size_t i = 0; i < n && i < 2; i++)
+        counts[i] = &cs[i]->acked;
+    return conf_wait_sum(counts, n < 2 ? n : 2, want, DURABLE_WAIT_MS, DURABLE_SETTLE_MS);
 }
 
 static int wait_one(dcounter *c, int want)
@@ -235,12 +216,7 @@ done:
 
 /* ---- the runner ------------------------------------------------------------------------ */
 
-typedef void (*durable_case_fn)(conf_case *cc, funcd_bus *b);
-
-static const struct {
-    const char *name;
-    durable_case_fn fn;
-} cases[] = {
+static const conf_bus_case cases[] = {
     {"stream_and_name_rules", case_rules},
     {"delivers_and_acknowledges", case_delivers_and_acks},
     {"away_and_back", case_away_and_back},
@@ -251,33 +227,18 @@ static const struct {
     {"delete_consumer", case_delete_consumer},
 };
 
-static int has_durable(const funcd_bus *b)
+static int fit(const funcd_bus *b, char *why, size_t len)
 {
-    return b->version >= 2 && b->stream_ensure && b->publish_durable && b->consume &&
-           b->consumer_delete;
+    if (b->version >= 2 && b->stream_ensure && b->publish_durable && b->consume &&
+        b->consumer_delete)
+        return 1;
+    snprintf(why, len, "the driver has no durable streams (version %u)", b->version);
+    return 0;
 }
 
 int funcd_bus_durable_conformance_run(funcd_bus *(*make)(void *payload), void *payload,
                                       int verbose)
 {
-    conf_tally tally = {0, 0};
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        conf_case cc = {"bus-durable", cases[i].name, verbose, 0};
-        funcd_bus *b = make(payload);
-        if (!b)
-            conf_fail(&cc, __FILE__, __LINE__, "the factory returned no bus: %s",
-                      funcd_error_last()->message);
-        else if (!has_durable(b))
-            conf_fail(&cc, __FILE__, __LINE__, "the driver has no durable streams (version %u)",
-                      b->version);
-        else
-            cases[i].fn(&cc, b);
-        if (b && b->free)
-            b->free(b);
-        conf_report(&cc, &tally);
-    }
-    if (verbose)
-        fprintf(stderr, "bus durable conformance: %d passed, %d failed\n", tally.passed,
-                tally.failed);
-    return tally.failed;
+    return conf_bus_run("bus-durable", "bus durable conformance", cases,
+                        sizeof(cases) / sizeof(cases[0]), make, payload, verbose, fit);
 }

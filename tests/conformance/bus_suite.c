@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "bus_common.h"
 #include "conformance.h"
 
 /* A subscription callback that counts, and optionally acts from inside. */
@@ -86,11 +87,7 @@ static void nesting_cb(const char *subject, const void *data, size_t len, void *
     act_inside(c, n, data, len);
 }
 
-typedef struct total_target {
-    counter **cs;
-    size_t n;
-    int want;
-} total_target;
+#define SUBS_MAX 8
 
 static int total(counter **cs, size_t n)
 {
@@ -100,28 +97,20 @@ static int total(counter **cs, size_t n)
     return sum;
 }
 
-static int reached_total(void *arg)
-{
-    total_target *t = arg;
-    return total(t->cs, t->n) >= t->want;
-}
-
 /* Waits until the counters together saw `want` messages, then a little
  * longer to catch extra deliveries; returns their total. */
 static int wait_total(counter **cs, size_t n, int want)
 {
-    total_target t = {cs, n, want};
-    if (conf_wait(reached_total, &t, CONF_WAIT_MS))
-        conf_sleep_ms(CONF_SETTLE_MS);
-    return total(cs, n);
+    atomic_int *counts[SUBS_MAX];
+    for (size_t i = 0; i < n && i < SUBS_MAX; i++)
+        counts[i] = &cs[i]->n;
+    return conf_wait_sum(counts, n < SUBS_MAX ? n : SUBS_MAX, want, CONF_WAIT_MS, CONF_SETTLE_MS);
 }
 
 static int wait_count(counter *c, int want)
 {
     return wait_total(&c, 1, want);
 }
-
-#define SUBS_MAX 8
 
 /* Subscriptions of one case, ended at its end. */
 typedef struct subs {
@@ -491,12 +480,7 @@ done:
 
 /* ---- the runner ------------------------------------------------------------------------ */
 
-typedef void (*bus_case_fn)(conf_case *cc, funcd_bus *b);
-
-static const struct {
-    const char *name;
-    bus_case_fn fn;
-} cases[] = {
+static const conf_bus_case cases[] = {
     {"fanout_to_every_subscriber", case_fanout},
     {"wildcard_star", case_wildcard_star},
     {"wildcard_tail", case_wildcard_tail},
@@ -511,31 +495,18 @@ static const struct {
     {"unsubscribe_waits_for_callback", case_unsubscribe_waits_for_callback},
 };
 
-static int vtable_complete(const funcd_bus *b)
+static int fit(const funcd_bus *b, char *why, size_t len)
 {
-    return b->version == FUNCD_BUS_VERSION && b->name && b->publish && b->subscribe &&
-           b->unsubscribe && b->free;
+    if (b->version == FUNCD_BUS_VERSION && b->name && b->publish && b->subscribe &&
+        b->unsubscribe && b->free)
+        return 1;
+    snprintf(why, len, "the driver's vtable is not version %d or has NULL slots",
+             FUNCD_BUS_VERSION);
+    return 0;
 }
 
 int funcd_bus_conformance_run(funcd_bus *(*make)(void *payload), void *payload, int verbose)
 {
-    conf_tally tally = {0, 0};
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        conf_case cc = {"bus", cases[i].name, verbose, 0};
-        funcd_bus *b = make(payload);
-        if (!b)
-            conf_fail(&cc, __FILE__, __LINE__, "the factory returned no bus: %s",
-                      funcd_error_last()->message);
-        else if (!vtable_complete(b))
-            conf_fail(&cc, __FILE__, __LINE__,
-                      "the driver's vtable is not version %d or has NULL slots", FUNCD_BUS_VERSION);
-        else
-            cases[i].fn(&cc, b);
-        if (b && b->free)
-            b->free(b);
-        conf_report(&cc, &tally);
-    }
-    if (verbose)
-        fprintf(stderr, "bus conformance: %d passed, %d failed\n", tally.passed, tally.failed);
-    return tally.failed;
+    return conf_bus_run("bus", "bus conformance", cases, sizeof(cases) / sizeof(cases[0]), make,
+                        payload, verbose, fit);
 }

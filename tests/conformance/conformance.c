@@ -49,6 +49,34 @@ int conf_wait(int (*pred)(void *arg), void *arg, int timeout_ms)
     }
 }
 
+typedef struct sum_target {
+    atomic_int *const *counts;
+    size_t n;
+    int want;
+} sum_target;
+
+static int sum_of(const sum_target *t)
+{
+    int sum = 0;
+    for (size_t i = 0; i < t->n; i++)
+        sum += atomic_load(t->counts[i]);
+    return sum;
+}
+
+static int reached_sum(void *arg)
+{
+    sum_target *t = arg;
+    return sum_of(t) >= t->want;
+}
+
+int conf_wait_sum(atomic_int *const *counts, size_t n, int want, int wait_ms, int settle_ms)
+{
+    sum_target t = {counts, n, want};
+    if (conf_wait(reached_sum, &t, wait_ms))
+        conf_sleep_ms(settle_ms);
+    return sum_of(&t);
+}
+
 void conf_report(conf_case *cc, conf_tally *t)
 {
     if (cc->failed)

@@ -8,6 +8,8 @@
 #define FUNCD_TESTS_CONFORMANCE_H
 
 #include <inttypes.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,6 +34,10 @@ void conf_sleep_ms(int ms);
 /* Polls pred(arg) every millisecond until it holds or timeout_ms passes;
  * returns its last value. Deliveries may be asynchronous in some drivers. */
 int conf_wait(int (*pred)(void *arg), void *arg, int timeout_ms);
+
+/* Waits (wait_ms at most) until the counters counts[0..n) add up to
+ * `want`, then settle_ms more to catch extra deliveries; returns their sum. */
+int conf_wait_sum(atomic_int *const *counts, size_t n, int want, int wait_ms, int settle_ms);
 
 /* How long the suites wait for an asynchronous delivery, and how long they
  * watch for an unwanted extra one after the expected count is reached. */
