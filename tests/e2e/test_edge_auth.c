@@ -13,42 +13,6 @@
 #include "../harness.h"
 #include "test_serving_common.h"
 
-#define AUTH_TEST_WITH(name, opt_a, opt_b)                                                         \
-    static void name##_body(env *e);                                                               \
-    TEST(name)                                                                                     \
-    {                                                                                              \
-        env e_;                                                                                    \
-        if (env_up_with(&e_, NULL, (opt_a), (opt_b), NULL) < 0) {                                  \
-            env_down(&e_);                                                                         \
-            sv_cleanup();                                                                          \
-            FAILF("cannot start a platform: %s", funcd_error_last()->message);                     \
-        }                                                                                          \
-        name##_body(&e_);                                                                          \
-        env_down(&e_);                                                                             \
-        sv_cleanup();                                                                              \
-        char left_[512];                                                                           \
-        if (sv_children(left_, sizeof(left_)))                                                     \
-            FAILF("processes left behind after the platform was freed: %s", left_);                \
-    }                                                                                              \
-    static void name##_body(env *e)
-
-static int make_fn(env *e, const char *name, const char *more)
-{
-    char dir[256];
-    if (sv_fixture("native", dir, sizeof(dir)) != 0)
-        return -1;
-    if (sv_create(e, name,
-                  "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"}%s}",
-                  dir, more) != 201)
-        return -1;
-    return sv_wait_ready(e, name, 10000) ? 0 : -1;
-}
-
-static int workers_of(const char *name)
-{
-    sv_proc procs[8];
-    return (int)sv_function_procs(name, procs, 8);
-}
 
 /* A data-plane request with extra header lines (NULL-terminated). */
 static long call(env *e, const char *path, const char *token, const char *const *headers)
@@ -71,9 +35,9 @@ static void default_subject(const char *token, char out[19])
     out[18] = '\0';
 }
 
-AUTH_TEST_WITH(authenticated_function, NULL, NULL)
+SV_TEST(authenticated_function)
 {
-    CHECK(make_fn(e, "guarded", ",\"edge\":{\"auth\":\"authenticated\"}") == 0);
+    CHECK(sv_native(e, "guarded", "\"edge\":{\"auth\":\"authenticated\"}") == 0);
     /* GET gives spec.edge back as written. */
     CHECK_INT(env_req(e, "GET", FN_PATH("guarded"), DEV_TOKEN, NULL), 200);
     CHECK_STR(jstr(e->r.json, "spec.edge.auth"), "authenticated");
@@ -93,7 +57,7 @@ AUTH_TEST_WITH(authenticated_function, NULL, NULL)
     CHECK_INT(call(e, DP_PATH("guarded") "/x", VIEWER_TOKEN, NULL), 403);
     CHECK_STATUS(403, "Forbidden", NULL);
     env_sleep_ms(300);
-    CHECK_INT(workers_of("guarded"), 0);
+    CHECK_INT(sv_worker_count(e, "guarded"), 0);
     int ready = 0, total = 0;
     if (sv_replicas(e, "guarded", &ready, &total) == 0)
         CHECK_INT(total, 0);
@@ -115,9 +79,9 @@ AUTH_TEST_WITH(authenticated_function, NULL, NULL)
 
 /* An open function: no token needed, the caller's Authorization passes
  * as it came, and a forged X-Funcd-Subject is dropped. */
-AUTH_TEST_WITH(open_function, NULL, NULL)
+SV_TEST(open_function)
 {
-    CHECK(make_fn(e, "public", "") == 0);
+    CHECK(sv_native(e, "public", NULL) == 0);
     static const char *const hdrs[] = {"X-Funcd-Subject: admin", "Authorization: Bearer own",
                                        NULL};
     CHECK_INT(call(e, DP_PATH("public") "/x", NULL, hdrs), 200);
@@ -127,10 +91,10 @@ AUTH_TEST_WITH(open_function, NULL, NULL)
 }
 
 /* The daemon's default stance, and a spec that opens one function. */
-AUTH_TEST_WITH(authenticated_by_default, funcd_with_edge_auth_default("authenticated"), NULL)
+SV_TEST_WITH(authenticated_by_default, funcd_with_edge_auth_default("authenticated"), NULL)
 {
-    CHECK(make_fn(e, "closed", "") == 0);
-    CHECK(make_fn(e, "opened", ",\"edge\":{\"auth\":\"open\"}") == 0);
+    CHECK(sv_native(e, "closed", NULL) == 0);
+    CHECK(sv_native(e, "opened", "\"edge\":{\"auth\":\"open\"}") == 0);
     CHECK_INT(call(e, DP_PATH("closed") "/x", NULL, NULL), 401);
     CHECK_INT(call(e, DP_PATH("closed") "/x", DEV_TOKEN, NULL), 200);
     CHECK_INT(call(e, DP_PATH("opened") "/x", NULL, NULL), 200);
@@ -174,12 +138,12 @@ static funcd_option *named_token_file(void)
     return funcd_with_token_file(path);
 }
 
-AUTH_TEST_WITH(named_token, named_token_file(), NULL)
+SV_TEST_WITH(named_token, named_token_file(), NULL)
 {
     char path[64];
     snprintf(path, sizeof(path), "/tmp/funcd-e2e-tokens-%d", (int)getpid());
     unlink(path);
-    CHECK(make_fn(e, "guarded", ",\"edge\":{\"auth\":\"authenticated\"}") == 0);
+    CHECK(sv_native(e, "guarded", "\"edge\":{\"auth\":\"authenticated\"}") == 0);
     CHECK_INT(call(e, DP_PATH("guarded") "/x", "e2e-named", NULL), 200);
     CHECK_STR(jstr(e->r.json, "subject"), "ci-deployer");
 }

@@ -14,55 +14,6 @@
 #include "../harness.h"
 #include "test_serving_common.h"
 
-#define EDGE_TEST(name)                                                                            \
-    static void name##_body(env *e);                                                               \
-    TEST(name)                                                                                     \
-    {                                                                                              \
-        env e_;                                                                                    \
-        if (env_up_with(&e_, NULL, NULL, NULL, NULL) < 0) {                                        \
-            env_down(&e_);                                                                         \
-            sv_cleanup();                                                                          \
-            FAILF("cannot start a platform: %s", funcd_error_last()->message);                     \
-        }                                                                                          \
-        name##_body(&e_);                                                                          \
-        env_down(&e_);                                                                             \
-        sv_cleanup();                                                                              \
-        char left_[512];                                                                           \
-        if (sv_children(left_, sizeof(left_)))                                                     \
-            FAILF("processes left behind after the platform was freed: %s", left_);                \
-    }                                                                                              \
-    static void name##_body(env *e)
-
-/* Creates Function `name` on the native fixture with `more` (JSON members
- * after the source, e.g. "\"edge\":{...}") and waits until it is Ready. */
-static int make_fn(env *e, const char *name, const char *more)
-{
-    char dir[256];
-    if (sv_fixture("native", dir, sizeof(dir)) != 0)
-        return -1;
-    if (sv_create(e, name,
-                  "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},%s}",
-                  dir, more) != 201)
-        return -1;
-    return sv_wait_ready(e, name, 10000) ? 0 : -1;
-}
-
-/* The function's worker processes and status.replicas.total, which must
- * agree: -1 when they do not. */
-static int workers_of(env *e, const char *name)
-{
-    sv_proc procs[8];
-    size_t n = sv_function_procs(name, procs, 8);
-    int ready = 0, total = 0;
-    e2e_resp saved = e->r;
-    e->r = (e2e_resp)E2E_RESP_INIT;
-    int rc = sv_replicas(e, name, &ready, &total);
-    e2e_resp_free(&e->r);
-    e->r = saved;
-    if (rc < 0)
-        total = 0; /* no status.replicas yet: none */
-    return (size_t)total == n ? total : -1;
-}
 
 /* A POST of `len` bytes to `path`. */
 static long post_bytes(env *e, const char *path, size_t len)
@@ -176,9 +127,9 @@ static int exchange(int fd, const char *req)
 /* The cap applies before the body is read: a head whose Content-Length is
  * over it is answered 413 with no byte of the body sent, on a keep-alive
  * connection's later request too (h2o alone would wait for the body). */
-EDGE_TEST(content_length_refused_before_the_body)
+SV_TEST(content_length_refused_before_the_body)
 {
-    CHECK(make_fn(e, "capped", "\"edge\":{\"limits\":{\"maxBodyBytes\":\"1Ki\"}}") == 0);
+    CHECK(sv_native(e, "capped", "\"edge\":{\"limits\":{\"maxBodyBytes\":\"1Ki\"}}") == 0);
     int fd = dp_connect(e);
     CHECK(fd >= 0);
     static const char big[] = "POST /fn/default/capped/x HTTP/1.1\r\nHost: x\r\n"
@@ -186,7 +137,7 @@ EDGE_TEST(content_length_refused_before_the_body)
     int first = exchange(fd, big);
     close(fd);
     CHECK_INT(first, 413);
-    CHECK_INT(workers_of(e, "capped"), 0);
+    CHECK_INT(sv_worker_count(e, "capped"), 0);
     /* The second and third request of one connection. */
     fd = dp_connect(e);
     CHECK(fd >= 0);
@@ -203,10 +154,10 @@ EDGE_TEST(content_length_refused_before_the_body)
 
 /* A body over the function's cap: 413 (JSON Status), never a worker; a
  * body under it goes through. */
-EDGE_TEST(body_over_the_cap_is_413)
+SV_TEST(body_over_the_cap_is_413)
 {
-    CHECK(make_fn(e, "capped", "\"edge\":{\"limits\":{\"maxBodyBytes\":\"1Ki\"}}") == 0);
-    CHECK_INT(workers_of(e, "capped"), 0);
+    CHECK(sv_native(e, "capped", "\"edge\":{\"limits\":{\"maxBodyBytes\":\"1Ki\"}}") == 0);
+    CHECK_INT(sv_worker_count(e, "capped"), 0);
     CHECK_INT(post_bytes(e, DP_PATH("capped") "/x", 1025), 413);
     CHECK_STATUS(413, "RequestEntityTooLarge", NULL);
     CHECK(strstr(jstr(e->r.json, "message"), "maxBodyBytes"));
@@ -214,7 +165,7 @@ EDGE_TEST(body_over_the_cap_is_413)
     /* A chunked body crossing the cap. */
     CHECK_INT(raw_chunked(e, DP_PATH("capped") "/x", 3, 512), 413);
     env_sleep_ms(300);
-    CHECK_INT(workers_of(e, "capped"), 0);
+    CHECK_INT(sv_worker_count(e, "capped"), 0);
     /* At the cap: served (and now there is a worker). */
     CHECK_INT(post_bytes(e, DP_PATH("capped") "/x", 1024), 200);
     CHECK_INT((int)strlen(jstr(e->r.json, "body")), 1024);
@@ -222,9 +173,9 @@ EDGE_TEST(body_over_the_cap_is_413)
 }
 
 /* maxBodyBytes 0 is off: only the gateway's own 64 MiB cap stays. */
-EDGE_TEST(zero_cap_is_off)
+SV_TEST(zero_cap_is_off)
 {
-    CHECK(make_fn(e, "uncapped", "\"edge\":{\"limits\":{\"maxBodyBytes\":0}}") == 0);
+    CHECK(sv_native(e, "uncapped", "\"edge\":{\"limits\":{\"maxBodyBytes\":0}}") == 0);
     CHECK_INT(post_bytes(e, DP_PATH("uncapped") "/x", 200000), 200);
 }
 
@@ -243,9 +194,9 @@ static int drain_until_429(env *e, const char *path)
     return code;
 }
 
-EDGE_TEST(rate_over_the_bucket_is_429)
+SV_TEST(rate_over_the_bucket_is_429)
 {
-    CHECK(make_fn(e, "rated", "\"edge\":{\"limits\":{\"rps\":1,\"burst\":1,\"maxBodyBytes\":16}}") ==
+    CHECK(sv_native(e, "rated", "\"edge\":{\"limits\":{\"rps\":1,\"burst\":1,\"maxBodyBytes\":16}}") ==
           0);
     CHECK_INT(drain_until_429(e, DP_PATH("rated") "/x"), 429);
     CHECK(strstr(raw_answer, "\"reason\":\"TooManyRequests\""));
@@ -256,7 +207,7 @@ EDGE_TEST(rate_over_the_bucket_is_429)
     CHECK(retry >= 1 && retry <= 2);
     CHECK(strcasestr(raw_answer, "\r\nx-funcd-invocation-id:"));
     env_sleep_ms(300);
-    CHECK_INT(workers_of(e, "rated"), 0);
+    CHECK_INT(sv_worker_count(e, "rated"), 0);
     /* Once a token is back, a request goes through. */
     env_sleep_ms(1100);
     CHECK_INT(sv_invoke(e, "GET", DP_PATH("rated") "/x", NULL), 200);
@@ -265,11 +216,11 @@ EDGE_TEST(rate_over_the_bucket_is_429)
 /* The ceiling on requests in flight: 503 with Retry-After while one is
  * in flight, and that request does not start the second worker it would
  * otherwise have (concurrency 1, up to 2 replicas). */
-EDGE_TEST(in_flight_ceiling_is_503)
+SV_TEST(in_flight_ceiling_is_503)
 {
-    CHECK(make_fn(e, "narrow", "\"scaling\":{\"concurrency\":1,\"maxReplicas\":2},"
+    CHECK(sv_native(e, "narrow", "\"scaling\":{\"concurrency\":1,\"maxReplicas\":2},"
                                "\"edge\":{\"limits\":{\"maxInFlight\":1}}") == 0);
-    CHECK_INT(workers_of(e, "narrow"), 0);
+    CHECK_INT(sv_worker_count(e, "narrow"), 0);
     sv_call slow = {.method = "GET"};
     snprintf(slow.path, sizeof(slow.path), "%s", DP_PATH("narrow") "/sleep?ms=3000");
     sv_batch *b = sv_batch_start(e->dp_base, &slow, 1);
@@ -277,14 +228,14 @@ EDGE_TEST(in_flight_ceiling_is_503)
     int settled = 0;
     for (int i = 0; i < 200 && !settled; i++) { /* the slow one is on its worker */
         env_sleep_ms(20);
-        settled = workers_of(e, "narrow") == 1;
+        settled = sv_worker_count(e, "narrow") == 1;
     }
     long code = sv_invoke(e, "GET", DP_PATH("narrow") "/x", NULL);
     int retry = atoi(sv_header(&e->r, "retry-after"));
     const char *why = status_problem(&e->r, 503, "ServiceUnavailable", NULL);
     const char *message = jstr(e->r.json, "message");
     env_sleep_ms(300);
-    int workers = workers_of(e, "narrow");
+    int workers = sv_worker_count(e, "narrow");
     sv_batch_join(b);
     long slow_code = slow.r.status;
     e2e_resp_free(&slow.r);
@@ -323,10 +274,10 @@ TEST(per_client_defaults)
 
 static void per_client_body(env *e)
 {
-    CHECK(make_fn(e, "plain", "\"timeout\":\"30s\"") == 0);
+    CHECK(sv_native(e, "plain", "\"timeout\":\"30s\"") == 0);
     CHECK_INT(drain_until_429(e, DP_PATH("plain") "/x"), 429);
     CHECK(strstr(raw_answer, "from one client"));
-    CHECK_INT(workers_of(e, "plain"), 0);
+    CHECK_INT(sv_worker_count(e, "plain"), 0);
 }
 
 int main(int argc, char **argv)

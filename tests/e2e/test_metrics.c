@@ -26,25 +26,6 @@
     "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"                 \
     "\"timeout\":\"300ms\",\"scaling\":{\"maxReplicas\":1,\"idleTimeout\":\"" idle "\"}}"
 
-/* Like SV_TEST, with up to two more platform options. */
-#define MX_TEST(name, a, b)                                                                        \
-    static void name##_body(env *e);                                                               \
-    TEST(name)                                                                                     \
-    {                                                                                              \
-        env e_;                                                                                    \
-        if (env_up_with(&e_, NULL, (a), (b), NULL) < 0) {                                          \
-            env_down(&e_);                                                                         \
-            sv_cleanup();                                                                          \
-            FAILF("cannot start a platform: %s", funcd_error_last()->message);                     \
-        }                                                                                          \
-        name##_body(&e_);                                                                          \
-        env_down(&e_);                                                                             \
-        sv_cleanup();                                                                              \
-        char left_[512];                                                                           \
-        if (sv_children(left_, sizeof(left_)))                                                     \
-            FAILF("processes left behind after the platform was freed: %s", left_);                \
-    }                                                                                              \
-    static void name##_body(env *e)
 
 /* GET /metrics on the control plane with `token` (NULL: none); e->r. */
 static long scrape(env *e, const char *token)
@@ -150,7 +131,7 @@ static const char *histogram_problem(const char *text, const char *family, const
  * Three requests answered 200 and one the function takes too long for
  * (504), one cold start: the counters say exactly that.
  */
-MX_TEST(requests, NULL, NULL)
+SV_TEST(requests)
 {
     char dir[256];
     CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
@@ -212,7 +193,7 @@ MX_TEST(requests, NULL, NULL)
 
 /* Each worker start is one cold start: warm requests add none, a start
  * after the function went back to zero adds one. */
-MX_TEST(cold_start_per_start, NULL, NULL)
+SV_TEST(cold_start_per_start)
 {
     char dir[256];
     CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
@@ -239,7 +220,7 @@ MX_TEST(cold_start_per_start, NULL, NULL)
 
 /* Who may read /metrics: no token 401; any valid token 200, with the
  * series of the namespaces it may read; the data plane has none (404). */
-MX_TEST(who_may_read, NULL, NULL)
+SV_TEST(who_may_read)
 {
     char dir[256];
     CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
@@ -261,7 +242,7 @@ MX_TEST(who_may_read, NULL, NULL)
 }
 
 /* --metrics-open and --data-plane-metrics: both without a token. */
-MX_TEST(open_and_data_plane, funcd_with_metrics_open(1), funcd_with_data_plane_metrics(1))
+SV_TEST_WITH(open_and_data_plane, funcd_with_metrics_open(1), funcd_with_data_plane_metrics(1))
 {
     char dir[256];
     CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
@@ -277,7 +258,7 @@ MX_TEST(open_and_data_plane, funcd_with_metrics_open(1), funcd_with_data_plane_m
 }
 
 /* A deleted function stops being exported; created again, it is back. */
-MX_TEST(deleted, NULL, NULL)
+SV_TEST(deleted)
 {
     char dir[256];
     CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
@@ -307,7 +288,7 @@ MX_TEST(deleted, NULL, NULL)
 
 /* The edge's own answers (spec.edge.limits) are counted by reason, and
  * by their status with the function's other answers. */
-MX_TEST(edge_rejections, NULL, NULL)
+SV_TEST(edge_rejections)
 {
     char dir[256];
     CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
@@ -443,7 +424,7 @@ static double queried(e2e_http *prom, e2e_resp *r)
  * then has funcd_requests_total of the function that was called, with the
  * number of calls.
  */
-MX_TEST(prometheus, NULL, NULL)
+SV_TEST(prometheus)
 {
     if (access(PROMETHEUS, X_OK) != 0) {
         fprintf(stderr, "  %s is not installed (scripts/install-deps.sh test)\n", PROMETHEUS);

@@ -524,6 +524,33 @@ int sv_wait_condition(env *e, const char *name, const char *status, int timeout_
     }
 }
 
+int sv_native(env *e, const char *name, const char *more)
+{
+    char dir[256];
+    if (sv_fixture("native", dir, sizeof(dir)) != 0)
+        return -1;
+    if (sv_create(e, name,
+                  "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"}%s%s}",
+                  dir, more && *more ? "," : "", more ? more : "") != 201)
+        return -1;
+    return sv_wait_ready(e, name, 10000) ? 0 : -1;
+}
+
+int sv_worker_count(env *e, const char *name)
+{
+    sv_proc procs[8];
+    size_t n = sv_function_procs(name, procs, 8);
+    int ready = 0, total = 0;
+    e2e_resp saved = e->r;
+    e->r = (e2e_resp)E2E_RESP_INIT;
+    int rc = sv_replicas(e, name, &ready, &total);
+    e2e_resp_free(&e->r);
+    e->r = saved;
+    if (rc < 0)
+        total = 0; /* no status.replicas yet: none */
+    return (size_t)total == n ? total : -1;
+}
+
 int sv_replicas(env *e, const char *name, int *ready, int *total)
 {
     char path[256];

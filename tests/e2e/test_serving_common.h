@@ -116,6 +116,16 @@ int sv_wait_condition(env *e, const char *name, const char *status, int timeout_
 /* status.replicas of Function `name` (GET into e->r); -1 when absent. */
 int sv_replicas(env *e, const char *name, int *ready, int *total);
 
+/* Creates Function `name` on the native fixture worker, with `more` (NULL
+ * or JSON members after the source, like "\"edge\":{...}"), and waits
+ * (10 s) until it is Ready. 0 when it is; e->r holds the last answer. */
+int sv_native(env *e, const char *name, const char *more);
+
+/* How many workers Function `name` has: its worker processes, which must
+ * agree with status.replicas.total (none yet: 0); -1 when they do not.
+ * e->r is kept. */
+int sv_worker_count(env *e, const char *name);
+
 /* Waits until min <= status.replicas.total <= max; 1 when it is. `*seen`
  * (if not NULL) gets the largest total observed. */
 int sv_wait_total(env *e, const char *name, int min, int max, int timeout_ms, int *seen);
@@ -169,15 +179,16 @@ long sv_upload(env *e, const void *data, size_t len);
 /* ---- test cases ----------------------------------------------------------- */
 
 /*
- * Like E2E_TEST, and after the platform is freed: the fixture directories
- * go, and no child process of this one may be left.
+ * Like E2E_TEST, with up to two more platform options (env_up_with), and
+ * after the platform is freed: the fixture directories go, and no child
+ * process of this one may be left.
  */
-#define SV_TEST(name)                                                                              \
+#define SV_TEST_WITH(name, opt_a, opt_b)                                                           \
     static void name##_body(env *e);                                                               \
     TEST(name)                                                                                     \
     {                                                                                              \
         env e_;                                                                                    \
-        if (env_up(&e_, NULL) < 0) {                                                               \
+        if (env_up_with(&e_, NULL, (opt_a), (opt_b), NULL) < 0) {                                  \
             env_down(&e_);                                                                         \
             sv_cleanup();                                                                          \
             FAILF("cannot start a platform: %s", funcd_error_last()->message);                     \
@@ -190,6 +201,8 @@ long sv_upload(env *e, const void *data, size_t len);
             FAILF("processes left behind after the platform was freed: %s", left_);                \
     }                                                                                              \
     static void name##_body(env *e)
+
+#define SV_TEST(name) SV_TEST_WITH(name, NULL, NULL)
 
 /* Runs case `name` (isolated) when `only` is NULL or names it. */
 #define SV_RUN(only, ran, name)                                                                    \

@@ -400,14 +400,7 @@ static void options_for(const char *name, const char *dir, funcd_option **a, fun
 /* Creates Function "tracer" on the native fixture and waits until Ready. */
 static int make_tracer(env *e)
 {
-    char dir[256];
-    if (sv_fixture("native", dir, sizeof(dir)) != 0)
-        return -1;
-    if (sv_create(e, "tracer",
-                  "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"}}",
-                  dir) != 201)
-        return -1;
-    return sv_wait_ready(e, "tracer", 10000) ? 0 : -1;
+    return sv_native(e, "tracer", NULL);
 }
 
 /* One request to the tracer with extra headers (NULL-terminated). */
