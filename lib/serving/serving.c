@@ -85,6 +85,7 @@ typedef struct worker_ctx {
     char load_msg[512];      /* before it is ready: the msg of its last ERROR log line */
     atomic_int load_checked; /* the handler load check's worker, evicted once ready */
     uint64_t started_ns;     /* when it was prepared: its cold start runs from here */
+    int claimed_spare;       /* it is a claimed spare, not ready yet */
 } worker_ctx;
 
 /* A generic interpreter worker started ahead of need (node takes ~30 ms to
@@ -111,6 +112,12 @@ struct funcd_serving {
     unsigned live_spares;   /* generic workers started, not yet claimed or exited */
     spare *spares[GENERIC_KINDS];    /* unclaimed, or NULL */
     int want_spare[GENERIC_KINDS];   /* a function of that runtime exists */
+    unsigned claimed[GENERIC_KINDS]; /* claimed spares not ready yet: no new one starts */
+    struct refill {                  /* starts the next spare on the loop's next turn */
+        funcd_serving *s;
+        int kind;
+        struct event *ev;
+    } refill[GENERIC_KINDS];
     int closing;
     int respec; /* the function being applied got a new spec: re-resolve tags and refs */
 };
@@ -787,6 +794,20 @@ static void note_oom(launch *ln, worker_ctx *wc)
         s->cfg.changed(ln->ns, ln->name, s->cfg.changed_payload);
 }
 
+/* A claimed spare is ready (or gone): the next one may start, once the
+ * loop has sent the grant (a sandboxed start holds the loop for a few
+ * milliseconds). Started at the claim, it delayed the probe that finds the
+ * claimed worker ready, and the grant, by that much, and competed for the
+ * CPUs with the handler being loaded for a request that waits. */
+static void spare_settled(launch *ln, worker_ctx *wc)
+{
+    if (!wc->claimed_spare)
+        return;
+    wc->claimed_spare = 0;
+    ln->s->claimed[ln->generic]--;
+    event_active(ln->s->refill[ln->generic].ev, EV_TIMEOUT, 0);
+}
+
 /* The process is gone: the callers of requests it took learn how it ended
  * (lib/worker's words: no output, no host path). */
 static void on_worker_exited(funcd_worker_ctx *w, int status, const funcd_worker_end *end,
@@ -800,18 +821,20 @@ static void on_worker_exited(funcd_worker_ctx *w, int status, const funcd_worker
     if (strcmp(end->reason, "OOMKilled") == 0)
         note_oom(ln, wc);
     note_load_exit(ln, w, status);
+    spare_settled(ln, wc); /* a claimed spare that never became ready */
 }
 
 /* Any worker that loads the handler proves it loads. */
 static void on_worker_ready(funcd_worker_ctx *w, void *payload)
 {
     launch *ln = payload;
-    const worker_ctx *wc = (const worker_ctx *)w->data;
+    worker_ctx *wc = (worker_ctx *)w->data;
     funcd_metrics_cold_start(ln->s->cfg.metrics, ln->ns, ln->name,
                              funcd_metrics_now_ns() - wc->started_ns);
     int failed = LOAD_FAILED;
     if (ln->load_check)
         atomic_compare_exchange_strong(&ln->load_state, &failed, LOAD_OK);
+    spare_settled(ln, wc);
 }
 
 /* What the gateway needs of the worker, before it starts. */
@@ -890,7 +913,8 @@ static void on_spare_exit(funcd_worker *proc, int status, void *payload)
 static void ensure_spare(funcd_serving *s, int kind)
 {
     const char *interp = interpreter(generic_runtime[kind]);
-    if (s->spares[kind] || !s->want_spare[kind] || s->closing || !s->cfg.runtime || !interp)
+    if (s->spares[kind] || s->claimed[kind] || !s->want_spare[kind] || s->closing ||
+        !s->cfg.runtime || !interp)
         return;
     spare *sp = calloc(1, sizeof(*sp));
     if (!sp)
@@ -919,6 +943,12 @@ static void ensure_spare(funcd_serving *s, int kind)
     }
     s->live_spares++;
     s->spares[kind] = sp;
+}
+
+static void on_refill(evutil_socket_t fd, short what, void *arg)
+{
+    struct refill *r = arg;
+    ensure_spare(r->s, r->kind);
 }
 
 /* Turns the waiting generic worker of `ln`'s runtime into `w`'s process
@@ -986,7 +1016,9 @@ static int adopt_spare(funcd_worker_ctx *w, const char *const *env, funcd_worker
     launch *ln = payload;
     if (ln->generic < 0 || claim_spare(ln->s, ln, w, env, proc) < 0)
         return -1;
-    ensure_spare(ln->s, ln->generic); /* the next one starts warming now */
+    worker_ctx *wc = (worker_ctx *)w->data;
+    wc->claimed_spare = 1; /* the next spare starts in spare_settled */
+    ln->s->claimed[ln->generic]++;
     return 0;
 }
 
@@ -1263,6 +1295,13 @@ int funcd_serving_new(funcd_serving **out, const funcd_serving_config *cfg)
         funcd_serving_free(s);
         return -1;
     }
+    for (int k = 0; k < GENERIC_KINDS; k++) {
+        s->refill[k] = (struct refill){s, k, event_new(cfg->loop, -1, 0, on_refill, &s->refill[k])};
+        if (!s->refill[k].ev) {
+            funcd_serving_free(s);
+            return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the serving layer");
+        }
+    }
     *out = s;
     return 0;
 }
@@ -1322,6 +1361,9 @@ void funcd_serving_free(funcd_serving *s)
         return;
     funcd_serving_close(s);
     funcd_workers_free(s->workers); /* kills what still runs */
+    for (int k = 0; k < GENERIC_KINDS; k++)
+        if (s->refill[k].ev)
+            event_free(s->refill[k].ev);
     if (s->run_dir)
         rmdir(s->run_dir);
     pthread_mutex_destroy(&s->lock);
