@@ -66,6 +66,7 @@ typedef struct entry {
     funcd_oci_verify_handle *verify; /* checking this entry's credentials for `checking` */
     funcd_oci_image *checking;       /* a cached image, until its check answers */
     int checking_remembered;         /* it came from the store (not from a pull) */
+    int by_digest; /* this pull fetches the digest another node resolved the tag to */
     struct entry *next;
 } entry;
 
@@ -302,7 +303,10 @@ static cJSON *load_json(funcd_sources *s, const char *prefix, const char *id)
     return obj;
 }
 
-static void remember_image(funcd_sources *s, const char *ref, const funcd_oci_image *img)
+/* The image's metadata under its digest and, when `tag_resolved` (this
+ * node read the tag at the registry), the tag's digest and when. */
+static void remember_image(funcd_sources *s, const char *ref, const funcd_oci_image *img,
+                           int tag_resolved)
 {
     cJSON *m = cJSON_CreateObject();
     if (!m)
@@ -334,7 +338,7 @@ static void remember_image(funcd_sources *s, const char *ref, const funcd_oci_im
     cJSON_AddStringToObject(m, "pulledAt", ts);
     store_json(s, IMAGE_META_PREFIX, img->digest, m);
     cJSON_Delete(m);
-    cJSON *t = cJSON_CreateObject();
+    cJSON *t = tag_resolved ? cJSON_CreateObject() : NULL;
     if (!t)
         return;
     cJSON_AddStringToObject(t, "digest", img->digest);
@@ -352,6 +356,23 @@ static char *blob_path(funcd_sources *s, const char *digest)
     return p;
 }
 
+/* The digest the store says `ref`'s tag named when some node (this one,
+ * or another sharing the store) last read it at the registry, if that was
+ * less than the refresh interval ago; its age in `*age_ms`. NULL if not. */
+static char *fresh_tag(funcd_sources *s, const char *ref, int64_t *age_ms)
+{
+    cJSON *t = load_json(s, IMAGE_TAG_PREFIX, ref);
+    double at = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "resolvedAtMs"));
+    const char *d = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "digest"));
+    uint64_t every = s->cfg.tag_refresh_ms ? s->cfg.tag_refresh_ms : 5 * 60 * 1000;
+    int64_t age = at == at ? funcd_now_ms() - (int64_t)at : INT64_MAX;
+    char *digest = d && age >= 0 && age < (int64_t)every ? strdup(d) : NULL;
+    cJSON_Delete(t);
+    if (age_ms)
+        *age_ms = age;
+    return digest;
+}
+
 /* The image as remembered, if the tag is fresh (or pinned by digest) and
  * every layer is still in the cache: a restart needs no registry. */
 static funcd_oci_image *remembered_image(funcd_sources *s, const char *ref)
@@ -361,15 +382,8 @@ static funcd_oci_image *remembered_image(funcd_sources *s, const char *ref)
         return NULL;
     char *digest = r.digest ? strdup(r.digest) : NULL;
     funcd_oci_ref_free(&r);
-    if (!digest) {
-        cJSON *t = load_json(s, IMAGE_TAG_PREFIX, ref);
-        double at = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "resolvedAtMs"));
-        const char *d = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "digest"));
-        uint64_t every = s->cfg.tag_refresh_ms ? s->cfg.tag_refresh_ms : 5 * 60 * 1000;
-        if (d && at == at && funcd_now_ms() - (int64_t)at < (int64_t)every)
-            digest = strdup(d);
-        cJSON_Delete(t);
-    }
+    if (!digest)
+        digest = fresh_tag(s, ref, NULL);
     cJSON *m = digest ? load_json(s, IMAGE_META_PREFIX, digest) : NULL;
     funcd_oci_image *img = m ? calloc(1, sizeof(*img)) : NULL;
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(m, "layers");
@@ -515,12 +529,12 @@ static void image_allowed(entry *e, funcd_oci_image *img, int remembered)
         e->resolved_ms = funcd_mono_ms(); /* the tag still names the same image */
         e->busy = 0;
         e->layers_done = e->layers_total = (unsigned)img->n_layers;
-        remember_image(e->s, e->ref, img);
+        remember_image(e->s, e->ref, img, !e->by_digest);
         funcd_oci_image_free(img);
         publish(e, 1);
         return;
     }
-    remember_image(e->s, e->ref, img);
+    remember_image(e->s, e->ref, img, !e->by_digest);
     start_unpack(e, img);
 }
 
@@ -623,10 +637,17 @@ static void check_image(entry *e, funcd_oci_image *img, int remembered)
     }
 }
 
+static void start_pull(entry *e, const char *ref);
+
 static void on_pulled(int rc, const char *message, funcd_oci_image *img, void *payload)
 {
     entry *e = payload;
     e->pull = NULL;
+    if (rc < 0 && e->by_digest) { /* the digest is gone from the registry: read the tag */
+        e->by_digest = 0;
+        start_pull(e, e->ref);
+        return;
+    }
     if (rc < 0) {
         image_refused(e, message);
         return;
@@ -634,7 +655,9 @@ static void on_pulled(int rc, const char *message, funcd_oci_image *img, void *p
     check_image(e, img, 0);
 }
 
-static void start_pull(entry *e)
+/* Pulls `ref` (the entry's own, or the digest another node resolved its
+ * tag to: then no request names the tag). */
+static void start_pull(entry *e, const char *ref)
 {
     funcd_sources *s = e->s;
     char missing[128];
@@ -654,7 +677,7 @@ static void start_pull(entry *e)
         notify(e);
         return;
     }
-    int rc = funcd_oci_pull(s->oci, e->ref, cfg, on_progress, on_pulled, e, &e->pull);
+    int rc = funcd_oci_pull(s->oci, ref, cfg, on_progress, on_pulled, e, &e->pull);
     free(cfg);
     if (rc < 0) {
         e->busy = 0;
@@ -662,6 +685,37 @@ static void start_pull(entry *e)
         publish(e, 1);
         notify(e);
     }
+}
+
+/*
+ * Nodes sharing a store share tag resolutions: when the store has a fresh
+ * digest for the entry's tag (another node read the tag, or this one did
+ * before a restart but its layers are gone), the tag is not read again.
+ * The same digest as what runs only moves the next refresh to that
+ * resolution's; another one is pulled by digest. 1 when handled.
+ */
+static int tag_known(entry *e)
+{
+    funcd_oci_ref r;
+    if (strchr(e->ref, '@') || funcd_oci_ref_parse(&r, e->ref) < 0)
+        return 0;
+    int64_t age = 0;
+    char *digest = fresh_tag(e->s, e->ref, &age);
+    char pinned[512];
+    snprintf(pinned, sizeof(pinned), "%s/%s@%s", r.registry, r.repository, digest ? digest : "");
+    funcd_oci_ref_free(&r);
+    if (!digest)
+        return 0;
+    if (e->state == E_READY && strcmp(digest, e->res.resolved) == 0) {
+        e->resolved_ms = funcd_mono_ms() - age;
+        e->busy = 0;
+        publish(e, 1);
+    } else {
+        e->by_digest = 1;
+        start_pull(e, pinned);
+    }
+    free(digest);
+    return 1;
 }
 
 static void start(entry *e)
@@ -686,6 +740,7 @@ static void start(entry *e)
         }
         return;
     }
+    e->by_digest = 0;
     if (e->state != E_READY) { /* first resolution: what a previous run pulled will do */
         funcd_oci_image *img = remembered_image(e->s, e->ref);
         if (img) {
@@ -693,7 +748,9 @@ static void start(entry *e)
             return;
         }
     }
-    start_pull(e);
+    if (tag_known(e))
+        return;
+    start_pull(e, e->ref);
 }
 
 /* ---- results ------------------------------------------------------------------- */

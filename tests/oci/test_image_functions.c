@@ -661,6 +661,38 @@ static void restart(void)
     on_platform(s, funcd_with_state_dir(state), NULL, serve_again);
 }
 
+static int registry_requests(const char *what);
+
+/*
+ * Nodes sharing a store share tag resolutions (issue 15): a second platform
+ * on the first one's store, with a state directory of its own (no layers),
+ * serves the function the first resolved without asking the registry for
+ * the tag — it fetches the manifest and the layers by digest.
+ */
+static void second_node(void)
+{
+    char db[400], state1[400], state2[400];
+    snprintf(db, sizeof(db), "%s/store.db", work);
+    snprintf(state1, sizeof(state1), "%s/state1", work);
+    snprintf(state2, sizeof(state2), "%s/state2", work);
+    if (mkdir(state1, 0700) != 0 || mkdir(state2, 0700) != 0)
+        FAILF("cannot create %s or %s", state1, state2);
+    funcd_store *s = sqlite_store(db);
+    if (!s)
+        FAILF("cannot open %s: %s", db, funcd_error_last()->message);
+    on_platform(s, funcd_with_state_dir(state1), NULL, serve_durably);
+    if (harness_failed_now)
+        return;
+    /* HEAD or GET of the manifest by its tag, and of any blob */
+    int by_tag = registry_requests(" /v2/worker/manifests/1 ");
+    int blobs = registry_requests("\"GET /v2/worker/blobs/");
+    CHECK(by_tag > 0);
+    if (!(s = sqlite_store(db)))
+        FAILF("cannot open %s again: %s", db, funcd_error_last()->message);
+    on_platform(s, funcd_with_state_dir(state2), NULL, serve_again);
+    CHECK_INT(registry_requests(" /v2/worker/manifests/1 "), by_tag);
+    CHECK(registry_requests("\"GET /v2/worker/blobs/") > blobs); /* its own copy of the layers */
+}
 
 /* ---- who sees what (issue 11) ---------------------------------------------------- */
 
@@ -994,6 +1026,7 @@ static const image_case cases[] = {
     {"unknown-tag", REGISTRY_PLAIN, unknown_tag},
     {"tampered-blob", REGISTRY_PLAIN, tampered_blob},
     {"restart", REGISTRY_PLAIN, restart},
+    {"second-node", REGISTRY_PLAIN, second_node},
     {"exec-mode", REGISTRY_PLAIN, exec_mode},
     {"prefixes", REGISTRY_PLAIN, prefixes},
     {"pull-scope", REGISTRY_PLAIN, pull_scope},
