@@ -222,6 +222,8 @@ int funcd_logstore_format(funcd_buf *b, const funcd_logstore_record *r)
         rc = put_field(b, "function", r->fn);
     if (rc == 0)
         rc = put_field(b, "replica", r->replica);
+    if (rc == 0 && r->node)
+        rc = put_field(b, "node", r->node);
     if (rc == 0)
         rc = put_field(b, "stream", r->stream == 2 ? "stderr" : "stdout");
     /* "line": the text as written, for clients of the first log format. */

@@ -54,6 +54,7 @@ struct funcd_logstore {
     pthread_mutex_t lock;    /* functions, buffers, pending lists, stats */
     pthread_rwlock_t layout; /* queries read; compaction and retention write */
     funcd__log_fn *buckets[FUNCD__LOG_BUCKETS];
+    char *node;       /* NULL: a single node (no per-node prefix) */
     char instance[9]; /* in segment names: two processes never pick the same */
     uint64_t seq;
     int64_t last_maintenance;
@@ -73,7 +74,8 @@ typedef struct funcd__keylist {
 /* Every key under `prefix`. */
 int funcd__logstore_keys(funcd_blob *blob, const char *prefix, funcd__keylist *out);
 void funcd__keylist_free(funcd__keylist *kl);
-/* A segment's name "<start>-<end>-<id>.jsonl" → its first and last times. */
+/* A segment's name "[<node>/]<start>-<end>-<id>.jsonl" → its first and
+ * last times. */
 int funcd__logstore_seg_times(const char *name, int64_t *start, int64_t *end);
 /* Reads an hour object: its header line parsed (NULL if it is not JSON) and
  * where the records begin. `*data` is malloc()ed. */

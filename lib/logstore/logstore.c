@@ -90,9 +90,9 @@ static funcd__log_seg *seal_locked(funcd_logstore *ls, funcd__log_fn *f)
 {
     funcd__log_seg *s = calloc(1, sizeof(*s));
     funcd_buf key = FUNCD_BUF_INIT;
-    if (!s || funcd_buf_printf(&key, "%sseg/%013" PRId64 "-%013" PRId64 "-%s%06" PRIu64 ".jsonl",
-                               f->prefix, f->open_start, f->open_end, ls->instance,
-                               ++ls->seq) < 0) {
+    if (!s || funcd_buf_printf(&key, "%sseg/%s%s%013" PRId64 "-%013" PRId64 "-%s%06" PRIu64
+                               ".jsonl", f->prefix, ls->node ? ls->node : "", ls->node ? "/" : "",
+                               f->open_start, f->open_end, ls->instance, ++ls->seq) < 0) {
         free(s);
         funcd_buf_free(&key);
         return NULL; /* the buffer stays open: the next tick tries again */
@@ -162,9 +162,18 @@ int funcd_logstore_new(funcd_logstore **out, funcd_blob *blob, const funcd_logst
     *out = NULL;
     if (!blob)
         return funcd_error_set(FUNCD_EINVAL, "logs: the log store needs a blob backend");
+    const char *node = o ? o->node : NULL;
+    if (node && (!node[0] || strlen(node) > 63 ||
+                 strspn(node, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+                     strlen(node) ||
+                 !strcmp(node, ".") || !strcmp(node, "..")))
+        return funcd_error_set(FUNCD_EINVAL, "logs: node name \"%.80s\" cannot name log segments "
+                               "(1 to 63 letters, digits, '.', '_' or '-')", node);
     funcd_logstore *ls = calloc(1, sizeof(*ls));
-    if (!ls)
+    if (!ls || (node && !(ls->node = strdup(node)))) {
+        free(ls);
         return funcd_error_set(FUNCD_ENOMEM, "logs: out of memory creating the log store");
+    }
     ls->blob = blob;
     ls->seal_ms = o && o->seal_ms ? o->seal_ms : FUNCD_LOGSTORE_SEAL_MS;
     ls->seal_bytes = o && o->seal_bytes ? o->seal_bytes : FUNCD_LOGSTORE_SEAL_BYTES;
@@ -183,8 +192,11 @@ void funcd_logstore_append(funcd_logstore *ls, const funcd_logstore_record *r)
 {
     if (!ls || !r || !key_safe(r->ns) || !key_safe(r->fn))
         return;
+    funcd_logstore_record own = *r;
+    if (!own.node)
+        own.node = ls->node;
     funcd_buf line = FUNCD_BUF_INIT;
-    if (funcd_logstore_format(&line, r) < 0 || funcd_buf_append(&line, "\n", 1) < 0) {
+    if (funcd_logstore_format(&line, &own) < 0 || funcd_buf_append(&line, "\n", 1) < 0) {
         funcd_buf_free(&line);
         return;
     }
@@ -204,6 +216,11 @@ void funcd_logstore_append(funcd_logstore *ls, const funcd_logstore_record *r)
     funcd_buf_free(&line);
     if (full)
         write_segment(ls, f, full);
+}
+
+const char *funcd_logstore_node(const funcd_logstore *ls)
+{
+    return ls ? ls->node : NULL;
 }
 
 typedef struct work {
@@ -291,7 +308,7 @@ void funcd__keylist_free(funcd__keylist *kl)
 
 /* One function's objects, as maintenance sees them. */
 typedef struct seg_ref {
-    const char *key, *name; /* name: after "seg/" */
+    const char *key, *name; /* name: after "seg/" ("<node>/…" in a cluster) */
     int64_t start, end;
     char hour[16];
 } seg_ref;
@@ -307,6 +324,9 @@ typedef struct fn_objects {
 
 int funcd__logstore_seg_times(const char *name, int64_t *start, int64_t *end)
 {
+    const char *slash = strchr(name, '/');
+    if (slash) /* "<node>/<start>-…": one level, no more */
+        name = strchr(slash + 1, '/') ? "" : slash + 1;
     char dash1, dash2;
     return sscanf(name, "%13" SCNd64 "%c%13" SCNd64 "%c", start, &dash1, end, &dash2) == 4 &&
                    dash1 == '-' && dash2 == '-'
@@ -466,14 +486,18 @@ static void maintain_fn(funcd_logstore *ls, fn_objects *fo, int64_t now)
 {
     expire(ls, fo, now);
     int64_t busy = busy_from(ls, fo->ns, fo->fn);
+    /* Other nodes' lines of an hour still in their memory are not known
+     * here: wait their seal age past the hour (a later one is merged into
+     * the hour on the next pass all the same). */
+    int64_t grace = ls->node ? 2 * (int64_t)ls->seal_ms : 0;
     size_t i = 0;
     while (i < fo->n_segs) {
         size_t j = i + 1;
         while (j < fo->n_segs && strcmp(fo->segs[j].hour, fo->segs[i].hour) == 0)
             j++;
         int64_t hs;
-        if (funcd__logstore_hour_start(fo->segs[i].hour, &hs) == 0 && hs + HOUR_MS <= now &&
-            busy >= hs + HOUR_MS)
+        if (funcd__logstore_hour_start(fo->segs[i].hour, &hs) == 0 &&
+            hs + HOUR_MS + grace <= now && busy >= hs + HOUR_MS)
             compact_hour(ls, fo, fo->segs + i, j - i);
         i = j;
     }
@@ -568,5 +592,6 @@ void funcd_logstore_free(funcd_logstore *ls)
         }
     pthread_rwlock_destroy(&ls->layout);
     pthread_mutex_destroy(&ls->lock);
+    free(ls->node);
     free(ls);
 }

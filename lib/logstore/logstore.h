@@ -12,6 +12,12 @@
  * hour objects older than retention_ms. Queries read hour objects, sealed
  * segments, segments being written and the open buffer, in time order.
  *
+ * Nodes sharing one blob (a cluster, docs/adr/0043-logs-across-nodes.md):
+ * a logstore given a node name writes its segments under
+ * "logs/<ns>/<fn>/seg/<node>/", stamps each record with "node", and a query
+ * merges the segments of every node by time. Without a name the layout and
+ * records are the single node's above.
+ *
  * Threads: every function may be called from any thread; the blob is
  * borrowed and must outlive the logstore.
  */
@@ -34,6 +40,7 @@ typedef struct funcd_logstore_options {
     uint64_t seal_ms;      /* 0: FUNCD_LOGSTORE_SEAL_MS */
     uint64_t seal_bytes;   /* 0: FUNCD_LOGSTORE_SEAL_BYTES */
     uint64_t retention_ms; /* 0: FUNCD_LOGSTORE_RETENTION_MS */
+    const char *node;      /* this node's name (copied); NULL: a single node */
 } funcd_logstore_options;
 
 typedef struct funcd_logstore_record {
@@ -45,6 +52,7 @@ typedef struct funcd_logstore_record {
     int stream;             /* 1 stdout, 2 stderr */
     const char *line;       /* the text the worker wrote, without its newline */
     size_t len;
+    const char *node; /* the node that read it; NULL: none (appends use the logstore's) */
 } funcd_logstore_record;
 
 typedef struct funcd_logstore_stats {
@@ -62,13 +70,17 @@ typedef int (*funcd_logstore_cb)(const char *rec, size_t len, void *payload);
 
 /* A logstore on `blob` (a registered backend: put, get, list and del are
  * required slots) in `*out`. `o` may be NULL (defaults). 0, or FUNCD_EINVAL
- * (no blob) or FUNCD_ENOMEM with funcd_error_last() saying which; `*out` is
- * NULL then. */
+ * (no blob, or a node name that cannot be part of a key: 1 to 63 of
+ * [A-Za-z0-9._-]) or FUNCD_ENOMEM with funcd_error_last() saying which;
+ * `*out` is NULL then. */
 int funcd_logstore_new(funcd_logstore **out, funcd_blob *blob, const funcd_logstore_options *o);
 /* Seals what is open (a clean shutdown loses nothing). NULL is fine. */
 void funcd_logstore_free(funcd_logstore *ls);
 
 void funcd_logstore_append(funcd_logstore *ls, const funcd_logstore_record *r);
+
+/* The node name the logstore was given, or NULL. */
+const char *funcd_logstore_node(const funcd_logstore *ls);
 
 /*
  * The records of one function with time >= since_ms (0: all), of one
@@ -86,7 +98,7 @@ void funcd_logstore_stats_get(funcd_logstore *ls, funcd_logstore_stats *out);
 
 /* The JSON line of a record, appended to `out` without a newline:
  * {"time","invocationId"?,"severity","body","attributes","namespace",
- *  "function","replica","stream","line"}. 0 or FUNCD_ENOMEM. */
+ *  "function","replica","node"?,"stream","line"}. 0 or FUNCD_ENOMEM. */
 int funcd_logstore_format(funcd_buf *out, const funcd_logstore_record *r);
 
 /* ?since=: a duration ("90s", "5m", "2h", "1h30m", "3d") back from now_ms.

@@ -3,6 +3,12 @@
  * still in memory, each in time order. A segment is skipped when an hour
  * object's header names it (a compaction was cut short after writing the
  * hour) or when it is still in memory (its put finished after the snapshot).
+ *
+ * A logstore with a node name shares its blob with other nodes: their
+ * segments overlap ours in time, so the matches are collected, sorted by
+ * time (stable: one node's order stays) and emitted after the last object.
+ * Nothing is emitted before, so a segment the leader's compaction deleted
+ * under us (the hour object we read was older) just reads everything again.
  */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -25,9 +31,19 @@ typedef struct emitter {
     char **kept; /* the last `tail` matches, a ring once full */
     size_t *kept_len;
     size_t head, count, cap;
+    int merge; /* collect every match into `all`, then sort by time */
+    struct timed *all;
+    size_t n_all, cap_all;
 } emitter;
 
-static int matches(const emitter *e, const char *line, size_t len)
+typedef struct timed {
+    int64_t time;
+    size_t seq; /* the order read: ties keep it */
+    char *line;
+    size_t len;
+} timed;
+
+static int matches(const emitter *e, const char *line, size_t len, int64_t *time)
 {
     int64_t t = 0;
     const char *inv = NULL;
@@ -44,7 +60,55 @@ static int matches(const emitter *e, const char *line, size_t len)
     int ok = t >= e->since &&
              (!e->inv || (inv && il == e->inv_len && memcmp(inv, e->inv, il) == 0));
     cJSON_Delete(j);
+    *time = t;
     return ok;
+}
+
+static int collect(emitter *e, const char *line, size_t len, int64_t time)
+{
+    if (e->n_all == e->cap_all) {
+        size_t nc = e->cap_all ? e->cap_all * 2 : 256;
+        timed *na = realloc(e->all, nc * sizeof(*na));
+        if (!na)
+            return -1;
+        e->all = na;
+        e->cap_all = nc;
+    }
+    timed *t = &e->all[e->n_all];
+    if (!(t->line = funcd_strndup(line, len)))
+        return -1;
+    t->time = time;
+    t->seq = e->n_all++;
+    t->len = len;
+    return 0;
+}
+
+static int by_time(const void *a, const void *b)
+{
+    const timed *x = a, *y = b;
+    if (x->time != y->time)
+        return x->time < y->time ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static void drop_collected(emitter *e)
+{
+    for (size_t i = 0; i < e->n_all; i++)
+        free(e->all[i].line);
+    e->n_all = 0;
+}
+
+/* The merged answer: every match in time order, the last `tail` of them. */
+static void emit_collected(emitter *e)
+{
+    if (e->n_all)
+        qsort(e->all, e->n_all, sizeof(*e->all), by_time);
+    size_t from = e->tail && e->tail < e->n_all ? e->n_all - e->tail : 0;
+    for (size_t i = from; i < e->n_all && !e->stopped; i++)
+        e->stopped = e->cb(e->all[i].line, e->all[i].len, e->payload) != 0;
+    drop_collected(e);
+    free(e->all);
+    e->all = NULL;
 }
 
 static int keep(emitter *e, const char *line, size_t len)
@@ -85,8 +149,12 @@ static int scan(emitter *e, const char *data, size_t len)
     while (p < end && !e->stopped) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t n = (size_t)((nl ? nl : end) - p);
-        if (n && matches(e, p, n)) {
-            if (!e->tail)
+        int64_t t;
+        if (n && matches(e, p, n, &t)) {
+            if (e->merge) {
+                if (collect(e, p, n, t) < 0)
+                    return funcd_error_set(FUNCD_ENOMEM, "logs: out of memory merging nodes");
+            } else if (!e->tail)
                 e->stopped = e->cb(p, n, e->payload) != 0;
             else if (keep(e, p, n) < 0)
                 return funcd_error_set(FUNCD_ENOMEM, "logs: out of memory keeping the tail");
@@ -177,6 +245,8 @@ typedef struct reader {
     emitter *e;
     cJSON **headers; /* of the hour objects read */
     size_t n_headers;
+    size_t plen;  /* of "logs/<ns>/<fn>/" */
+    int vanished; /* a listed segment was gone when read */
 } reader;
 
 static int covered(const reader *r, const char *name)
@@ -211,7 +281,7 @@ static int read_hour(reader *r, const char *key)
 
 static int read_segment(reader *r, const char *key, const snapshot *snap)
 {
-    const char *name = strrchr(key, '/') + 1;
+    const char *name = key + r->plen + 4; /* after "seg/": "[<node>/]<start>-…" */
     int64_t start, end;
     if (covered(r, name) || in_memory(snap, key) ||
         (funcd__logstore_seg_times(name, &start, &end) == 0 && end < r->e->since))
@@ -222,6 +292,7 @@ static int read_segment(reader *r, const char *key, const snapshot *snap)
     if (rc == 0)
         rc = scan(r->e, d, n);
     free(d);
+    r->vanished |= rc == FUNCD_ENOTFOUND;
     return rc == FUNCD_ENOTFOUND ? 0 : rc;
 }
 
@@ -241,6 +312,33 @@ static int read_objects(reader *r, const funcd__keylist *kl, size_t plen, const 
     return rc;
 }
 
+/* One pass over the objects and the memory of a function; 1 when merging
+ * and a segment vanished under us (the caller reads again). */
+static int query_once(funcd_logstore *ls, emitter *e, const funcd_buf *prefix, const char *ns,
+                      const char *fn)
+{
+    reader r = {.ls = ls, .e = e, .plen = prefix->len};
+    snapshot snap;
+    funcd__keylist kl = {0};
+    pthread_rwlock_rdlock(&ls->layout);
+    int rc = take_snapshot(ls, ns, fn, &snap);
+    if (rc == 0)
+        rc = funcd__logstore_keys(ls->blob, prefix->data, &kl);
+    if (rc == 0)
+        rc = read_objects(&r, &kl, prefix->len, &snap);
+    pthread_rwlock_unlock(&ls->layout);
+    if (rc == 0 && !e->stopped)
+        rc = scan(e, snap.data.data ? snap.data.data : "", snap.data.len);
+    if (rc == 0 && e->merge && r.vanished)
+        rc = 1;
+    for (size_t i = 0; i < r.n_headers; i++)
+        cJSON_Delete(r.headers[i]);
+    free(r.headers);
+    funcd__keylist_free(&kl);
+    snapshot_free(&snap);
+    return rc;
+}
+
 int funcd_logstore_query(funcd_logstore *ls, const char *ns, const char *fn, int64_t since_ms,
                          const char *invocation, size_t tail, funcd_logstore_cb cb, void *payload)
 {
@@ -250,27 +348,19 @@ int funcd_logstore_query(funcd_logstore *ls, const char *ns, const char *fn, int
         return funcd_error_set(FUNCD_EINVAL, "logs: a query needs a namespace and a function");
     }
     emitter e = {.since = since_ms, .inv = invocation, .inv_len = invocation ? strlen(invocation) : 0,
-                 .tail = tail, .cb = cb, .payload = payload};
-    reader r = {.ls = ls, .e = &e};
-    snapshot snap;
-    funcd__keylist kl = {0};
-    pthread_rwlock_rdlock(&ls->layout);
-    int rc = take_snapshot(ls, ns, fn, &snap);
-    if (rc == 0)
-        rc = funcd__logstore_keys(ls->blob, prefix.data, &kl);
-    if (rc == 0)
-        rc = read_objects(&r, &kl, prefix.len, &snap);
-    pthread_rwlock_unlock(&ls->layout);
-    if (rc == 0 && !e.stopped)
-        rc = scan(&e, snap.data.data ? snap.data.data : "", snap.data.len);
+                 .tail = tail, .cb = cb, .payload = payload, .merge = ls->node != NULL};
+    int rc, tries = 0;
+    do {
+        drop_collected(&e);
+        rc = query_once(ls, &e, &prefix, ns, fn);
+    } while (rc == 1 && ++tries < 3);
+    if (rc == 1)
+        rc = funcd_error_set(FUNCD_EIO, "logs: segments of %s/%s kept moving while read", ns, fn);
     if (rc < 0)
         e.stopped = 1; /* a partial answer would look complete */
+    if (e.merge)
+        emit_collected(&e);
     emit_kept(&e);
-    for (size_t i = 0; i < r.n_headers; i++)
-        cJSON_Delete(r.headers[i]);
-    free(r.headers);
-    funcd__keylist_free(&kl);
-    snapshot_free(&snap);
     funcd_buf_free(&prefix);
     return rc;
 }

@@ -86,7 +86,7 @@ static funcd_log_line view(const funcd_log_ring *r, const record *rec)
 {
     funcd_log_line l = {rec->time_ms, rec->replica, rec->stream,
                         rec->invocation_id[0] ? rec->invocation_id : NULL, rec->line, rec->len,
-                        r->ns, r->fn};
+                        r->ns, r->fn, funcd_logstore_node(r->store)};
     return l;
 }
 
@@ -180,7 +180,7 @@ void funcd_log_ring_unfollow(funcd_log_ring *r, funcd_log_follower *f)
 int funcd_log_line_json(funcd_buf *out, const funcd_log_line *rec)
 {
     funcd_logstore_record r = {rec->time_ms, rec->ns, rec->fn, rec->replica, rec->invocation_id,
-                               rec->stream, rec->line, rec->len};
+                               rec->stream, rec->line, rec->len, rec->node};
     int rc = funcd_logstore_format(out, &r);
     return rc < 0 ? rc : funcd_buf_append(out, "\n", 1);
 }
@@ -204,7 +204,7 @@ static void ring_record(const funcd_log_line *rec, void *payload)
         return;
     funcd_buf_reset(&h->line);
     funcd_logstore_record r = {rec->time_ms, rec->ns, rec->fn, rec->replica, rec->invocation_id,
-                               rec->stream, rec->line, rec->len};
+                               rec->stream, rec->line, rec->len, rec->node};
     if (funcd_logstore_format(&h->line, &r) == 0)
         h->stopped = h->cb(h->line.data, h->line.len, h->payload) != 0;
 }

@@ -29,6 +29,7 @@ typedef struct funcd_log_line {
     const char *line;
     size_t len;
     const char *ns, *fn; /* set on the records a ring hands out; may be NULL */
+    const char *node;    /* the logstore's node name, on records a ring hands out; may be NULL */
 } funcd_log_line;
 
 /* What a reader asks of a function's logs (?since=, ?invocation=, ?tailLines=). */

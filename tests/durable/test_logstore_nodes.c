@@ -1,0 +1,210 @@
+/*
+ * Logs across nodes (issue 15): two logstores with node names on one
+ * memory blob stand for two funcd nodes sharing the cluster's blob. Each
+ * writes under its own prefix and stamps its records; a query on either
+ * merges both by time; compaction by one (the leader) keeps every line of
+ * both; a logstore without a name keeps the single-node layout.
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "funcd/sys/blob.h"
+#include "funcd/sys/error.h"
+#include "harness.h"
+#include "logstore/logstore.h"
+
+#define T0 1700000000000LL /* 2023-11-14T22:13:20Z */
+#define HOUR 3600000LL
+#define H0 (T0 - T0 % HOUR) /* 22:00 */
+
+typedef struct got {
+    char *lines[512];
+    size_t n;
+} got;
+
+static int collect(const char *rec, size_t len, void *payload)
+{
+    got *g = payload;
+    if (g->n < 512)
+        g->lines[g->n++] = strndup(rec, len);
+    return 0;
+}
+
+static void got_free(got *g)
+{
+    for (size_t i = 0; i < g->n; i++)
+        free(g->lines[i]);
+    g->n = 0;
+}
+
+/* "<node>:<body>" of each record, joined by commas, into `out`. */
+static const char *seen(const got *g, char *out, size_t cap)
+{
+    out[0] = '\0';
+    for (size_t i = 0; i < g->n; i++) {
+        cJSON *j = cJSON_Parse(g->lines[i]);
+        const char *b = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "body"));
+        const char *n = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "node"));
+        size_t at = strlen(out);
+        snprintf(out + at, cap - at, "%s%s:%s", i ? "," : "", n ? n : "-", b ? b : "?");
+        cJSON_Delete(j);
+    }
+    return out;
+}
+
+static void put_line(funcd_logstore *ls, int64_t t, const char *text)
+{
+    funcd_logstore_record r = {t, "default", "f", "f-1", NULL, 1, text, strlen(text)};
+    funcd_logstore_append(ls, &r);
+}
+
+static int count_cb(const char *key, const funcd_blob_stat *st, void *payload)
+{
+    (void)key;
+    (void)st;
+    ++*(int *)payload;
+    return 0;
+}
+
+static int count(funcd_blob *b, const char *prefix)
+{
+    int n = 0;
+    b->list(b, prefix, count_cb, &n);
+    return n;
+}
+
+static funcd_logstore *node(funcd_blob *b, const char *name)
+{
+    funcd_logstore_options o = {10000, 0, 0, name};
+    funcd_logstore *ls = NULL;
+    funcd_logstore_new(&ls, b, &o);
+    return ls;
+}
+
+/* n1 and n2 log alternately, each sealing three segments; n2's lines fall
+ * between n1's, so the answer is right only if it is merged. */
+static void interleave(funcd_logstore *n1, funcd_logstore *n2)
+{
+    int64_t t = H0 + 60000;
+    for (int s = 0; s < 3; s++) {
+        char text[32];
+        for (int i = 0; i < 2; i++) {
+            snprintf(text, sizeof(text), "a%d", s * 2 + i);
+            put_line(n1, t + s * 100 + i * 20, text);
+            snprintf(text, sizeof(text), "b%d", s * 2 + i);
+            put_line(n2, t + s * 100 + i * 20 + 10, text);
+        }
+        funcd_logstore_tick(n1, t + s * 100 + 20000); /* seal_ms 10 s: sealed */
+        funcd_logstore_tick(n2, t + s * 100 + 20000);
+    }
+}
+
+#define MERGED                                                                                     \
+    "n1:a0,n2:b0,n1:a1,n2:b1,n1:a2,n2:b2,n1:a3,n2:b3,n1:a4,n2:b4,n1:a5,n2:b5"
+
+TEST(either_node_reads_both_in_time_order)
+{
+    funcd_blob *b;
+    funcd_blob_memory_new(&b);
+    funcd_logstore *n1 = node(b, "n1"), *n2 = node(b, "n2");
+    CHECK(n1 && n2);
+    if (!n1 || !n2)
+        return;
+    CHECK_STR(funcd_logstore_node(n1), "n1");
+    interleave(n1, n2);
+    int own1 = count(b, "logs/default/f/seg/n1/"), own2 = count(b, "logs/default/f/seg/n2/");
+    put_line(n2, H0 + 60000 + 250, "open"); /* still in n2's memory: n2 sees it, n1 not yet */
+    got g1 = {0}, g2 = {0}, tail = {0};
+    CHECK_INT(funcd_logstore_query(n1, "default", "f", 0, NULL, 0, collect, &g1), 0);
+    CHECK_INT(funcd_logstore_query(n2, "default", "f", 0, NULL, 0, collect, &g2), 0);
+    CHECK_INT(funcd_logstore_query(n1, "default", "f", 0, NULL, 3, collect, &tail), 0);
+    char s1[1024], s2[1024], st[256];
+    CHECK_INT(own1, 3);
+    CHECK_INT(own2, 3);
+    CHECK_STR(seen(&g1, s1, sizeof(s1)), MERGED);
+    CHECK_STR(seen(&g2, s2, sizeof(s2)), MERGED ",n2:open");
+    CHECK_STR(seen(&tail, st, sizeof(st)), "n2:b4,n1:a5,n2:b5"); /* the last 3 of both */
+    got_free(&g1);
+    got_free(&g2);
+    got_free(&tail);
+    funcd_logstore_free(n1);
+    funcd_logstore_free(n2);
+    b->free(b);
+}
+
+/* The leader (n1) compacts the hour: n2's segments go into the hour object
+ * too, and both read every line once, in order. */
+TEST(one_compaction_keeps_both_nodes_lines)
+{
+    funcd_blob *b;
+    funcd_blob_memory_new(&b);
+    funcd_logstore *n1 = node(b, "n1"), *n2 = node(b, "n2");
+    CHECK(n1 && n2);
+    if (!n1 || !n2)
+        return;
+    interleave(n1, n2);
+    funcd_logstore_tick(n1, H0 + HOUR + 5 * 60000); /* the hour is over: n1 compacts it */
+    int hours = count(b, "logs/default/f/hour/"), segs = count(b, "logs/default/f/seg/");
+    got g1 = {0}, g2 = {0};
+    CHECK_INT(funcd_logstore_query(n1, "default", "f", 0, NULL, 0, collect, &g1), 0);
+    CHECK_INT(funcd_logstore_query(n2, "default", "f", 0, NULL, 0, collect, &g2), 0);
+    char s1[1024], s2[1024];
+    CHECK_INT(hours, 1);
+    CHECK_INT(segs, 0);
+    CHECK_STR(seen(&g1, s1, sizeof(s1)), MERGED);
+    CHECK_STR(seen(&g2, s2, sizeof(s2)), MERGED);
+    got_free(&g1);
+    got_free(&g2);
+    funcd_logstore_free(n1);
+    funcd_logstore_free(n2);
+    b->free(b);
+}
+
+/* No name: the layout and the records of a single node, unchanged. */
+TEST(without_a_name_nothing_changes)
+{
+    funcd_blob *b;
+    funcd_blob_memory_new(&b);
+    funcd_logstore *ls = node(b, NULL);
+    put_line(ls, T0, "alone");
+    funcd_logstore_tick(ls, T0 + 20000);
+    int direct = 0;
+    got g = {0};
+    funcd_logstore_query(ls, "default", "f", 0, NULL, 0, collect, &g);
+    char s[256];
+    /* "logs/default/f/seg/1…": the segment sits right under seg/ */
+    direct = count(b, "logs/default/f/seg/1");
+    CHECK_INT(direct, 1);
+    CHECK_STR(seen(&g, s, sizeof(s)), "-:alone");
+    CHECK(funcd_logstore_node(ls) == NULL);
+    got_free(&g);
+    funcd_logstore_free(ls);
+    b->free(b);
+}
+
+TEST(a_name_that_cannot_be_a_key_is_refused)
+{
+    funcd_blob *b;
+    funcd_blob_memory_new(&b);
+    const char *bad[] = {"", "a/b", "..", "sp ace", "0123456789012345678901234567890123456789"
+                                                    "012345678901234567890123"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        funcd_logstore_options o = {0, 0, 0, bad[i]};
+        funcd_logstore *ls = NULL;
+        CHECK_INT(funcd_logstore_new(&ls, b, &o), FUNCD_EINVAL);
+        CHECK(ls == NULL);
+        CHECK_CONTAINS(funcd_error_last()->message, "node name");
+    }
+    b->free(b);
+}
+
+int main(void)
+{
+    RUN(either_node_reads_both_in_time_order);
+    RUN(one_compaction_keeps_both_nodes_lines);
+    RUN(without_a_name_nothing_changes);
+    RUN(a_name_that_cannot_be_a_key_is_refused);
+    return HARNESS_END();
+}
