@@ -192,6 +192,10 @@ static int complete_config(funcd_config *c)
         free(pid_dir);
         if (rc < 0)
             return rc;
+        char note[600]; /* the cgroup layout chosen, or why limits are off */
+        int level = funcd_cgroup_note(note, sizeof(note));
+        if (level >= 0)
+            funcd_log(&c->logger, (funcd_log_level)level, "%s", note);
     }
     const char *missing = !c->store ? "store" : !c->blob ? "blob" : !c->bus ? "bus" : NULL;
     if (missing)

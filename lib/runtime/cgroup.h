@@ -1,10 +1,16 @@
 /*
- * Per-worker cgroups on the cgroup v1 controllers these machines have
- * (memory, pids, cpu): each runtime makes a directory "funcd-<instance>-<n>"
- * under the process's own cgroup of each controller, and each worker a
- * "w<id>" below it, removed when the worker is reaped. <instance> is the
- * funcd instance's id (kept in its state directory, docs/adr/0019): only
- * directories of that id are ever cleaned up as a crashed run's leftovers.
+ * Per-worker cgroups for the controllers funcd limits (memory, pids, cpu):
+ * each runtime makes a directory "funcd-<instance>-<n>" under the process's
+ * own cgroup, and each worker a "w<id>" below it, removed when the worker
+ * is reaped. <instance> is the funcd instance's id (kept in its state
+ * directory, docs/adr/0019): only directories of that id are ever cleaned
+ * up as a crashed run's leftovers.
+ *
+ * Two layouts, chosen at init (docs/adr/0042-cgroup-v2.md): cgroup v2, one
+ * hierarchy (a stock Debian 12 host), where workers are cloned straight
+ * into their cgroup (CLONE_INTO_CGROUP) and killed with cgroup.kill; or
+ * the cgroup v1 controllers mounted one by one (these machines), with one
+ * directory per controller and a task moved into each.
  */
 #ifndef FUNCD_RUNTIME_CGROUP_H
 #define FUNCD_RUNTIME_CGROUP_H
@@ -19,8 +25,18 @@ enum { FUNCD_CG_MEMORY, FUNCD_CG_PIDS, FUNCD_CG_CPU, FUNCD_CG_COUNT };
 
 #define FUNCD_CGROUP_MAX_INSTANCE_ID 32
 
+/* Used by tests only: a cgroup2 mount point that funcd then uses (cgroup v2
+ * layout) even where the cgroup v1 controllers are there, so that placement
+ * and cgroup.kill can be tested on a host whose cgroup2 mount has no
+ * controllers. Never set it in production. */
+#define FUNCD_CGROUP2_TEST_ROOT_ENV "FUNCD_TEST_CGROUP2_ROOT"
+
 typedef struct funcd_cgroups {
-    char base[FUNCD_CG_COUNT][400]; /* "" where the controller is unavailable */
+    int v2; /* 1: the cgroup v2 layout (`dir`); 0: v1 (or none) */
+    char dir[400]; /* v2: the runtime's directory, even with no controller in it */
+    /* The runtime's directory of each controller, "" where it is
+     * unavailable (on v2 `dir` where the controller is enabled). */
+    char base[FUNCD_CG_COUNT][400];
     char instance[FUNCD_CGROUP_MAX_INSTANCE_ID + 1];
     atomic_uint next_id; /* the last worker id handed out (funcd_cgroup_next_id) */
 } funcd_cgroups;
@@ -63,6 +79,32 @@ int funcd_cgroup_oom_killed(const funcd_cgroups *cg, unsigned id);
 void funcd_cgroup_remove(const funcd_cgroups *cg, unsigned id);
 /* Worker `id`'s directory of controller `ctl` into `out` ("" if none). */
 void funcd_cgroup_path(const funcd_cgroups *cg, int ctl, unsigned id, char *out, size_t len);
+/* Worker `id`'s distinct directories (v2: one; v1: one per controller),
+ * at most FUNCD_CG_COUNT. Returns how many. */
+size_t funcd_cgroup_dirs(const funcd_cgroups *cg, unsigned id, char out[][512]);
+/* v2: a descriptor of worker `id`'s cgroup for clone3(CLONE_INTO_CGROUP),
+ * made before (the caller closes it); -1 on v1 or when there is none. */
+int funcd_cgroup_open(const funcd_cgroups *cg, unsigned id);
+/* How many times this process moved a worker into a cgroup (a write to
+ * cgroup.procs): none on the v2 cold path. */
+unsigned long funcd_cgroup_moves(void);
+/* What the last funcd_cgroups_init has to tell the operator (the layout
+ * chosen, or why limits are off): FUNCD_LOG_* level, or -1 when nothing. */
+int funcd_cgroup_note(char *out, size_t len);
+
+/* ---- layout detection (pure: text in, for tests too) ---- */
+/* Funcd's own cgroup2 directory from /proc/self/cgroup's "0::" line and
+ * /proc/self/mountinfo's cgroup2 mount (its mount point `mnt_override`
+ * when not NULL). 1, or 0 when either is missing. */
+int funcd_cgroup2_own_dir(const char *proc_cgroup, const char *mountinfo,
+                          const char *mnt_override, char *out, size_t len);
+/* The FUNCD_CG_* bits (1 << ctl) of a space-separated controller list
+ * (cgroup.controllers, cgroup.subtree_control). */
+unsigned funcd_cgroup_mask(const char *list);
+/* 1 when the v2 layout is used: it offers every controller funcd limits
+ * with, or v1 offers none (v2 then at least places and kills), or a test
+ * forces it. */
+int funcd_cgroup_choose_v2(unsigned v2_mask, unsigned v1_mask, int v2_usable, int forced);
 
 /* SIGKILLs every task listed in `dir`/cgroup.procs and removes `dir`
  * (used for a crashed run's leftovers too). */

@@ -313,13 +313,10 @@ static void write_pidfile(proc_runtime *rt, funcd_worker *w)
 {
     char cg[FUNCD_CG_COUNT][512];
     const char *list[FUNCD_CG_COUNT];
-    for (int c = 0; c < FUNCD_CG_COUNT; c++) {
-        cg[c][0] = '\0';
-        if (w->cg_id)
-            funcd_cgroup_path(&rt->cgroups, c, w->cg_id, cg[c], sizeof(cg[c]));
-        list[c] = cg[c];
-    }
-    funcd_pidfile_write(rt->pid_dir, w->pid, list, FUNCD_CG_COUNT);
+    size_t n = w->cg_id ? funcd_cgroup_dirs(&rt->cgroups, w->cg_id, cg) : 0;
+    for (size_t i = 0; i < n; i++)
+        list[i] = cg[i];
+    funcd_pidfile_write(rt->pid_dir, w->pid, list, n);
 }
 
 static void watch_worker(proc_runtime *rt, funcd_worker *w, int out_r, int err_r)

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/mount.h>
+#include <linux/sched.h> /* struct clone_args, CLONE_INTO_CGROUP: glibc has no clone3 */
 #include <linux/seccomp.h>
 #include <linux/securebits.h>
 #include <net/if.h>
@@ -782,16 +783,44 @@ static void close_pair(int p[2])
     p[0] = p[1] = -1;
 }
 
+/* A fork-like clone (the child returns 0 on the same stack) with `flags`;
+ * on cgroup v2 straight into worker `cg_id`'s cgroup (clone3 with
+ * CLONE_INTO_CGROUP, kernel 5.7+), so the task never moves: *placed is
+ * then 1. Otherwise (v1, or an older kernel) an ordinary clone, and the
+ * caller moves it. */
+static pid_t clone_placed(const funcd_sandbox *sb, unsigned long flags, unsigned cg_id,
+                          int *placed)
+{
+    *placed = 0;
+    int fd = sb->cg && cg_id ? funcd_cgroup_open(sb->cg, cg_id) : -1;
+    if (fd >= 0) {
+        struct clone_args args = {.flags = flags | CLONE_INTO_CGROUP,
+                                  .exit_signal = SIGCHLD,
+                                  .cgroup = (uint64_t)fd};
+        pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+        if (pid == 0)
+            return 0;
+        int err = errno;
+        close(fd);
+        if (pid > 0 || (err != ENOSYS && err != E2BIG)) {
+            *placed = pid > 0;
+            errno = err;
+            return pid;
+        }
+    }
+    return (pid_t)syscall(SYS_clone, flags | SIGCHLD, 0, NULL, NULL, 0);
+}
+
 /* Clone with every signal blocked, so no handler of funcd's runs in the
  * copy; the child never returns from here. */
-static pid_t clone_init(plan *p)
+static pid_t clone_init(plan *p, unsigned cg_id, int *placed)
 {
     unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC |
                           CLONE_NEWUTS | (p->job->host_network ? 0 : CLONE_NEWNET);
     sigset_t all, saved;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &saved);
-    pid_t pid = (pid_t)syscall(SYS_clone, flags | SIGCHLD, 0, NULL, NULL, 0);
+    pid_t pid = clone_placed(p->sb, flags, cg_id, placed);
     if (pid == 0) {
         setpgid(0, 0);
         init_main(p);
@@ -805,8 +834,9 @@ static pid_t clone_init(plan *p)
 }
 
 /* The ordinary path (no blank ready, or network: host): the worker's
- * cgroups are made now and its init moved into them before it goes on,
- * which on the v1 controllers is a move on the request's path. */
+ * cgroups are made now; on v2 its init is cloned into them, on the v1
+ * controllers moved into them before it goes on (a move on the request's
+ * path). */
 static pid_t spawn_planned(plan *p, int *status_fd, unsigned *cg_id)
 {
     funcd_cgroups *cg = p->sb->cg;
@@ -829,7 +859,8 @@ static pid_t spawn_planned(plan *p, int *status_fd, unsigned *cg_id)
     p->sync_r = sync[0];
     p->err_w = errp[1];
     p->status_w = status[1];
-    pid_t pid = clone_init(p);
+    int placed;
+    pid_t pid = clone_init(p, id, &placed);
     int err = errno;
     close(sync[0]);
     close(errp[1]);
@@ -841,7 +872,7 @@ static pid_t spawn_planned(plan *p, int *status_fd, unsigned *cg_id)
     else if (map_ids(pid, INSIDE_ID, p->sb->uid, p->sb->gid) != 0)
         rc = funcd_error_set(FUNCD_EIO, "sandbox: cannot map the worker's user: %s",
                              strerror(errno));
-    else if (cg && funcd_cgroup_attach(cg, id, pid) < 0)
+    else if (cg && !placed && funcd_cgroup_attach(cg, id, pid) < 0)
         rc = -1;
     else if (write(sync[1], "g", 1) != 1)
         rc = funcd_error_set(FUNCD_EIO, "sandbox: the worker's init is gone");
@@ -1043,9 +1074,10 @@ static void blank_discard(funcd_sandbox *sb, blank *b)
     b->cg_id = 0;
 }
 
-/* Clones a blank init, puts it into cgroups of its own (the one move of
- * its life, made here on the filler thread: never on a request's path)
- * and waits until it is ready. 0, or -1. */
+/* Clones a blank init into cgroups of its own (on v2 straight into them;
+ * on v1 moved there, the one move of its life, made here on the filler
+ * thread: never on a request's path) and waits until it is ready. 0, or
+ * -1. */
 static int blank_make(funcd_sandbox *sb, blank *b)
 {
     *b = (blank){-1, -1, NULL, 0};
@@ -1073,7 +1105,8 @@ static int blank_make(funcd_sandbox *sb, blank *b)
     sigset_t all, saved;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &saved);
-    pid_t pid = (pid_t)syscall(SYS_clone, flags | SIGCHLD, 0, NULL, NULL, 0);
+    int placed;
+    pid_t pid = clone_placed(sb, flags, b->cg_id, &placed);
     if (pid == 0) {
         setpgid(0, 0);
         close(sv[0]);
@@ -1090,7 +1123,7 @@ static int blank_make(funcd_sandbox *sb, blank *b)
         setpgid(pid, pid);
     char c;
     if (pid < 0 || map_ids(pid, INSIDE_ID, sb->uid, sb->gid) != 0 ||
-        (b->cg_id && funcd_cgroup_attach(sb->cg, b->cg_id, pid) != 0) ||
+        (b->cg_id && !placed && funcd_cgroup_attach(sb->cg, b->cg_id, pid) != 0) ||
         send(b->ctl, "m", 1, MSG_NOSIGNAL) != 1 || read(b->ctl, &c, 1) != 1) {
         blank_discard(sb, b);
         return -1;
