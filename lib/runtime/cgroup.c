@@ -16,6 +16,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,11 +40,16 @@ static int note_level = -1;
 __attribute__((format(printf, 2, 3))) static void note(int level, const char *fmt, ...)
 {
     pthread_mutex_lock(&note_lock);
+    /* Notes of one init add up (the most severe level), until read. */
+    size_t at = note_level >= 0 ? strlen(note_text) : 0;
+    if (at && at + 2 < sizeof(note_text))
+        at += (size_t)snprintf(note_text + at, sizeof(note_text) - at, "; ");
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(note_text, sizeof(note_text), fmt, ap);
+    if (at < sizeof(note_text))
+        vsnprintf(note_text + at, sizeof(note_text) - at, fmt, ap);
     va_end(ap);
-    note_level = level;
+    note_level = level > note_level ? level : note_level;
     pthread_mutex_unlock(&note_lock);
 }
 
@@ -385,6 +391,14 @@ static char *slurp(const char *path)
     return buf;
 }
 
+/* systemd (251+) marks a cgroup it delegated with this extended
+ * attribute; in one it did not, it may undo what funcd made below. */
+static int marked_delegated(const char *dir)
+{
+    return getxattr(dir, "trusted.delegate", NULL, 0) >= 0 ||
+           getxattr(dir, "user.delegate", NULL, 0) >= 0;
+}
+
 static unsigned read_mask(const char *dir, const char *file)
 {
     char path[512];
@@ -477,6 +491,9 @@ static int delegate(const char *own, unsigned want)
 static int init_v2(funcd_cgroups *cg, const char *own, unsigned avail, unsigned v1, unsigned n)
 {
     unsigned want = avail & CG_ALL;
+    if (want && strstr(own, ".service") && !marked_delegated(own))
+        note(FUNCD_LOG_WARN, "cgroup: %s is a systemd unit's cgroup not delegated to funcd: "
+             "systemd may undo funcd's cgroups below it; set Delegate=yes on the unit", own);
     if (want && delegate(own, want) < 0) {
         if (v1)
             return -1;
