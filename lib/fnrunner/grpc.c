@@ -54,6 +54,10 @@
 #define OUT_LOW (64 << 10)
 /* Encoded grpc-message bytes: peers cap header lists (16 KiB is common). */
 #define MESSAGE_LIMIT (8 << 10)
+/* Seconds a TLS client has to finish its handshake, as on the HTTP
+ * listeners (h2o's handshake timeout): one that connects and sends
+ * nothing must not hold a descriptor for ever. */
+#define TLS_HANDSHAKE_S 10
 
 typedef struct conn conn;
 
@@ -603,7 +607,13 @@ static void conn_write(struct bufferevent *bev, void *arg)
 
 static void conn_event(struct bufferevent *bev, short what, void *arg)
 {
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+    if (what & BEV_EVENT_CONNECTED) { /* the TLS handshake is done: no time limit from now */
+        bufferevent_set_timeouts(bev, NULL, NULL);
+        return;
+    }
+    if (what & BEV_EVENT_TIMEOUT)
+        conn_fail(arg, "the TLS handshake did not complete in time");
+    else if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
         conn_fail(arg, what & BEV_EVENT_EOF ? "closed by the client"
                                             : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
 }
@@ -663,10 +673,13 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     }
     if (ssl) /* a client that hangs up without close_notify is just gone */
         bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
-    if (funcd_grpc_server_adopt(s, bev) < 0)
+    if (funcd_grpc_server_adopt(s, bev) < 0) {
         log_at(s, FUNCD_LOG_WARN, "grpc: %s", funcd_error_last()->message);
-    else if (ssl)
+    } else if (ssl) {
         s->conns->tls = 1; /* adopt put it first */
+        struct timeval handshake = {TLS_HANDSHAKE_S, 0};
+        bufferevent_set_timeouts(bev, &handshake, &handshake);
+    }
 }
 
 /* accept() failing (EMFILE, ENOBUFS) would fire again at once, forever:

@@ -12,6 +12,9 @@
 //   node client.js ADDR health [--service NAME]
 //   node client.js ADDR raw --method /pkg.Service/Method
 //
+// Every operation takes --cacert FILE: then the channel speaks TLS and
+// trusts that certificate (the runner's self-signed one) alone.
+//
 // eval prints one line per call:
 //   {"code":0,"details":"","ms":3.1,"resource_list":"...","log":"...","rl_bytes":N}
 // concurrent prints {"n":64,"ok":64,"same":64,"codes":{"0":64},"connections":1,"ms":..}
@@ -61,6 +64,13 @@ function loadServices(grpc, loader) {
   const def = loader.loadSync(
       [path.join(protoDir, 'evaluator.proto'), path.join(protoDir, 'health.proto')], options);
   return grpc.loadPackageDefinition(def);
+}
+
+// TLS trusting --cacert, or plaintext.
+function credentialsOf(grpc, opts) {
+  if (!opts.cacert)
+    return grpc.credentials.createInsecure();
+  return grpc.credentials.createSsl(fs.readFileSync(opts.cacert));
 }
 
 // The limits are the server's to enforce: the client takes anything, so a
@@ -122,7 +132,7 @@ async function opEval(addr, opts) {
   const {grpc, loader} = loadGrpc();
   const pkg = loadServices(grpc, loader);
   const client = new pkg.evaluator.FunctionEvaluator(
-      addr, grpc.credentials.createInsecure(), channelOptions);
+      addr, credentialsOf(grpc, opts), channelOptions);
   const req = requestOf(opts);
   const repeat = Number(opts.repeat || 1);
   // A FunctionConfig created just before may not have reached the runner's
@@ -186,7 +196,7 @@ async function opConcurrent(addr, opts) {
   const {grpc, loader} = loadGrpc();
   const pkg = loadServices(grpc, loader);
   const client = new pkg.evaluator.FunctionEvaluator(
-      addr, grpc.credentials.createInsecure(), channelOptions);
+      addr, credentialsOf(grpc, opts), channelOptions);
   const req = requestOf(opts);
   const n = Number(opts.n || 64);
   // Connect first, so every call below starts on the same ready channel
@@ -221,7 +231,7 @@ async function opConcurrent(addr, opts) {
 function opHealth(addr, opts) {
   const {grpc, loader} = loadGrpc();
   const pkg = loadServices(grpc, loader);
-  const client = new pkg.grpc.health.v1.Health(addr, grpc.credentials.createInsecure());
+  const client = new pkg.grpc.health.v1.Health(addr, credentialsOf(grpc, opts));
   client.Check({service: opts.service || ''}, {deadline: new Date(Date.now() + 10000)},
       (err, resp) => {
         const line = err ? {code: err.code, details: err.details || ''}
@@ -237,7 +247,7 @@ function opRaw(addr, opts) {
   const {grpc} = loadGrpc();
   if (!opts.method)
     usage('raw needs --method');
-  const client = new grpc.Client(addr, grpc.credentials.createInsecure());
+  const client = new grpc.Client(addr, credentialsOf(grpc, opts));
   const identity = (b) => b;
   client.makeUnaryRequest(opts.method, identity, identity, Buffer.alloc(0),
       {deadline: new Date(Date.now() + 10000)}, (err) => {

@@ -399,6 +399,13 @@ int fr_up(fr *f, unsigned what)
     }
     if (populate(f->fns) < 0)
         return funcd_error_set(FUNCD_EIO, "cannot fill %s: %s", f->fns, strerror(errno));
+    if (what & FR_TLS) {
+        snprintf(f->tls, sizeof(f->tls), "%s/funcd-fnrun-tls-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(f->tls)) {
+            f->tls[0] = '\0';
+            return funcd_error_set(FUNCD_EIO, "cannot make a TLS directory: %s", strerror(errno));
+        }
+    }
     funcd_store *store = NULL;
     int rc = funcd_store_memory_new(&store, 0);
     if (rc == 0 && (what & FR_PREWARM))
@@ -416,9 +423,11 @@ int fr_up(fr *f, unsigned what)
                             funcd_with_builtin(IMG_UPPER, upper, NULL),
                             funcd_with_builtin(IMG_ECHO, echo, NULL),
                             funcd_with_builtin(IMG_BIG, big, NULL),
-                            funcd_with_logger(log_to_stderr, FUNCD_LOG_WARN, NULL));
+                            funcd_with_logger(log_to_stderr, FUNCD_LOG_WARN, NULL),
+                            f->tls[0] ? funcd_with_tls_self_signed(f->tls) : NULL);
     if (rc < 0 || (rc = funcd_platform_start(f->p)) < 0)
         return rc;
+    f->cacert = f->tls[0] ? funcd_platform_tls_cert_file(f->p) : NULL;
     snprintf(f->addr, sizeof(f->addr), "%s", funcd_platform_fn_runner_addr(f->p));
     char base[160];
     snprintf(base, sizeof(base), "http://%s", funcd_platform_addr(f->p));
@@ -438,6 +447,10 @@ void fr_down(fr *f)
     if (f->fns[0])
         funcd_remove_tree(f->fns);
     f->fns[0] = '\0';
+    if (f->tls[0])
+        funcd_remove_tree(f->tls);
+    f->tls[0] = '\0';
+    f->cacert = NULL;
     cJSON_Delete(f->keep);
     f->keep = NULL;
 }
@@ -466,8 +479,12 @@ static cJSON *client_v(fr *f, const char *op, va_list ap)
     const char *argv[32] = {node_path, CLIENT_JS, f->addr, op};
     size_t n = 4;
     const char *a;
-    while ((a = va_arg(ap, const char *)) && n < sizeof(argv) / sizeof(argv[0]) - 1)
+    while ((a = va_arg(ap, const char *)) && n < sizeof(argv) / sizeof(argv[0]) - 3)
         argv[n++] = a;
+    if (f->cacert) {
+        argv[n++] = "--cacert";
+        argv[n++] = f->cacert;
+    }
     argv[n] = NULL;
     funcd_buf out = FUNCD_BUF_INIT;
     int rc = run(argv, NULL, &out, CLIENT_TIMEOUT_MS);

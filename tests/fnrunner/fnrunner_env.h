@@ -24,6 +24,8 @@ enum {
     FR_EXEC_CONFIGS = 1, /* binaryExecutor FunctionConfigs, prefix example.com/fns, tag v1 */
     FR_POD_CONFIGS = 2,  /* podExecutor FunctionConfigs, prefix example.com/pods, tag v1 */
     FR_PREWARM = 4,      /* podExecutor warm-a and warm-b in the store before the start */
+    FR_TLS = 8,          /* TLS on every listener (self-signed); the client trusts it. With
+                          * it the control plane is not reached: no FunctionConfigs */
 };
 
 /* The builtins every platform of these tests registers. */
@@ -38,6 +40,8 @@ typedef struct fr {
     char addr[64];      /* the function runner, host:port */
     char fns[PATH_MAX]; /* the functions directory */
     cJSON *keep;        /* client answers, freed by fr_down */
+    char tls[PATH_MAX]; /* FR_TLS: the certificate's directory */
+    const char *cacert; /* FR_TLS: the certificate client.js trusts */
 } fr;
 
 /*

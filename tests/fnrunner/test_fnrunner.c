@@ -9,10 +9,14 @@
  * Exits 77 (meson's skip) when node or the client's npm packages cannot
  * be had, saying why.
  */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -270,6 +274,51 @@ FR_TEST(health_and_unknown_methods, 0)
     CHECK_GRPC(a, UNIMPLEMENTED);
 }
 
+/* TLS (docs/edge.md, "TLS"): grpc-js trusting the runner's self-signed
+ * certificate evaluates a function and asks for health over it. */
+FR_TEST(tls_eval, FR_TLS)
+{
+    CHECK(f->cacert != NULL);
+    cJSON *a = fr_call(f, "eval", "--image", IMG_UPPER, "--in", fr_fixture_input("upper"), NULL);
+    CHECK_FIXTURE(a, "upper");
+    CHECK_INT(fr_upper_calls(), 1);
+    a = fr_call(f, "health", "--service", "evaluator.FunctionEvaluator", NULL);
+    CHECK_GRPC(a, OK);
+    CHECK_STR(jstr(a, "status"), "SERVING");
+}
+
+/* A TLS client that connects and sends nothing (no ClientHello) is
+ * dropped once the handshake's time (10 s) is up; not kept for ever. */
+FR_TEST(tls_handshake_timeout, FR_TLS)
+{
+    const char *colon = strrchr(f->addr, ':');
+    CHECK(colon != NULL);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        FAILF("cannot connect to the runner at %s", f->addr);
+    }
+    /* Wait (40 s at most) for the server to close: EOF or a reset. */
+    struct timeval tv = {40, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    int64_t start = e2e_now_ms();
+    char byte;
+    ssize_t n = recv(fd, &byte, 1, 0);
+    int err = errno;
+    int64_t waited = e2e_now_ms() - start;
+    close(fd);
+    if (n < 0 && (err == EAGAIN || err == EWOULDBLOCK))
+        FAILF("the connection was still open after %lld ms", (long long)waited);
+    CHECK(n <= 0);
+    CHECK(waited >= 5000); /* not dropped at once: it had its time */
+    /* The runner still serves. */
+    cJSON *a = fr_call(f, "eval", "--image", IMG_UPPER, "--in", fr_fixture_input("upper"), NULL);
+    CHECK_FIXTURE(a, "upper");
+}
+
 /* 64 calls at once on one channel (one HTTP/2 connection), per path. */
 FR_TEST(concurrent_calls, FR_EXEC_CONFIGS | FR_POD_CONFIGS)
 {
@@ -521,6 +570,8 @@ FR_TEST(template_overrides, 0)
     X(deadline_exceeded)                                                                           \
     X(message_limits)                                                                              \
     X(health_and_unknown_methods)                                                                  \
+    X(tls_eval)                                                                                    \
+    X(tls_handshake_timeout)                                                                       \
     X(concurrent_calls)                                                                            \
     X(worker_killed_is_replaced)                                                                   \
     X(worker_gone_after_ttl)                                                                       \
