@@ -19,6 +19,7 @@ typedef struct gw_thread {
     h2o_multithread_receiver_t receiver; /* grants of cold requests */
     gw_timeouts *timeouts;               /* one h2o timeout + client ctx per duration */
     unsigned tickets;                    /* grants still expected on this thread */
+    struct ticket *free_ticket;          /* one kept for the next request (proxy.c) */
     struct upconn *idle;                 /* idle worker connections (proxy.c) */
     unsigned n_idle;
     uint64_t rng[2];                     /* invocation ids */

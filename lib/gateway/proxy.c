@@ -17,6 +17,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,7 @@ typedef struct upconn upconn;
 
 /* A cold request's place in the pool's queue. It outlives the request when
  * the client goes away while a grant is already on its way. */
-typedef struct ticket {
+struct ticket {
     funcd_slot_waiter waiter; /* payload: the ticket */
     h2o_multithread_message_t msg;
     gw_thread *t;
@@ -54,7 +55,8 @@ typedef struct ticket {
     funcd_fn_target *target; /* a reference */
     funcd_slot *slot;
     char error[640];
-} ticket;
+};
+typedef struct ticket ticket;
 
 struct invocation {
     h2o_generator_t gen; /* first */
@@ -665,11 +667,28 @@ static void start_proxy(invocation *inv)
 
 /* ---- waiting for a slot ----------------------------------------------- */
 
+/* A warm request takes a ticket and gives it back at once: the thread
+ * keeps one for the next, rather than a calloc and a free per request. */
+static ticket *new_ticket(gw_thread *t)
+{
+    ticket *tk = t->free_ticket;
+    if (!tk)
+        return calloc(1, sizeof(*tk));
+    t->free_ticket = NULL;
+    memset(tk, 0, offsetof(ticket, error));
+    tk->error[0] = '\0';
+    return tk;
+}
+
 static void free_ticket(ticket *tk)
 {
-    tk->t->tickets--;
+    gw_thread *t = tk->t;
+    t->tickets--;
     funcd_fn_target_unref(tk->target);
-    free(tk);
+    if (!t->free_ticket)
+        t->free_ticket = tk;
+    else
+        free(tk);
 }
 
 /* Any thread: the pool granted a slot (or gave up). */
@@ -740,7 +759,7 @@ static void on_wait_timeout(h2o_timeout_entry_t *entry)
 
 static void acquire(invocation *inv)
 {
-    ticket *tk = calloc(1, sizeof(*tk));
+    ticket *tk = new_ticket(inv->t);
     if (!tk) {
         fail(inv, 503, "ServiceUnavailable", "out of memory");
         return;
@@ -830,10 +849,16 @@ static int build_head(invocation *inv, h2o_iovec_t rest, const char *subject)
         put(b, subject, strlen(subject));
         PUT_LIT(b, "\r\n");
     }
-    char tail[128];
-    int n = snprintf(tail, sizeof(tail), "X-Funcd-Invocation-Id: %s\r\nContent-Length: %zu\r\n\r\n",
-                     inv->id, req->entity.base ? req->entity.len : 0);
-    put(b, tail, (size_t)n);
+    PUT_LIT(b, "X-Funcd-Invocation-Id: ");
+    put(b, inv->id, 36);
+    PUT_LIT(b, "\r\nContent-Length: ");
+    char digits[24], *d = digits + sizeof(digits);
+    size_t len = req->entity.base ? req->entity.len : 0;
+    do
+        *--d = (char)('0' + len % 10);
+    while (len /= 10);
+    put(b, d, (size_t)(digits + sizeof(digits) - d));
+    PUT_LIT(b, "\r\n\r\n");
     return b->data ? 0 : -1;
 }
 
@@ -850,7 +875,14 @@ void funcd_gw_invoke(gw_thread *t, h2o_req_t *req, funcd_fn_target *target, uint
     inv->req = req;
     inv->t = t;
     inv->target = target; /* the caller's reference passes to us */
-    snprintf(inv->name, sizeof(inv->name), "%.*s/%.*s", (int)nsl, ns, (int)nl, name);
+    /* "ns/name", by hand: this runs for every request */
+    const size_t half = (sizeof(inv->name) - 2) / 2;
+    nsl = nsl < half ? nsl : half;
+    nl = nl < half ? nl : half;
+    memcpy(inv->name, ns, nsl);
+    inv->name[nsl] = '/';
+    memcpy(inv->name + nsl + 1, name, nl);
+    inv->name[nsl + 1 + nl] = '\0';
     funcd_gw_new_id(t, inv->id);
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-funcd-invocation-id"), 0,
                           NULL, h2o_strdup(&req->pool, inv->id, strlen(inv->id)).base,
@@ -883,6 +915,8 @@ void funcd_gw_thread_dispose(gw_thread *t)
         h2o_evloop_run(t->ctx->loop, 10);
     h2o_multithread_unregister_receiver(t->ctx->queue, &t->receiver);
     funcd_gw_thread_close_idle(t);
+    free(t->free_ticket);
+    t->free_ticket = NULL;
     while (t->timeouts) {
         gw_timeouts *g = t->timeouts;
         t->timeouts = g->next;

@@ -126,8 +126,11 @@ void funcd_slot_begin(funcd_slot *slot, const char *invocation_id)
 {
     funcd_serving_worker *w = data_of(slot);
     pthread_mutex_lock(&w->invocation_lock);
-    if (++w->in_flight == 1)
-        snprintf(w->invocation, sizeof(w->invocation), "%s", invocation_id ? invocation_id : "");
+    if (++w->in_flight == 1) { /* (strlcpy, not snprintf: this runs for every request) */
+        size_t n = invocation_id ? strnlen(invocation_id, sizeof(w->invocation) - 1) : 0;
+        memcpy(w->invocation, invocation_id ? invocation_id : "", n);
+        w->invocation[n] = '\0';
+    }
     pthread_mutex_unlock(&w->invocation_lock);
 }
 
