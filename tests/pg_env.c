@@ -233,10 +233,51 @@ int pg_env_exec(const pg_env *e, const char *sql)
     return rc;
 }
 
+/* Sends `sig` to the postmaster and its children (found by their parent
+ * in /proc). */
+static void signal_server(const pg_env *e, int sig)
+{
+    kill(e->pid, sig);
+    glob_t g;
+    if (glob("/proc/[0-9]*/stat", 0, NULL, &g) != 0)
+        return;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        FILE *f = fopen(g.gl_pathv[i], "r");
+        char buf[512];
+        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = '\0';
+        /* The command may hold spaces: fields count from the last ')'. */
+        const char *p = strrchr(buf, ')');
+        long pid = strtol(g.gl_pathv[i] + strlen("/proc/"), NULL, 10), ppid = 0;
+        if (p && sscanf(p + 1, " %*c %ld", &ppid) == 1 && ppid == e->pid)
+            kill((pid_t)pid, sig);
+    }
+    globfree(&g);
+}
+
+void pg_env_freeze(pg_env *e)
+{
+    if (e->pid <= 0)
+        return;
+    signal_server(e, SIGSTOP);
+    e->frozen = 1;
+}
+
+void pg_env_thaw(pg_env *e)
+{
+    if (e->pid <= 0 || !e->frozen)
+        return;
+    signal_server(e, SIGCONT);
+    e->frozen = 0;
+}
+
 void pg_env_stop_server(pg_env *e)
 {
     if (e->pid <= 0)
         return;
+    pg_env_thaw(e); /* a stopped server would not hear its shutdown */
     kill(e->pid, SIGINT); /* fast shutdown: ends sessions, checkpoints */
     int64_t deadline = now_ms() + 30000;
     int status;

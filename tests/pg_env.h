@@ -21,6 +21,7 @@ typedef struct pg_env {
     char data[300];     /* the cluster */
     char conninfo[600]; /* "host=ROOT user=postgres dbname=postgres" */
     char url[600];      /* the same as "postgresql:///postgres?host=ROOT&user=postgres" */
+    int frozen;         /* pg_env_freeze'd: its processes are stopped */
 } pg_env;
 
 /* 1 when the PostgreSQL server binaries are installed ($FUNCD_PG_BIN, else
@@ -37,6 +38,13 @@ void pg_env_stop_server(pg_env *e);
 
 /* Starts the stopped server again on the same cluster and socket. */
 int pg_env_restart_server(pg_env *e);
+
+/* SIGSTOPs the postmaster and every process it started: a server that
+ * accepts connections into the kernel's backlog and answers nothing, as
+ * one behind a network partition. pg_env_thaw (or pg_env_stop_server)
+ * SIGCONTs them. */
+void pg_env_freeze(pg_env *e);
+void pg_env_thaw(pg_env *e);
 
 /* Runs SQL on a connection of its own; 0 or -1 (message on stderr). */
 int pg_env_exec(const pg_env *e, const char *sql);

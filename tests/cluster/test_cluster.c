@@ -14,7 +14,11 @@
  *               Status) while it is away, the data plane keeps serving (and
  *               starts the first worker of a Function it knows), the
  *               API recovers without a restart of funcd, and every write
- *               acknowledged with 201 is there afterwards.
+ *               acknowledged with 201 is there afterwards;
+ *   db_frozen   PostgreSQL stopped with SIGSTOP (it accepts connections and
+ *               answers nothing, as behind a partition): the API answers
+ *               503 within a bound instead of holding its callers, the data
+ *               plane serves, and all recovers once it answers again.
  *
  * Usage: test-cluster CASE. Exits 77 when PostgreSQL, nats-server or nginx
  * is not installed.
@@ -456,14 +460,80 @@ TEST(db_restart)
     e2e_http_free(t.h);
 }
 
+/* ---- a database that answers nothing ------------------------------------------- */
+
+/* PostgreSQL frozen (SIGSTOP: connections are accepted into the backlog
+ * and nothing answers, as behind a partition): the API must still answer,
+ * 503, and not hold its callers until TCP gives up (forever on a Unix
+ * socket); the data plane serves; all recovers once the server answers. */
+static void db_frozen_body(cl_load *dp, e2e_http **hp, e2e_resp *r)
+{
+    CHECK(cl_node_start(&cl, N1, NULL) == 0);
+    const char *api = cl.node[N1].d.cp;
+    e2e_http *h = *hp = e2e_http_new(api);
+    CHECK(h);
+    CHECK_INT(cl_put_function(&cl, api, "steady", NULL), 201);
+    char url[256];
+    cl_fn_url(url, sizeof(url), cl.node[N1].d.dp, "steady", "/hello");
+    CHECK(cl_wait_200(url, 15000) >= 0);
+    cl_load_add(dp, "GET", url);
+    CHECK(cl_load_start(dp) == 0);
+
+    pg_env_freeze(&cl.pg);
+    long served_before = cl_load_ok(dp);
+    /* Each call gets its answer within the client's 15 s; three, apart, so
+     * that reconnect attempts (after the backoff) are covered too. */
+    for (int i = 0; i < 3; i++) {
+        if (i)
+            dd_sleep_ms(500);
+        int64_t t0 = e2e_now_ms();
+        long st = e2e_http_do(h, "GET", DD_NS "/functionconfigs", DD_TOKEN, NULL, r);
+        fprintf(stderr, "  PostgreSQL frozen: GET answered %ld after %lld ms: %.300s\n", st,
+                (long long)(e2e_now_ms() - t0), r->body ? r->body : "");
+        CHECK_INT(st, 503);
+        CHECK_STR(jstr(r->json, "reason"), "ServiceUnavailable");
+    }
+    long served_frozen = cl_load_ok(dp) - served_before;
+    pg_env_thaw(&cl.pg);
+    int64_t t0 = e2e_now_ms();
+    long st = 0;
+    while (e2e_now_ms() - t0 < 30000 &&
+           (st = e2e_http_do(h, "GET", DD_NS "/functionconfigs", DD_TOKEN, NULL, r)) != 200)
+        dd_sleep_ms(20);
+    fprintf(stderr, "  thawed: the API answered %ld after %lld ms; %ld data-plane answers while "
+                    "it was frozen\n",
+            st, (long long)(e2e_now_ms() - t0), served_frozen);
+    CHECK_INT(st, 200);
+    CHECK_INT(cl_put_function(&cl, api, "after-freeze", NULL), 201);
+    CHECK(cl_wait_ready(api, "after-freeze", 30000) >= 0);
+    cl_load_stop(dp);
+    CHECK(served_frozen > 0);
+    CHECK_INT(cl_load_failed(dp), 0);
+}
+
+TEST(db_frozen)
+{
+    cl_load dp = {0};
+    e2e_http *h = NULL;
+    e2e_resp r = E2E_RESP_INIT;
+    db_frozen_body(&dp, &h, &r);
+    cl_load_stop(&dp);
+    pg_env_thaw(&cl.pg);
+    e2e_resp_free(&r);
+    e2e_http_free(h);
+}
+
 int main(int argc, char **argv)
 {
     static const struct {
         const char *name;
         void (*fn)(void);
-    } cases[] = {{"serve", serve}, {"node_kill", node_kill}, {"db_restart", db_restart}};
+    } cases[] = {{"serve", serve},
+                 {"node_kill", node_kill},
+                 {"db_restart", db_restart},
+                 {"db_frozen", db_frozen}};
     if (argc != 2) {
-        fprintf(stderr, "usage: %s serve|node_kill|db_restart\n", argv[0]);
+        fprintf(stderr, "usage: %s serve|node_kill|db_restart|db_frozen\n", argv[0]);
         return 2;
     }
     if (!cl_tools_present())
