@@ -1,6 +1,8 @@
 /* One libpq connection that comes back by itself (pg_conn.h). */
 #include "store/pg_conn.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,14 @@
 
 #define BACKOFF_FIRST_MS 50
 #define BACKOFF_MAX_MS 2000
+
+/* How long a call waits for the server's answer. A server that stops
+ * answering (a partition, a frozen host) would else hold the caller, and
+ * every caller queued behind the driver's lock, until TCP gives up: many
+ * minutes, and never on a Unix socket. Past it the connection is dropped
+ * and the call answers FUNCD_EUNAVAILABLE, as for a broken connection (a
+ * write's outcome is then unknown). As long as libpq's connect_timeout. */
+#define ANSWER_TIMEOUT_MS 5000
 
 int64_t funcd_pg_now_ms(void)
 {
@@ -172,6 +182,13 @@ int funcd_pg_conn_ready(funcd_pg_conn *c)
         c->conn = NULL;
         return rc;
     }
+    /* Queries are sent without blocking and their answers awaited with a
+     * deadline (await_result); the setup above ran blocking, bounded by
+     * connect_timeout's server that just answered. */
+    if (PQsetnonblocking(c->conn, 1) != 0) {
+        funcd_pg_conn_lost(c, PQerrorMessage(c->conn));
+        return unavailable(c);
+    }
     c->backoff_ms = 0;
     return 0;
 }
@@ -191,7 +208,7 @@ int funcd_pg_conn_error(funcd_pg_conn *c, PGresult *r, const char *what, const c
     snprintf(msg, sizeof(msg), "%s",
              r && PQresultErrorMessage(r)[0] ? PQresultErrorMessage(r)
              : c->conn                       ? PQerrorMessage(c->conn)
-                                             : "no connection");
+                                             : c->last_error); /* answer() dropped it */
     size_t n = strlen(msg);
     while (n && msg[n - 1] == '\n')
         msg[--n] = '\0';
@@ -199,7 +216,8 @@ int funcd_pg_conn_error(funcd_pg_conn *c, PGresult *r, const char *what, const c
     int broken = !c->conn || PQstatus(c->conn) != CONNECTION_OK || state_unavailable(state);
     PQclear(r);
     if (broken) {
-        funcd_pg_conn_lost(c, msg);
+        if (c->conn)
+            funcd_pg_conn_lost(c, msg);
         return funcd_error_set(FUNCD_EUNAVAILABLE,
                                "%s: the PostgreSQL server (%s) went away during the %s%s%s%s: "
                                "%s; funcd reconnects by itself, retry",
@@ -214,9 +232,87 @@ int funcd_pg_conn_error(funcd_pg_conn *c, PGresult *r, const char *what, const c
                            c->display, what, of, k, q, msg);
 }
 
+/* Waits until the socket is ready for `events` or the deadline passed;
+ * 1 ready, 0 timed out. */
+static int wait_socket(PGconn *conn, short events, int64_t deadline)
+{
+    struct pollfd p = {PQsocket(conn), events, 0};
+    for (;;) {
+        int64_t left = deadline - funcd_pg_now_ms();
+        if (left <= 0)
+            return 0;
+        int n = poll(&p, 1, (int)left);
+        if (n > 0 || (n < 0 && errno != EINTR))
+            return 1; /* an error shows in the libpq call that follows */
+    }
+}
+
+/*
+ * The answer to the query just sent, as PQexec gives it (the first error,
+ * else the last result): sends what libpq holds, then reads until the
+ * connection is idle again, up to ANSWER_TIMEOUT_MS. NULL with *timed_out
+ * set when the server did not answer in time; NULL alone when the
+ * connection broke (PQstatus says so).
+ */
+static PGresult *await_result(PGconn *conn, int *timed_out)
+{
+    int64_t deadline = funcd_pg_now_ms() + ANSWER_TIMEOUT_MS;
+    *timed_out = 0;
+    int f;
+    while ((f = PQflush(conn)) == 1) {
+        if (!wait_socket(conn, POLLOUT | POLLIN, deadline)) {
+            *timed_out = 1;
+            return NULL;
+        }
+        if (!PQconsumeInput(conn)) /* what the server says while we send */
+            return NULL;
+    }
+    if (f < 0)
+        return NULL;
+    PGresult *keep = NULL;
+    for (;;) {
+        while (PQisBusy(conn)) {
+            if (!wait_socket(conn, POLLIN, deadline)) {
+                *timed_out = 1;
+                PQclear(keep);
+                return NULL;
+            }
+            if (!PQconsumeInput(conn)) {
+                PQclear(keep);
+                return NULL;
+            }
+        }
+        PGresult *r = PQgetResult(conn);
+        if (!r)
+            return keep;
+        ExecStatusType st = PQresultStatus(keep);
+        if (keep && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+            PQclear(r); /* an error stays the answer */
+        } else {
+            PQclear(keep);
+            keep = r;
+        }
+    }
+}
+
+/* The answer to the query `sent` (PQsend*'s return) on c->conn, or NULL
+ * with the connection dropped when it broke or the server did not answer in
+ * time; funcd_pg_conn_error then reports FUNCD_EUNAVAILABLE. */
+static PGresult *answer(funcd_pg_conn *c, int sent)
+{
+    int timed_out = 0;
+    PGresult *r = sent ? await_result(c->conn, &timed_out) : NULL;
+    if (timed_out) {
+        char why[96];
+        snprintf(why, sizeof(why), "no answer within %d ms", ANSWER_TIMEOUT_MS);
+        funcd_pg_conn_lost(c, why);
+    }
+    return r;
+}
+
 int funcd_pg_conn_exec(funcd_pg_conn *c, const char *sql, const char *what, const char *key)
 {
-    PGresult *r = PQexec(c->conn, sql);
+    PGresult *r = answer(c, PQsendQuery(c->conn, sql));
     ExecStatusType st = PQresultStatus(r);
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
         PQclear(r);
@@ -229,7 +325,8 @@ PGresult *funcd_pg_conn_run(funcd_pg_conn *c, const char *name, int n, const cha
                             const int *lengths, const char *what, const char *key, int *err)
 {
     int formats[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-    PGresult *r = PQexecPrepared(c->conn, name, n, values, lengths, formats, 1);
+    PGresult *r =
+        answer(c, PQsendQueryPrepared(c->conn, name, n, values, lengths, formats, 1));
     ExecStatusType st = PQresultStatus(r);
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
         *err = 0;
