@@ -7,7 +7,9 @@
 #                to reject), CORS, a header set and one removed, gzip;
 #   funcd-plain  the same worker code with none (spec.edge absent);
 #   nginx-edge   nginx proxy_pass (keep-alive) to funcd-edge's own worker socket with
-#                limit_req + gzip + add_header/proxy_hide_header doing the same work.
+#                limit_req + gzip + add_header/proxy_hide_header doing the same work;
+#   the floor    the same worker code called directly over TCP (no proxy, no edge),
+#                once per size before the rounds: what no proxy can beat.
 # wrk sends Accept-Encoding: gzip and an allowed Origin to all three. They run in
 # BENCH_ROUNDS (5) rounds, the order rotated each round, with the ratios
 # funcd-edge / funcd-plain (the edge's cost) and funcd-edge / nginx-edge per round;
@@ -43,10 +45,15 @@ edge='"edge":{"limits":{"rps":1000000,"burst":10000000,"maxBodyBytes":"1Mi","max
   "headers":{"set":{"X-Frame-Options":"DENY"},"remove":["X-Powered-By"]},"compress":true}'
 mkdir -p "$work/native"
 cp "$build/bench/bench-worker" "$work/native/worker"
-declare -A NPORT
+declare -A NPORT FPORT
 for size in $sizes; do
   body_env="{\"BENCH_BODY_BYTES\":\"$size\"}"
   [ "$size" = 6 ] && body_env="{}" # the worker's own "hello\n"
+  FPORT[$size]=$(free_port) # the floor: a worker that also listens on TCP (spec.network: host)
+  floor_env="{\"BENCH_TCP_PORT\":\"${FPORT[$size]}\"}"
+  [ "$size" = 6 ] || floor_env="{\"BENCH_TCP_PORT\":\"${FPORT[$size]}\",\"BENCH_BODY_BYTES\":\"$size\"}"
+  create "floor$size" native worker "$work/native" "$warm" "$floor_env" host
+  wait_ok "http://127.0.0.1:${FPORT[$size]}/"
   create "edge$size" native worker "$work/native" "$warm" "$body_env" none "$edge"
   wait_ok "$dp/fn/default/edge$size/"
   # The newest worker socket: funcd-edge's (workers are made one at a time here).
@@ -84,7 +91,8 @@ targets=(funcd-edge funcd-plain nginx-edge)
 summary() { printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {printf "min %s, median %s, max %s", v[1], v[int((NR+1)/2)], v[NR]}'; }
 report=""
 for size in $sizes; do
-  out=""
+  res=$(wrk -t1 -c"$conns" -d"${duration}s" --latency "http://127.0.0.1:${FPORT[$size]}/")
+  out=$(printf '  %-12s %10s requests/s   p50 / p99 %s' "floor" "$(rps <<<"$res")" "$(lat <<<"$res")")$'\n'
   cost=() vs_nginx=()
   for r in $(seq "$rounds"); do
     k=$(( (r - 1) % 3 ))
