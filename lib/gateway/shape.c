@@ -410,18 +410,37 @@ static void add_vary(h2o_req_t *req, const char *what, size_t len)
 
 /* ---- gzip ----------------------------------------------------------------- */
 
+/* A deflate stream's window is sized to the answer when its length is
+ * known: deflateReset clears a hash table of 2^(memLevel+9) bytes, 64 KiB
+ * at the defaults, which for a 2 KiB answer cost more than compressing it.
+ * A window no larger than the answer (plus zlib's 262-byte lookahead)
+ * compresses it exactly as well. Streams are kept per window size. */
+#define GZ_WBITS_MIN 9
+#define GZ_WBITS_MAX 15
+#define GZ_CLASSES (GZ_WBITS_MAX - GZ_WBITS_MIN + 1)
+
 typedef struct gz {
     z_stream zs;
     unsigned char *out;
     size_t cap;
+    int wbits;
     struct gz *next;
 } gz;
 
 static _Thread_local struct {
-    gz *free;
+    gz *free[GZ_CLASSES];
     unsigned n;
     int closed; /* the thread is ending: streams returned now are freed */
 } gz_cache;
+
+/* The window for an answer of `size` bytes (SIZE_MAX: unknown). */
+static int gz_wbits(size_t size)
+{
+    int wbits = GZ_WBITS_MAX;
+    while (wbits > GZ_WBITS_MIN && size != SIZE_MAX && size + 262 <= (size_t)1 << (wbits - 1))
+        wbits--;
+    return wbits;
+}
 
 static void gz_destroy(gz *z)
 {
@@ -430,19 +449,24 @@ static void gz_destroy(gz *z)
     free(z);
 }
 
-static gz *gz_take(void)
+static gz *gz_take(size_t size)
 {
-    gz *z = gz_cache.free;
+    int wbits = gz_wbits(size);
+    gz **head = &gz_cache.free[wbits - GZ_WBITS_MIN];
+    gz *z = *head;
     if (z) {
-        gz_cache.free = z->next;
+        *head = z->next;
         gz_cache.n--;
         return z;
     }
     z = calloc(1, sizeof(*z));
     if (!z)
         return NULL;
-    /* windowBits 15 + 16: a gzip wrapper, which every client takes */
-    if (deflateInit2(&z->zs, GZIP_LEVEL, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    z->wbits = wbits;
+    /* windowBits + 16: a gzip wrapper, which every client takes; memLevel
+     * follows the window (8 at 15 bits, zlib's default) */
+    if (deflateInit2(&z->zs, GZIP_LEVEL, Z_DEFLATED, wbits + 16, wbits - 7, Z_DEFAULT_STRATEGY) !=
+        Z_OK) {
         free(z);
         return NULL;
     }
@@ -460,19 +484,21 @@ static void gz_give_back(gz *z)
         z->out = NULL;
         z->cap = 0;
     }
-    z->next = gz_cache.free;
-    gz_cache.free = z;
+    gz **head = &gz_cache.free[z->wbits - GZ_WBITS_MIN];
+    z->next = *head;
+    *head = z;
     gz_cache.n++;
 }
 
 void funcd_shape_thread_dispose(void)
 {
     gz_cache.closed = 1;
-    while (gz_cache.free) {
-        gz *z = gz_cache.free;
-        gz_cache.free = z->next;
-        gz_destroy(z);
-    }
+    for (int k = 0; k < GZ_CLASSES; k++)
+        while (gz_cache.free[k]) {
+            gz *z = gz_cache.free[k];
+            gz_cache.free[k] = z->next;
+            gz_destroy(z);
+        }
     gz_cache.n = 0;
 }
 
@@ -506,6 +532,7 @@ typedef struct gz_ostream {
     h2o_ostream_t super; /* first */
     gz *z;
     int decided, plain;
+    size_t expect; /* the worker's Content-Length, SIZE_MAX: none */
     h2o_iovec_t out;
 } gz_ostream;
 
@@ -530,7 +557,10 @@ static void gz_decide(gz_ostream *g, h2o_req_t *req, h2o_iovec_t *in, size_t n,
         req->res.content_length = total;
         return;
     }
-    if (!(g->z = gz_take())) {
+    size_t size = g->expect;
+    if (size == SIZE_MAX && !h2o_send_state_is_in_progress(state))
+        size = total; /* all of it is here */
+    if (!(g->z = gz_take(size))) {
         g->plain = 1; /* out of memory: send it as it is */
         return;
     }
@@ -638,6 +668,7 @@ static void on_setup_ostream(h2o_req_prefilter_t *pf, h2o_req_t *req, h2o_ostrea
             g->super.next = *slot;
             *slot = &g->super;
             slot = &g->super.next;
+            g->expect = req->res.content_length;
             req->res.content_length = SIZE_MAX; /* decided on the first piece */
         }
     }

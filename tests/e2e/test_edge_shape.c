@@ -296,6 +296,13 @@ SV_TEST(gzip)
     CHECK_STR(sv_header(&e->r, "Content-Length"), "");
     CHECK_BODY("&type=text/plain&chunked=1", 300, gzip, 1); /* streamed, in two pieces */
     CHECK_BODY("&type=text/html;charset=utf-8", 3, gzip, 1);
+    /* The window follows the answer's length (shape.c): each size, and the
+     * same sizes again on streams a thread kept from earlier answers. */
+    for (int round = 0; round < 2; round++) {
+        static const size_t kbs[] = {1, 2, 5, 16, 33, 200};
+        for (size_t i = 0; i < sizeof(kbs) / sizeof(kbs[0]); i++)
+            CHECK_BODY("&type=application/json", kbs[i], gzip, 1);
+    }
 
     CHECK_BODY("&type=text/event-stream", 64, gzip, 0);
     CHECK_BODY("&type=image/png", 64, gzip, 0);
