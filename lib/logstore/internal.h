@@ -55,6 +55,7 @@ struct funcd_logstore {
     pthread_rwlock_t layout; /* queries read; compaction and retention write */
     funcd__log_fn *buckets[FUNCD__LOG_BUCKETS];
     char *node;       /* NULL: a single node (no per-node prefix) */
+    char node_key[40]; /* the node in segment keys: its name, or a hash of a long one */
     char instance[9]; /* in segment names: two processes never pick the same */
     uint64_t seq;
     int64_t last_maintenance;

@@ -91,7 +91,7 @@ static funcd__log_seg *seal_locked(funcd_logstore *ls, funcd__log_fn *f)
     funcd__log_seg *s = calloc(1, sizeof(*s));
     funcd_buf key = FUNCD_BUF_INIT;
     if (!s || funcd_buf_printf(&key, "%sseg/%s%s%013" PRId64 "-%013" PRId64 "-%s%06" PRIu64
-                               ".jsonl", f->prefix, ls->node ? ls->node : "", ls->node ? "/" : "",
+                               ".jsonl", f->prefix, ls->node_key, ls->node ? "/" : "",
                                f->open_start, f->open_end, ls->instance, ++ls->seq) < 0) {
         free(s);
         funcd_buf_free(&key);
@@ -163,16 +163,22 @@ int funcd_logstore_new(funcd_logstore **out, funcd_blob *blob, const funcd_logst
     if (!blob)
         return funcd_error_set(FUNCD_EINVAL, "logs: the log store needs a blob backend");
     const char *node = o ? o->node : NULL;
-    if (node && (!node[0] || strlen(node) > 63 ||
+    if (node && (!node[0] || strlen(node) > 253 ||
                  strspn(node, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
                      strlen(node) ||
                  !strcmp(node, ".") || !strcmp(node, "..")))
         return funcd_error_set(FUNCD_EINVAL, "logs: node name \"%.80s\" cannot name log segments "
-                               "(1 to 63 letters, digits, '.', '_' or '-')", node);
+                               "(1 to 253 letters, digits, '.', '_' or '-')", node);
     funcd_logstore *ls = calloc(1, sizeof(*ls));
     if (!ls || (node && !(ls->node = strdup(node)))) {
         free(ls);
         return funcd_error_set(FUNCD_ENOMEM, "logs: out of memory creating the log store");
+    }
+    if (node && strlen(node) <= 32) {
+        snprintf(ls->node_key, sizeof(ls->node_key), "%s", node);
+    } else if (node) { /* a file blob's keys are file names: 255 bytes with ns and fn */
+        uint64_t h = fn_hash(node, "");
+        snprintf(ls->node_key, sizeof(ls->node_key), "%.15s~%016" PRIx64, node, h);
     }
     ls->blob = blob;
     ls->seal_ms = o && o->seal_ms ? o->seal_ms : FUNCD_LOGSTORE_SEAL_MS;

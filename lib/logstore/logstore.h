@@ -70,7 +70,7 @@ typedef int (*funcd_logstore_cb)(const char *rec, size_t len, void *payload);
 
 /* A logstore on `blob` (a registered backend: put, get, list and del are
  * required slots) in `*out`. `o` may be NULL (defaults). 0, or FUNCD_EINVAL
- * (no blob, or a node name that cannot be part of a key: 1 to 63 of
+ * (no blob, or a node name that cannot be part of a key: 1 to 253 of
  * [A-Za-z0-9._-]) or FUNCD_ENOMEM with funcd_error_last() saying which;
  * `*out` is NULL then. */
 int funcd_logstore_new(funcd_logstore **out, funcd_blob *blob, const funcd_logstore_options *o);

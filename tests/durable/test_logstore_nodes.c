@@ -14,6 +14,7 @@
 #include "funcd/sys/error.h"
 #include "harness.h"
 #include "logstore/logstore.h"
+#include "util/misc.h"
 
 #define T0 1700000000000LL /* 2023-11-14T22:13:20Z */
 #define HOUR 3600000LL
@@ -184,12 +185,45 @@ TEST(without_a_name_nothing_changes)
     b->free(b);
 }
 
+/* A node name as long as DNS allows still fits a file blob's file name:
+ * the key holds its head and a hash, the records the whole name. */
+TEST(a_long_name_is_hashed_in_keys_only)
+{
+    char dir[] = "/tmp/funcd-logstore-nodes-XXXXXX", name[254];
+    CHECK(mkdtemp(dir) != NULL);
+    memset(name, 'a', 253);
+    name[253] = '\0';
+    memcpy(name, "node-", 5);
+    funcd_blob *b = NULL;
+    CHECK_INT(funcd_blob_file_new(&b, dir), 0);
+    if (!b)
+        return;
+    funcd_logstore *ls = node(b, name);
+    put_line(ls, T0, "long");
+    funcd_logstore_stats st;
+    funcd_logstore_free(ls); /* seals */
+    ls = node(b, name);
+    got g = {0};
+    CHECK_INT(funcd_logstore_query(ls, "default", "f", 0, NULL, 0, collect, &g), 0);
+    funcd_logstore_stats_get(ls, &st);
+    cJSON *j = g.n == 1 ? cJSON_Parse(g.lines[0]) : NULL;
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "node")), name);
+    CHECK_INT(count(b, "logs/default/f/seg/node-aaaaaaaaaa~"), 1);
+    cJSON_Delete(j);
+    got_free(&g);
+    funcd_logstore_free(ls);
+    b->free(b);
+    funcd_remove_tree(dir);
+}
+
 TEST(a_name_that_cannot_be_a_key_is_refused)
 {
     funcd_blob *b;
     funcd_blob_memory_new(&b);
-    const char *bad[] = {"", "a/b", "..", "sp ace", "0123456789012345678901234567890123456789"
-                                                    "012345678901234567890123"};
+    char too_long[300];
+    memset(too_long, 'a', 254);
+    too_long[254] = '\0';
+    const char *bad[] = {"", "a/b", "..", "sp ace", "new\nline", too_long};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         funcd_logstore_options o = {0, 0, 0, bad[i]};
         funcd_logstore *ls = NULL;
@@ -205,6 +239,7 @@ int main(void)
     RUN(either_node_reads_both_in_time_order);
     RUN(one_compaction_keeps_both_nodes_lines);
     RUN(without_a_name_nothing_changes);
+    RUN(a_long_name_is_hashed_in_keys_only);
     RUN(a_name_that_cannot_be_a_key_is_refused);
     return HARNESS_END();
 }
