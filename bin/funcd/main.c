@@ -82,6 +82,11 @@ static void usage(FILE *out)
             "  --log-seal-size BYTES      ... or at this size (default 8388608)\n"
             "  --log-retention DURATION   keep function logs (default 168h)\n"
             "  --shutdown-grace DURATION  wait for requests in flight at SIGTERM (default 10s)\n"
+            "  --node-name NAME           this node's name in a cluster sharing one store\n"
+            "                             (default: the host name; docs/cluster.md)\n"
+            "  --node-address HOST:PORT   where this node's data plane is reached, shown in\n"
+            "                             `funcdctl get nodes` (default: its listen address)\n"
+            "  --lease-ttl DURATION       node heartbeats and the cluster lease (default 10s)\n"
             "  --stream-buffer-limit BYTES  what a watch or log stream may hold for a slow\n"
             "                             client (default 2097152); beyond it the stream ends\n"
             "  --max-connections N        connections each listener holds open (default 1024);\n"
@@ -156,6 +161,8 @@ typedef struct flags {
     uint64_t edge_rps, edge_burst, edge_max_body, edge_in_flight;
     int edge_set, edge_per_client;
     const char *otlp_endpoint;
+    const char *node_name, *node_address;
+    uint64_t lease_ttl;
     const char *tls_cert, *tls_key;
     int tls_self_signed;
     funcd_log_level level;
@@ -218,7 +225,7 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_SRCROOT, O_KEY_FILE, O_FN_TOKENS, O_ACCESS_LOG, O_EDGE_AUTH, O_EDGE_RPS, O_EDGE_BURST,
        O_EDGE_BODY, O_EDGE_IN_FLIGHT, O_EDGE_PER_CLIENT,
        O_BUS, O_STORE, O_BLOB, O_DP_METRICS, O_METRICS_OPEN, O_OTLP, O_TLS, O_TLS_CERT,
-       O_TLS_KEY };
+       O_TLS_KEY, O_NODE_NAME, O_NODE_ADDR, O_LEASE_TTL };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -272,6 +279,9 @@ static const struct option long_opts[] = {
     {"tls", required_argument, 0, O_TLS},
     {"tls-cert", required_argument, 0, O_TLS_CERT},
     {"tls-key", required_argument, 0, O_TLS_KEY},
+    {"node-name", required_argument, 0, O_NODE_NAME},
+    {"node-address", required_argument, 0, O_NODE_ADDR},
+    {"lease-ttl", required_argument, 0, O_LEASE_TTL},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -396,6 +406,9 @@ static int parse_one(int c, const char *arg, flags *f)
         return parse_count("edge-max-in-flight", arg, 1000000, &f->edge_in_flight) ? 2 : -1;
     case O_EDGE_PER_CLIENT: f->edge_per_client = 1; return -1;
     case O_OTLP: f->otlp_endpoint = arg; break;
+    case O_NODE_NAME: f->node_name = arg; break;
+    case O_NODE_ADDR: f->node_address = arg; break;
+    case O_LEASE_TTL: return parse_duration("lease-ttl", arg, &f->lease_ttl) ? 2 : -1;
     case O_TLS:
         if (strcmp(arg, "self-signed") != 0) {
             fprintf(stderr, "funcd: --tls takes \"self-signed\", not \"%s\" (for a certificate of "
@@ -737,6 +750,9 @@ static int build_platform(const flags *f, const char *shims)
                     : NULL,
         f->edge_per_client ? funcd_with_edge_limit_per_client(1) : NULL,
         f->otlp_endpoint ? funcd_with_otlp_endpoint(f->otlp_endpoint) : NULL,
+        f->node_name ? funcd_with_node_name(f->node_name) : NULL,
+        f->node_address ? funcd_with_node_address(f->node_address) : NULL,
+        f->lease_ttl ? funcd_with_lease_ttl(f->lease_ttl) : NULL,
         f->tls_cert ? funcd_with_tls_cert_files(f->tls_cert, f->tls_key) : NULL,
         /* Kept with the data (a restart serves the same certificate), or in
          * the state directory. */

@@ -129,6 +129,9 @@ volatile sig_atomic_t *ctl_stop_on_signals(void);
 /* Command entry points. */
 int cmd_apply(ctl_ctx *ctx, int argc, char **argv);
 int cmd_get(ctl_ctx *ctx, int argc, char **argv);
+/* get nodes [NAME] (cmd_get_nodes.c). */
+int ctl_is_nodes(const char *word);
+int ctl_get_nodes(ctl_ctx *ctx, const char *name);
 int cmd_delete(ctl_ctx *ctx, int argc, char **argv);
 int cmd_describe(ctl_ctx *ctx, int argc, char **argv);
 int cmd_watch(ctl_ctx *ctx, int argc, char **argv);

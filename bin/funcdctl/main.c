@@ -32,7 +32,7 @@ static const ctl_command commands[] = {
      "Example: funcdctl apply -f hello.yaml\n",
      CTL_OUTS_OBJECTS},
     {"get", cmd_get, "List objects of a kind, or show some",
-     "get KIND [NAME...] | get KIND/NAME... | get images [REF]",
+     "get KIND [NAME...] | get KIND/NAME... | get images [REF] | get nodes [NAME]",
      "  -l, --selector SEL      only objects whose labels match: k=v, k!=v, k, !k (comma: and)\n"
      "  -A, --all-namespaces    list every namespace your token may read\n"
      "  -w, --watch             after the list, print a row per change until Ctrl-C\n"
@@ -40,11 +40,14 @@ static const ctl_command commands[] = {
      "  -o table (default), wide, json, yaml or name. wide adds a Function's URL.\n"
      "`get images` lists the server's image metadata cache (DIGEST, REF, SIZE, PULLED;\n"
      "wide adds PLATFORM, LAYERS, ENTRYPOINT); REF picks images by reference or digest.\n"
+     "`get nodes` lists the funcd nodes sharing the server's store (NAME, ADDRESS, AGE,\n"
+     "READY, WORKERS, LEADER).\n"
      "Examples: funcdctl get functions\n"
      "          funcdctl get fn hello -o yaml\n"
      "          funcdctl get fn -l app=hello --show-labels\n"
      "          funcdctl get $(funcdctl get fn -o name)\n"
-     "          funcdctl get images\n",
+     "          funcdctl get images\n"
+     "          funcdctl get nodes\n",
      CTL_OUTS_ALL},
     {"delete", cmd_delete, "Delete objects by name, by label, or as a file names them",
      "delete KIND NAME... | delete KIND/NAME... | delete KIND -l SEL | delete -f FILE|-",

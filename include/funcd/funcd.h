@@ -205,6 +205,21 @@ FUNCD_EXTERN funcd_option *funcd_with_encryption_key_file(const char *path);
 /** How long shutdown waits for requests in flight (default 10 s). */
 FUNCD_EXTERN funcd_option *funcd_with_shutdown_grace(uint64_t ms);
 
+/* ---- cluster (docs/cluster.md, docs/adr/0042-nodes-and-leases.md) -------- */
+
+/** This node's name, unique among the funcd processes sharing one store
+ *  (default: the host name, lowercased): a DNS-1123 subdomain. */
+FUNCD_EXTERN funcd_option *funcd_with_node_name(const char *name);
+
+/** Where this node's data plane is reached, shown in the node list
+ *  (default: the data plane's listen address). */
+FUNCD_EXTERN funcd_option *funcd_with_node_address(const char *addr);
+
+/** The TTL of the node heartbeats and of the cluster lease (default 10 s,
+ *  at least 300 ms): renewed every third of it; a leader that cannot renew
+ *  stops leading before it is over, and another node takes over after. */
+FUNCD_EXTERN funcd_option *funcd_with_lease_ttl(uint64_t ms);
+
 /* ---- limits --------------------------------------------------------------- */
 
 /** Bytes a watch or log-follow stream may hold for a client that reads

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "cluster/cluster.h"
 #include "funcd/sys/error.h"
 #include "objects/objects.h"
 #include "port/store.h"
@@ -83,8 +84,10 @@ static cJSON *condition(const char *type, const char *status, const char *reason
     return c;
 }
 
-/* The status a Function should have now, from what serving reports. */
-static cJSON *function_status(const cJSON *obj, const funcd_serving_status *ss)
+/* The status a Function should have now, from what serving reports (the
+ * replicas: of every live node). */
+static cJSON *function_status(const cJSON *obj, const funcd_serving_status *ss,
+                              unsigned ready, unsigned total)
 {
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
     const cJSON *old = cJSON_GetObjectItemCaseSensitive(
@@ -107,8 +110,8 @@ static cJSON *function_status(const cJSON *obj, const funcd_serving_status *ss)
     }
     if (ss->has_pool) {
         cJSON *rep = cJSON_AddObjectToObject(st, "replicas");
-        cJSON_AddNumberToObject(rep, "ready", ss->stats.ready);
-        cJSON_AddNumberToObject(rep, "total", ss->stats.total);
+        cJSON_AddNumberToObject(rep, "ready", ready);
+        cJSON_AddNumberToObject(rep, "total", total);
         if (ss->stats.last_cold_start_ms) {
             char ts[32];
             funcd_rfc3339(ss->stats.last_cold_start_ms, ts, sizeof(ts));
@@ -137,7 +140,13 @@ static void reconcile_function(funcd_controller *c, const funcd_kind *kind, cons
     }
     funcd_serving_status ss;
     funcd_serving_apply(c->cfg.serving, ns, name, obj, &ss);
-    cJSON *want = function_status(obj, &ss);
+    if (!funcd_cluster_is_leader(c->cfg.cluster)) { /* served here; the leader writes status */
+        cJSON_Delete(obj);
+        return;
+    }
+    unsigned ready = ss.stats.ready, total = ss.stats.total;
+    funcd_cluster_add_replicas(c->cfg.cluster, ns, name, &ready, &total);
+    cJSON *want = function_status(obj, &ss, ready, total);
     const cJSON *have = cJSON_GetObjectItemCaseSensitive(obj, "status");
     if (!have || !cJSON_Compare(have, want, 1)) {
         rc = funcd_objects_put_status(c->cfg.store, kind, ns, name, rev, want);
@@ -190,6 +199,11 @@ static void on_resync(evutil_socket_t fd, short what, void *arg)
 {
     funcd_controller *c = arg;
     funcd_port_store_list(c->cfg.store, FUNCD_OBJECTS_KEY_ROOT, enqueue_listed, c, NULL);
+}
+
+void funcd_controller_resync(funcd_controller *c)
+{
+    event_active(c->resync, EV_TIMEOUT, 0);
 }
 
 int funcd_controller_new(funcd_controller **out, const funcd_controller_config *cfg)

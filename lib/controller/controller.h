@@ -21,6 +21,10 @@ typedef struct funcd_controller_config {
     funcd_serving *serving;  /* runs the Functions */
     const funcd_logger *logger;
     unsigned resync_ms;      /* 0: 60 s */
+    /* The cluster this node is in (NULL: one node): status is written by
+     * its leader only, with the replicas of every live node summed. Every
+     * node applies the specs to its own serving. */
+    struct funcd_cluster *cluster;
 } funcd_controller_config;
 
 int funcd_controller_new(funcd_controller **out, const funcd_controller_config *cfg);
@@ -29,6 +33,8 @@ int funcd_controller_start(funcd_controller *c);
 /* Re-reconciles one object soon (any thread). */
 void funcd_controller_requeue(funcd_controller *c, const char *plural, const char *ns,
                               const char *name);
+/* Re-reconciles every object soon (a new leader; any thread). */
+void funcd_controller_resync(funcd_controller *c);
 /* Ends the watch; pending work is dropped. */
 void funcd_controller_free(funcd_controller *c);
 

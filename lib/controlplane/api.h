@@ -91,6 +91,10 @@ struct funcd_token;
 int funcd_cp_images(funcd_cp *cp, const funcd_cp_request *req, const struct funcd_token *t,
                     funcd_cp_response *resp);
 
+/* The nodes API (nodes.c), for any valid token; 0 when the path is not
+ * one of its own. */
+int funcd_cp_nodes(funcd_cp *cp, const funcd_cp_request *req, funcd_cp_response *resp);
+
 /* Admission (admission.c): 1 when `t` may write `obj` (decoded and
  * validated, of `kind`); 0 with `resp` set to a 403 naming the field. */
 int funcd_cp_admit(const funcd_cp *cp, const funcd_kind *kind, const funcd_token *t,

@@ -569,6 +569,12 @@ void funcd_logstore_tick(funcd_logstore *ls, int64_t now_ms)
     maintain(ls, now_ms);
 }
 
+void funcd_logstore_flush(funcd_logstore *ls, int64_t now_ms)
+{
+    if (ls)
+        flush(ls, now_ms, 0);
+}
+
 void funcd_logstore_stats_get(funcd_logstore *ls, funcd_logstore_stats *out)
 {
     pthread_mutex_lock(&ls->lock);

@@ -93,6 +93,9 @@ int funcd_logstore_query(funcd_logstore *ls, const char *ns, const char *fn, int
 /* Seals aged segments and retries failed ones; at most once a minute (of
  * `now_ms`), compacts finished hours and applies retention. */
 void funcd_logstore_tick(funcd_logstore *ls, int64_t now_ms);
+/* Only the sealing part of a tick: a node that is not the cluster's leader
+ * leaves compaction and retention of the shared blob to it. */
+void funcd_logstore_flush(funcd_logstore *ls, int64_t now_ms);
 
 void funcd_logstore_stats_get(funcd_logstore *ls, funcd_logstore_stats *out);
 

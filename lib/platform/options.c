@@ -155,6 +155,16 @@ funcd_option *funcd_with_otlp_endpoint(const char *url)
     return string_option(OPT_OTLP_ENDPOINT, url);
 }
 
+funcd_option *funcd_with_node_name(const char *name)
+{
+    return string_option(OPT_NODE_NAME, name);
+}
+
+funcd_option *funcd_with_node_address(const char *addr)
+{
+    return string_option(OPT_NODE_ADDRESS, addr);
+}
+
 funcd_option *funcd_with_state_dir(const char *dir) { return string_option(OPT_STATE_DIR, dir); }
 
 static funcd_option *number_option(option_kind kind, uint64_t a, uint64_t b, uint64_t c)
@@ -237,6 +247,10 @@ funcd_option *funcd_with_log_persistence(uint64_t seal_ms, uint64_t seal_bytes,
                                          uint64_t retention_ms)
 {
     return number_option(OPT_LOG_PERSISTENCE, seal_ms, seal_bytes, retention_ms);
+}
+funcd_option *funcd_with_lease_ttl(uint64_t ms)
+{
+    return number_option(OPT_LEASE_TTL, ms, 0, 0);
 }
 funcd_option *funcd_with_shutdown_grace(uint64_t ms)
 {
@@ -619,6 +633,22 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
             return funcd_error_set(FUNCD_EINVAL, "funcd_with_access_log: no path (\"-\" is stdout)");
         replace_str(&cfg->access_log, &o->str);
         break;
+    case OPT_NODE_NAME:
+        if (!o->str || !*o->str)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_node_name: no name");
+        replace_str(&cfg->node_name, &o->str);
+        break;
+    case OPT_NODE_ADDRESS:
+        if (!o->str || !*o->str)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_node_address: no address");
+        replace_str(&cfg->node_address, &o->str);
+        break;
+    case OPT_LEASE_TTL:
+        if (o->n[0] < 300)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_lease_ttl: %llu ms is too short "
+                                   "(at least 300 ms)", (unsigned long long)o->n[0]);
+        cfg->lease_ttl_ms = o->n[0];
+        break;
     case OPT_OTLP_ENDPOINT:
         if (!o->str || (strncmp(o->str, "http://", 7) != 0 && strncmp(o->str, "https://", 8) != 0))
             return funcd_error_set(FUNCD_EINVAL, "funcd_with_otlp_endpoint: \"%s\" is not an "
@@ -680,5 +710,7 @@ void funcd_config_clear(funcd_config *cfg)
     free(cfg->tls_cert);
     free(cfg->tls_key);
     free(cfg->tls_dir);
+    free(cfg->node_name);
+    free(cfg->node_address);
     memset(cfg, 0, sizeof(*cfg));
 }

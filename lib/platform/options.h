@@ -56,6 +56,9 @@ typedef enum option_kind {
     OPT_OTLP_ENDPOINT,
     OPT_TLS_FILES,       /* str: the certificate, namespaces[0]: the key */
     OPT_TLS_SELF_SIGNED, /* str: the directory, NULL: the state directory */
+    OPT_NODE_NAME,
+    OPT_NODE_ADDRESS,
+    OPT_LEASE_TTL,
 } option_kind;
 
 struct funcd_option {
@@ -134,6 +137,9 @@ typedef struct funcd_config {
     char *tls_cert, *tls_key;     /* TLS from these files, or */
     int tls_self_signed;          /* 1: a self-signed pair in tls_dir */
     char *tls_dir;                /* NULL: the state directory */
+    char *node_name;              /* NULL: the host name */
+    char *node_address;           /* NULL: the data plane's address */
+    uint64_t lease_ttl_ms;        /* 0: the default (cluster/lease.h) */
 } funcd_config;
 
 /* Applies presets first, then the rest in order; frees every option. */

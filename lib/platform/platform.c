@@ -15,9 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <ctype.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cluster/cluster.h"
 #include "controller/controller.h"
 #include "controlplane/api.h"
 #include "controlplane/server.h"
@@ -51,6 +53,7 @@ struct funcd_platform {
     funcd_cp cp;
     funcd_cp_server *cp_server;
     funcd_controller *controller;
+    funcd_cluster *cluster;  /* this node's heartbeat and the cluster lease */
     funcd_serving *serving;
     funcd_sources *sources;
     funcd_fnrunner *fnrunner;
@@ -231,6 +234,7 @@ static void on_serving_changed(const char *ns, const char *name, void *payload)
 {
     funcd_platform *p = payload;
     funcd_controller_requeue(p->controller, "functions", ns, name);
+    funcd_cluster_poke(p->cluster); /* the others (the leader) see our counts soon */
 }
 
 /* The state directory: given, or a private one we remove at shutdown. */
@@ -332,7 +336,11 @@ static int setup_secrets(funcd_platform *p)
 static void on_log_tick(evutil_socket_t fd, short what, void *arg)
 {
     funcd_platform *p = arg;
-    funcd_logstore_tick(p->logstore, funcd_now_ms());
+    /* Compaction and retention work on the shared blob: once, by the leader. */
+    if (funcd_cluster_is_leader(p->cluster))
+        funcd_logstore_tick(p->logstore, funcd_now_ms());
+    else
+        funcd_logstore_flush(p->logstore, funcd_now_ms());
 }
 
 /* A host-wide setting, only on the operator's request, and said so. */
@@ -413,6 +421,60 @@ static int setup_tls(funcd_platform *p)
                   "embedded one: it serves as it is configured, without funcd's certificate",
                   c->gateway->name ? c->gateway->name : "injected");
     return 0;
+}
+
+static unsigned live_workers(funcd_platform *p)
+{
+    return funcd_serving_live_workers(p->serving) + funcd_fnrunner_live_workers(p->fnrunner);
+}
+
+static unsigned cluster_workers(void *payload)
+{
+    return live_workers(payload);
+}
+
+/* A new leader rewrites every status (the old one may have left them
+ * stale); the others' replica counts reach the statuses they sum into. */
+static void on_leading(int leader, void *payload)
+{
+    funcd_platform *p = payload;
+    if (leader)
+        funcd_controller_resync(p->controller);
+}
+
+static void on_replicas_changed(const char *ns, const char *name, void *payload)
+{
+    funcd_platform *p = payload;
+    funcd_controller_requeue(p->controller, "functions", ns, name);
+}
+
+/* This node (docs/adr/0042-nodes-and-leases.md): named after the host
+ * unless told, reached where its data plane listens unless told. */
+static int make_cluster(funcd_platform *p)
+{
+    char host[256] = "";
+    const char *name = p->cfg.node_name;
+    if (!name) {
+        if (gethostname(host, sizeof(host) - 1) != 0 || !host[0])
+            snprintf(host, sizeof(host), "localhost");
+        for (char *h = host; *h; h++)
+            *h = (char)tolower((unsigned char)*h);
+        name = host;
+    }
+    funcd_cluster_config cc = {
+        .loop = p->base,
+        .store = p->cfg.store,
+        .name = name,
+        .address = p->cfg.node_address ? p->cfg.node_address : p->data_plane_addr,
+        .ttl_ms = p->cfg.lease_ttl_ms,
+        .logger = &p->cfg.logger,
+        .serving = p->serving,
+        .workers = cluster_workers,
+        .leading = on_leading,
+        .replicas_changed = on_replicas_changed,
+        .payload = p,
+    };
+    return funcd_cluster_new(&p->cluster, &cc);
 }
 
 static int build(funcd_platform *p)
@@ -548,13 +610,11 @@ static int build(funcd_platform *p)
     p->cp.serving = p->serving;
     p->cp.sources = p->sources;
     p->cp.blob = p->cfg.blob;
-    funcd_controller_config cc = {p->base, p->cfg.store, p->serving, &p->cfg.logger, 0};
+    if ((rc = make_cluster(p)) < 0)
+        return rc;
+    funcd_controller_config cc = {p->base, p->cfg.store, p->serving, &p->cfg.logger, 0,
+                                  p->cluster};
     return funcd_controller_new(&p->controller, &cc);
-}
-
-static unsigned live_workers(funcd_platform *p)
-{
-    return funcd_serving_live_workers(p->serving) + funcd_fnrunner_live_workers(p->fnrunner);
 }
 
 static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
@@ -627,10 +687,13 @@ static void teardown(funcd_platform *p)
     funcd_cp_server_free(p->cp_server); /* no API calls from here on */
     p->cp_server = NULL;
     drain_workers(p); /* also fails waiting requests while the gateway still runs */
+    funcd_cluster_stop(p->cluster); /* the others see this node leave, and lead */
     if (p->cfg.gateway)
         funcd_port_gateway_stop(p->cfg.gateway);
     funcd_controller_free(p->controller);
     p->controller = NULL;
+    funcd_cluster_free(p->cluster);
+    p->cluster = NULL;
     funcd_otlp_stop_metrics(p->otlp); /* its collections read serving's gauges too */
     if (p->metrics) /* the gateway has stopped: nothing collects any more */
         funcd_metrics_set_gauge_source(p->metrics, NULL, NULL);
@@ -750,7 +813,10 @@ static int start_components(funcd_platform *p)
 {
     if (p->components_started)
         return 0;
-    int rc = funcd_controller_start(p->controller);
+    /* The lease first: a single node leads before its first reconcile. */
+    int rc = funcd_cluster_start(p->cluster);
+    if (rc == 0)
+        rc = funcd_controller_start(p->controller);
     if (rc == 0)
         rc = funcd_fnrunner_start(p->fnrunner);
     if (rc == 0)
