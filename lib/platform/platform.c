@@ -455,11 +455,15 @@ static int make_cluster(funcd_platform *p)
     char host[256] = "";
     const char *name = p->cfg.node_name;
     if (!name) {
-        if (gethostname(host, sizeof(host) - 1) != 0 || !host[0])
-            snprintf(host, sizeof(host), "localhost");
-        for (char *h = host; *h; h++)
+        /* A host name as a node name: lowercased, anything else a '-'. */
+        if (gethostname(host, sizeof(host) - 1) != 0)
+            host[0] = '\0';
+        for (char *h = host; *h; h++) {
             *h = (char)tolower((unsigned char)*h);
-        name = host;
+            if (!isalnum((unsigned char)*h) && *h != '.')
+                *h = '-';
+        }
+        name = funcd_node_name_ok(host) ? host : "funcd";
     }
     funcd_cluster_config cc = {
         .loop = p->base,

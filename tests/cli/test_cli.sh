@@ -154,6 +154,27 @@ test_get() {
     expect "get -o json feeds apply -f - (unchanged)" 0 out "^function/hello unchanged$"
 }
 
+# The node list of a single funcd: itself, ready, leading (docs/cluster.md).
+test_nodes() {
+    ctl get nodes
+    expect "get nodes prints a table" 0 \
+        out "^NAME +ADDRESS +AGE +READY +WORKERS +LEADER$" \
+        out "^[a-z0-9.-]+ +127\.0\.0\.1:[0-9]+ +[0-9]+[smhd] +True +[0-9]+ +True$"
+    ctl get nodes -o name
+    expect "get nodes -o name" 0 out "^node/[a-z0-9.-]+$"
+    local node=${OUT#node/}
+    ctl get node "$node" -o yaml
+    expect "get node NAME -o yaml" 0 out "^kind: Node$" out "^  name: $node$" \
+        out "^  ready: true$" out "^  leader: true$"
+    ctl get nodes -o json
+    expect "get nodes -o json is a v1 List" 0 out '"kind": "List"' out '"kind": "Node"' \
+        out '"leader": true'
+    ctl get node no-such-node
+    expect "get node of an unknown name" 1 err 'node "no-such-node" not found'
+    ctl get nodes -A
+    expect "get nodes takes no -A" 2 err "get nodes takes at most one NAME"
+}
+
 test_describe() {
     ctl describe fn hello
     expect "describe shows metadata, spec and conditions" 0 out "^Name: +hello$" \
@@ -474,6 +495,7 @@ test_serving_usage
 test_fn_usage
 test_apply
 test_get
+test_nodes
 test_describe
 test_errors
 test_watch

@@ -1,0 +1,295 @@
+/*
+ * Nodes and the cluster lease, end to end (docs/adr/0042-nodes-and-leases.md):
+ * two in-memory platforms in this process share one store, as two funcd
+ * processes share PostgreSQL. Both are listed by GET .../nodes with exactly
+ * one leader; the leader's graceful shutdown hands the lease over at once;
+ * a node that does not hold the lease writes no status (a record held by a
+ * "ghost" keeps it from leading) and takes over when the record goes; the
+ * leader's status.replicas sums the workers of both nodes.
+ *
+ * `test_e2e_nodes CASE` runs one case; each runs in its own child.
+ */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "../harness.h"
+#include "cluster/lease.h"
+#include "funcd/sys/error.h"
+#include "test_serving_common.h"
+
+#define TTL_MS 1500
+#define NODES API "/nodes"
+
+/* ---- one store, two platforms ------------------------------------------- */
+
+/* Each platform frees the store it was given: this view of the shared one
+ * lets go of it with the last. */
+typedef struct shared {
+    funcd_store base;
+    funcd_store *inner;
+    atomic_int *refs;
+} shared;
+
+#define INNER(s) (((shared *)(s))->inner)
+
+static int sh_get(funcd_store *s, const char *k, funcd_store_value *o)
+{
+    return INNER(s)->get(INNER(s), k, o);
+}
+static int sh_put(funcd_store *s, const char *k, const void *v, size_t n, uint64_t x, uint64_t *r)
+{
+    return INNER(s)->put(INNER(s), k, v, n, x, r);
+}
+static int sh_del(funcd_store *s, const char *k, uint64_t x, uint64_t *r)
+{
+    return INNER(s)->del(INNER(s), k, x, r);
+}
+static int sh_list(funcd_store *s, const char *p, funcd_store_list_cb cb, void *pl, uint64_t *r)
+{
+    return INNER(s)->list(INNER(s), p, cb, pl, r);
+}
+static int sh_watch(funcd_store *s, const char *p, uint64_t after, funcd_store_watch_cb cb,
+                    void *pl, funcd_store_watch **out)
+{
+    return INNER(s)->watch(INNER(s), p, after, cb, pl, out);
+}
+static void sh_unwatch(funcd_store *s, funcd_store_watch *w)
+{
+    INNER(s)->unwatch(INNER(s), w);
+}
+static uint64_t sh_revision(funcd_store *s)
+{
+    return INNER(s)->revision(INNER(s));
+}
+static void sh_free(funcd_store *s)
+{
+    shared *v = (shared *)s;
+    if (atomic_fetch_sub(v->refs, 1) == 1) {
+        v->inner->free(v->inner);
+        free(v->refs);
+    }
+    free(v);
+}
+
+/* Two views of one new memory store. */
+static int shared_pair(funcd_store **a, funcd_store **b)
+{
+    funcd_store *inner = NULL;
+    shared *va = calloc(1, sizeof(*va)), *vb = calloc(1, sizeof(*vb));
+    atomic_int *refs = malloc(sizeof(*refs));
+    if (!va || !vb || !refs || funcd_store_memory_new(&inner, 0) < 0) {
+        free(va);
+        free(vb);
+        free(refs);
+        return -1;
+    }
+    atomic_init(refs, 2);
+    funcd_store base = {FUNCD_STORE_VERSION, "shared-memory", sh_get, sh_put, sh_del,
+                        sh_list, sh_watch, sh_unwatch, sh_revision, sh_free};
+    va->base = vb->base = base;
+    va->inner = vb->inner = inner;
+    va->refs = vb->refs = refs;
+    *a = &va->base;
+    *b = &vb->base;
+    return 0;
+}
+
+/* Node `name` (lease TTL_MS) on `store`. */
+static int node_up(env *e, funcd_store *store, const char *name)
+{
+    return env_up_with(e, store, funcd_with_node_name(name), funcd_with_lease_ttl(TTL_MS), NULL);
+}
+
+/* ---- reading the node list ------------------------------------------------ */
+
+typedef struct seen {
+    int n, ready, leaders;
+    char leader[64];
+} seen;
+
+static int list_nodes(env *e, seen *s)
+{
+    memset(s, 0, sizeof(*s));
+    if (REQ("GET", NODES, VIEWER_TOKEN, NULL) != 200)
+        return -1;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, jget(e->r.json, "items"))
+    {
+        s->n++;
+        s->ready += cJSON_IsTrue(jget(item, "status.ready"));
+        if (cJSON_IsTrue(jget(item, "status.leader"))) {
+            s->leaders++;
+            snprintf(s->leader, sizeof(s->leader), "%s", jstr(item, "metadata.name"));
+        }
+    }
+    return 0;
+}
+
+typedef struct want {
+    int n;
+    const char *leader;
+} want;
+
+static int nodes_are(env *e, void *arg)
+{
+    const want *w = arg;
+    seen s;
+    return list_nodes(e, &s) == 0 && s.n == w->n && s.ready == w->n && s.leaders == 1 &&
+           strcmp(s.leader, w->leader) == 0;
+}
+
+/* ---- cases ---------------------------------------------------------------- */
+
+#define TWO_NODES(name)                                                                            \
+    static void name##_body(env *a, env *b);                                                       \
+    TEST(name)                                                                                     \
+    {                                                                                              \
+        env a_, b_;                                                                                \
+        funcd_store *sa = NULL, *sb = NULL;                                                        \
+        memset(&a_, 0, sizeof(a_));                                                                \
+        memset(&b_, 0, sizeof(b_));                                                                \
+        if (shared_pair(&sa, &sb) < 0)                                                             \
+            FAILF("cannot make the shared store");                                                 \
+        int up_ = node_up(&a_, sa, "node-a") == 0 && node_up(&b_, sb, "node-b") == 0;              \
+        if (up_)                                                                                   \
+            name##_body(&a_, &b_);                                                                 \
+        env_down(&b_);                                                                             \
+        env_down(&a_);                                                                             \
+        sv_cleanup();                                                                              \
+        if (!up_)                                                                                  \
+            FAILF("cannot start two platforms: %s", funcd_error_last()->message);                  \
+        char left_[512];                                                                           \
+        if (sv_children(left_, sizeof(left_)))                                                     \
+            FAILF("processes left behind after the platforms were freed: %s", left_);          \
+    }                                                                                              \
+    static void name##_body(env *a, env *b)
+
+TWO_NODES(both_listed_one_leader)
+{
+    env *e = b; /* either node answers for the cluster */
+    want w = {2, "node-a"}; /* the first to start took the absent lease */
+    if (!env_poll(e, 5000, nodes_are, &w))
+        FAILF("want node-a and node-b ready, node-a leading: %.800s", e->r.body);
+    CHECK_STR(jstr(e->r.json, "kind"), "NodeList");
+    CHECK_INT(REQ("GET", NODES "/node-b", DEV_TOKEN, NULL), 200);
+    CHECK_STR(jstr(e->r.json, "kind"), "Node");
+    CHECK_STR(jstr(e->r.json, "metadata.name"), "node-b");
+    CHECK_STR(jstr(e->r.json, "status.address"), funcd_platform_data_plane_addr(b->p));
+    CHECK(cJSON_IsTrue(jget(e->r.json, "status.ready")));
+    CHECK(cJSON_IsFalse(jget(e->r.json, "status.leader")));
+    CHECK(jstr(e->r.json, "status.startTime") && jstr(e->r.json, "status.renewTime"));
+    /* The same answer from node-a. */
+    e = a;
+    CHECK_INT(REQ("GET", NODES "/node-a", ADMIN_TOKEN, NULL), 200);
+    CHECK(cJSON_IsTrue(jget(e->r.json, "status.leader")));
+    CHECK_INT(REQ("GET", NODES "/node-c", ADMIN_TOKEN, NULL), 404);
+    CHECK(!status_problem(&e->r, 404, "NotFound", NULL));
+    CHECK_INT(REQ("GET", NODES "/Not_A_Name", ADMIN_TOKEN, NULL), 400);
+    CHECK(!status_problem(&e->r, 400, "BadRequest", "metadata.name"));
+    CHECK_INT(REQ("DELETE", NODES "/node-b", ADMIN_TOKEN, NULL), 405);
+    CHECK_INT(REQ("POST", NODES, ADMIN_TOKEN, "{}"), 405);
+    CHECK(!status_problem(&e->r, 405, "MethodNotAllowed", NULL));
+    CHECK_INT(REQ("GET", NODES, NULL, NULL), 401);
+}
+
+TWO_NODES(leader_shutdown_hands_over_within_the_ttl)
+{
+    env *e = b;
+    want w = {2, "node-a"};
+    if (!env_poll(e, 5000, nodes_are, &w))
+        FAILF("want node-a leading two nodes: %.800s", e->r.body);
+    env_down(a); /* graceful: node-a releases the lease and deletes its record */
+    int64_t gone = e2e_now_ms();
+    want alone = {1, "node-b"};
+    int took = env_poll(e, TTL_MS, nodes_are, &alone);
+    int64_t after = e2e_now_ms() - gone;
+    if (!took)
+        FAILF("node-b did not lead alone within the TTL (%d ms): %.800s", TTL_MS, e->r.body);
+    fprintf(stderr, "  node-b leads %lld ms after node-a left\n", (long long)after);
+    /* The new leader's controller writes status. */
+    CHECK_INT(REQ("POST", NS("default") "/functions", DEV_TOKEN, FUNCTION_JSON("after", "h.h")),
+              201);
+    if (!sv_wait_condition(e, "after", "False", 5000))
+        FAILF("no status from the new leader: %.800s", e->r.body);
+}
+
+/* Only the lease holder writes status; the others serve. A record held by
+ * a node that is not running ("ghost", with a TTL far longer than the
+ * test) keeps this node from leading until the record is deleted. */
+TEST(a_follower_writes_no_status_until_it_leads)
+{
+    funcd_store *store = NULL;
+    CHECK(funcd_store_memory_new(&store, 0) == 0);
+    const char *ghost = "{\"holder\":\"ghost\",\"renewMs\":0,\"acquireMs\":0,\"ttlMs\":600000}";
+    uint64_t rev = 0;
+    if (store->put(store, FUNCD_LEADER_KEY, ghost, strlen(ghost), FUNCD_STORE_ABSENT, &rev) < 0) {
+        store->free(store);
+        FAILF("cannot write the ghost's lease");
+    }
+    env e_;
+    env *e = &e_;
+    if (node_up(e, store, "follower") < 0) {
+        env_down(e);
+        FAILF("cannot start a platform: %s", funcd_error_last()->message);
+    }
+    CHECK_INT(REQ("POST", NS("default") "/functions", DEV_TOKEN, FUNCTION_JSON("f", "h.h")), 201);
+    env_sleep_ms(2 * TTL_MS); /* several heartbeats and reconciles */
+    int follower_wrote = REQ("GET", NS("default") "/functions/f", DEV_TOKEN, NULL) != 200 ||
+                         jget(e->r.json, "status") != NULL;
+    seen s;
+    int listed = list_nodes(e, &s) == 0 && s.n == 1 && s.ready == 1 && s.leaders == 0;
+    /* The ghost's record goes: this node leads and writes the status. */
+    int deleted = store->del(store, FUNCD_LEADER_KEY, rev, NULL); /* the platform's store */
+    int took = sv_wait_condition(e, "f", "False", 3 * TTL_MS);
+    want alone = {1, "follower"};
+    int leads = env_poll(e, 3 * TTL_MS, nodes_are, &alone);
+    env_down(e);
+    CHECK(!follower_wrote);
+    CHECK(listed);
+    CHECK(deleted == 0);
+    CHECK(took);
+    CHECK(leads);
+}
+
+/* The native fixture, one replica on each node that runs it. */
+#define ONE_REPLICA_FN                                                                             \
+    "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"                 \
+    "\"scaling\":{\"minReplicas\":1,\"maxReplicas\":1}}"
+
+TWO_NODES(leader_sums_the_replicas_of_every_node)
+{
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    env *e = b; /* created through the follower, read back there */
+    CHECK_INT(sv_create(e, "summed", ONE_REPLICA_FN, dir), 201);
+    if (!sv_wait_ready(e, "summed", 10000))
+        FAILF("not Ready: %.800s", e->r.body);
+    /* minReplicas 1 on each of the two nodes. */
+    if (!sv_wait_replicas(e, "summed", 2, 2, 10000))
+        FAILF("want 2 replicas over two nodes: %.800s", e->r.body);
+    /* Each node serves it itself. */
+    CHECK_INT(sv_invoke(a, "GET", DP_PATH("summed") "/", NULL), 200);
+    CHECK_INT(sv_invoke(b, "GET", DP_PATH("summed") "/", NULL), 200);
+    /* node-b leaves: its replica is no longer counted. */
+    env_down(b);
+    e = a;
+    if (!sv_wait_replicas(e, "summed", 1, 1, 5 * TTL_MS))
+        FAILF("want node-a's one replica once node-b left: %.800s", e->r.body);
+}
+
+int main(int argc, char **argv)
+{
+    sv_init();
+    const char *only = argc > 1 ? argv[1] : NULL;
+    int ran = 0;
+    SV_RUN(only, ran, both_listed_one_leader);
+    SV_RUN(only, ran, leader_shutdown_hands_over_within_the_ttl);
+    SV_RUN(only, ran, a_follower_writes_no_status_until_it_leads);
+    SV_RUN(only, ran, leader_sums_the_replicas_of_every_node);
+    e2e_client_global_cleanup();
+    if (only && !ran) {
+        fprintf(stderr, "no test case named %s\n", only);
+        return 1;
+    }
+    return HARNESS_END();
+}
