@@ -205,7 +205,7 @@ FUNCD_EXTERN funcd_option *funcd_with_encryption_key_file(const char *path);
 /** How long shutdown waits for requests in flight (default 10 s). */
 FUNCD_EXTERN funcd_option *funcd_with_shutdown_grace(uint64_t ms);
 
-/* ---- cluster (docs/cluster.md, docs/adr/0042-nodes-and-leases.md) -------- */
+/* ---- cluster (docs/cluster.md, docs/adr/0044-nodes-and-leases.md) -------- */
 
 /** This node's name, unique among the funcd processes sharing one store
  *  (default: the host name, lowercased): a DNS-1123 subdomain. */

@@ -1,6 +1,6 @@
 /*
  * This node in a cluster of funcd processes sharing one store
- * (docs/adr/0042-nodes-and-leases.md).
+ * (docs/adr/0044-nodes-and-leases.md).
  *
  * Every TTL/3 on the platform loop the node renews its heartbeat record
  * (FUNCD_NODES_PREFIX + name: address, times, readiness, worker and

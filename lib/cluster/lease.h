@@ -1,5 +1,5 @@
 /*
- * Leases in the store (docs/adr/0042-nodes-and-leases.md): a key whose value
+ * Leases in the store (docs/adr/0044-nodes-and-leases.md): a key whose value
  * names a holder, renewed by compare-and-swap on the key's revision.
  *
  * Who holds a lease is decided by the store alone (one CAS succeeds); when a

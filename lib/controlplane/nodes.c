@@ -1,6 +1,6 @@
 /*
  * The nodes API: the funcd processes sharing this store, from their
- * heartbeat records (docs/adr/0042-nodes-and-leases.md). Read-only and
+ * heartbeat records (docs/adr/0044-nodes-and-leases.md). Read-only and
  * cluster-scoped; any valid token reads it.
  *
  *   GET /apis/funcd.dev/v1/nodes          NodeList

@@ -448,7 +448,7 @@ static void on_replicas_changed(const char *ns, const char *name, void *payload)
     funcd_controller_requeue(p->controller, "functions", ns, name);
 }
 
-/* This node (docs/adr/0042-nodes-and-leases.md): named after the host
+/* This node (docs/adr/0044-nodes-and-leases.md): named after the host
  * unless told, reached where its data plane listens unless told. */
 static int make_cluster(funcd_platform *p)
 {

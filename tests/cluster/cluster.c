@@ -89,7 +89,7 @@ int cl_node_start(cl_cluster *c, int i, const char *const *extra)
      * the state directory (worker sockets, extracted code) is its own. */
     const char *mine[32] = {"--store", c->pg.url, "--blob", c->pg.url, "--bus", c->nats.url,
                             "--state-dir", n->dir, "--encryption-key-file", c->key,
-                            "--data-plane-metrics"};
+                            "--data-plane-metrics", "--node-name", n->name};
     size_t k = 0;
     while (mine[k])
         k++;

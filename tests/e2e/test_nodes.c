@@ -1,5 +1,5 @@
 /*
- * Nodes and the cluster lease, end to end (docs/adr/0042-nodes-and-leases.md):
+ * Nodes and the cluster lease, end to end (docs/adr/0044-nodes-and-leases.md):
  * two in-memory platforms in this process share one store, as two funcd
  * processes share PostgreSQL. Both are listed by GET .../nodes with exactly
  * one leader; the leader's graceful shutdown hands the lease over at once;
