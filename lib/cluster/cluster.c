@@ -1,4 +1,4 @@
-#include "cluster/cluster.h"
+#include "cluster/nodes.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>

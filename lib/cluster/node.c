@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cluster/cluster.h"
+#include "cluster/nodes.h"
 
 int funcd_node_name_ok(const char *name)
 {

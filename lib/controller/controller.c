@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "cluster/cluster.h"
+#include "cluster/nodes.h"
 #include "funcd/sys/error.h"
 #include "objects/objects.h"
 #include "port/store.h"

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster/cluster.h"
+#include "cluster/nodes.h"
 #include "controlplane/api.h"
 #include "funcd/sys/error.h"
 #include "port/store.h"

@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cluster/cluster.h"
+#include "cluster/nodes.h"
 #include "controller/controller.h"
 #include "controlplane/api.h"
 #include "controlplane/server.h"

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "../harness.h"
-#include "cluster/cluster.h"
+#include "cluster/nodes.h"
 #include "cluster/lease.h"
 #include "funcd/sys/error.h"
 #include "funcd/sys/store.h"

@@ -13,8 +13,8 @@
  * counts, summed by the leader) and a released lease (taken at once) early;
  * the timer alone would do, later.
  */
-#ifndef FUNCD_CLUSTER_CLUSTER_H
-#define FUNCD_CLUSTER_CLUSTER_H
+#ifndef FUNCD_CLUSTER_NODES_H
+#define FUNCD_CLUSTER_NODES_H
 
 #include <event2/event.h>
 #include <stdint.h>
