@@ -90,7 +90,7 @@ static void print_bash(void)
           "    case $cmd in\n"
           "    get|delete|describe)\n"
           "        if [ -z \"$kind\" ]; then\n"
-          "            COMPREPLY=($(compgen -W \"$kinds images\" -- \"$cur\"))\n"
+          "            COMPREPLY=($(compgen -W \"$kinds images nodes\" -- \"$cur\"))\n"
           "        else\n"
           "            COMPREPLY=($(compgen -W \"$(funcdctl \"${ns[@]}\" get \"$kind\" -o name "
           "2>/dev/null | sed 's|.*/||')\" -- \"$cur\"))\n"

@@ -34,6 +34,7 @@ struct funcd_cluster {
     int64_t start_wall;
     uint64_t node_rev; /* our record's revision; 0: not written yet */
     int node_conflicts; /* logged once: another process uses our name */
+    int renew_failing, lease_failing; /* logged when they start and end, not every tick */
     funcd_lease lease;
     atomic_int leader;          /* what the subsystems were told */
     _Atomic int64_t leader_until; /* monotonic ms: leader only before this */
@@ -109,11 +110,17 @@ static void heartbeat(funcd_cluster *c)
             rc = g;
     }
     free(value);
-    if (rc == 0)
+    if (rc == 0) {
         c->node_rev = rev;
-    else if (rc != FUNCD_ECONFLICT && rc != FUNCD_EEXISTS)
-        funcd_log(c->cfg.logger, FUNCD_LOG_WARN, "cluster: renewing node \"%s\": %s", c->name,
-                  funcd_error_last()->message);
+        if (c->renew_failing)
+            funcd_log(c->cfg.logger, FUNCD_LOG_INFO, "cluster: node \"%s\" renewed again",
+                      c->name);
+        c->renew_failing = 0;
+    } else if (rc != FUNCD_ECONFLICT && rc != FUNCD_EEXISTS && !c->renew_failing++) {
+        funcd_log(c->cfg.logger, FUNCD_LOG_WARN, "cluster: renewing node \"%s\": %s (retried "
+                  "every %llu ms)", c->name, funcd_error_last()->message,
+                  (unsigned long long)(c->lease.ttl_ms / 3));
+    }
 }
 
 /* ---- the lease ---------------------------------------------------------- */
@@ -122,9 +129,11 @@ static void lease_step(funcd_cluster *c)
 {
     int64_t mono = funcd_mono_ms();
     int rc = funcd_lease_step(&c->lease, funcd_now_ms(), mono);
-    if (rc < 0)
+    if (rc < 0 && !c->lease_failing++)
         funcd_log(c->cfg.logger, FUNCD_LOG_WARN, "cluster: the lease: %s",
                   funcd_error_last()->message);
+    else if (rc >= 0)
+        c->lease_failing = 0;
     int held = funcd_lease_held(&c->lease, mono);
     atomic_store(&c->leader_until, held ? c->lease.held_until : 0);
     if (held == atomic_load(&c->leader))
