@@ -93,6 +93,10 @@ int cl_node_start(cl_cluster *c, int i, const char *const *extra)
     size_t k = 0;
     while (mine[k])
         k++;
+    if (c->lease_ttl) {
+        mine[k++] = "--lease-ttl";
+        mine[k++] = c->lease_ttl;
+    }
     for (size_t j = 0; extra && extra[j] && k + 1 < sizeof(mine) / sizeof(mine[0]); j++)
         mine[k++] = extra[j];
     mine[k] = NULL;
@@ -388,4 +392,33 @@ long cl_wait_ready(const char *api, const char *name, int timeout_ms)
     e2e_resp_free(&r);
     e2e_http_free(h);
     return took;
+}
+
+int cl_nodes_view(const cl_cluster *c, int via, char *leader, size_t n, const char *name,
+                  int *ready, int *nready)
+{
+    e2e_http *h = e2e_http_new(c->node[via].d.cp);
+    e2e_resp r = E2E_RESP_INIT;
+    int rc = -1;
+    leader[0] = '\0';
+    if (ready)
+        *ready = 0;
+    *nready = 0;
+    if (h && e2e_http_do(h, "GET", "/apis/funcd.dev/v1/nodes", DD_TOKEN, NULL, &r) == 200) {
+        const cJSON *item;
+        cJSON_ArrayForEach(item, jget(r.json, "items"))
+        {
+            const char *node = jstr(item, "metadata.name");
+            int is_ready = cJSON_IsTrue(jget(item, "status.ready"));
+            if (node && cJSON_IsTrue(jget(item, "status.leader")))
+                snprintf(leader, n, "%s", node);
+            if (node && name && ready && strcmp(node, name) == 0)
+                *ready = is_ready;
+            *nready += is_ready;
+        }
+        rc = 0;
+    }
+    e2e_resp_free(&r);
+    e2e_http_free(h);
+    return rc;
 }

@@ -47,6 +47,7 @@ typedef struct cl_cluster {
     char nginx_dir[300];
     char access_log[320]; /* "$http_x_req $status $upstream_addr $upstream_status" lines */
     char lb[96];          /* "http://127.0.0.1:PORT": nginx */
+    const char *lease_ttl; /* --lease-ttl of every node (NULL: funcd's default) */
 } cl_cluster;
 
 /* 1 when PostgreSQL, nats-server and nginx are installed; else 0 with a
@@ -57,9 +58,10 @@ int cl_tools_present(void);
  * PostgreSQL and nats-server. 0, or -1 with a message. */
 int cl_init(cl_cluster *c, const char *tag, const char *worker_exe);
 
-/* Starts node `i` (0-based: node i is named n<i+1>) on ephemeral loopback
- * ports with --store and --blob on the PostgreSQL, --bus on the NATS server,
- * its own --state-dir, and `extra` flags (NULL-terminated, may be NULL). */
+/* Starts node `i` (0-based: node i is --node-name n<i+1>) on ephemeral
+ * loopback ports with --store and --blob on the PostgreSQL, --bus on the
+ * NATS server, its own --state-dir, c->lease_ttl, and `extra` flags
+ * (NULL-terminated, may be NULL). */
 int cl_node_start(cl_cluster *c, int i, const char *const *extra);
 
 /* SIGKILLs node `i` and reaps it; its workers are ended by cl_down if they
@@ -85,6 +87,13 @@ long cl_wait_200(const char *url, int timeout_ms);
 /* Polls the Function's status through the API at `api` until its Ready
  * condition is True, up to `timeout_ms`; the milliseconds it took or -1. */
 long cl_wait_ready(const char *api, const char *name, int timeout_ms);
+
+/* Node `via`'s view of the cluster (GET /apis/funcd.dev/v1/nodes): the
+ * leader's name in `leader` ("" when no node holds the lease) and how many
+ * nodes are ready; whether node `name` (may be NULL) is ready in *ready.
+ * 0, or -1 when the list could not be read. */
+int cl_nodes_view(const cl_cluster *c, int via, char *leader, size_t n, const char *name,
+                  int *ready, int *nready);
 
 /* The URL of node i's data plane for function `name` and `rest` ("/hello"). */
 void cl_fn_url(char *out, size_t n, const char *base, const char *name, const char *rest);

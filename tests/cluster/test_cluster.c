@@ -3,12 +3,15 @@
  * nginx in front of their data planes, driven over real HTTP:
  *
  *   serve       a Function applied through node 1's API is served by node
- *               3's data plane (the time it took is printed);
+ *               3's data plane (the time it took is printed); served by
+ *               every node, its status sums their replicas; every node's
+ *               log lines are read through another node's API;
  *   node_kill   constant load through nginx; node 2 is SIGKILLed mid-run;
  *               the only requests that fail are ones in flight at the kill
  *               that nginx sent to node 2 (its access log names the
- *               upstream of each); a Function created afterwards becomes
- *               Ready and serves;
+ *               upstream of each); n2, which held the cluster lease, loses
+ *               it to another node within its TTL (and a renewal step); a
+ *               Function created afterwards becomes Ready and serves;
  *   db_restart  PostgreSQL stopped and started again under light API and
  *               data-plane load on one node: the API answers 503 (a JSON
  *               Status) while it is away, the data plane keeps serving (and
@@ -43,18 +46,74 @@
 static cl_cluster cl;
 
 /* Starts the nodes of `order` (indexes, -1 ends it) in that order. */
-static int start_nodes(const int *order)
+static int start_nodes(const int *order, const char *const *extra)
 {
     for (; *order >= 0; order++)
-        if (cl_node_start(&cl, *order, NULL) < 0)
+        if (cl_node_start(&cl, *order, extra) < 0)
             return -1;
     return 0;
 }
 
+/* Polls the Function's status through `api` until status.replicas.ready is
+ * `want`; the milliseconds it took, or -1. */
+static long wait_replicas(const char *api, const char *name, double want, int timeout_ms)
+{
+    char path[256];
+    snprintf(path, sizeof(path), DD_NS "/functions/%s", name);
+    e2e_http *h = e2e_http_new(api);
+    e2e_resp r = E2E_RESP_INIT;
+    int64_t t0 = e2e_now_ms();
+    long took = -1;
+    while (h && e2e_now_ms() - t0 < timeout_ms) {
+        if (e2e_http_do(h, "GET", path, DD_TOKEN, NULL, &r) == 200 &&
+            jnum(r.json, "status.replicas.ready") == want) {
+            took = (long)(e2e_now_ms() - t0);
+            break;
+        }
+        dd_sleep_ms(20);
+    }
+    if (took < 0)
+        fprintf(stderr, "  %s: status.replicas.ready never %g: %.400s\n", name, want,
+                r.body ? r.body : "");
+    e2e_resp_free(&r);
+    e2e_http_free(h);
+    return took;
+}
+
+/* Polls node `via`'s log API for `name` until every one of `msgs` is in
+ * it; the milliseconds it took or -1. */
+static long wait_logs(int via, const char *name, const char *const *msgs, int n, int timeout_ms)
+{
+    char path[256];
+    snprintf(path, sizeof(path), DD_NS "/functions/%s/logs", name);
+    e2e_http *h = e2e_http_new(cl.node[via].d.cp);
+    e2e_resp r = E2E_RESP_INIT;
+    int64_t t0 = e2e_now_ms();
+    long took = -1;
+    while (h && took < 0 && e2e_now_ms() - t0 < timeout_ms) {
+        int found = 0;
+        if (e2e_http_do(h, "GET", path, DD_TOKEN, NULL, &r) == 200)
+            for (int i = 0; i < n; i++)
+                found += strstr(r.body, msgs[i]) != NULL;
+        if (found == n)
+            took = (long)(e2e_now_ms() - t0);
+        else
+            dd_sleep_ms(100);
+    }
+    if (took < 0)
+        fprintf(stderr, "  logs of %s on %s: HTTP %ld %.600s\n", name, cl.node[via].name,
+                r.status, r.body ? r.body : "");
+    e2e_resp_free(&r);
+    e2e_http_free(h);
+    return took;
+}
+
 TEST(serve)
 {
+    /* Log segments sealed each second, for the logs below. */
+    const char *const extra[] = {"--log-seal-age", "1s", NULL};
     const int order[] = {N1, N2, N3, -1};
-    CHECK(start_nodes(order) == 0);
+    CHECK(start_nodes(order, extra) == 0);
     CHECK_INT(cl_put_function(&cl, cl.node[N1].d.cp, "hello", NULL), 201);
     int64_t t0 = e2e_now_ms();
     char url[256];
@@ -65,6 +124,30 @@ TEST(serve)
     fprintf(stderr, "  applied through n1, served by n3 %lld ms after the 201 "
                     "(the cold start of n3's worker included)\n",
             (long long)(e2e_now_ms() - t0));
+    /* Served by every node: the status the leader writes sums their
+     * replicas. */
+    for (int i = N1; i <= N2; i++) {
+        cl_fn_url(url, sizeof(url), cl.node[i].d.dp, "hello", "/hello");
+        CHECK(cl_wait_200(url, 15000) >= 0);
+    }
+    long summed = wait_replicas(cl.node[N2].d.cp, "hello", 3, 15000);
+    fprintf(stderr, "  status.replicas.ready 3 (one worker per node) %ld ms after the third "
+                    "node served\n",
+            summed);
+    CHECK(summed >= 0);
+    /* Each node's worker logs a line; node 2's API has all three. */
+    const char *const msgs[] = {"cluster-log-n1", "cluster-log-n2", "cluster-log-n3"};
+    for (int i = 0; i < CL_NODES; i++) {
+        char rest[64];
+        snprintf(rest, sizeof(rest), "/log?msg=%s", msgs[i]);
+        cl_fn_url(url, sizeof(url), cl.node[i].d.dp, "hello", rest);
+        CHECK(cl_wait_200(url, 15000) >= 0);
+    }
+    long logs = wait_logs(N2, "hello", msgs, CL_NODES, 20000);
+    fprintf(stderr, "  every node's log line read through n2 %ld ms after the last was "
+                    "written (segments sealed every 1 s)\n",
+            logs);
+    CHECK(logs >= 0);
     /* And node 3's API lists it: one store. */
     e2e_http *h = e2e_http_new(cl.node[N3].d.cp);
     e2e_resp r = E2E_RESP_INIT;
@@ -145,11 +228,38 @@ static int failures_were_in_flight_on(cl_load *l, int64_t killed, int64_t reaped
     return ok;
 }
 
+/* Polls node `via`'s nodes API until the leader is `want` (NULL: any node
+ * but `not`) and, unless `nready` is -1, that many nodes are ready; the
+ * milliseconds it took, or -1. The leader last seen is in `leader`. */
+static long wait_nodes(int via, const char *want, const char *not, int nready, int timeout_ms,
+                       char *leader, size_t n)
+{
+    int64_t t0 = e2e_now_ms();
+    int ready = 0;
+    while (e2e_now_ms() - t0 < timeout_ms) {
+        if (cl_nodes_view(&cl, via, leader, n, NULL, NULL, &ready) == 0 &&
+            (want ? strcmp(leader, want) == 0 : leader[0] && strcmp(leader, not) != 0) &&
+            (nready < 0 || ready == nready))
+            return (long)(e2e_now_ms() - t0);
+        dd_sleep_ms(20);
+    }
+    fprintf(stderr, "  nodes as %s sees them: leader \"%s\", %d ready; waited for %s%s and "
+                    "%d ready\n",
+            cl.node[via].name, leader, ready, want ? want : "any but ", want ? "" : not, nready);
+    return -1;
+}
+
+#define LEASE_TTL_MS 3000
+
 TEST(node_kill)
 {
-    /* n2 first: with leases, the first node takes the cluster lease. */
+    /* n2 first: the first node takes the cluster lease. A short TTL keeps
+     * the test short. */
+    cl.lease_ttl = "3s";
     const int order[] = {N2, N1, N3, -1};
-    CHECK(start_nodes(order) == 0);
+    CHECK(start_nodes(order, NULL) == 0);
+    char leader[64];
+    CHECK(wait_nodes(N1, "n2", NULL, 3, 15000, leader, sizeof(leader)) >= 0);
     CHECK_INT(cl_put_function(&cl, cl.node[N1].d.cp, "web", NULL), 201);
     char url[256];
     for (int i = 0; i < CL_NODES; i++) {
@@ -177,6 +287,11 @@ TEST(node_kill)
 
     int64_t killed = e2e_now_ms();
     int64_t reaped = cl_node_kill(&cl, N2);
+    /* The lease expires at most a TTL after n2's last renewal, and another
+     * node takes it at its next step (every TTL/3): within the TTL and a
+     * step of the kill; twice the TTL leaves room for a loaded machine. */
+    long moved = wait_nodes(N1, NULL, "n2", -1, 30000, leader, sizeof(leader));
+    long n2_gone = wait_nodes(N3, NULL, "n2", 2, 30000, leader, sizeof(leader));
     int after = load_gains(&load, 300, 30000);
     long n1_after = served_by(hostport(N1)), n3_after = served_by(hostport(N3));
     long passed_on = served_by(", "); /* "A, B": nginx went on to the next node */
@@ -195,12 +310,17 @@ TEST(node_kill)
                     "after the SIGKILL\n",
             before, n2_before, cl_load_ok(&load) - before, total_failed, passed_on,
             (long long)(reaped - killed));
+    fprintf(stderr, "  lease: %s leads %ld ms after n2's SIGKILL (TTL %d ms); n2 shown not "
+                    "ready %ld ms later\n",
+            leader, moved, LEASE_TTL_MS, n2_gone);
     fprintf(stderr, "  after-kill: Ready %ld ms after its 201, served through nginx %ld ms later\n",
             ready, served);
     CHECK(steady);
     CHECK_INT(failed_before, 0);
     CHECK(n2_before > 0); /* node 2 had its share of the load */
     CHECK(after);
+    CHECK(moved >= 0 && moved <= 2 * LEASE_TTL_MS);
+    CHECK(n2_gone >= 0);
     CHECK(failures_were_in_flight_on(&load, killed, reaped, N2));
     CHECK(total_failed <= load.n);
     CHECK(n1_after > 0 && n3_after > 0);
