@@ -80,14 +80,16 @@ pids+=($!)
 nats="nats://127.0.0.1:$nats_port"
 for _ in $(seq 400); do grep -q 'Server is ready' "$work/nats.log" 2>/dev/null && break; sleep 0.05; done
 
-# start NAME ARGS...: funcd in the background (log $work/NAME.log); sets api_NAME, dp_NAME.
+# start NAME ARGS...: funcd --node-name NAME in the background (log $work/NAME.log); sets
+# api_NAME, dp_NAME and pid_NAME.
 start() {
   local name=$1; shift
   mkdir -p "$work/$name"
   "$funcd" --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 --fn-runner-listen 127.0.0.1:0 \
     --dev --source-root "$work" --log-level warn --encryption-key-file "$work/encryption.key" \
-    --state-dir "$work/$name/s" "$@" 2>"$work/$name.log" &
+    --state-dir "$work/$name/s" --node-name "$name" "$@" 2>"$work/$name.log" &
   pids+=($!)
+  printf -v "pid_$name" '%s' $!
   for _ in $(seq 2000); do grep -q 'data plane listening' "$work/$name.log" && break; sleep 0.005; done
   grep -q 'data plane listening' "$work/$name.log" || { echo "funcd $name did not start:"; cat "$work/$name.log"; exit 1; }
   printf -v "api_$name" 'http://%s' "$(sed -n 's/.*control plane listening on //p' "$work/$name.log")"
@@ -108,6 +110,12 @@ for name in sqlite pgone; do
 done
 echo "cluster: creates through the API: PostgreSQL ${rate[pgone]}/s, sqlite ${rate[sqlite]}/s" \
   "($(ratio "${rate[pgone]}" "${rate[sqlite]}")x of sqlite; $creates Secrets, $conns connections)"
+# Done with them: pgone would else be a fourth node of the cluster below.
+for p in "$pid_sqlite" "$pid_pgone"; do
+  kill "$p"; wait "$p" || true
+  for i in "${!pids[@]}"; do [ "${pids[i]}" = "$p" ] && unset 'pids[i]'; done
+done
+pids=("${pids[@]}")
 
 # ---- (b) watch latency node 1 -> node 3 -------------------------------------------
 for n in n1 n2 n3; do start $n "${cluster_flags[@]}"; done

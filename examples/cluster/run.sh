@@ -58,7 +58,7 @@ for n in n1 n2 n3; do
   "$funcd" --memory --dev --store "$db" --blob "$db" --bus "nats://127.0.0.1:$nats_port" \
     --encryption-key-file "$work/encryption.key" --state-dir "$work/$n/state" \
     --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 --fn-runner-listen 127.0.0.1:0 \
-    2>"$work/$n.log" &
+    --node-name $n 2>"$work/$n.log" &
   pids+=($!)
   for _ in $(seq 400); do grep -q 'data plane listening' "$work/$n.log" && break; sleep 0.05; done
   grep -q 'data plane listening' "$work/$n.log" || { echo "$n did not start:"; cat "$work/$n.log"; exit 1; }
@@ -106,8 +106,10 @@ for _ in 1 2 3; do
   for _ in $(seq 200); do curl -sf -o /dev/null -d hi "$lb/fn/default/hello/" && break; sleep 0.05; done
   curl -s -d 'some text' "$lb/fn/default/hello/"
 done
-echo "== n3's API lists what n1 took:"
+echo "== n3's API lists what n1 took (REPLICAS: summed over the nodes by the leader):"
 "$ctl" --server "${api[n3]}" get functions
+echo "== the nodes (n1 started first: it holds the cluster lease):"
+"$ctl" --server "${api[n2]}" get nodes
 
 [ -n "${CLUSTER_ONCE:-}" ] && exit 0
 cat <<EOF
@@ -115,6 +117,7 @@ cat <<EOF
 The cluster runs. In another terminal:
   export FUNCD_TOKEN=funcd-dev-token
   $ctl --server ${api[n2]} get functions
+  $ctl --server ${api[n2]} get nodes
   curl -d hi $lb/fn/default/hello/
 Ctrl-C ends it.
 EOF
