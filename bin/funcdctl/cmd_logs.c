@@ -1,5 +1,5 @@
-/* logs NAME [-f] [--tail N] [--since DURATION] [--invocation ID]: what a
- * Function's replicas wrote, one record a line. */
+/* logs NAME [-f] [--tail N] [--since DURATION] [--invocation ID] [--show-node]:
+ * what a Function's replicas wrote, one record a line. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +15,12 @@ typedef struct logs_opts {
     const char *since;
     const char *invocation;
     int follow;
+    int show_node; /* a cluster: which node read each line */
 } logs_opts;
 
 typedef struct logs_state {
     const ctl_ctx *ctx;
+    int show_node;
     int failed;
 } logs_state;
 
@@ -64,6 +66,7 @@ static int on_record(const char *line, size_t len, void *payload)
     const cJSON *body = ctl_get_path(rec, "body");
     const char *time = ctl_get_string(rec, "time");
     const char *replica = ctl_get_string(rec, "replica");
+    const char *node = ctl_get_string(rec, "node");
     const char *severity = ctl_get_string(rec, "severity");
     /* A structured line's body may be any JSON value: print it as JSON. */
     char *body_json = body && !cJSON_IsString(body) ? cJSON_PrintUnformatted(body) : NULL;
@@ -75,8 +78,12 @@ static int on_record(const char *line, size_t len, void *payload)
     } else if (!text) {
         printf("%.*s\n", (int)len, line); /* not a record: show it as it came */
     } else {
-        printf("%s %s %s %s\n", time ? time : "-", replica ? replica : "-",
-               severity ? severity : "-", text);
+        if (st->show_node)
+            printf("%s %s %s %s %s\n", time ? time : "-", node && node[0] ? node : "-",
+                   replica ? replica : "-", severity ? severity : "-", text);
+        else
+            printf("%s %s %s %s\n", time ? time : "-", replica ? replica : "-",
+                   severity ? severity : "-", text);
         print_details(rec);
     }
     free(body_json);
@@ -114,6 +121,8 @@ static int parse(ctl_ctx *ctx, int argc, char **argv, logs_opts *o)
                                  MAX_TAIL, o->tail);
         } else if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow")) {
             o->follow = 1;
+        } else if (!strcmp(argv[i], "--show-node")) {
+            o->show_node = 1;
         } else if (ctl_is_flag(argv[i], only)) {
             return ctl_usage(ctx, "unknown flag \"%s\"", argv[i]);
         } else if (o->name) {
@@ -171,7 +180,7 @@ int cmd_logs(ctl_ctx *ctx, int argc, char **argv)
     char *path = client ? logs_path(client, ctx, &o) : NULL;
     if (!path)
         return CTL_EXIT_ERROR;
-    logs_state st = {.ctx = ctx};
+    logs_state st = {.ctx = ctx, .show_node = o.show_node};
     ctl_response resp = CTL_RESPONSE_INIT;
     /* Following ends on Ctrl-C, cleanly (exit 0). */
     volatile sig_atomic_t *stop = o.follow ? ctl_stop_on_signals() : NULL;

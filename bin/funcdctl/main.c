@@ -135,14 +135,16 @@ static const ctl_command commands[] = {
      "Example: funcdctl invoke hello -d '{\"name\":\"world\"}'\n",
      OUT(TABLE)},
     {"logs", cmd_logs, "Print a Function's logs",
-     "logs NAME [-f] [--tail N] [--since DURATION] [--invocation ID]",
+     "logs NAME [-f] [--tail N] [--since DURATION] [--invocation ID] [--show-node]",
      "  -f, --follow            keep printing new records until Ctrl-C\n"
      "  --tail N                start with the last N records\n"
      "  --since DURATION        only records from the last DURATION (90s, 5m, 2h)\n"
      "  --invocation ID         only the records of one request (X-Funcd-Invocation-Id)\n"
-     "Records are kept in the blob store (docs/logs.md), so they outlive restarts. Each\n"
-     "prints as \"TIME REPLICA SEVERITY BODY\", followed by a multi-line attribute (a\n"
-     "traceback, a stack) indented below it; -o json prints the raw records.\n"
+     "  --show-node             print the node that read each line (TIME NODE REPLICA ...)\n"
+     "Records are kept in the blob store (docs/logs.md), so they outlive restarts; in a\n"
+     "cluster every node's are merged by time. Each prints as \"TIME REPLICA SEVERITY\n"
+     "BODY\", followed by a multi-line attribute (a traceback, a stack) indented below\n"
+     "it; -o json prints the raw records.\n"
      "Example: funcdctl logs hello -f --tail 20\n",
      OUT(TABLE) | OUT(JSON)},
     {"fn", cmd_fn, "Evaluate a KRM function on the function runner",
