@@ -450,14 +450,14 @@ static void on_replicas_changed(const char *ns, const char *name, void *payload)
 
 /* This node (docs/adr/0044-nodes-and-leases.md): named after the host
  * unless told, reached where its data plane listens unless told. */
-static int make_cluster(funcd_platform *p)
+static const char *node_name(funcd_platform *p, char host[256])
 {
-    char host[256] = "";
     const char *name = p->cfg.node_name;
     if (!name) {
         /* A host name as a node name: lowercased, anything else a '-'. */
-        if (gethostname(host, sizeof(host) - 1) != 0)
+        if (gethostname(host, 255) != 0)
             host[0] = '\0';
+        host[255] = '\0';
         for (char *h = host; *h; h++) {
             *h = (char)tolower((unsigned char)*h);
             if (!isalnum((unsigned char)*h) && *h != '.')
@@ -465,6 +465,13 @@ static int make_cluster(funcd_platform *p)
         }
         name = funcd_node_name_ok(host) ? host : "funcd";
     }
+    return name;
+}
+
+static int make_cluster(funcd_platform *p)
+{
+    char host[256] = "";
+    const char *name = node_name(p, host);
     funcd_cluster_config cc = {
         .loop = p->base,
         .store = p->cfg.store,
@@ -580,8 +587,11 @@ static int build(funcd_platform *p)
                              sizeof(p->addr));
     if (rc < 0)
         return rc;
+    /* Nodes share the blob: each writes under its own name, reads merge
+     * (docs/adr/0043-logs-and-images-across-nodes.md). */
+    char host[256] = "";
     funcd_logstore_options lo = {p->cfg.log_seal_ms, p->cfg.log_seal_bytes,
-                                 p->cfg.log_retention_ms};
+                                 p->cfg.log_retention_ms, node_name(p, host)};
     struct timeval every_second = {1, 0};
     if ((rc = funcd_logstore_new(&p->logstore, p->cfg.blob, &lo)) < 0)
         return rc;

@@ -299,6 +299,11 @@ test_serving() {
     expect "logs -o json --tail 1 prints one raw record" 0 out '^\{.*"line":' \
         out '"replica":"hello-py'
     if [ "$(grep -c . <<<"$OUT")" != 1 ]; then fail "logs --tail 1 printed more than one record"; fi
+    ctl logs hello-py --show-node --tail 1 -o json
+    node=$(sed -n 's/.*"node":"\([^"]*\)".*/\1/p' <<<"$OUT")
+    ctl logs hello-py --show-node --tail 1
+    expect "logs --show-node prints the node that read the line after its time" 0 \
+        out "^[0-9T:.Z-]+ ${node:-NO-NODE-FIELD} hello-py-[0-9]+ [A-Z]+ "
     bg_ctl "$WORK/follow.out" "$WORK/follow.err" logs hello-py -f --tail 0
     sleep 0.5
     ctl invoke hello-py --path '/?name=bob'
