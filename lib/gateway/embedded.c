@@ -328,12 +328,15 @@ static int on_req(void *payload, h2o_req_t *req)
 
 /* The head of a request with a body, before h2o reads the body (httpd.c):
  * a Content-Length over the function's cap is 413 at once, with nothing
- * read. (A chunked body is counted once read, in edge_check.) */
+ * read. A chunked body gets the cap to be read under; httpd.c calls again
+ * with the bytes so far once they pass it. (A request whose head httpd.c
+ * could not show is checked once read, in edge_check.) */
 static int on_each_head(void *payload, const funcd_httpd_head *head, funcd_buf *body)
 {
     embedded *g = payload;
     const char *t = head->target, *end = t + head->target_len;
-    if (head->content_length == UINT64_MAX || head->target_len < 5 || memcmp(t, "/fn/", 4) != 0)
+    if ((head->content_length == UINT64_MAX && !head->body_cap) || head->target_len < 5 ||
+        memcmp(t, "/fn/", 4) != 0)
         return 0;
     const char *q = memchr(t, '?', head->target_len);
     const char *path_end = q ? q : end;
@@ -352,13 +355,18 @@ static int on_each_head(void *payload, const funcd_httpd_head *head, funcd_buf *
     if (r && (*r)->target) {
         cap = (*r)->edge->max_body_bytes;
         snprintf(fn, sizeof(fn), "%s/%s", (*r)->ns, (*r)->name);
-        if (cap && head->content_length > cap && (*r)->metrics && this_thread) {
+        if (cap && head->content_length != UINT64_MAX && head->content_length > cap &&
+            (*r)->metrics && this_thread) {
             track.fn = (*r)->metrics;
             track.slot = this_thread->metrics_slot;
             funcd_metrics_fn_enter(track.fn, track.slot);
         }
     }
     pthread_rwlock_unlock(&g->lock);
+    if (head->content_length == UINT64_MAX) { /* chunked */
+        *head->body_cap = cap;
+        return 0;
+    }
     if (!cap || head->content_length <= cap)
         return 0;
     if (track.fn) { /* nothing was read: no duration to speak of */

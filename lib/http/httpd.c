@@ -49,6 +49,12 @@ typedef struct conn_ref {
     h2o_timeout_entry_t tls_timeout;
     struct timeval connected_at;
     funcd_buf tls_answer;
+    /* A chunked body being read under on_each_head's cap (body_cap != 0):
+     * h2o decodes it in place after the head, at body_at of the input;
+     * the head's method and target stay there too. */
+    uint64_t body_cap;
+    size_t body_at, method_at, method_len, target_at, target_len;
+    h2o_timeout_entry_t body_rewrap; /* h2o stopped reading (100 Continue) */
 } conn_ref;
 
 typedef struct worker {
@@ -144,6 +150,8 @@ static void on_rearm(h2o_timeout_entry_t *entry)
     sock->_cb.read = on_read_head;
 }
 
+static void end_body_watch(conn_ref *ref);
+
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     funcd_httpd *srv = ((handler *)self)->srv;
@@ -153,6 +161,8 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
                                  ? req->conn->callbacks->get_socket(req->conn)
                                  : NULL;
         conn_ref *ref = sock ? sock->on_close.data : NULL;
+        if (ref && ref->body_cap) /* h2o read the whole body: under the cap */
+            end_body_watch(ref);
         if (ref && ref->each)
             *(conn_ref **)h2o_mem_alloc_shared(&req->pool, sizeof(conn_ref *),
                                                on_checked_req_disposed) = ref;
@@ -197,6 +207,8 @@ static void on_conn_close(void *data)
         h2o_timeout_unlink(&ref->rearm);
     if (h2o_timeout_is_linked(&ref->tls_timeout))
         h2o_timeout_unlink(&ref->tls_timeout);
+    if (h2o_timeout_is_linked(&ref->body_rewrap))
+        h2o_timeout_unlink(&ref->body_rewrap);
     funcd_buf_free(&ref->tls_answer);
     ref->prev->next = ref->next;
     ref->next->prev = ref->prev;
@@ -314,6 +326,104 @@ static void bad_head_status(funcd_buf *body, const char *why)
     free(text);
 }
 
+/* ---- a chunked body under a cap ------------------------------------------
+ * h2o 2.2.5 reads a whole body before any handler runs, up to the server's
+ * own cap; a chunked body has no length to check in its head. While one is
+ * read for a request on_each_head capped, h2o's reader is wrapped: h2o
+ * decodes the chunks in place after the head, so the input past body_at is
+ * the body so far, and once that passes the cap the hook answers (413)
+ * before the rest is read and before any handler (so any worker) ran. */
+
+static void end_body_watch(conn_ref *ref)
+{
+    ref->body_cap = 0;
+    ref->h2o_read = NULL;
+    if (h2o_timeout_is_linked(&ref->body_rewrap))
+        h2o_timeout_unlink(&ref->body_rewrap);
+}
+
+static void on_read_body(h2o_socket_t *sock, const char *err);
+
+/* The body so far against the cap; over it, the hook's answer. */
+static void check_body(conn_ref *ref, h2o_socket_t *sock)
+{
+    size_t so_far = sock->input->size - ref->body_at;
+    if (so_far <= ref->body_cap || h2o_socket_is_writing(sock))
+        return;
+    funcd_httpd *srv = ref->w->srv;
+    const char *in = sock->input->bytes;
+    funcd_httpd_head head = {in + ref->method_at, ref->method_len, in + ref->target_at,
+                             ref->target_len, NULL, 0, 1, so_far, 0, NULL};
+    funcd_buf body = FUNCD_BUF_INIT;
+    int status = srv->hooks.on_each_head(srv->hooks.payload, &head, &body);
+    if (status) {
+        ref->body_cap = 0; /* ref->h2o_read stays: on_read_refused hands it the close */
+        refuse(ref, sock, status, &body);
+    } else { /* the function's cap went: h2o reads on alone */
+        h2o_socket_cb h2o_read = ref->h2o_read;
+        end_body_watch(ref);
+        sock->_cb.read = h2o_read;
+    }
+    funcd_buf_free(&body);
+}
+
+/* Wraps h2o's reader again once it reads: after a 100 Continue h2o starts
+ * reading with its own callback. */
+static void rewrap_body(conn_ref *ref, h2o_socket_t *sock)
+{
+    if (!sock->_cb.read) { /* not yet: on the next loop turn */
+        if (!h2o_timeout_is_linked(&ref->body_rewrap))
+            h2o_timeout_link(ref->w->ctx.loop, &ref->w->rearm_timeout, &ref->body_rewrap);
+        return;
+    }
+    ref->h2o_read = sock->_cb.read;
+    sock->_cb.read = on_read_body;
+    check_body(ref, sock); /* h2o decoded what had come with the head */
+}
+
+static void on_body_rewrap(h2o_timeout_entry_t *entry)
+{
+    conn_ref *ref = H2O_STRUCT_FROM_MEMBER(conn_ref, body_rewrap, entry);
+    if (ref->body_cap && !ref->refused)
+        rewrap_body(ref, ref->sock);
+}
+
+static void on_read_body(h2o_socket_t *sock, const char *err)
+{
+    conn_ref *ref = sock->on_close.data;
+    h2o_socket_cb h2o_read = ref->h2o_read;
+    if (err) {
+        end_body_watch(ref);
+        sock->_cb.read = h2o_read;
+        h2o_read(sock, err);
+        return;
+    }
+    h2o_read(sock, NULL);
+    /* h2o may have closed the connection (the input goes first, then ref),
+     * or taken the whole body (on_req ended the watch). */
+    if (!sock->input || !ref->body_cap)
+        return;
+    if (sock->_cb.read != on_read_body)
+        rewrap_body(ref, sock);
+    else
+        check_body(ref, sock);
+}
+
+/* on_each_head capped a chunked body: h2o reads it wrapped. */
+static void watch_body(conn_ref *ref, h2o_socket_t *sock, const funcd_http1 *m, size_t head_len,
+                       uint64_t cap)
+{
+    const char *in = sock->input->bytes;
+    ref->body_cap = cap;
+    ref->body_at = head_len;
+    ref->method_at = (size_t)(m->method - in);
+    ref->method_len = m->method_len;
+    ref->target_at = (size_t)(m->target - in);
+    ref->target_len = m->target_len;
+    sock->_cb.read = on_read_body; /* ref->h2o_read is h2o's reader */
+    on_read_body(sock, NULL);
+}
+
 /* Reads the head of a connection's first request before h2o does: a
  * request with a body goes on only if on_head lets it (h2o 2.2.5 would read
  * the whole body before any handler runs). */
@@ -363,7 +473,10 @@ static void on_read_head(h2o_socket_t *sock, const char *err)
                              m.chunked || m.content_length == FUNCD_HTTP1_NO_LENGTH
                                  ? UINT64_MAX
                                  : m.content_length,
-                             m.chunked};
+                             m.chunked, NULL};
+    uint64_t body_cap = 0;
+    if (ref->each && m.chunked)
+        head.body_cap = &body_cap;
     for (size_t i = 0; i < m.nfields; i++) {
         const funcd_http1_field *f = &fields[i];
         if (FUNCD_HTTP1_NAME_IS(f, "authorization")) {
@@ -377,6 +490,8 @@ static void on_read_head(h2o_socket_t *sock, const char *err)
                                 : srv->hooks.on_head(srv->hooks.payload, &head, &body);
     if (status) {
         refuse(ref, sock, status, &body);
+    } else if (body_cap) {
+        watch_body(ref, sock, &m, (size_t)len, body_cap);
     } else {
         unwrap_read(ref, sock);
         h2o_read(sock, NULL);
@@ -524,6 +639,9 @@ static void on_accept(h2o_socket_t *listener, const char *err)
     ref->rearm.cb = on_rearm;
     ref->tls_timeout = (h2o_timeout_entry_t){0};
     ref->tls_answer = (funcd_buf)FUNCD_BUF_INIT;
+    ref->body_cap = 0;
+    ref->body_rewrap = (h2o_timeout_entry_t){0};
+    ref->body_rewrap.cb = on_body_rewrap;
     if (srv->tls) {
         tls_accept(ref, sock);
         return;

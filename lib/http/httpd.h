@@ -27,6 +27,13 @@ typedef struct funcd_httpd_head {
     int has_body; /* Content-Length > 0 or Transfer-Encoding */
     uint64_t content_length; /* UINT64_MAX: none given (chunked, or no body) */
     int chunked;
+    /* on_each_head, a chunked head: where the hook may put a cap on the
+     * body (0: none, NULL: not offered). Once what came of the body passes
+     * it, the hook is called again for the answer, with method, target
+     * and content_length (the bytes so far) and body_cap NULL; what it
+     * answers is sent (no handler has seen the request), 0 lets the body
+     * be read on. */
+    uint64_t *body_cap;
 } funcd_httpd_head;
 
 typedef struct funcd_httpd_hooks {

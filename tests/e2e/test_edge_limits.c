@@ -7,6 +7,7 @@
  * (0 for 413 and 429, at zero replicas).
  */
 #include <arpa/inet.h>
+#include <curl/curl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -172,6 +173,80 @@ SV_TEST(body_over_the_cap_is_413)
     CHECK_INT(raw_chunked(e, DP_PATH("capped") "/x", 2, 512), 200);
 }
 
+/* 4 KiB of a body, then the upload pauses: the rest never comes. */
+static size_t give_4k(char *buf, size_t size, size_t n, void *payload)
+{
+    size_t *given = payload;
+    if (*given >= 4096)
+        return CURL_READFUNC_PAUSE;
+    size_t len = size * n < 4096 - *given ? size * n : 4096 - *given;
+    memset(buf, 's', len);
+    *given += len;
+    return len;
+}
+
+static size_t drop_body(char *data, size_t size, size_t n, void *payload)
+{
+    return size * n;
+}
+
+/* The final answer's head is all the test wants: the transfer ends there
+ * (the upload would otherwise wait for the rest of its body). */
+static size_t end_at_head(char *data, size_t size, size_t n, void *payload)
+{
+    long status = 0;
+    curl_easy_getinfo((CURL *)payload, CURLINFO_RESPONSE_CODE, &status);
+    return status >= 200 && size * n == 2 && memcmp(data, "\r\n", 2) == 0 ? 0 : size * n;
+}
+
+/*
+ * A POST through libcurl whose body has no length (chunked over HTTP/1.1)
+ * and never ends: 4 KiB, then the upload waits. `version`: a
+ * CURL_HTTP_VERSION_*; `expect`: send Expect: 100-continue. Returns the
+ * status answered (0: none within 20 s).
+ */
+static long streamed_upload(env *e, long version, int expect)
+{
+    char url[256];
+    snprintf(url, sizeof(url), "%s" DP_PATH("capped") "/x", e->dp_base);
+    CURL *c = curl_easy_init();
+    struct curl_slist *hl = curl_slist_append(NULL, expect ? "Expect: 100-continue" : "Expect:");
+    hl = curl_slist_append(hl, "Transfer-Encoding: chunked");
+    size_t given = 0;
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(c, CURLOPT_POST, 1L);
+    curl_easy_setopt(c, CURLOPT_READFUNCTION, give_4k);
+    curl_easy_setopt(c, CURLOPT_READDATA, &given);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, drop_body);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, end_at_head);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, c);
+    curl_easy_setopt(c, CURLOPT_HTTP_VERSION, version);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 20000L);
+    CURLcode rc = curl_easy_perform(c);
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    if (status != 413)
+        fprintf(stderr, "  POST %s (HTTP version %ld, expect %d): %s, status %ld\n", url, version,
+                expect, curl_easy_strerror(rc), status);
+    curl_easy_cleanup(c);
+    curl_slist_free_all(hl);
+    return status;
+}
+
+/* A body of unknown length (chunked HTTP/1.1, with and without Expect:
+ * 100-continue) is answered 413 as soon as what came of it passes the
+ * cap, though the client has not finished it; no worker starts. */
+SV_TEST(streamed_body_over_the_cap_is_413)
+{
+    CHECK(sv_native(e, "capped", "\"edge\":{\"limits\":{\"maxBodyBytes\":\"1Ki\"}}") == 0);
+    CHECK_INT(streamed_upload(e, CURL_HTTP_VERSION_1_1, 0), 413);
+    CHECK_INT(streamed_upload(e, CURL_HTTP_VERSION_1_1, 1), 413);
+    env_sleep_ms(300);
+    CHECK_INT(sv_worker_count(e, "capped"), 0);
+}
+
 /* maxBodyBytes 0 is off: only the gateway's own 64 MiB cap stays. */
 SV_TEST(zero_cap_is_off)
 {
@@ -286,6 +361,7 @@ int main(int argc, char **argv)
     const char *only = argc > 1 ? argv[1] : NULL;
     int ran = 0;
     SV_RUN(only, ran, body_over_the_cap_is_413);
+    SV_RUN(only, ran, streamed_body_over_the_cap_is_413);
     SV_RUN(only, ran, zero_cap_is_off);
     SV_RUN(only, ran, content_length_refused_before_the_body);
     SV_RUN(only, ran, rate_over_the_bucket_is_429);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "util/buf.h"
@@ -522,6 +524,80 @@ int sv_wait_condition(env *e, const char *name, const char *status, int timeout_
             return 0;
         env_sleep_ms(POLL_MS);
     }
+}
+
+int sv_curl(funcd_buf *out, funcd_buf *err, int in, ...)
+{
+    const char *argv[32] = {"curl", "-sS", "--max-time", "30"};
+    int argc = 4;
+    va_list ap;
+    va_start(ap, in);
+    for (const char *a; argc < 31 && (a = va_arg(ap, const char *)) != NULL;)
+        argv[argc++] = a;
+    va_end(ap);
+    argv[argc] = NULL;
+    int o[2], e[2];
+    if (pipe2(o, O_CLOEXEC) != 0)
+        return -1;
+    if (pipe2(e, O_CLOEXEC) != 0) {
+        close(o[0]);
+        close(o[1]);
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (in >= 0)
+            dup2(in, 0);
+        else
+            close(0);
+        dup2(o[1], 1);
+        dup2(e[1], 2);
+        execvp("curl", (char *const *)argv);
+        _exit(127);
+    }
+    close(o[1]);
+    close(e[1]);
+    if (pid < 0) {
+        close(o[0]);
+        close(e[0]);
+        return -1;
+    }
+    /* curl's output here is small: stdout, then stderr, each to its end
+     * (curl's exit, or the kill below when the deadline passes). */
+    int fds[2] = {o[0], e[0]};
+    funcd_buf *bufs[2] = {out, err};
+    int64_t deadline = e2e_now_ms() + 60000;
+    int status = 0;
+    for (int i = 0; i < 2; i++) {
+        for (;;) {
+            struct pollfd p = {fds[i], POLLIN, 0};
+            int64_t left = deadline - e2e_now_ms();
+            if (left <= 0 || poll(&p, 1, (int)(left > 1000 ? 1000 : left)) < 0)
+                break;
+            if (!p.revents)
+                continue;
+            char chunk[4096];
+            ssize_t n = read(fds[i], chunk, sizeof(chunk));
+            if (n <= 0)
+                break;
+            funcd_buf_append(bufs[i], chunk, (size_t)n);
+        }
+        close(fds[i]);
+    }
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            break;
+        if (r < 0)
+            return -1;
+        if (e2e_now_ms() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            return -1;
+        }
+        usleep(10000);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 int sv_native(env *e, const char *name, const char *more)

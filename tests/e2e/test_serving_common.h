@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include "env.h"
+#include "util/buf.h"
 
 #define FN_PATH(name) NS("default") "/functions/" name
 #define DP_PATH(name) "/fn/default/" name
@@ -115,6 +116,15 @@ int sv_wait_condition(env *e, const char *name, const char *status, int timeout_
 
 /* status.replicas of Function `name` (GET into e->r); -1 when absent. */
 int sv_replicas(env *e, const char *name, int *ready, int *total);
+
+/*
+ * Runs the curl program: `curl -sS --max-time 30 ARGS...` (NULL-terminated
+ * strings after `in`), its standard input `in` (-1: none), and waits for
+ * it, 60 s at most (then it is killed). What it wrote to stdout and stderr
+ * is appended to `out` and `err`. Returns its exit status, -1 when it could
+ * not run or was killed.
+ */
+int sv_curl(funcd_buf *out, funcd_buf *err, int in, ...) __attribute__((sentinel));
 
 /* Creates Function `name` on the native fixture worker, with `more` (NULL
  * or JSON members after the source, like "\"edge\":{...}"), and waits

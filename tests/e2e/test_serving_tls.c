@@ -7,11 +7,7 @@
  * --cacert curl refuses the certificate, and plain HTTP gets no answer.
  * (tests/durable/test_tls.c does the same on the daemon.)
  */
-#include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "../harness.h"
 #include "test_serving_common.h"
@@ -31,74 +27,11 @@ static funcd_option *self_signed(void)
     return funcd_with_tls_self_signed(tls_dir);
 }
 
-/*
- * Runs `curl -sS ARGS...` (NULL-terminated) and waits for it, 60 s at most
- * (then it is killed). Its stdout in `out`, its stderr in `err`; returns
- * its exit status (-1 when it could not run or was killed).
- */
-static int curl(funcd_buf *out, funcd_buf *err, ...)
-{
-    const char *argv[32] = {"curl", "-sS", "--max-time", "30"};
-    int argc = 4;
-    va_list ap;
-    va_start(ap, err);
-    for (const char *a; argc < 31 && (a = va_arg(ap, const char *)) != NULL;)
-        argv[argc++] = a;
-    va_end(ap);
-    argv[argc] = NULL;
-    int o[2], e[2];
-    if (pipe2(o, O_CLOEXEC) != 0)
-        return -1;
-    if (pipe2(e, O_CLOEXEC) != 0) {
-        close(o[0]);
-        close(o[1]);
-        return -1;
-    }
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(o[1], 1);
-        dup2(e[1], 2);
-        execvp("curl", (char *const *)argv);
-        _exit(127);
-    }
-    close(o[1]);
-    close(e[1]);
-    if (pid < 0) {
-        close(o[0]);
-        close(e[0]);
-        return -1;
-    }
-    /* curl's output is small: read stdout, then stderr, each to its end. */
-    int fds[2] = {o[0], e[0]};
-    funcd_buf *bufs[2] = {out, err};
-    int64_t deadline = funcd_mono_ms() + 60000;
-    for (int i = 0; i < 2; i++) {
-        char chunk[4096];
-        for (;;) {
-            ssize_t n = read(fds[i], chunk, sizeof(chunk));
-            if (n <= 0 || funcd_mono_ms() > deadline)
-                break;
-            funcd_buf_append(bufs[i], chunk, (size_t)n);
-        }
-        close(fds[i]);
-    }
-    int status = 0;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-        if (funcd_mono_ms() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            return -1;
-        }
-        usleep(10000);
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 #define CURL_OK(out, err, ...)                                                                     \
     do {                                                                                           \
         funcd_buf_reset(out);                                                                      \
         funcd_buf_reset(err);                                                                      \
-        int rc_ = curl((out), (err), __VA_ARGS__, (const char *)NULL);                             \
+        int rc_ = sv_curl((out), (err), -1, __VA_ARGS__, (const char *)NULL);                             \
         if (rc_ != 0)                                                                              \
             FAILF("curl exited %d: %.*s", rc_, (int)(err)->len, (err)->data);                      \
     } while (0)
@@ -154,15 +87,15 @@ SV_TEST_WITH(in_memory_tls, self_signed(), NULL)
     /* Not trusted: curl refuses the certificate (60) on both listeners. */
     funcd_buf_reset(&out);
     funcd_buf_reset(&err);
-    CHECK_INT(curl(&out, &err, url, (const char *)NULL), 60);
+    CHECK_INT(sv_curl(&out, &err, -1, url, (const char *)NULL), 60);
     snprintf(url, sizeof(url), "%s/healthz", cp);
     funcd_buf_reset(&err);
-    CHECK_INT(curl(&out, &err, url, (const char *)NULL), 60);
+    CHECK_INT(sv_curl(&out, &err, -1, url, (const char *)NULL), 60);
     /* Plain HTTP to a TLS listener gets no HTTP answer. */
     snprintf(url, sizeof(url), "http://%s/healthz", funcd_platform_addr(e->p));
     funcd_buf_reset(&out);
     funcd_buf_reset(&err);
-    int plain = curl(&out, &err, "-o", "/dev/null", "-w", "%{http_code}", url, (const char *)NULL);
+    int plain = sv_curl(&out, &err, -1, "-o", "/dev/null", "-w", "%{http_code}", url, (const char *)NULL);
     CHECK(plain != 0);
     CHECK_STR(TEXT(out), "000");
     funcd_buf_free(&out);
