@@ -529,6 +529,8 @@ void funcd_cgroups_init(funcd_cgroups *cg, const char *instance_id)
     static atomic_uint next_runtime;
     unsigned n = atomic_fetch_add(&next_runtime, 1);
     memset(cg, 0, sizeof(*cg));
+    char stale[8];
+    funcd_cgroup_note(stale, sizeof(stale)); /* this init's notes only */
     if (funcd_cgroup_instance_id_ok(instance_id))
         snprintf(cg->instance, sizeof(cg->instance), "%s", instance_id);
     else if (funcd_cgroup_random_instance_id(cg->instance, sizeof(cg->instance)) < 0)

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <event2/event.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,11 +167,11 @@ static int sandbox_children(pid_t *out, int max)
     return n;
 }
 
-/* Directories "funcd-<id>-*" below our own cgroup. */
+/* Directories "funcd-<id>-*" below our own cgroup ("": any funcd's). */
 static int runtime_dirs(const char *id)
 {
     char prefix[64];
-    int plen = snprintf(prefix, sizeof(prefix), "funcd-%s-", id);
+    int plen = snprintf(prefix, sizeof(prefix), *id ? "funcd-%s-" : "funcd-%s", id);
     DIR *d = opendir(own_dir);
     struct dirent *de;
     int n = 0;
@@ -349,6 +350,10 @@ TEST(removing_a_cgroup_kills_what_escaped_the_process_group)
     funcd_cgroups cg;
     funcd_cgroups_init(&cg, id);
     int v2 = cg.v2;
+    char note[600], want_note[1200];
+    int level = funcd_cgroup_note(note, sizeof(note));
+    snprintf(want_note, sizeof(want_note), "cgroup: workers' cgroups on cgroup v2 under %s/funcd-%s-",
+             own_dir, id);
     unsigned wid = funcd_cgroup_next_id(&cg);
     int made = funcd_cgroup_make_blank(&cg, wid, 0);
     int sync[2], go[2];
@@ -400,6 +405,9 @@ TEST(removing_a_cgroup_kills_what_escaped_the_process_group)
     funcd_cgroups_fini(&cg);
     prctl(PR_SET_CHILD_SUBREAPER, 0);
     CHECK_INT(v2, 1);
+    CHECK_INT(level, FUNCD_LOG_INFO); /* what the platform logs */
+    CHECK_CONTAINS(note, want_note);
+    CHECK_CONTAINS(note, "(controllers: none: no spec.resources limits)");
     CHECK_INT(made, 0);
     CHECK(attached);
     CHECK(both_in);
@@ -408,6 +416,41 @@ TEST(removing_a_cgroup_kills_what_escaped_the_process_group)
     CHECK(gc_reaped && WIFSIGNALED(gc_status) && WTERMSIG(gc_status) == SIGKILL);
     CHECK_INT(dir_left, 0);
     CHECK_INT(runtime_dirs(id), 0);
+}
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[8192];
+
+static void capture(funcd_log_level level, const char *message, void *payload)
+{
+    pthread_mutex_lock(&log_lock);
+    size_t n = strlen(log_text);
+    snprintf(log_text + n, sizeof(log_text) - n, "%d %s\n", (int)level, message);
+    pthread_mutex_unlock(&log_lock);
+}
+
+/* A platform tells the operator which layout its workers' cgroups use,
+ * and leaves none behind. */
+TEST(the_platform_logs_the_layout)
+{
+    funcd_platform *p = NULL;
+    log_text[0] = '\0';
+    int dirs_before = runtime_dirs("");
+    int rc = funcd_platform_new(&p, funcd_in_memory(), funcd_with_sandbox(1),
+                                funcd_with_logger(capture, FUNCD_LOG_INFO, NULL));
+    if (rc == 0)
+        rc = funcd_platform_start(p);
+    if (rc < 0)
+        fprintf(stderr, "  platform: %s\n", funcd_error_last()->message);
+    funcd_platform_free(p);
+    int dirs_after = runtime_dirs("");
+    char want[1200];
+    snprintf(want, sizeof(want), "%d cgroup: workers' cgroups on cgroup v2 under %s/funcd-",
+             (int)FUNCD_LOG_INFO, own_dir);
+    CHECK_INT(rc, 0);
+    CHECK_CONTAINS(log_text, want);
+    CHECK(!strstr(log_text, "cgroup v1"));
+    CHECK_INT(dirs_after, dirs_before); /* any "funcd-*" it made is gone */
 }
 
 int main(void)
@@ -425,6 +468,7 @@ int main(void)
     snprintf(instance, sizeof(instance), "v%ld", (long)getpid());
     RUN(a_worker_is_cloned_into_its_cgroup_and_all_of_it_is_killed);
     RUN(removing_a_cgroup_kills_what_escaped_the_process_group);
+    RUN(the_platform_logs_the_layout);
     unsetenv(FUNCD_CGROUP2_TEST_ROOT_ENV);
     /* Nothing host-wide changed: the mount's options are what they were. */
     char m2[512], o2[512];
