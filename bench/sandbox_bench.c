@@ -11,6 +11,11 @@
  * difference of the medians. The loop runs between rounds, as a platform's
  * does, so the sandboxed runtime refills its blank inits there (ADR 0013,
  * point 9) and only its first round clones at start.
+ *
+ * With -2 MNT both runtimes are sandboxed, the second with its workers'
+ * cgroups on the cgroup v2 layout at the cgroup2 mount MNT (forced through
+ * FUNCD_TEST_CGROUP2_ROOT, docs/adr/0042-cgroup-v2.md): cloned into their
+ * cgroups against the first's layout (v1 on a hybrid host: moved into them).
  */
 #include <errno.h>
 #include <event2/event.h>
@@ -39,6 +44,7 @@ typedef struct bench {
     char **argv;
     int exited;
     double start_ms; /* time spent in start() (until the worker exec'd) */
+    const char *cgroup2; /* -2 MNT, or NULL */
 } bench;
 
 static double now_ms(void)
@@ -128,6 +134,8 @@ static int parse(bench *b, int argc, char **argv)
             b->binds[b->n_binds++] = (funcd_worker_bind){argv[++i], NULL, 0};
         else if (strcmp(argv[i], "-e") == 0 && i + 1 < argc && n_env < MAX_ENV)
             b->env[n_env++] = argv[++i];
+        else if (strcmp(argv[i], "-2") == 0 && i + 1 < argc)
+            b->cgroup2 = argv[++i];
         else
             return -1;
     }
@@ -145,21 +153,27 @@ int main(int argc, char **argv)
     bench b = {0};
     int n = argc > 1 ? atoi(argv[1]) : 0;
     if (argc < 5 || n <= 0 || parse(&b, argc, argv) < 0) {
-        fprintf(stderr, "usage: sandbox-bench N RUNDIR [-b DIR]... [-e K=V]... -- PROGRAM "
-                        "[ARGS...]\n");
+        fprintf(stderr, "usage: sandbox-bench N RUNDIR [-b DIR]... [-e K=V]... [-2 CGROUP2_MNT] "
+                        "-- PROGRAM [ARGS...]\n");
         return 2;
     }
     b.loop = event_base_new();
     funcd_runtime *rt[2];
-    static const char *const name[2] = {"sandbox off", "sandbox on"};
-    for (int m = 0; m < 2; m++)
-        if (funcd_runtime_process_new_with(&rt[m], &(funcd_process_options){
-                                                       FUNCD_PROCESS_OPTIONS_VERSION, m ? 1 : -1}) <
-                0 ||
-            rt[m]->attach(rt[m], b.loop) < 0) {
+    static const char *const names[2][2] = {{"sandbox off", "sandbox on"},
+                                            {"sandbox, default cgroups", "sandbox, cgroup v2"}};
+    const char *const *name = names[b.cgroup2 != NULL];
+    for (int m = 0; m < 2; m++) {
+        if (m && b.cgroup2) /* read when the runtime is made */
+            setenv("FUNCD_TEST_CGROUP2_ROOT", b.cgroup2, 1);
+        int made = funcd_runtime_process_new_with(
+            &rt[m], &(funcd_process_options){FUNCD_PROCESS_OPTIONS_VERSION,
+                                             m || b.cgroup2 ? 1 : -1});
+        unsetenv("FUNCD_TEST_CGROUP2_ROOT");
+        if (made < 0 || rt[m]->attach(rt[m], b.loop) < 0) {
             fprintf(stderr, "runtime: %s\n", funcd_error_last()->message);
             return 1;
         }
+    }
     double *t[2] = {calloc((size_t)n, sizeof(double)), calloc((size_t)n, sizeof(double))};
     int rc = 0;
     double in_start[2] = {0, 0};
@@ -176,7 +190,8 @@ int main(int argc, char **argv)
                n, pct(t[m], n, 50), pct(t[m], n, 99), in_start[m] / n);
     }
     if (rc == 0)
-        printf("sandbox adds %.2f ms at p50\n", pct(t[1], n, 50) - pct(t[0], n, 50));
+        printf("%s %.2f ms at p50\n", b.cgroup2 ? "cgroup v2 placement differs by" :
+               "sandbox adds", pct(t[1], n, 50) - pct(t[0], n, 50));
     for (int m = 0; m < 2; m++) {
         rt[m]->free(rt[m]);
         free(t[m]);
