@@ -163,6 +163,77 @@ TEST(one_compaction_keeps_both_nodes_lines)
     b->free(b);
 }
 
+/* A blob on which the leader compacts the hour between a reader's listing
+ * and its first read of a segment: the reader finds the segment gone. */
+typedef struct racing {
+    funcd_blob base;
+    funcd_blob *inner;
+    funcd_logstore *leader;
+    int64_t leader_now;
+    int armed;
+} racing;
+
+#define INNER(b) (((racing *)(b))->inner)
+
+static int r_put(funcd_blob *b, const char *k, const void *d, size_t n)
+{
+    return INNER(b)->put(INNER(b), k, d, n);
+}
+static int r_get(funcd_blob *b, const char *k, uint64_t off, uint64_t len, void **out,
+                 size_t *out_len)
+{
+    racing *r = (racing *)b;
+    if (r->armed && strstr(k, "/seg/")) {
+        r->armed = 0;
+        funcd_logstore_tick(r->leader, r->leader_now); /* merges and deletes the segments */
+    }
+    return INNER(b)->get(INNER(b), k, off, len, out, out_len);
+}
+static int r_stat(funcd_blob *b, const char *k, funcd_blob_stat *out)
+{
+    return INNER(b)->stat(INNER(b), k, out);
+}
+static int r_list(funcd_blob *b, const char *p, funcd_blob_list_cb cb, void *pl)
+{
+    return INNER(b)->list(INNER(b), p, cb, pl);
+}
+static int r_del(funcd_blob *b, const char *k)
+{
+    return INNER(b)->del(INNER(b), k);
+}
+static void r_free(funcd_blob *b)
+{
+    (void)b; /* the test frees the inner blob */
+}
+
+/* n2 lists the segments, then the leader (n1) compacts the hour before n2
+ * reads them: n2 reads again and still answers every line, once. */
+TEST(a_read_racing_the_leaders_compaction_loses_nothing)
+{
+    funcd_blob *b;
+    funcd_blob_memory_new(&b);
+    racing r = {{FUNCD_BLOB_VERSION, "racing", r_put, r_get, r_stat, r_list, r_del, r_free},
+                b, NULL, H0 + HOUR + 5 * 60000, 0};
+    funcd_logstore *n1 = node(b, "n1"), *n2 = node(&r.base, "n2");
+    CHECK(n1 && n2);
+    if (!n1 || !n2)
+        return;
+    r.leader = n1;
+    interleave(n1, n2);
+    r.armed = 1;
+    got g = {0};
+    CHECK_INT(funcd_logstore_query(n2, "default", "f", 0, NULL, 0, collect, &g), 0);
+    int hours = count(b, "logs/default/f/hour/");
+    char s2[1024];
+    CHECK(!r.armed); /* the race did happen */
+    CHECK_INT(hours, 1);
+    CHECK_STR(seen(&g, s2, sizeof(s2)), MERGED);
+    got_free(&g);
+    funcd_logstore_free(n1);
+    funcd_logstore_free(n2);
+    b->free(b);
+}
+
 /* No name: the layout and the records of a single node, unchanged. */
 TEST(without_a_name_nothing_changes)
 {
@@ -238,6 +309,7 @@ int main(void)
 {
     RUN(either_node_reads_both_in_time_order);
     RUN(one_compaction_keeps_both_nodes_lines);
+    RUN(a_read_racing_the_leaders_compaction_loses_nothing);
     RUN(without_a_name_nothing_changes);
     RUN(a_long_name_is_hashed_in_keys_only);
     RUN(a_name_that_cannot_be_a_key_is_refused);
