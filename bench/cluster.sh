@@ -51,10 +51,7 @@ done
 pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 [ -x "$pgbin/postgres" ] || { echo "cluster.sh: PostgreSQL is missing (scripts/install-deps.sh test)"; exit 1; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-rps() { awk '/Requests\/sec/ {print $2}'; }
-ratio() { python3 -c "print(f'{float($1)/float($2):.2f}')"; }
-wait_ok() { for _ in $(seq 400); do curl -sf -o /dev/null "$1" && return 0; sleep 0.025; done; echo "no answer from $1"; exit 1; }
+. bench/lib.sh # free_port, wait_ok, rps, ratio, start_nginx_upstreams
 
 # ---- PostgreSQL and nats-server --------------------------------------------------
 # PostgreSQL refuses to run as root: as root, it runs as postgres (setpriv execs,
@@ -131,36 +128,10 @@ curl -sf -o /dev/null -H "Authorization: Bearer $token" -X PUT -d "{\"apiVersion
   "$api_n1/apis/funcd.dev/v1/namespaces/default/functions/warm"
 for n in n1 n2 n3; do dp_var="dp_$n"; wait_ok "${!dp_var}/fn/default/warm/"; done
 
-# nginx_conf DIR PORT UPSTREAM...: a one-worker nginx proxying to the upstreams.
+# nginx_start DIR PORT DATA_PLANE_URL...: a one-worker nginx proxying to the data planes.
 nginx_start() {
   local dir=$1 port=$2; shift 2
-  mkdir -p "$dir"
-  local user="" servers=""
-  [ "$(id -u)" -eq 0 ] && user="user root;" # else nginx's worker would run as nobody
-  for u in "$@"; do servers+="server ${u#http://}; "; done
-  cat >"$dir/nginx.conf" <<CONF
-$user
-worker_processes 1;
-daemon off;
-pid $dir/nginx.pid;
-error_log $dir/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $dir; proxy_temp_path $dir;
-  fastcgi_temp_path $dir; uwsgi_temp_path $dir; scgi_temp_path $dir;
-  keepalive_requests 1000000;
-  upstream funcd { $servers keepalive 256; keepalive_requests 1000000; }
-  server {
-    listen 127.0.0.1:$port;
-    location / { proxy_pass http://funcd; proxy_http_version 1.1; proxy_set_header Connection "";
-                 proxy_next_upstream error; }
-  }
-}
-CONF
-  nginx -c "$dir/nginx.conf" -p "$dir" -e "$dir/error.log" 2>/dev/null &
-  pids+=($!)
-  wait_ok "http://127.0.0.1:$port/fn/default/warm/"
+  start_nginx_upstreams "$dir" "$port" "${*//http:\/\//}" "" "proxy_next_upstream error;" /fn/default/warm/
 }
 port3=$(free_port)
 nginx_start "$work/nginx3" "$port3" "$dp_n1" "$dp_n2" "$dp_n3"

@@ -37,15 +37,18 @@ create() { # name runtime handler dir scaling-json [env-json [network [more-spec
 # nothing else (the only one when one function runs).
 first_worker_socket() { ls -d "$work"/s/run/w*/worker.sock | head -n 1; }
 
-# nginx with one worker process on 127.0.0.1:PORT proxying / to the Unix
-# socket SOCK over keep-alive connections; HTTP_EXTRA goes in http {},
-# LOCATION_EXTRA in location / {}. Usage: start_nginx DIR PORT SOCK [HTTP_EXTRA [LOCATION_EXTRA]]
-start_nginx() {
-  local dir=$1 port=$2 sock=$3 http_extra=${4:-} location_extra=${5:-}
+# nginx with one worker process on 127.0.0.1:PORT proxying / to UPSTREAMS (nginx
+# `server` addresses, e.g. "unix:/path/worker.sock" or "127.0.0.1:8081 127.0.0.1:8082")
+# over keep-alive connections; HTTP_EXTRA goes in http {}, LOCATION_EXTRA in
+# location / {}; it is ready when WAIT_PATH (default /) answers.
+# Usage: start_nginx_upstreams DIR PORT UPSTREAMS [HTTP_EXTRA [LOCATION_EXTRA [WAIT_PATH]]]
+start_nginx_upstreams() {
+  local dir=$1 port=$2 upstreams=$3 http_extra=${4:-} location_extra=${5:-} wait_path=${6:-/}
   mkdir -p "$dir"
   # As root nginx would drop to www-data, which may not enter funcd's 0700 state dir.
-  local nginx_user=""
+  local nginx_user="" servers=""
   [ "$(id -u)" -eq 0 ] && nginx_user="user root;"
+  for u in $upstreams; do servers+="server $u; "; done
   cat >"$dir/nginx.conf" <<CONF
 $nginx_user
 worker_processes 1;
@@ -58,7 +61,7 @@ http {
   client_body_temp_path $dir; proxy_temp_path $dir;
   fastcgi_temp_path $dir; uwsgi_temp_path $dir; scgi_temp_path $dir;
   keepalive_requests 1000000;
-  upstream worker { server unix:$sock; keepalive 256; keepalive_requests 1000000; }
+  upstream worker { $servers keepalive 256; keepalive_requests 1000000; }
   $http_extra
   server {
     listen 127.0.0.1:$port;
@@ -66,7 +69,13 @@ http {
   }
 }
 CONF
-  nginx -c "$dir/nginx.conf" -p "$dir" 2>/dev/null &
+  nginx -c "$dir/nginx.conf" -p "$dir" -e "$dir/error.log" 2>/dev/null &
   pids+=($!)
-  wait_ok "http://127.0.0.1:$port/"
+  wait_ok "http://127.0.0.1:$port$wait_path"
+}
+
+# nginx in front of one worker's Unix socket SOCK.
+# Usage: start_nginx DIR PORT SOCK [HTTP_EXTRA [LOCATION_EXTRA]]
+start_nginx() {
+  start_nginx_upstreams "$1" "$2" "unix:$3" "${4:-}" "${5:-}"
 }

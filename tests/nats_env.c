@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "net_test.h"
 
 static void sleep_ms(int ms)
 {
@@ -81,17 +82,6 @@ static int port_from_log(const nats_env *e)
     return port;
 }
 
-static int accepts(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-    if (fd >= 0)
-        close(fd);
-    return ok;
-}
-
 static void dump_log(const nats_env *e)
 {
     char cmd[400];
@@ -113,7 +103,7 @@ static int wait_ready(nats_env *e)
             return -1;
         }
         int port = e->port ? e->port : port_from_log(e);
-        if (port && accepts(port)) {
+        if (port && test_port_accepts(port)) {
             e->port = port;
             snprintf(e->url, sizeof(e->url), "nats://127.0.0.1:%d", port);
             return 0;

@@ -119,24 +119,13 @@ static int is_images(const char *word)
     return !strcmp(word, "images") || !strcmp(word, "image");
 }
 
-static int push_cell(ctl_row *r, const char *text)
-{
-    char *copy = funcd_strdup(text && *text ? text : "<none>");
-    if (!copy || r->n >= CTL_MAX_COLUMNS) {
-        free(copy);
-        return -1;
-    }
-    r->cells[r->n++] = copy;
-    return 0;
-}
-
 static int image_header(ctl_row *r, int wide)
 {
     static const char *const names[] = {"DIGEST", "REF",    "SIZE",      "PULLED",
                                         "PLATFORM", "LAYERS", "ENTRYPOINT"};
     r->n = 0;
     for (size_t i = 0; i < (wide ? 7u : 4u); i++)
-        if (push_cell(r, names[i]) != 0)
+        if (ctl_row_push(r, names[i]) != 0)
             return -1;
     return 0;
 }
@@ -180,8 +169,8 @@ static int image_wide_cells(ctl_row *r, const cJSON *img)
     snprintf(layers, sizeof(layers), "%d",
              cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(img, "layers")));
     funcd_buf entry = FUNCD_BUF_INIT;
-    int rc = argv_text(img, &entry) == 0 && push_cell(r, platform) == 0 &&
-                     push_cell(r, layers) == 0 && push_cell(r, entry.data) == 0
+    int rc = argv_text(img, &entry) == 0 && ctl_row_push(r, platform) == 0 &&
+                     ctl_row_push(r, layers) == 0 && ctl_row_push(r, entry.data) == 0
                  ? 0
                  : -1;
     funcd_buf_free(&entry);
@@ -196,8 +185,8 @@ static int image_row(ctl_row *r, const cJSON *img, int wide, int64_t now)
     size_text(cJSON_GetObjectItemCaseSensitive(img, "size"), size, sizeof(size));
     ctl_age(ctl_get_string(img, "pulledAt"), now, age, sizeof(age));
     r->n = 0;
-    if (push_cell(r, short_digest) != 0 || push_cell(r, ctl_get_string(img, "ref")) != 0 ||
-        push_cell(r, size) != 0 || push_cell(r, age) != 0 || (wide && image_wide_cells(r, img)))
+    if (ctl_row_push(r, short_digest) != 0 || ctl_row_push(r, ctl_get_string(img, "ref")) != 0 ||
+        ctl_row_push(r, size) != 0 || ctl_row_push(r, age) != 0 || (wide && image_wide_cells(r, img)))
         return -1;
     return 0;
 }

@@ -13,17 +13,6 @@ int ctl_is_nodes(const char *word)
     return !strcmp(word, "nodes") || !strcmp(word, "node") || !strcmp(word, "no");
 }
 
-static int push(ctl_row *r, const char *text)
-{
-    char *copy = funcd_strdup(text && *text ? text : "<none>");
-    if (!copy || r->n >= CTL_MAX_COLUMNS) {
-        free(copy);
-        return -1;
-    }
-    r->cells[r->n++] = copy;
-    return 0;
-}
-
 static const char *yes_no(const cJSON *node, const char *path)
 {
     return cJSON_IsTrue(ctl_get_path(node, path)) ? "True" : "False";
@@ -36,10 +25,10 @@ static int node_row(ctl_row *r, const cJSON *node, int64_t now)
     ctl_age(ctl_get_string(node, "status.startTime"), now, age, sizeof(age));
     snprintf(workers, sizeof(workers), "%.0f", cJSON_IsNumber(w) ? w->valuedouble : 0);
     r->n = 0;
-    if (push(r, ctl_get_string(node, "metadata.name")) != 0 ||
-        push(r, ctl_get_string(node, "status.address")) != 0 || push(r, age) != 0 ||
-        push(r, yes_no(node, "status.ready")) != 0 || push(r, workers) != 0 ||
-        push(r, yes_no(node, "status.leader")) != 0)
+    if (ctl_row_push(r, ctl_get_string(node, "metadata.name")) != 0 ||
+        ctl_row_push(r, ctl_get_string(node, "status.address")) != 0 || ctl_row_push(r, age) != 0 ||
+        ctl_row_push(r, yes_no(node, "status.ready")) != 0 || ctl_row_push(r, workers) != 0 ||
+        ctl_row_push(r, yes_no(node, "status.leader")) != 0)
         return -1;
     return 0;
 }
@@ -52,7 +41,7 @@ static int print_table(const cJSON *items)
     ctl_row row = {0};
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < 6; i++)
-        rc = push(&row, names[i]);
+        rc = ctl_row_push(&row, names[i]);
     if (rc == 0)
         rc = ctl_table_add(&table, &row);
     const cJSON *node;

@@ -9,17 +9,6 @@
 
 #define NONE "<none>"
 
-static int push(ctl_row *r, const char *cell)
-{
-    if (r->n >= CTL_MAX_COLUMNS)
-        return -1;
-    char *copy = funcd_strdup(cell && *cell ? cell : NONE);
-    if (!copy)
-        return -1;
-    r->cells[r->n++] = copy;
-    return 0;
-}
-
 static const cJSON *ready_condition(const cJSON *obj)
 {
     const cJSON *cond;
@@ -45,9 +34,9 @@ static int function_cells(ctl_row *r, const cJSON *obj)
     /* Scaled to zero, or not reported yet: both read as "0/0". */
     snprintf(replicas, sizeof(replicas), "%ld/%ld", count_of(obj, "status.replicas.ready"),
              count_of(obj, "status.replicas.total"));
-    if (push(r, status ? status : "Unknown") != 0)
+    if (ctl_row_push(r, status ? status : "Unknown") != 0)
         return -1;
-    return push(r, replicas);
+    return ctl_row_push(r, replicas);
 }
 
 char *ctl_function_url(const char *base, const cJSON *fn)
@@ -64,10 +53,10 @@ char *ctl_function_url(const char *base, const cJSON *fn)
 
 static int function_wide_cells(ctl_row *r, const cJSON *obj, const ctl_cols *c)
 {
-    if (push(r, ctl_get_string(ready_condition(obj), "reason")) != 0)
+    if (ctl_row_push(r, ctl_get_string(ready_condition(obj), "reason")) != 0)
         return -1;
     char *url = ctl_function_url(c->url_base, obj);
-    int rc = push(r, url);
+    int rc = ctl_row_push(r, url);
     free(url);
     return rc;
 }
@@ -84,7 +73,7 @@ static int labels_cell(ctl_row *r, const cJSON *obj)
             rc = funcd_buf_printf(&b, "%s%s=%s", b.len ? "," : "", e->string, e->valuestring);
     }
     if (rc == 0)
-        rc = push(r, b.data);
+        rc = ctl_row_push(r, b.data);
     funcd_buf_free(&b);
     return rc;
 }
@@ -93,9 +82,9 @@ static int functionconfig_cells(ctl_row *r, const cJSON *obj)
 {
     int binary = ctl_get_path(obj, "spec.binaryExecutor") != NULL;
     int pod = ctl_get_path(obj, "spec.podExecutor") != NULL;
-    if (push(r, ctl_get_string(obj, "spec.image")) != 0)
+    if (ctl_row_push(r, ctl_get_string(obj, "spec.image")) != 0)
         return -1;
-    return push(r, binary && pod ? "binary,pod" : binary ? "binary" : pod ? "pod" : NONE);
+    return ctl_row_push(r, binary && pod ? "binary,pod" : binary ? "binary" : pod ? "pod" : NONE);
 }
 
 static int secret_cells(ctl_row *r, const cJSON *obj)
@@ -105,9 +94,9 @@ static int secret_cells(ctl_row *r, const cJSON *obj)
             cJSON_GetArraySize(ctl_get_path(obj, "stringData"));
     snprintf(count, sizeof(count), "%d", n);
     const char *type = ctl_get_string(obj, "type");
-    if (push(r, type ? type : "Opaque") != 0)
+    if (ctl_row_push(r, type ? type : "Opaque") != 0)
         return -1;
-    return push(r, count);
+    return ctl_row_push(r, count);
 }
 
 typedef struct kind_columns {
@@ -165,22 +154,22 @@ int ctl_row_header(ctl_row *out, const funcd_kind *kind, const ctl_cols *c, cons
 {
     const kind_columns *cols = columns_of(kind);
     out->n = 0;
-    if ((first && push(out, first) != 0) ||
-        (c->namespace_column && push(out, "NAMESPACE") != 0) || push(out, "NAME") != 0)
+    if ((first && ctl_row_push(out, first) != 0) ||
+        (c->namespace_column && ctl_row_push(out, "NAMESPACE") != 0) || ctl_row_push(out, "NAME") != 0)
         return fail(out);
     for (size_t i = 0; cols && cols->headers[i]; i++)
-        if (push(out, cols->headers[i]) != 0)
+        if (ctl_row_push(out, cols->headers[i]) != 0)
             return fail(out);
-    if (push(out, "AGE") != 0)
+    if (ctl_row_push(out, "AGE") != 0)
         return fail(out);
     if (c->wide) {
         for (size_t i = 0; cols && cols->wide_headers[i]; i++)
-            if (push(out, cols->wide_headers[i]) != 0)
+            if (ctl_row_push(out, cols->wide_headers[i]) != 0)
                 return fail(out);
-        if (push(out, "GENERATION") != 0 || push(out, "RESOURCE-VERSION") != 0)
+        if (ctl_row_push(out, "GENERATION") != 0 || ctl_row_push(out, "RESOURCE-VERSION") != 0)
             return fail(out);
     }
-    if (c->labels_column && push(out, "LABELS") != 0)
+    if (c->labels_column && ctl_row_push(out, "LABELS") != 0)
         return fail(out);
     return 0;
 }
@@ -202,21 +191,21 @@ int ctl_row_object(ctl_row *out, const funcd_kind *kind, const ctl_cols *c, cons
     const kind_columns *cols = columns_of(kind);
     char age[32], generation[32], rv[64];
     out->n = 0;
-    if ((first && push(out, first) != 0) ||
-        (c->namespace_column && push(out, ctl_get_string(obj, "metadata.namespace")) != 0) ||
-        push(out, ctl_get_string(obj, "metadata.name")) != 0)
+    if ((first && ctl_row_push(out, first) != 0) ||
+        (c->namespace_column && ctl_row_push(out, ctl_get_string(obj, "metadata.namespace")) != 0) ||
+        ctl_row_push(out, ctl_get_string(obj, "metadata.name")) != 0)
         return fail(out);
     if (cols && cols->cells(out, obj) != 0)
         return fail(out);
     ctl_age(ctl_get_string(obj, "metadata.creationTimestamp"), now_ms, age, sizeof(age));
-    if (push(out, age) != 0)
+    if (ctl_row_push(out, age) != 0)
         return fail(out);
     if (c->wide) {
         if (cols && cols->wide_cells && cols->wide_cells(out, obj, c) != 0)
             return fail(out);
         scalar_text(ctl_get_path(obj, "metadata.generation"), generation, sizeof(generation));
         scalar_text(ctl_get_path(obj, "metadata.resourceVersion"), rv, sizeof(rv));
-        if (push(out, generation) != 0 || push(out, rv) != 0)
+        if (ctl_row_push(out, generation) != 0 || ctl_row_push(out, rv) != 0)
             return fail(out);
     }
     if (c->labels_column && labels_cell(out, obj) != 0)

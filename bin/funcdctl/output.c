@@ -7,12 +7,24 @@
 
 #include "cli.h"
 #include "util/buf.h"
+#include "util/misc.h"
 
 void ctl_row_free(ctl_row *r)
 {
     for (size_t i = 0; i < r->n; i++)
         free(r->cells[i]);
     r->n = 0;
+}
+
+int ctl_row_push(ctl_row *r, const char *cell)
+{
+    if (r->n >= CTL_MAX_COLUMNS)
+        return -1;
+    char *copy = funcd_strdup(cell && *cell ? cell : "<none>");
+    if (!copy)
+        return -1;
+    r->cells[r->n++] = copy;
+    return 0;
 }
 
 void ctl_row_print(const ctl_row *r, size_t *widths, FILE *out)

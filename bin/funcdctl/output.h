@@ -20,6 +20,8 @@ typedef struct ctl_row {
 } ctl_row;
 
 void ctl_row_free(ctl_row *r);
+/* Appends a copy of `cell` ("<none>" when empty or NULL); -1 when full or out of memory. */
+int ctl_row_push(ctl_row *r, const char *cell);
 
 /* Which columns a table of objects has. */
 typedef struct ctl_cols {

@@ -19,6 +19,7 @@
 #include "../e2e/client.h"
 #include "../e2e/env.h"
 #include "util/misc.h"
+#include "../net_test.h"
 
 #define NGINX "/usr/sbin/nginx"
 
@@ -31,22 +32,6 @@ int cl_tools_present(void)
     if (missing)
         fprintf(stderr, "  %s is not installed (scripts/install-deps.sh test): skipped\n", missing);
     return missing == NULL;
-}
-
-static int copy_exe(const char *from, const char *to)
-{
-    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
-    char buf[65536];
-    size_t n;
-    int rc = in && out ? 0 : -1;
-    while (rc == 0 && (n = fread(buf, 1, sizeof(buf), in)) > 0)
-        if (fwrite(buf, 1, n, out) != n)
-            rc = -1;
-    if (in)
-        fclose(in);
-    if (out && fclose(out) != 0)
-        rc = -1;
-    return rc == 0 ? chmod(to, 0755) : -1;
 }
 
 int cl_init(cl_cluster *c, const char *tag, const char *worker_exe)
@@ -63,7 +48,7 @@ int cl_init(cl_cluster *c, const char *tag, const char *worker_exe)
     snprintf(c->key, sizeof(c->key), "%s/encryption.key", c->dir);
     char exe[400];
     snprintf(exe, sizeof(exe), "%s/worker", c->fn);
-    if (mkdir(c->fn, 0755) != 0 || copy_exe(worker_exe, exe) != 0) {
+    if (mkdir(c->fn, 0755) != 0 || funcd_link_or_copy(worker_exe, exe, 0755) != 0) {
         fprintf(stderr, "  cannot copy the worker to %s: %s\n", exe, strerror(errno));
         return -1;
     }
@@ -118,31 +103,6 @@ int64_t cl_node_kill(cl_cluster *c, int i)
     note_procs(n);
     dd_kill9(&n->d);
     return e2e_now_ms();
-}
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
-
-static int accepts(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-    if (fd >= 0)
-        close(fd);
-    return ok;
 }
 
 /* nginx's configuration: one upstream server per running node. As root
@@ -252,7 +212,7 @@ int cl_nginx_start(cl_cluster *c)
      * should another process grab it in between, nginx exits and another
      * is tried. */
     for (int attempt = 0; attempt < 5; attempt++) {
-        int port = free_port();
+        int port = test_free_port();
         if (port < 0 || write_nginx_conf(c, conf, port) < 0)
             return -1;
         c->nginx = spawn_nginx(c, conf);
@@ -265,7 +225,7 @@ int cl_nginx_start(cl_cluster *c)
                 c->nginx = 0;
                 break;
             }
-            if (accepts(port)) {
+            if (test_port_accepts(port)) {
                 snprintf(c->lb, sizeof(c->lb), "http://127.0.0.1:%d", port);
                 return 0;
             }

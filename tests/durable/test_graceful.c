@@ -74,22 +74,6 @@ static int wait_refused(const char *url, int timeout_ms)
     return 0;
 }
 
-static int copy_exe(const char *from, const char *to)
-{
-    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
-    char buf[65536];
-    size_t n;
-    int rc = in && out ? 0 : -1;
-    while (rc == 0 && (n = fread(buf, 1, sizeof(buf), in)) > 0)
-        if (fwrite(buf, 1, n, out) != n)
-            rc = -1;
-    if (in)
-        fclose(in);
-    if (out && fclose(out) != 0)
-        rc = -1;
-    return rc == 0 ? chmod(to, 0755) : -1;
-}
-
 static int setup(graceful_test *t, const char *tag)
 {
     if (dd_tempdir(t->dir, sizeof(t->dir), tag) < 0)
@@ -100,7 +84,7 @@ static int setup(graceful_test *t, const char *tag)
     snprintf(t->log, sizeof(t->log), "%s/funcd.log", t->dir);
     char exe[400];
     snprintf(exe, sizeof(exe), "%s/worker", t->fn);
-    return mkdir(t->fn, 0755) == 0 ? copy_exe(SERVING_WORKER, exe) : -1;
+    return mkdir(t->fn, 0755) == 0 ? funcd_link_or_copy(SERVING_WORKER, exe, 0755) : -1;
 }
 
 /* Starts funcd with --shutdown-grace `grace`, deploys the fixture worker

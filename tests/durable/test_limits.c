@@ -191,22 +191,6 @@ static int get_on(int fd, const char *path, int timeout_ms)
 
 /* ---- the daemon --------------------------------------------------------- */
 
-static int copy_exe(const char *from, const char *to)
-{
-    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
-    char buf[65536];
-    size_t n;
-    int rc = in && out ? 0 : -1;
-    while (rc == 0 && (n = fread(buf, 1, sizeof(buf), in)) > 0)
-        if (fwrite(buf, 1, n, out) != n)
-            rc = -1;
-    if (in)
-        fclose(in);
-    if (out && fclose(out) != 0)
-        rc = -1;
-    return rc == 0 ? chmod(to, 0755) : -1;
-}
-
 /* AddressSanitizer keeps freed memory in a quarantine (256 MiB by default)
  * and never returns freed small chunks: both would be measured as funcd's.
  * Turned off for the child only; the assertions are about funcd's buffers. */
@@ -231,7 +215,7 @@ static int setup(lim_test *t, const char *tag, const char *const *extra)
     snprintf(t->log, sizeof(t->log), "%s/funcd.log", t->dir);
     char exe[400];
     snprintf(exe, sizeof(exe), "%s/worker", t->fn);
-    if (mkdir(t->fn, 0755) != 0 || copy_exe(SERVING_WORKER, exe) < 0)
+    if (mkdir(t->fn, 0755) != 0 || funcd_link_or_copy(SERVING_WORKER, exe, 0755) < 0)
         return -1;
     const char *args[40];
     dd_default_args(args, 40, "--data-dir", t->data, extra);

@@ -14,31 +14,8 @@
 #include "funcd/sys/error.h"
 #include "harness.h"
 #include "logstore/logstore.h"
+#include "logstore_test.h"
 #include "util/misc.h"
-
-#define T0 1700000000000LL /* 2023-11-14T22:13:20Z */
-#define HOUR 3600000LL
-#define H0 (T0 - T0 % HOUR) /* 22:00 */
-
-typedef struct got {
-    char *lines[512];
-    size_t n;
-} got;
-
-static int collect(const char *rec, size_t len, void *payload)
-{
-    got *g = payload;
-    if (g->n < 512)
-        g->lines[g->n++] = strndup(rec, len);
-    return 0;
-}
-
-static void got_free(got *g)
-{
-    for (size_t i = 0; i < g->n; i++)
-        free(g->lines[i]);
-    g->n = 0;
-}
 
 /* "<node>:<body>" of each record, joined by commas, into `out`. */
 static const char *seen(const got *g, char *out, size_t cap)

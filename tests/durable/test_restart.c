@@ -28,22 +28,6 @@ typedef struct restart_test {
     e2e_resp r;
 } restart_test;
 
-static int copy_exe(const char *from, const char *to)
-{
-    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
-    char buf[65536];
-    size_t n;
-    int rc = in && out ? 0 : -1;
-    while (rc == 0 && (n = fread(buf, 1, sizeof(buf), in)) > 0)
-        if (fwrite(buf, 1, n, out) != n)
-            rc = -1;
-    if (in)
-        fclose(in);
-    if (out && fclose(out) != 0)
-        rc = -1;
-    return rc == 0 ? chmod(to, 0755) : -1;
-}
-
 /* The workers the runtime's pid files name. */
 static size_t read_workers(const char *dir, worker_rec *out, size_t max)
 {
@@ -151,7 +135,7 @@ TEST(restart_serves_again_and_leaves_no_orphan)
     snprintf(t.pids, sizeof(t.pids), "%s/state/pids", t.data);
     char exe[400];
     snprintf(exe, sizeof(exe), "%s/worker", t.fn);
-    if (mkdir(t.fn, 0755) == 0 && copy_exe(SERVING_WORKER, exe) == 0)
+    if (mkdir(t.fn, 0755) == 0 && funcd_link_or_copy(SERVING_WORKER, exe, 0755) == 0)
         restart_body(&t);
     else
         harness_failed_now = 1;

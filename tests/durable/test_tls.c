@@ -187,18 +187,6 @@ static int start(tls_test *t)
     return read_fingerprint(t);
 }
 
-static int copy_exe(const char *from, const char *to)
-{
-    size_t len;
-    char *data = read_text(from, &len);
-    int fd = data ? open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755) : -1;
-    int rc = fd >= 0 && funcd_write_all(fd, data, len) == 0 ? 0 : -1;
-    if (fd >= 0)
-        close(fd);
-    free(data);
-    return rc;
-}
-
 /* The control plane's URL + path. */
 static void cp_url(const tls_test *t, const char *path, char *out, size_t len)
 {
@@ -348,7 +336,7 @@ TEST(tls_self_signed_persists_and_serves_every_listener)
     snprintf(t.key, sizeof(t.key), "%s/tls.key", t.data);
     char exe[400];
     snprintf(exe, sizeof(exe), "%s/worker", t.fn);
-    if (mkdir(t.fn, 0755) == 0 && copy_exe(SERVING_WORKER, exe) == 0)
+    if (mkdir(t.fn, 0755) == 0 && funcd_link_or_copy(SERVING_WORKER, exe, 0755) == 0)
         tls_body(&t);
     else
         FAILF("cannot copy the worker into %s", t.fn);

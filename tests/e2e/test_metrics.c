@@ -19,6 +19,7 @@
 
 #include "../harness.h"
 #include "test_serving_common.h"
+#include "../net_test.h"
 
 /* The native fixture worker, one replica at most; requests time out after
  * 300 ms; `idle` is its idleTimeout. */
@@ -330,21 +331,6 @@ SV_TEST(edge_rejections)
 
 #define PROMETHEUS "/usr/bin/prometheus" /* Debian's package */
 
-/* A loopback port nothing listens on right now. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
-
 static int write_file(const char *path, int mode, const char *text)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
@@ -456,7 +442,7 @@ SV_TEST(prometheus)
              dir, funcd_platform_addr(e->p));
     snprintf(path, sizeof(path), "%s/prometheus.yml", dir);
     CHECK(write_file(path, 0600, config) == 0);
-    int port = free_port();
+    int port = test_free_port();
     CHECK(port > 0);
     pid_t pid = start_prometheus(dir, port);
     CHECK(pid > 0);

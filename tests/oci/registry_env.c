@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "util/misc.h"
+#include "net_test.h"
 
 static int run(const char *cmd)
 {
@@ -59,16 +60,7 @@ int registry_env_build_fixtures(const char *dir, const char *names)
  * listens on. */
 int registry_env_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
+    return test_free_port();
 }
 
 static int make_tls(registry_env *e)

@@ -24,6 +24,7 @@
 #include "funcd/sys/runtime.h"
 #include "harness.h"
 #include "runtime/cgroup.h"
+#include "sandbox_test.h"
 
 #define PROCESS_OPTS(...) (&(funcd_process_options){FUNCD_PROCESS_OPTIONS_VERSION, __VA_ARGS__})
 
@@ -104,17 +105,6 @@ static void on_exit_cb(funcd_worker *w, int status, void *payload)
     ((loop_ctx *)payload)->exited = 1;
 }
 
-static int read_text(const char *path, char *out, size_t len)
-{
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return -1;
-    size_t n = fread(out, 1, len - 1, f);
-    out[n] = '\0';
-    fclose(f);
-    return 0;
-}
-
 /* `pid`'s cgroup2 path ("0::" line), "" if none. */
 static void cgroup2_of(pid_t pid, char *out, size_t len)
 {
@@ -139,32 +129,6 @@ static int listed_in(const char *dir, pid_t pid)
         if (atol(t) == (long)pid)
             return 1;
     return 0;
-}
-
-/* Our children that are sandbox inits (blank or not). */
-static int sandbox_children(pid_t *out, int max)
-{
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    int n = 0;
-    while (d && (de = readdir(d)) && n < max) {
-        if (de->d_name[0] < '1' || de->d_name[0] > '9')
-            continue;
-        char path[300], text[512] = "";
-        snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
-        if (read_text(path, text, sizeof(text)) < 0)
-            continue;
-        const char *paren = strrchr(text, ')');
-        char state;
-        long ppid;
-        if (strstr(text, "(funcd-sandbox)") && paren &&
-            sscanf(paren + 1, " %c %ld", &state, &ppid) == 2 && ppid == (long)getpid() &&
-            state != 'Z')
-            out[n++] = (pid_t)atol(de->d_name);
-    }
-    if (d)
-        closedir(d);
-    return n;
 }
 
 /* Directories "funcd-<id>-*" below our own cgroup ("": any funcd's). */

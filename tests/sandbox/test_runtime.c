@@ -25,6 +25,7 @@
 #include "runtime/pidfile.h"
 #include "runtime/seccomp.h"
 #include "util/misc.h"
+#include "sandbox_test.h"
 
 /* Process options of this library's version with the leading fields given. */
 #define PROCESS_OPTS(...) (&(funcd_process_options){FUNCD_PROCESS_OPTIONS_VERSION, __VA_ARGS__})
@@ -127,17 +128,6 @@ static int count_mounts(void)
     return n;
 }
 
-static int read_text(const char *path, char *out, size_t len)
-{
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return -1;
-    size_t n = fread(out, 1, len - 1, f);
-    out[n] = '\0';
-    fclose(f);
-    return 0;
-}
-
 static const char *const sleep_argv[] = {"/bin/sleep", "1000", NULL};
 static const char *const sleep_env[] = {"PATH=/usr/bin:/bin", NULL};
 
@@ -186,32 +176,6 @@ TEST(pid_file_follows_the_worker)
     CHECK_INT(cgroups, 2); /* the runtime's, while it ran */
     CHECK_INT(own_cgroup_dirs("pids") + own_cgroup_dirs("memory"), 0);
     CHECK_INT(count_mounts(), mounts);
-}
-
-/* Our children that are sandbox inits (blank or not): their pids, at most `max`. */
-static int sandbox_children(pid_t *out, int max)
-{
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    int n = 0;
-    while (d && (de = readdir(d)) && n < max) {
-        if (de->d_name[0] < '1' || de->d_name[0] > '9')
-            continue;
-        char path[300], text[512] = "";
-        snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
-        if (read_text(path, text, sizeof(text)) < 0)
-            continue;
-        const char *paren = strrchr(text, ')');
-        char state;
-        long ppid;
-        if (strstr(text, "(funcd-sandbox)") && paren && sscanf(paren + 1, " %c %ld", &state,
-                                                               &ppid) == 2 &&
-            ppid == (long)getpid() && state != 'Z')
-            out[n++] = (pid_t)atol(de->d_name);
-    }
-    if (d)
-        closedir(d);
-    return n;
 }
 
 /* The cgroup of `pid` in controller `ctl`'s hierarchy, as /proc shows it. */
