@@ -67,6 +67,8 @@ typedef struct entry {
     funcd_oci_image *checking;       /* a cached image, until its check answers */
     int checking_remembered;         /* it came from the store (not from a pull) */
     int by_digest; /* this pull fetches the digest another node resolved the tag to */
+    int read_tag;  /* an explicit pull (the API's): read the tag at the registry, whatever
+                      the store says another node found it to be a moment ago */
     struct entry *next;
 } entry;
 
@@ -748,7 +750,9 @@ static void start(entry *e)
             return;
         }
     }
-    if (tag_known(e))
+    int read_tag = e->read_tag;
+    e->read_tag = 0;
+    if (!read_tag && tag_known(e))
         return;
     start_pull(e, e->ref);
 }
@@ -1200,6 +1204,7 @@ static void start_api_pulls(funcd_sources *s)
                 publish(e, 1); /* pinned by digest and here already */
             } else if (!e->busy) {
                 e->state = e->state == E_READY ? E_READY : E_PENDING;
+                e->read_tag = 1;
                 start(e);
             }
         }
