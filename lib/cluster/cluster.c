@@ -38,7 +38,7 @@ struct funcd_cluster {
     funcd_lease lease;
     atomic_int leader;          /* what the subsystems were told */
     _Atomic int64_t leader_until; /* monotonic ms: leader only before this */
-    int stopped;
+    atomic_int stopped; /* read by funcd_cluster_poke on any thread */
     struct event *tick, *soon, *wake;
     atomic_int poked;
     atomic_int wake_lease, wake_peers;
@@ -73,7 +73,7 @@ static char *node_value(funcd_cluster *c, int64_t wall)
     cJSON_AddNumberToObject(j, "startMs", (double)c->start_wall);
     cJSON_AddNumberToObject(j, "renewMs", (double)wall);
     cJSON_AddNumberToObject(j, "ttlMs", (double)c->lease.ttl_ms);
-    cJSON_AddBoolToObject(j, "ready", !c->stopped);
+    cJSON_AddBoolToObject(j, "ready", !atomic_load(&c->stopped));
     cJSON_AddNumberToObject(j, "workers", c->cfg.workers ? c->cfg.workers(c->cfg.payload) : 0);
     cJSON *fns = cJSON_AddObjectToObject(j, "functions");
     if (c->cfg.serving && fns)
@@ -317,7 +317,7 @@ static void on_event(const funcd_store_event *ev, void *payload)
 
 void funcd_cluster_poke(funcd_cluster *c)
 {
-    if (!c || c->stopped || atomic_exchange(&c->poked, 1))
+    if (!c || atomic_load(&c->stopped) || atomic_exchange(&c->poked, 1))
         return;
     /* Coalesced: a burst of replica changes is one renewal. */
     struct timeval soon = {0, 100 * 1000};
@@ -372,9 +372,8 @@ int funcd_cluster_start(funcd_cluster *c)
 
 void funcd_cluster_stop(funcd_cluster *c)
 {
-    if (!c || c->stopped)
+    if (!c || atomic_exchange(&c->stopped, 1))
         return;
-    c->stopped = 1;
     event_del(c->tick);
     event_del(c->soon);
     event_del(c->wake);
