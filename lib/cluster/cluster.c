@@ -222,6 +222,24 @@ static int list_peer(const funcd_store_kv *kv, void *payload)
     return 0;
 }
 
+/* The leader deletes the record of a node that has not renewed it for
+ * FUNCD_NODE_FORGET_TTLS of its TTLs (judged like liveness, on our clock),
+ * by compare-and-swap on the revision it judged: a node that renews at
+ * that moment keeps its record. 1 when deleted. */
+static int forgotten(funcd_cluster *c, const peer *p, int64_t mono)
+{
+    if (!funcd_cluster_is_leader(c) ||
+        mono - p->seen_at <= (int64_t)(p->ttl_ms * FUNCD_NODE_FORGET_TTLS))
+        return 0;
+    char key[sizeof(FUNCD_NODES_PREFIX) + FUNCD_NODE_NAME_MAX];
+    snprintf(key, sizeof(key), FUNCD_NODES_PREFIX "%s", p->name);
+    if (funcd_port_store_del(c->cfg.store, key, p->rev, NULL) < 0)
+        return 0; /* renewed meanwhile, or the store is away: judged again next time */
+    funcd_log(c->cfg.logger, FUNCD_LOG_INFO, "cluster: deleted the record of node \"%s\", not "
+              "renewed for %lld s", p->name, (long long)((mono - p->seen_at) / 1000));
+    return 1;
+}
+
 /* Re-lists the records and judges which nodes are live; the leader hears
  * of every count that came or went with a node. */
 static void refresh_peers(funcd_cluster *c)
@@ -240,6 +258,8 @@ static void refresh_peers(funcd_cluster *c)
         if (live != p->live)
             diff_counts(c, live ? NULL : p->functions, live ? p->functions : NULL);
         p->live = live;
+        if (rc >= 0 && p->listed && forgotten(c, p, mono))
+            p->listed = 0; /* deleted: dropped below like any record gone */
         if (p->listed) {
             c->peers[kept++] = *p;
         } else {

@@ -9,6 +9,9 @@
  * writes controller status and does the cluster's singleton work. With one
  * node that node leads from funcd_cluster_start on.
  *
+ * The leader also deletes the records of nodes dead for
+ * FUNCD_NODE_FORGET_TTLS TTLs.
+ *
  * A watch on FUNCD_CLUSTER_PREFIX brings other nodes' records (their replica
  * counts, summed by the leader) and a released lease (taken at once) early;
  * the timer alone would do, later.
@@ -22,6 +25,10 @@
 #include "cluster/lease.h"
 #include "funcd/sys/store.h"
 #include "util/log.h"
+
+/* The leader deletes a node's record once it has not been renewed for this
+ * many of the record's TTLs (a node that crashed and never came back). */
+#define FUNCD_NODE_FORGET_TTLS 10
 
 struct funcd_serving;
 typedef struct funcd_cluster funcd_cluster;

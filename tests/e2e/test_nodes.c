@@ -14,6 +14,7 @@
 
 #include "../harness.h"
 #include "cluster/lease.h"
+#include "cluster/nodes.h"
 #include "funcd/sys/error.h"
 #include "test_serving_common.h"
 
@@ -251,6 +252,71 @@ TEST(a_follower_writes_no_status_until_it_leads)
     CHECK(leads);
 }
 
+/* Whether GET .../nodes lists node `name`; its readiness in *ready. */
+static int node_listed(env *e, const char *name, int *ready)
+{
+    const cJSON *item;
+    *ready = -1;
+    if (REQ("GET", NODES, VIEWER_TOKEN, NULL) != 200)
+        return -1;
+    cJSON_ArrayForEach(item, jget(e->r.json, "items"))
+    {
+        if (strcmp(jstr(item, "metadata.name") ? jstr(item, "metadata.name") : "", name) == 0) {
+            *ready = cJSON_IsTrue(jget(item, "status.ready"));
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int ghost_gone(env *e, void *arg)
+{
+    int ready;
+    return node_listed(e, "dead", &ready) == 0;
+}
+
+/* A crashed node's record (never renewed, a TTL of 200 ms) is listed not
+ * ready, and the leader, only the leader, deletes it once it has not moved
+ * for FUNCD_NODE_FORGET_TTLS of its TTLs. */
+TEST(dead_nodes_records_are_deleted_by_the_leader)
+{
+    funcd_store *store = NULL;
+    CHECK(funcd_store_memory_new(&store, 0) == 0);
+    const char *lease = "{\"holder\":\"ghost\",\"renewMs\":0,\"acquireMs\":0,\"ttlMs\":600000}";
+    const char *dead = "{\"name\":\"dead\",\"address\":\"127.0.0.1:1\",\"startMs\":1000,"
+                       "\"renewMs\":2000,\"ttlMs\":200,\"ready\":true,\"workers\":0}";
+    uint64_t rev = 0, dead_rev = 0;
+    if (store->put(store, FUNCD_LEADER_KEY, lease, strlen(lease), FUNCD_STORE_ABSENT, &rev) < 0 ||
+        store->put(store, FUNCD_NODES_PREFIX "dead", dead, strlen(dead), FUNCD_STORE_ABSENT,
+                   &dead_rev) < 0) {
+        store->free(store);
+        FAILF("cannot write the ghost's lease and the dead node's record");
+    }
+    env e_;
+    env *e = &e_;
+    if (node_up(e, store, "follower") < 0) {
+        env_down(e);
+        FAILF("cannot start a platform: %s", funcd_error_last()->message);
+    }
+    int ready = -1;
+    int listed = node_listed(e, "dead", &ready);
+    /* Well past 10 x 200 ms: a follower deletes nothing. */
+    env_sleep_ms(4 * FUNCD_NODE_FORGET_TTLS * 200);
+    int ready_later = -1;
+    int kept = node_listed(e, "dead", &ready_later);
+    /* The ghost's lease goes: this node leads and deletes the record. */
+    int deleted = store->del(store, FUNCD_LEADER_KEY, rev, NULL);
+    int gone = env_poll(e, 2 * FUNCD_NODE_FORGET_TTLS * 200 + 3 * TTL_MS, ghost_gone, NULL);
+    int self = node_listed(e, "follower", &ready);
+    env_down(e);
+    CHECK_INT(listed, 1);
+    CHECK_INT(kept, 1);
+    CHECK_INT(ready_later, 0);
+    CHECK(deleted == 0);
+    CHECK(gone);
+    CHECK_INT(self, 1); /* its own record stays */
+}
+
 /* The native fixture, one replica on each node that runs it. */
 #define ONE_REPLICA_FN                                                                             \
     "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"                 \
@@ -286,6 +352,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, leader_shutdown_hands_over_within_the_ttl);
     SV_RUN(only, ran, a_follower_writes_no_status_until_it_leads);
     SV_RUN(only, ran, leader_sums_the_replicas_of_every_node);
+    SV_RUN(only, ran, dead_nodes_records_are_deleted_by_the_leader);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no test case named %s\n", only);
