@@ -33,6 +33,7 @@ struct funcd_http_call {
     size_t max_body;
     int in_body; /* the head is in */
     int answering; /* a byte of the answer came */
+    int reused;    /* on a connection kept from an earlier call */
     funcd_http_done_fn done;
     void *arg;
 };
@@ -348,6 +349,7 @@ funcd_http_call *funcd_http_send(funcd_http_peer *p, const char *head, size_t he
                                  funcd_http_done_fn done, void *arg)
 {
     conn *c = p->closed ? NULL : idle_take(p);
+    int reused = c != NULL;
     if (!c && !(c = conn_open(p)))
         return NULL;
     funcd_http_call *call = calloc(1, sizeof(*call));
@@ -362,6 +364,7 @@ funcd_http_call *funcd_http_send(funcd_http_peer *p, const char *head, size_t he
     call->done = done;
     call->arg = arg;
     call->max_body = max_body;
+    call->reused = reused;
     pthread_once(&head_limit_once, set_head_limit);
     struct evbuffer *out = bufferevent_get_output(c->bev);
     if (evbuffer_add(out, head, head_len) < 0 ||
@@ -373,6 +376,11 @@ funcd_http_call *funcd_http_send(funcd_http_peer *p, const char *head, size_t he
     bufferevent_setcb(c->bev, on_read, NULL, on_event, call);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     return call;
+}
+
+int funcd_http_call_reused(const funcd_http_call *call)
+{
+    return call->reused;
 }
 
 void funcd_http_cancel(funcd_http_call *call)

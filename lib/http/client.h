@@ -81,6 +81,10 @@ unsigned funcd_http_peer_idle(const funcd_http_peer *p);
 funcd_http_call *funcd_http_send(funcd_http_peer *p, const char *head, size_t head_len,
                                  const void *body, size_t body_len, size_t max_body,
                                  funcd_http_done_fn done, void *arg);
+/* Whether the call went out on a connection kept idle from an earlier one
+ * (a NOT_TAKEN there says little against the server; on a fresh one it
+ * says the server is going). */
+int funcd_http_call_reused(const funcd_http_call *c);
 /* Abandons a call: its connection is closed and `done` never runs. */
 void funcd_http_cancel(funcd_http_call *c);
 

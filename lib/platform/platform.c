@@ -26,6 +26,7 @@
 #include "funcd/funcd.h"
 #include "funcd/sys/error.h"
 #include "gateway/embedded.h"
+#include "invoke/invoke.h"
 #include "platform/options.h"
 #include "port/gateway.h"
 #include "port/runtime.h"
@@ -55,6 +56,7 @@ struct funcd_platform {
     funcd_controller *controller;
     funcd_cluster *cluster;  /* this node's heartbeat and the cluster lease */
     funcd_serving *serving;
+    funcd_invoker *invoker;  /* internal invocations (lib/invoke) */
     funcd_sources *sources;
     funcd_fnrunner *fnrunner;
     funcd_edge_recorder *edge; /* access log and spans, or NULL */
@@ -621,6 +623,8 @@ static int build(funcd_platform *p)
     if ((rc = funcd_serving_new(&p->serving, &sc)) < 0)
         return rc;
     funcd_metrics_set_gauge_source(p->metrics, funcd_serving_gauges, p->serving);
+    if ((rc = funcd_invoker_new(&p->invoker, p->base, p->serving, &p->cfg.logger)) < 0)
+        return rc;
     p->cp.serving = p->serving;
     p->cp.sources = p->sources;
     p->cp.blob = p->cfg.blob;
@@ -704,6 +708,8 @@ static void teardown(funcd_platform *p)
     funcd_cluster_stop(p->cluster); /* the others see this node leave, and lead */
     if (p->cfg.gateway)
         funcd_port_gateway_stop(p->cfg.gateway);
+    funcd_invoker_free(p->invoker); /* no thread releases slots any more; serving still there */
+    p->invoker = NULL;
     funcd_controller_free(p->controller);
     p->controller = NULL;
     funcd_cluster_free(p->cluster);
@@ -747,6 +753,16 @@ static void teardown(funcd_platform *p)
         funcd_remove_tree(p->state_dir);
     free(p->state_dir);
     p->state_dir = NULL;
+}
+
+funcd_invoker *funcd_platform_invoker(funcd_platform *p)
+{
+    return p->invoker;
+}
+
+struct event_base *funcd_platform_loop(funcd_platform *p)
+{
+    return p->base;
 }
 
 static pthread_once_t evthread_once = PTHREAD_ONCE_INIT;

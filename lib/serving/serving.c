@@ -1265,6 +1265,21 @@ funcd_log_ring *funcd_serving_logs(funcd_serving *s, const char *ns, const char 
     return r;
 }
 
+funcd_fn_target *funcd_serving_route(funcd_serving *s, const char *ns, const char *name,
+                                     uint64_t *timeout_ms, int *known)
+{
+    pthread_mutex_lock(&s->lock);
+    fn_entry **pp = find_entry(s, ns, name);
+    fn_entry *e = pp ? *pp : NULL;
+    funcd_pool *pool = e ? e->gauge_pool : NULL; /* the routed pool, published under the lock */
+    if (pool)
+        funcd_pool_ref(pool);
+    *known = e != NULL;
+    *timeout_ms = e ? e->timeout_ms : 0;
+    pthread_mutex_unlock(&s->lock);
+    return pool ? funcd_serving_target(pool) : NULL;
+}
+
 /* ---- lifecycle -------------------------------------------------------- */
 
 int funcd_serving_new(funcd_serving **out, const funcd_serving_config *cfg)

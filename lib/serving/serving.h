@@ -95,6 +95,13 @@ void funcd_serving_remove(funcd_serving *s, const char *ns, const char *name);
 /* The function's log ring (a reference: unref it), or NULL. Any thread. */
 funcd_log_ring *funcd_serving_logs(funcd_serving *s, const char *ns, const char *name);
 
+/* Where an internal invocation of `ns`/`name` goes (lib/invoke): the
+ * function's current target, a reference (unref it), or NULL with `*known`
+ * 1 when the function exists but cannot run now (503) and 0 when there is
+ * no such function (404); `*timeout_ms` gets its spec.timeout. Any thread. */
+funcd_fn_target *funcd_serving_route(funcd_serving *s, const char *ns, const char *name,
+                                     uint64_t *timeout_ms, int *known);
+
 /* A function's pool as the gateway SPI names it (funcd_route.target); the
  * slot functions (slot.c) take it back. */
 static inline funcd_fn_target *funcd_serving_target(funcd_pool *pool)
