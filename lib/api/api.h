@@ -89,6 +89,9 @@ int funcd_api_normalize(const funcd_kind *kind, cJSON *obj);
 /* Durations: funcd_parse_duration_ms() is public, in funcd/common.h. */
 /* Kubernetes quantities "256Mi", "1Gi", "512", "1k", "1M" -> bytes. */
 int funcd_parse_quantity(const char *s, uint64_t *out);
+/* Whether `s` may name an environment variable: letters, digits and '_',
+ * not starting with a digit. */
+int funcd_api_env_name_ok(const char *s);
 /* CPU "1", "0.5", "500m" -> millicores. */
 int funcd_parse_cpu_millis(const char *s, uint64_t *out);
 

@@ -8,6 +8,7 @@
 #define MAX_PULL_SECRETS 64
 #define MAX_ENV 256
 #define MAX_ENV_VALUE (32 * 1024)
+#define MAX_ENV_FROM 16
 #define MAX_IMAGE_NAME 255
 #define MAX_GIT_REF 256
 #define MAX_PATH_LEN 4096
@@ -284,7 +285,7 @@ static int check_source(funcd__api_ctx *c, const cJSON *item, const void *unused
 
 /* ---- env, pull secrets ------------------------------------------------------ */
 
-static int is_env_name(const char *s)
+int funcd_api_env_name_ok(const char *s)
 {
     if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || *s == '_'))
         return 0;
@@ -294,23 +295,91 @@ static int is_env_name(const char *s)
     return 1;
 }
 
+static int check_secret_key(funcd__api_ctx *c, const cJSON *item, const void *unused)
+{
+    if (!cJSON_IsString(item) || !funcd__api_is_secret_key(item->valuestring))
+        return funcd__api_fail(c, "must be a key of a Secret: 1 to 253 letters, digits, '-', '_' "
+                                  "or '.', other than \".\" and \"..\"");
+    return 0;
+}
+
+static const funcd__api_field secret_key_ref_fields[] = {
+    {"name", 1, funcd__api_check_dns_label, NULL},
+    {"key", 1, check_secret_key, NULL},
+};
+
+static const funcd__api_field env_source_fields[] = {
+    {"secretKeyRef", 1, funcd__api_check_is_object, NULL},
+};
+
+/* A value is a string, or {secretKeyRef: {name, key}}: the value of a key of
+ * a Secret of the same namespace, read when workers start. */
+static int check_env_value(funcd__api_ctx *c, const cJSON *m)
+{
+    if (cJSON_IsString(m)) {
+        if (strlen(m->valuestring) > MAX_ENV_VALUE)
+            return funcd__api_fail(c, "must be at most %d bytes", MAX_ENV_VALUE);
+        return 0;
+    }
+    if (!cJSON_IsObject(m))
+        return funcd__api_fail(c, "must be a string or {secretKeyRef: {name, key}}");
+    int rc = FUNCD__API_CHECK_OBJECT(c, m, env_source_fields);
+    if (rc < 0)
+        return rc;
+    size_t old = funcd__api_push_field(c, "secretKeyRef");
+    rc = FUNCD__API_CHECK_OBJECT(c, funcd__api_member(m, "secretKeyRef"), secret_key_ref_fields);
+    funcd__api_pop(c, old);
+    return rc;
+}
+
 static int check_env(funcd__api_ctx *c, const cJSON *item, const void *unused)
 {
     if (!cJSON_IsObject(item))
-        return funcd__api_fail(c, "must be an object of strings");
+        return funcd__api_fail(c, "must be an object of strings or {secretKeyRef: {name, key}}");
     if (cJSON_GetArraySize(item) > MAX_ENV)
         return funcd__api_fail(c, "must have at most %d entries", MAX_ENV);
     for (const cJSON *m = item->child; m; m = m->next) {
         size_t old = funcd__api_push_key(c, m->string);
-        if (!is_env_name(m->string))
+        if (!funcd_api_env_name_ok(m->string))
             return funcd__api_fail(c, "must be an environment variable name: letters, digits and "
                                       "'_', not starting with a digit");
         if (strncmp(m->string, "FUNCD_", 6) == 0)
             return funcd__api_fail(c, "names starting with FUNCD_ are reserved for the platform");
-        if (!cJSON_IsString(m))
-            return funcd__api_fail(c, "must be a string");
-        if (strlen(m->valuestring) > MAX_ENV_VALUE)
-            return funcd__api_fail(c, "must be at most %d bytes", MAX_ENV_VALUE);
+        int rc = check_env_value(c, m);
+        if (rc < 0)
+            return rc;
+        funcd__api_pop(c, old);
+    }
+    return 0;
+}
+
+static const funcd__api_field secret_ref_fields[] = {
+    {"name", 1, funcd__api_check_dns_label, NULL},
+};
+
+static const funcd__api_field env_from_fields[] = {
+    {"secretRef", 1, funcd__api_check_is_object, NULL},
+};
+
+/* [{secretRef: {name}}]: every key of those Secrets that can name a
+ * variable, spec.env winning over them, a later Secret over an earlier one. */
+static int check_env_from(funcd__api_ctx *c, const cJSON *item, const void *unused)
+{
+    if (!cJSON_IsArray(item))
+        return funcd__api_fail(c, "must be a list of {secretRef: {name}}");
+    if (cJSON_GetArraySize(item) > MAX_ENV_FROM)
+        return funcd__api_fail(c, "must have at most %d entries", MAX_ENV_FROM);
+    size_t i = 0;
+    for (const cJSON *e = item->child; e; e = e->next, i++) {
+        size_t old = funcd__api_push_index(c, i);
+        int rc = FUNCD__API_CHECK_OBJECT(c, e, env_from_fields);
+        if (rc < 0)
+            return rc;
+        size_t ref = funcd__api_push_field(c, "secretRef");
+        if ((rc = FUNCD__API_CHECK_OBJECT(c, funcd__api_member(e, "secretRef"),
+                                          secret_ref_fields)) < 0)
+            return rc;
+        funcd__api_pop(c, ref);
         funcd__api_pop(c, old);
     }
     return 0;
@@ -427,6 +496,7 @@ static const funcd__api_field spec_fields[] = {
     {"source", 1, check_source, NULL},
     {"imagePullSecrets", 0, check_pull_secrets, NULL},
     {"env", 0, check_env, NULL},
+    {"envFrom", 0, check_env_from, NULL},
     {"scaling", 0, check_scaling, NULL},
     {"timeout", 0, funcd__api_check_duration, &timeout_ms},
     {"resources", 0, check_resources, NULL},

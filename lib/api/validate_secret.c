@@ -13,7 +13,7 @@
 static const char *const secret_types[] = {"Opaque", DOCKER_CONFIG_TYPE, NULL};
 
 /* Keys become file names when a Secret is mounted: "." and ".." never are. */
-static int is_secret_key(const char *s)
+int funcd__api_is_secret_key(const char *s)
 {
     size_t len = strlen(s);
     if (len == 0 || len > MAX_SECRET_KEY || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
@@ -28,7 +28,7 @@ static int check_map(funcd__api_ctx *c, const cJSON *map, int base64, size_t *to
         return funcd__api_fail(c, "must be an object of strings");
     for (const cJSON *m = map->child; m; m = m->next) {
         size_t old = funcd__api_push_key(c, m->string), len;
-        if (!is_secret_key(m->string))
+        if (!funcd__api_is_secret_key(m->string))
             return funcd__api_fail(c, "must be a key of 1 to 253 letters, digits, '-', '_' or "
                                       "'.', other than \".\" and \"..\"");
         if (!cJSON_IsString(m))

@@ -8,6 +8,7 @@
 
 #include "api/api.h"
 #include "cluster/nodes.h"
+#include "controller/secret_env.h"
 #include "funcd/sys/error.h"
 #include "objects/objects.h"
 #include "port/store.h"
@@ -139,7 +140,18 @@ static void reconcile_function(funcd_controller *c, const funcd_kind *kind, cons
         return;
     }
     funcd_serving_status ss;
-    funcd_serving_apply(c->cfg.serving, ns, name, obj, &ss);
+    if (funcd_secret_env_uses(obj, NULL)) { /* serving sees the values, the store keeps refs */
+        char reason[64], message[512];
+        cJSON *resolved = funcd_secret_env_resolve(c->cfg.store, ns, obj, reason, sizeof(reason),
+                                                   message, sizeof(message));
+        if (resolved)
+            funcd_serving_apply(c->cfg.serving, ns, name, resolved, &ss);
+        else
+            funcd_serving_refuse(c->cfg.serving, ns, name, obj, reason, message, &ss);
+        cJSON_Delete(resolved);
+    } else {
+        funcd_serving_apply(c->cfg.serving, ns, name, obj, &ss);
+    }
     if (!funcd_cluster_is_leader(c->cfg.cluster)) { /* served here; the leader writes status */
         cJSON_Delete(obj);
         return;
@@ -159,6 +171,32 @@ static void reconcile_function(funcd_controller *c, const funcd_kind *kind, cons
     cJSON_Delete(obj);
 }
 
+typedef struct secret_users {
+    funcd_controller *c;
+    const char *secret;
+} secret_users;
+
+static int requeue_user(const funcd_store_kv *kv, void *payload)
+{
+    secret_users *u = payload;
+    cJSON *fn = funcd_objects_decode(kv->value, kv->len, kv->revision);
+    if (fn && funcd_secret_env_uses(fn, u->secret))
+        enqueue(u->c, kv->key);
+    cJSON_Delete(fn);
+    return 0;
+}
+
+/* A Secret changed (or came, or went): the Functions of its namespace that
+ * read it are reconciled, so that their workers roll to the new values. */
+static void reconcile_secret(funcd_controller *c, const char *ns, const char *name)
+{
+    funcd_buf prefix = FUNCD_BUF_INIT;
+    secret_users u = {c, name};
+    if (funcd_objects_prefix(&prefix, funcd_kind_by_plural("functions"), ns) == 0)
+        funcd_port_store_list(c->cfg.store, prefix.data, requeue_user, &u, NULL);
+    funcd_buf_free(&prefix);
+}
+
 static void reconcile(funcd_controller *c, const char *key)
 {
     const funcd_kind *kind;
@@ -167,6 +205,8 @@ static void reconcile(funcd_controller *c, const char *key)
         return;
     if (strcmp(kind->kind, "Function") == 0)
         reconcile_function(c, kind, ns, name);
+    else if (strcmp(kind->kind, "Secret") == 0)
+        reconcile_secret(c, ns, name);
 }
 
 static void on_wake(evutil_socket_t fd, short what, void *arg)

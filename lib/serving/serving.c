@@ -1122,11 +1122,11 @@ static void drop_pool(fn_entry *e, const char *why)
     e->ln = NULL;
 }
 
-void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, const cJSON *fn,
-                         funcd_serving_status *st)
+/* The entry of a function, made on first sight with its edge rebuilt from
+ * `spec`; NULL (and `st` says why) when out of memory. */
+static fn_entry *entry_for(funcd_serving *s, const char *ns, const char *name,
+                           const cJSON *spec, funcd_serving_status *st)
 {
-    memset(st, 0, sizeof(*st));
-    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(fn, "spec");
     fn_entry **pp = find_entry(s, ns, name);
     fn_entry *e = pp ? *pp : NULL;
     if (!e) {
@@ -1139,7 +1139,7 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
                 free(e);
             }
             fail(st, "InternalError", "out of memory");
-            return;
+            return NULL;
         }
         e->metrics = funcd_metrics_fn_hold(s->cfg.metrics, ns, name);
         pthread_mutex_lock(&s->lock);
@@ -1153,6 +1153,29 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
         funcd_edge_free(e->edge);
         e->edge = edge;
     }
+    return e;
+}
+
+void funcd_serving_refuse(funcd_serving *s, const char *ns, const char *name, const cJSON *fn,
+                          const char *reason, const char *message, funcd_serving_status *st)
+{
+    memset(st, 0, sizeof(*st));
+    fn_entry *e = entry_for(s, ns, name, cJSON_GetObjectItemCaseSensitive(fn, "spec"), st);
+    if (!e)
+        return;
+    fail(st, reason, "%s", message);
+    drop_pool(e, st->message);
+    route(s, e); /* known but not runnable: 503 with the reason */
+}
+
+void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, const cJSON *fn,
+                         funcd_serving_status *st)
+{
+    memset(st, 0, sizeof(*st));
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(fn, "spec");
+    fn_entry *e = entry_for(s, ns, name, spec, st);
+    if (!e)
+        return;
     if (!s->cfg.runtime) {
         fail(st, "RuntimeUnavailable", "this platform has no runtime configured, so the function "
              "cannot run; configure a runtime backend");

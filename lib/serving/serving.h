@@ -90,6 +90,11 @@ void funcd_serving_gauges(void *payload, funcd_metrics_gauge_put put, void *ctx)
 /* Brings the function to its spec; fills `st` either way. */
 void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, const cJSON *fn,
                          funcd_serving_status *st);
+/* The function cannot run for a reason found before serving saw its spec
+ * (a Secret it reads is missing): its workers drain, its requests get 503
+ * with `message`, and `st` says Ready=False with `reason`. */
+void funcd_serving_refuse(funcd_serving *s, const char *ns, const char *name, const cJSON *fn,
+                          const char *reason, const char *message, funcd_serving_status *st);
 /* The function is gone: unroute it and drain its workers. */
 void funcd_serving_remove(funcd_serving *s, const char *ns, const char *name);
 /* The function's log ring (a reference: unref it), or NULL. Any thread. */
