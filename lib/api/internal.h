@@ -97,6 +97,9 @@ int funcd__api_is_secret_key(const char *s);
 /* A Function's spec.edge (validate_edge.c). */
 int funcd__api_check_edge(funcd__api_ctx *c, const cJSON *item, const void *unused);
 int funcd__api_normalize_secret(cJSON *obj);
+/* A Workflow's spec, and a Function's spec.contract (validate_workflow.c). */
+int funcd__api_validate_workflow_spec(funcd__api_ctx *c, const cJSON *spec, const void *unused);
+int funcd__api_check_contract(funcd__api_ctx *c, const cJSON *item, const void *unused);
 
 /* ---- base64 (standard alphabet, padded) ------------------------------- */
 

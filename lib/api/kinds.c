@@ -32,7 +32,17 @@ static const funcd_kind kind_secret = {
     .has_spec = 0,
 };
 
-const funcd_kind *const funcd_kinds[] = {&kind_function, &kind_functionconfig, &kind_secret, NULL};
+static const funcd_kind kind_workflow = {
+    .kind = "Workflow",
+    .list_kind = "WorkflowList",
+    .plural = "workflows",
+    .singular = "workflow",
+    .short_name = "wf",
+    .has_spec = 1,
+};
+
+const funcd_kind *const funcd_kinds[] = {&kind_function, &kind_functionconfig, &kind_secret,
+                                         &kind_workflow, NULL};
 
 const funcd_kind *funcd_kind_by_plural(const char *plural)
 {

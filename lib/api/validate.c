@@ -417,6 +417,8 @@ static funcd__api_check_fn spec_checker(const funcd_kind *kind)
         return funcd__api_validate_function_spec;
     if (strcmp(kind->kind, "FunctionConfig") == 0)
         return funcd__api_validate_functionconfig_spec;
+    if (strcmp(kind->kind, "Workflow") == 0)
+        return funcd__api_validate_workflow_spec;
     return NULL;
 }
 

@@ -502,6 +502,7 @@ static const funcd__api_field spec_fields[] = {
     {"resources", 0, check_resources, NULL},
     {"network", 0, funcd__api_check_enum, networks},
     {"edge", 0, funcd__api_check_edge, NULL},
+    {"contract", 0, funcd__api_check_contract, NULL},
 };
 
 /* The handler names a file of the artifact (native, exec mode; python3's
