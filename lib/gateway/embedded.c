@@ -28,6 +28,7 @@
 #include "gateway/edge.h"
 #include "gateway/embedded.h"
 #include "gateway/gateway.h"
+#include "gateway/prefix.h"
 #include "gateway/shape.h"
 #include "http/httpd.h"
 #include "trace/edge.h"
@@ -63,6 +64,7 @@ typedef struct embedded {
     funcd_metrics *metrics; /* borrowed, or NULL */
     int serve_metrics;      /* GET /metrics on the data plane */
     atomic_uint next_slot;  /* metrics slots handed to threads */
+    funcd_gw_prefixes prefixes; /* paths outside /fn/ answered from the loop (prefix.h) */
 } embedded;
 
 static _Thread_local gw_thread *this_thread;
@@ -229,6 +231,8 @@ static int on_req(void *payload, h2o_req_t *req)
         return 0;
     }
     if (n < 4 || memcmp(p, "/fn/", 4) != 0) {
+        if (g->prefixes.n && funcd_gw_prefixes_dispatch(&g->prefixes, req))
+            return 0;
         add_invocation_id(req);
         funcd_gw_send_status(req, 404, "NotFound",
                              "no such path: functions are served under /fn/{namespace}/{name}/");
@@ -401,10 +405,13 @@ static void on_thread_init(void *payload, h2o_context_t *ctx)
         this_thread->edge = funcd_edge_recorder_attach(g->recorder);
         this_thread->metrics_slot = atomic_fetch_add(&g->next_slot, 1);
     }
+    if (g->prefixes.n)
+        funcd_gw_prefix_thread_init(ctx);
 }
 
 static void on_thread_exit(void *payload, h2o_context_t *ctx)
 {
+    funcd_gw_prefix_thread_exit();
     if (!this_thread)
         return;
     funcd_gw_thread_dispose(this_thread);
@@ -557,6 +564,7 @@ static void gw_free(funcd_gateway *base)
             g->buckets[i] = e->next;
             free_entry(e);
         }
+    funcd_gw_prefixes_clear(&g->prefixes);
     pthread_rwlock_destroy(&g->lock);
     free(g);
 }
@@ -573,6 +581,14 @@ int funcd_gw_set_metrics(funcd_gateway *gw, funcd_metrics *m, int serve)
     ((embedded *)gw)->metrics = m;
     ((embedded *)gw)->serve_metrics = serve;
     return 0;
+}
+
+int funcd_gw_add_prefix(funcd_gateway *gw, const char *prefix, funcd_gw_prefix_fn fn,
+                        void *payload)
+{
+    if (!gw || gw->free != gw_free)
+        return -1;
+    return funcd_gw_prefixes_add(&((embedded *)gw)->prefixes, prefix, fn, payload);
 }
 
 void funcd_gw_set_logger(funcd_gateway *gw, const funcd_logger *lg)
