@@ -87,6 +87,8 @@ static void usage(FILE *out)
             "  --node-address HOST:PORT   where this node's data plane is reached, shown in\n"
             "                             `funcdctl get nodes` (default: its listen address)\n"
             "  --lease-ttl DURATION       node heartbeats and the cluster lease (default 10s)\n"
+            "  --blob-poll-interval DURATION  how often blob EventSources list their prefix\n"
+            "                             unless spec.blob.pollInterval says (default 15s)\n"
             "  --stream-buffer-limit BYTES  what a watch or log stream may hold for a slow\n"
             "                             client (default 2097152); beyond it the stream ends\n"
             "  --max-connections N        connections each listener holds open (default 1024);\n"
@@ -163,6 +165,7 @@ typedef struct flags {
     const char *otlp_endpoint;
     const char *node_name, *node_address;
     uint64_t lease_ttl;
+    uint64_t blob_poll;
     const char *tls_cert, *tls_key;
     int tls_self_signed;
     funcd_log_level level;
@@ -225,7 +228,7 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_SRCROOT, O_KEY_FILE, O_FN_TOKENS, O_ACCESS_LOG, O_EDGE_AUTH, O_EDGE_RPS, O_EDGE_BURST,
        O_EDGE_BODY, O_EDGE_IN_FLIGHT, O_EDGE_PER_CLIENT,
        O_BUS, O_STORE, O_BLOB, O_DP_METRICS, O_METRICS_OPEN, O_OTLP, O_TLS, O_TLS_CERT,
-       O_TLS_KEY, O_NODE_NAME, O_NODE_ADDR, O_LEASE_TTL };
+       O_TLS_KEY, O_NODE_NAME, O_NODE_ADDR, O_LEASE_TTL, O_BLOB_POLL };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -282,6 +285,7 @@ static const struct option long_opts[] = {
     {"node-name", required_argument, 0, O_NODE_NAME},
     {"node-address", required_argument, 0, O_NODE_ADDR},
     {"lease-ttl", required_argument, 0, O_LEASE_TTL},
+    {"blob-poll-interval", required_argument, 0, O_BLOB_POLL},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -409,6 +413,7 @@ static int parse_one(int c, const char *arg, flags *f)
     case O_NODE_NAME: f->node_name = arg; break;
     case O_NODE_ADDR: f->node_address = arg; break;
     case O_LEASE_TTL: return parse_duration("lease-ttl", arg, &f->lease_ttl) ? 2 : -1;
+    case O_BLOB_POLL: return parse_duration("blob-poll-interval", arg, &f->blob_poll) ? 2 : -1;
     case O_TLS:
         if (strcmp(arg, "self-signed") != 0) {
             fprintf(stderr, "funcd: --tls takes \"self-signed\", not \"%s\" (for a certificate of "
@@ -753,6 +758,7 @@ static int build_platform(const flags *f, const char *shims)
         f->node_name ? funcd_with_node_name(f->node_name) : NULL,
         f->node_address ? funcd_with_node_address(f->node_address) : NULL,
         f->lease_ttl ? funcd_with_lease_ttl(f->lease_ttl) : NULL,
+        f->blob_poll ? funcd_with_blob_poll_interval(f->blob_poll) : NULL,
         f->tls_cert ? funcd_with_tls_cert_files(f->tls_cert, f->tls_key) : NULL,
         /* Kept with the data (a restart serves the same certificate), or in
          * the state directory. */

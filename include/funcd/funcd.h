@@ -220,6 +220,12 @@ FUNCD_EXTERN funcd_option *funcd_with_node_address(const char *addr);
  *  stops leading before it is over, and another node takes over after. */
 FUNCD_EXTERN funcd_option *funcd_with_lease_ttl(uint64_t ms);
 
+/* ---- eventing (docs/eventing.md) ------------------------------------------ */
+
+/** How often blob EventSources without spec.blob.pollInterval list their
+ *  prefix (default 15 s, at least 100 ms). */
+FUNCD_EXTERN funcd_option *funcd_with_blob_poll_interval(uint64_t ms);
+
 /* ---- limits --------------------------------------------------------------- */
 
 /** Bytes a watch or log-follow stream may hold for a client that reads

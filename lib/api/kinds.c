@@ -41,8 +41,17 @@ static const funcd_kind kind_workflow = {
     .has_spec = 1,
 };
 
+static const funcd_kind kind_eventsource = {
+    .kind = "EventSource",
+    .list_kind = "EventSourceList",
+    .plural = "eventsources",
+    .singular = "eventsource",
+    .short_name = "es",
+    .has_spec = 1,
+};
+
 const funcd_kind *const funcd_kinds[] = {&kind_function, &kind_functionconfig, &kind_secret,
-                                         &kind_workflow, NULL};
+                                         &kind_workflow, &kind_eventsource, NULL};
 
 const funcd_kind *funcd_kind_by_plural(const char *plural)
 {

@@ -252,6 +252,10 @@ funcd_option *funcd_with_lease_ttl(uint64_t ms)
 {
     return number_option(OPT_LEASE_TTL, ms, 0, 0);
 }
+funcd_option *funcd_with_blob_poll_interval(uint64_t ms)
+{
+    return number_option(OPT_BLOB_POLL_INTERVAL, ms, 0, 0);
+}
 funcd_option *funcd_with_shutdown_grace(uint64_t ms)
 {
     return number_option(OPT_SHUTDOWN_GRACE, ms, 0, 0);
@@ -648,6 +652,12 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
             return funcd_error_set(FUNCD_EINVAL, "funcd_with_lease_ttl: %llu ms is too short "
                                    "(at least 300 ms)", (unsigned long long)o->n[0]);
         cfg->lease_ttl_ms = o->n[0];
+        break;
+    case OPT_BLOB_POLL_INTERVAL:
+        if (o->n[0] < 100)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_blob_poll_interval: %llu ms is too "
+                                   "short (at least 100 ms)", (unsigned long long)o->n[0]);
+        cfg->blob_poll_ms = o->n[0];
         break;
     case OPT_OTLP_ENDPOINT:
         if (!o->str || (strncmp(o->str, "http://", 7) != 0 && strncmp(o->str, "https://", 8) != 0))

@@ -59,6 +59,7 @@ typedef enum option_kind {
     OPT_NODE_NAME,
     OPT_NODE_ADDRESS,
     OPT_LEASE_TTL,
+    OPT_BLOB_POLL_INTERVAL,
 } option_kind;
 
 struct funcd_option {
@@ -140,6 +141,7 @@ typedef struct funcd_config {
     char *node_name;              /* NULL: the host name */
     char *node_address;           /* NULL: the data plane's address */
     uint64_t lease_ttl_ms;        /* 0: the default (cluster/lease.h) */
+    uint64_t blob_poll_ms;        /* blob EventSources' default poll; 0: 15 s */
 } funcd_config;
 
 /* Applies presets first, then the rest in order; frees every option. */

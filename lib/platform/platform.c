@@ -23,10 +23,12 @@
 #include "controller/controller.h"
 #include "controlplane/api.h"
 #include "controlplane/server.h"
+#include "eventing/sources.h"
 #include "funcd/funcd.h"
 #include "funcd/sys/error.h"
 #include "gateway/embedded.h"
 #include "invoke/invoke.h"
+#include "gateway/prefix.h"
 #include "platform/options.h"
 #include "port/gateway.h"
 #include "port/runtime.h"
@@ -58,6 +60,7 @@ struct funcd_platform {
     funcd_serving *serving;
     funcd_invoker *invoker;  /* internal invocations (lib/invoke) */
     funcd_sources *sources;
+    funcd_evsources *evsources; /* EventSources (docs/eventing.md) */
     funcd_fnrunner *fnrunner;
     funcd_edge_recorder *edge; /* access log and spans, or NULL */
     funcd_metrics *metrics;
@@ -442,6 +445,7 @@ static void on_leading(int leader, void *payload)
     funcd_platform *p = payload;
     if (leader)
         funcd_controller_resync(p->controller);
+    funcd_evsources_leading(p->evsources, leader); /* cron and blob run on the leader */
 }
 
 static void on_replicas_changed(const char *ns, const char *name, void *payload)
@@ -468,6 +472,26 @@ static const char *node_name(funcd_platform *p, char host[256])
         name = funcd_node_name_ok(host) ? host : "funcd";
     }
     return name;
+}
+
+/* The data plane's /events/{ns}/{name}: webhook EventSources. */
+static void on_events_call(funcd_gw_call *call, void *payload)
+{
+    funcd_evsources_webhook(call, ((funcd_platform *)payload)->evsources);
+}
+
+static int make_evsources(funcd_platform *p)
+{
+    funcd_evsources_config ec = {
+        .loop = p->base,
+        .store = p->cfg.store,
+        .blob = p->cfg.blob,
+        .bus = p->cfg.bus,
+        .cluster = p->cluster,
+        .logger = &p->cfg.logger,
+        .blob_poll_ms = p->cfg.blob_poll_ms,
+    };
+    return funcd_evsources_new(&p->evsources, &ec);
 }
 
 static int make_cluster(funcd_platform *p)
@@ -533,6 +557,7 @@ static int build(funcd_platform *p)
     if ((rc = funcd_metrics_new(&p->metrics, gw_threads ? gw_threads : 1)) < 0)
         return rc;
     funcd_gw_set_metrics(p->cfg.gateway, p->metrics, p->cfg.data_plane_metrics);
+    funcd_gw_add_prefix(p->cfg.gateway, "/events/", on_events_call, p); /* embedded only */
     if (p->otlp)
         funcd_otlp_set_metrics(p->otlp, p->metrics);
     rc = funcd_port_gateway_listen(p->cfg.gateway, p->cfg.data_plane_addr, p->data_plane_addr,
@@ -628,7 +653,7 @@ static int build(funcd_platform *p)
     p->cp.serving = p->serving;
     p->cp.sources = p->sources;
     p->cp.blob = p->cfg.blob;
-    if ((rc = make_cluster(p)) < 0)
+    if ((rc = make_cluster(p)) < 0 || (rc = make_evsources(p)) < 0)
         return rc;
     funcd_controller_config cc = {p->base, p->cfg.store, p->serving, &p->cfg.logger, 0,
                                   p->cluster};
@@ -706,11 +731,14 @@ static void teardown(funcd_platform *p)
     p->cp_server = NULL;
     drain_workers(p); /* also fails waiting requests while the gateway still runs */
     funcd_cluster_stop(p->cluster); /* the others see this node leave, and lead */
+    funcd_evsources_close(p->evsources); /* answers the webhook calls still waiting */
     if (p->cfg.gateway)
         funcd_port_gateway_stop(p->cfg.gateway);
     funcd_invoker_free(p->invoker); /* no thread releases slots any more; serving still there */
     p->invoker = NULL;
     funcd_controller_free(p->controller);
+    funcd_evsources_free(p->evsources);
+    p->evsources = NULL;
     p->controller = NULL;
     funcd_cluster_free(p->cluster);
     p->cluster = NULL;
@@ -847,6 +875,8 @@ static int start_components(funcd_platform *p)
     int rc = funcd_cluster_start(p->cluster);
     if (rc == 0)
         rc = funcd_controller_start(p->controller);
+    if (rc == 0)
+        rc = funcd_evsources_start(p->evsources);
     if (rc == 0)
         rc = funcd_fnrunner_start(p->fnrunner);
     if (rc == 0)

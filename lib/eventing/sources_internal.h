@@ -1,0 +1,82 @@
+/* The parts of the EventSources component shared by its files. */
+#ifndef FUNCD_EVENTING_SOURCES_INTERNAL_H
+#define FUNCD_EVENTING_SOURCES_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+
+#include "eventing/cron.h"
+#include "eventing/sources.h"
+
+typedef enum { SRC_CRON, SRC_BLOB, SRC_BUS, SRC_WEBHOOK } src_type;
+
+typedef struct src {
+    funcd_evsources *owner;
+    struct src *next;
+    char ns[64], name[64], uid[64];
+    char origin[80];      /* "eventsource/{name}" */
+    char ce_source[200];  /* "/apis/funcd.dev/v1/namespaces/{ns}/eventsources/{name}" */
+    double generation;
+    src_type type;
+    char function[64];
+    unsigned attempts;
+    uint64_t backoff_initial_ms, backoff_max_ms, timeout_ms;
+    /* cron */
+    funcd_cron cron;
+    int64_t cron_last;     /* the last tick fired (checkpointed); -1: not loaded */
+    uint64_t ckpt_rev;     /* the checkpoint's store revision (0: none) */
+    /* blob */
+    char *prefix;
+    uint64_t poll_ms;
+    cJSON *seen;           /* key -> revision token of objects emitted; NULL: not loaded */
+    /* bus */
+    char *subject, *group;
+    funcd_bus_sub *sub;
+    /* webhook */
+    char secret_name[64], secret_key[256];
+    struct event *timer;   /* cron ticks, blob polls */
+    /* status, written by the leader */
+    uint64_t events, delivered, retried, deadlettered; /* not yet written */
+    int64_t last_event_ms;
+    char last_error[300];
+    int dirty;
+} src;
+
+struct funcd_evsources {
+    funcd_evsources_config cfg;
+    funcd_store_watch *watch;
+    struct event *wake, *status_tick, *resync;
+    pthread_mutex_t lock;  /* guards the inbox */
+    struct inbox_item *inbox, **inbox_tail;
+    src *sources;
+    int leader;
+    int closed;
+};
+
+/* Any thread: hands an item to the loop. */
+struct inbox_item {
+    struct inbox_item *next;
+    enum { IN_KEY, IN_BUS, IN_WEBHOOK } kind;
+    char *key;             /* IN_KEY: a store key to look at again */
+    char ns[64], name[64]; /* IN_BUS: the source */
+    char *subject;
+    void *data;
+    size_t len;
+    struct funcd_gw_call *call; /* IN_WEBHOOK */
+};
+void funcd__evs_post(funcd_evsources *s, struct inbox_item *it);
+
+src *funcd__evs_find(funcd_evsources *s, const char *ns, const char *name);
+/* Builds the CloudEvent and submits it; records the event in the status.
+ * `id` NULL: a new random one. `id_out` gets the id used (>= 64 bytes). */
+int funcd__evs_emit(src *x, const char *id, const char *type, const char *subject,
+                    int64_t time_ms, const char *content_type, const void *body, size_t len,
+                    char *id_out);
+/* A deterministic event id: "es-" and 32 hex digits of SHA-256 over the
+ * source's uid and the parts. */
+void funcd__evs_id(const src *x, const char *a, const char *b, char out[64]);
+void funcd__evs_error(src *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* On the loop: a webhook call for this component. */
+void funcd__evs_webhook_run(funcd_evsources *s, struct funcd_gw_call *call);
+
+#endif
