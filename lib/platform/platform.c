@@ -737,9 +737,9 @@ static void teardown(funcd_platform *p)
     funcd_invoker_free(p->invoker); /* no thread releases slots any more; serving still there */
     p->invoker = NULL;
     funcd_controller_free(p->controller);
+    p->controller = NULL;
     funcd_evsources_free(p->evsources);
     p->evsources = NULL;
-    p->controller = NULL;
     funcd_cluster_free(p->cluster);
     p->cluster = NULL;
     funcd_otlp_stop_metrics(p->otlp); /* its collections read serving's gauges too */
