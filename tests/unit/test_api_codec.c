@@ -12,7 +12,9 @@ TEST(kinds)
     size_t n = 0;
     while (funcd_kinds[n])
         n++;
-    CHECK_INT(n, 4);
+    CHECK_INT(n, 5);
+    CHECK_STR(funcd_kind_by_plural("eventsources")->kind, "EventSource");
+    CHECK_STR(funcd_kind_lookup("es")->kind, "EventSource");
     CHECK_STR(funcd_kind_by_plural("workflows")->kind, "Workflow");
     CHECK_STR(funcd_kind_lookup("wf")->kind, "Workflow");
     CHECK_STR(funcd_kind_by_plural("functions")->kind, "Function");
