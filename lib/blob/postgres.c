@@ -113,10 +113,7 @@ static int setup(PGconn *conn, void *arg)
 
 static void rollback(pg_blob *p)
 {
-    if (p->db.conn && PQtransactionStatus(p->db.conn) != PQTRANS_IDLE) {
-        PGresult *r = PQexec(p->db.conn, "ROLLBACK");
-        PQclear(r);
-    }
+    funcd_pg_conn_rollback(&p->db);
 }
 
 /* Runs a statement whose rows we do not need; 0 or the error. */
@@ -381,13 +378,11 @@ static int bootstrap(pg_blob *p)
     p->db.setup = setup;
     if (rc < 0)
         return rc;
-    PGresult *r = PQexec(p->db.conn, schema_sql);
-    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-        rc = funcd_pg_conn_error(&p->db, r, "creation of the funcd blob tables", NULL);
+    if ((rc = funcd_pg_conn_exec(&p->db, schema_sql, "creation of the funcd blob tables",
+                                 NULL)) < 0) {
         rollback(p);
         return rc;
     }
-    PQclear(r);
     if ((rc = setup(p->db.conn, NULL)) < 0)
         funcd_pg_conn_lost(&p->db, funcd_error_last()->message);
     return rc;

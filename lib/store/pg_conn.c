@@ -13,12 +13,14 @@
 #define BACKOFF_FIRST_MS 50
 #define BACKOFF_MAX_MS 2000
 
-/* How long a call waits for the server's answer. A server that stops
- * answering (a partition, a frozen host) would else hold the caller, and
- * every caller queued behind the driver's lock, until TCP gives up: many
- * minutes, and never on a Unix socket. Past it the connection is dropped
- * and the call answers FUNCD_EUNAVAILABLE, as for a broken connection (a
- * write's outcome is then unknown). As long as libpq's connect_timeout. */
+/* How long a call waits for the server to say anything. A server that
+ * stops answering (a partition, a frozen host) would else hold the caller,
+ * and every caller queued behind the driver's lock, until TCP gives up:
+ * many minutes, and never on a Unix socket. Past it the connection is
+ * dropped and the call answers FUNCD_EUNAVAILABLE, as for a broken
+ * connection (a write's outcome is then unknown). It counts silence, from
+ * the last byte that moved, so a large answer over a slow link is not cut.
+ * As long as libpq's connect_timeout. */
 #define ANSWER_TIMEOUT_MS 5000
 
 int64_t funcd_pg_now_ms(void)
@@ -172,22 +174,23 @@ int funcd_pg_conn_ready(funcd_pg_conn *c)
         return unavailable(c);
     }
     PQsetNoticeProcessor(c->conn, quiet, NULL);
+    /* Every query, the setup's too, is sent without blocking and its answer
+     * awaited with a deadline (await_result). */
+    if (PQsetnonblocking(c->conn, 1) != 0) {
+        funcd_pg_conn_lost(c, PQerrorMessage(c->conn));
+        return unavailable(c);
+    }
     int rc = c->setup ? c->setup(c->conn, c->setup_arg) : 0;
     if (rc < 0) {
-        if (PQstatus(c->conn) != CONNECTION_OK) { /* it went away while we set up */
-            funcd_pg_conn_lost(c, PQerrorMessage(c->conn));
+        /* It went away, or went silent, while we set up. */
+        if (PQstatus(c->conn) != CONNECTION_OK || rc == FUNCD_EUNAVAILABLE) {
+            funcd_pg_conn_lost(c, rc == FUNCD_EUNAVAILABLE ? funcd_error_last()->message
+                                                           : PQerrorMessage(c->conn));
             return unavailable(c);
         }
         PQfinish(c->conn);
         c->conn = NULL;
         return rc;
-    }
-    /* Queries are sent without blocking and their answers awaited with a
-     * deadline (await_result); the setup above ran blocking, bounded by
-     * connect_timeout's server that just answered. */
-    if (PQsetnonblocking(c->conn, 1) != 0) {
-        funcd_pg_conn_lost(c, PQerrorMessage(c->conn));
-        return unavailable(c);
     }
     c->backoff_ms = 0;
     return 0;
@@ -250,9 +253,9 @@ static int wait_socket(PGconn *conn, short events, int64_t deadline)
 /*
  * The answer to the query just sent, as PQexec gives it (the first error,
  * else the last result): sends what libpq holds, then reads until the
- * connection is idle again, up to ANSWER_TIMEOUT_MS. NULL with *timed_out
- * set when the server did not answer in time; NULL alone when the
- * connection broke (PQstatus says so).
+ * connection is idle again, as long as the socket is never silent for
+ * ANSWER_TIMEOUT_MS. NULL with *timed_out set when it was; NULL alone when
+ * the connection broke (PQstatus says so).
  */
 static PGresult *await_result(PGconn *conn, int *timed_out)
 {
@@ -264,6 +267,7 @@ static PGresult *await_result(PGconn *conn, int *timed_out)
             *timed_out = 1;
             return NULL;
         }
+        deadline = funcd_pg_now_ms() + ANSWER_TIMEOUT_MS; /* bytes moved */
         if (!PQconsumeInput(conn)) /* what the server says while we send */
             return NULL;
     }
@@ -277,6 +281,7 @@ static PGresult *await_result(PGconn *conn, int *timed_out)
                 PQclear(keep);
                 return NULL;
             }
+            deadline = funcd_pg_now_ms() + ANSWER_TIMEOUT_MS; /* bytes came */
             if (!PQconsumeInput(conn)) {
                 PQclear(keep);
                 return NULL;
@@ -310,15 +315,62 @@ static PGresult *answer(funcd_pg_conn *c, int sent)
     return r;
 }
 
-int funcd_pg_conn_exec(funcd_pg_conn *c, const char *sql, const char *what, const char *key)
+PGresult *funcd_pg_conn_query(funcd_pg_conn *c, const char *sql, const char *what,
+                              const char *key, int *err)
 {
     PGresult *r = answer(c, PQsendQuery(c->conn, sql));
     ExecStatusType st = PQresultStatus(r);
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
-        PQclear(r);
-        return 0;
+        *err = 0;
+        return r;
     }
-    return funcd_pg_conn_error(c, r, what, key);
+    *err = funcd_pg_conn_error(c, r, what, key);
+    return NULL;
+}
+
+int funcd_pg_conn_exec(funcd_pg_conn *c, const char *sql, const char *what, const char *key)
+{
+    int err;
+    PQclear(funcd_pg_conn_query(c, sql, what, key, &err));
+    return err;
+}
+
+void funcd_pg_conn_rollback(funcd_pg_conn *c)
+{
+    if (!c->conn || PQtransactionStatus(c->conn) == PQTRANS_IDLE)
+        return;
+    int timed_out = 0;
+    PGresult *r = PQsendQuery(c->conn, "ROLLBACK") ? await_result(c->conn, &timed_out) : NULL;
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) /* a connection we cannot trust: a new one */
+        funcd_pg_conn_lost(c, timed_out ? "no answer to ROLLBACK" : PQerrorMessage(c->conn));
+    PQclear(r);
+}
+
+/* A setup step's answer (before the connection is handed out): 0, or
+ * FUNCD_EUNAVAILABLE when the server broke the connection or went silent,
+ * else FUNCD_EIO naming `what`. */
+static int setup_answer(PGconn *conn, int sent, const char *what)
+{
+    int timed_out = 0;
+    PGresult *r = sent ? await_result(conn, &timed_out) : NULL;
+    ExecStatusType st = PQresultStatus(r);
+    int rc = 0;
+    if (timed_out)
+        rc = funcd_error_set(FUNCD_EUNAVAILABLE, "no answer within %d ms to the %s",
+                             ANSWER_TIMEOUT_MS, what);
+    else if (!r || PQstatus(conn) != CONNECTION_OK)
+        rc = funcd_error_set(FUNCD_EUNAVAILABLE, "the connection broke during the %s: %s", what,
+                             PQerrorMessage(conn));
+    else if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+        rc = funcd_error_set(FUNCD_EIO, "PostgreSQL refused the %s: %s", what,
+                             PQresultErrorMessage(r));
+    PQclear(r);
+    return rc;
+}
+
+int funcd_pg_conn_setup_exec(PGconn *conn, const char *sql, const char *what)
+{
+    return setup_answer(conn, PQsendQuery(conn, sql), what);
 }
 
 PGresult *funcd_pg_conn_run(funcd_pg_conn *c, const char *name, int n, const char *const *values,
@@ -339,11 +391,7 @@ PGresult *funcd_pg_conn_run(funcd_pg_conn *c, const char *name, int n, const cha
 int funcd_pg_conn_prepare(PGconn *conn, const char *name, const char *sql, int n,
                           const unsigned *types)
 {
-    PGresult *r = PQprepare(conn, name, sql, n, (const Oid *)types);
-    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-    if (!ok)
-        funcd_error_set(FUNCD_EIO, "PostgreSQL refused statement %s: %s", name,
-                        PQresultErrorMessage(r));
-    PQclear(r);
-    return ok ? 0 : FUNCD_EIO;
+    char what[96];
+    snprintf(what, sizeof(what), "statement %s", name);
+    return setup_answer(conn, PQsendPrepare(conn, name, sql, n, (const Oid *)types), what);
 }

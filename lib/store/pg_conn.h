@@ -53,6 +53,13 @@ int funcd_pg_conn_error(funcd_pg_conn *c, PGresult *r, const char *what, const c
 
 /* Runs a command without parameters (BEGIN, COMMIT, ...); 0 or the error. */
 int funcd_pg_conn_exec(funcd_pg_conn *c, const char *sql, const char *what, const char *key);
+/* The same with the answer (text rows; PQclear it), or NULL and *err. */
+PGresult *funcd_pg_conn_query(funcd_pg_conn *c, const char *sql, const char *what,
+                              const char *key, int *err);
+/* Ends the transaction in progress, if any, leaving the funcd error as it
+ * is (the caller reports why it rolls back); the connection is dropped if
+ * the ROLLBACK fails or is not answered in time. */
+void funcd_pg_conn_rollback(funcd_pg_conn *c);
 
 /* Runs the prepared statement `name` with binary parameters and binary
  * results; the result when it succeeded (PQclear it), else NULL with the
@@ -60,6 +67,11 @@ int funcd_pg_conn_exec(funcd_pg_conn *c, const char *sql, const char *what, cons
 PGresult *funcd_pg_conn_run(funcd_pg_conn *c, const char *name, int n, const char *const *values,
                             const int *lengths, const char *what, const char *key, int *err);
 
+/* For setup functions, on the connection being set up (non-blocking, like
+ * every call here, so bounded by the same answer deadline): 0,
+ * FUNCD_EUNAVAILABLE when the server broke the connection or went silent,
+ * or FUNCD_EIO. Runs `sql` (several statements allowed), for `what`. */
+int funcd_pg_conn_setup_exec(PGconn *conn, const char *sql, const char *what);
 /* Prepares `sql` as `name` with parameter types `types` (n of them). */
 int funcd_pg_conn_prepare(PGconn *conn, const char *name, const char *sql, int n,
                           const unsigned *types);

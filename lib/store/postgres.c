@@ -226,20 +226,7 @@ static int setup_main(PGconn *conn, void *arg)
 static int setup_listener(PGconn *conn, void *arg)
 {
     (void)arg;
-    PGresult *r = PQexec(conn, "LISTEN " CHANNEL);
-    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-    if (!ok)
-        funcd_error_set(FUNCD_EIO, "store: LISTEN failed: %s", PQresultErrorMessage(r));
-    PQclear(r);
-    return ok ? 0 : FUNCD_EIO;
-}
-
-static void rollback(pg_store *st)
-{
-    if (st->db.conn && PQtransactionStatus(st->db.conn) != PQTRANS_IDLE) {
-        PGresult *r = PQexec(st->db.conn, "ROLLBACK");
-        PQclear(r);
-    }
+    return funcd_pg_conn_setup_exec(conn, "LISTEN " CHANNEL, "LISTEN of the store's listener");
 }
 
 /* ---- following the change log --------------------------------------------------------- */
@@ -673,16 +660,19 @@ static int open_schema(pg_store *st)
         return rc;
     /* The statements were prepared before the tables existed only if they
      * did exist: prepare failed on a new database, so create, then again. */
-    PGresult *r = PQexec(st->db.conn, schema_sql);
-    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-        rc = funcd_pg_conn_error(&st->db, r, "creation of the funcd tables", NULL);
-        rollback(st);
+    if ((rc = funcd_pg_conn_exec(&st->db, schema_sql, "creation of the funcd tables", NULL)) < 0) {
+        funcd_pg_conn_rollback(&st->db);
         return rc;
     }
-    PQclear(r);
-    r = PQexec(st->db.conn, "SELECT schema, revision FROM funcd_meta WHERE id = 1");
-    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
-        return funcd_pg_conn_error(&st->db, r, "reading of the schema version", NULL);
+    PGresult *r = funcd_pg_conn_query(&st->db, "SELECT schema, revision FROM funcd_meta WHERE id = 1",
+                                      "reading of the schema version", NULL, &rc);
+    if (!r)
+        return rc;
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return funcd_error_set(FUNCD_EIO, "store: the funcd_meta table in %s has no row 1: it "
+                               "was not made by funcd", st->db.display);
+    }
     int version = atoi(PQgetvalue(r, 0, 0));
     st->fed = st->last_revision = strtoull(PQgetvalue(r, 0, 1), NULL, 10);
     PQclear(r);

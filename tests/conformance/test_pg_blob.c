@@ -4,11 +4,14 @@
  * handles on one database see each other's objects, and a server that goes
  * away and comes back under a running blob store. Skipped (77) when
  * PostgreSQL is not installed. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../harness.h"
 #include "../pg_env.h"
+#include "../pg_slow_proxy.h"
 #include "blob_suite.h"
 #include "funcd/sys/blob.h"
 
@@ -188,6 +191,102 @@ TEST(the_server_goes_away_and_comes_back)
     CHECK_INT(absent, FUNCD_ENOTFOUND);
 }
 
+/* A large answer that arrives steadily over a slow link is read whole:
+ * the driver's 5 s answer deadline counts silence, not the whole answer
+ * (1.25 MiB at 160 KiB/s takes about 8 s). */
+TEST(a_slow_large_answer_is_not_cut)
+{
+    funcd_blob *direct = open_in("slow_blob");
+    CHECK(direct != NULL);
+    size_t size = CHUNK + CHUNK / 4;
+    unsigned char *big = malloc(size);
+    CHECK(big != NULL);
+    for (size_t i = 0; i < size; i++)
+        big[i] = pattern(i);
+    int put = direct->put(direct, "slow", big, size);
+    direct->free(direct);
+    pg_slow_proxy px;
+    CHECK(pg_slow_proxy_start(&px, pg.root, 160 * 1024) == 0);
+    char conninfo[800];
+    snprintf(conninfo, sizeof(conninfo),
+             "host=%s user=postgres dbname=postgres options=-csearch_path=slow_blob", px.dir);
+    funcd_blob *slow = NULL;
+    int opened = funcd_blob_postgres_new(&slow, conninfo);
+    if (opened < 0)
+        fprintf(stderr, "  open through the slow link: %s\n", funcd_error_last()->message);
+    void *data = NULL;
+    size_t n = 0;
+    int64_t t0 = now_ms();
+    int get = opened < 0 ? opened : slow->get(slow, "slow", 0, FUNCD_BLOB_TO_END, &data, &n);
+    int64_t took = now_ms() - t0;
+    if (get < 0)
+        fprintf(stderr, "  get through the slow link: %s\n", funcd_error_last()->message);
+    fprintf(stderr, "  %zu bytes read through the slow link in %lld ms\n", n, (long long)took);
+    int same = get == 0 && n == size && memcmp(data, big, size) == 0;
+    free(data);
+    free(big);
+    if (slow)
+        slow->free(slow);
+    pg_slow_proxy_stop(&px);
+    CHECK_INT(put, 0);
+    CHECK_INT(opened, 0);
+    CHECK_INT(get, 0);
+    CHECK(same);
+}
+
+/* Opening on a thread, so that a test outlives an open that never ends. */
+typedef struct opener {
+    char conninfo[800];
+    int rc;
+    char message[600];
+    atomic_int done;
+} opener;
+
+static void *open_main(void *arg)
+{
+    opener *o = arg;
+    funcd_blob *x = NULL;
+    o->rc = funcd_blob_postgres_new(&x, o->conninfo);
+    snprintf(o->message, sizeof(o->message), "%s", o->rc < 0 ? funcd_error_last()->message : "");
+    if (x)
+        x->free(x);
+    atomic_store(&o->done, 1);
+    return NULL;
+}
+
+/* A server that accepts the connection and then answers nothing (its
+ * answers dropped by the link): opening gives up with FUNCD_EUNAVAILABLE
+ * once the setup's query has had no answer for 5 s, instead of waiting
+ * forever in a blocking call. */
+TEST(a_server_silent_during_setup_is_given_up)
+{
+    CHECK(pg_env_exec(&pg, "CREATE SCHEMA IF NOT EXISTS silent_blob") == 0);
+    pg_slow_proxy px;
+    CHECK(pg_slow_proxy_start(&px, pg.root, 1u << 20) == 0);
+    atomic_store(&px.mute, 1);
+    opener *o = calloc(1, sizeof(*o));
+    CHECK(o != NULL);
+    snprintf(o->conninfo, sizeof(o->conninfo),
+             "host=%s user=postgres dbname=postgres options=-csearch_path=silent_blob", px.dir);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, open_main, o) == 0);
+    int64_t t0 = now_ms();
+    while (!atomic_load(&o->done) && now_ms() - t0 < 20000)
+        usleep(20000);
+    int64_t took = now_ms() - t0;
+    int in_time = atomic_load(&o->done);
+    pg_slow_proxy_stop(&px); /* ends an open still waiting */
+    pthread_join(t, NULL);
+    fprintf(stderr, "  open gave up after %lld ms: %s\n", (long long)took, o->message);
+    int rc = o->rc;
+    char message[600];
+    snprintf(message, sizeof(message), "%s", o->message);
+    free(o);
+    CHECK(in_time);
+    CHECK_INT(rc, FUNCD_EUNAVAILABLE);
+    CHECK_CONTAINS(message, "no answer within");
+}
+
 int main(void)
 {
     if (!pg_env_present()) {
@@ -202,6 +301,8 @@ int main(void)
     RUN(large_objects_span_chunks);
     RUN(two_handles_share_one_database);
     RUN(the_server_goes_away_and_comes_back);
+    RUN(a_slow_large_answer_is_not_cut);
+    RUN(a_server_silent_during_setup_is_given_up);
     pg_env_free(&pg);
     return HARNESS_END();
 }

@@ -4,11 +4,13 @@
  * FUNCD_EGONE, byte-order keys, and a server that goes away and comes back
  * under a running store. Skipped (77) when PostgreSQL is not installed. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../harness.h"
 #include "../pg_env.h"
+#include "../pg_slow_proxy.h"
 #include "funcd/sys/store.h"
 #include "store_suite.h"
 
@@ -296,6 +298,59 @@ TEST(bad_connection_strings_and_newer_schemas)
     CHECK_INT(funcd_error_last()->code, FUNCD_EVERSION);
 }
 
+/* Opening on a thread, so that a test outlives an open that never ends. */
+typedef struct opener {
+    char conninfo[800];
+    int rc;
+    char message[600];
+    atomic_int done;
+} opener;
+
+static void *open_main(void *arg)
+{
+    opener *o = arg;
+    funcd_store *x = NULL;
+    o->rc = funcd_store_postgres_new(&x, o->conninfo, NULL);
+    snprintf(o->message, sizeof(o->message), "%s", o->rc < 0 ? funcd_error_last()->message : "");
+    if (x)
+        x->free(x);
+    atomic_store(&o->done, 1);
+    return NULL;
+}
+
+/* A server that accepts the connection and then answers nothing (its
+ * answers dropped by the link): opening gives up with FUNCD_EUNAVAILABLE
+ * once the setup's query has had no answer for 5 s, instead of waiting
+ * forever in a blocking call. */
+TEST(a_server_silent_during_setup_is_given_up)
+{
+    CHECK(pg_env_exec(&pg, "CREATE SCHEMA IF NOT EXISTS silent_store") == 0);
+    pg_slow_proxy px;
+    CHECK(pg_slow_proxy_start(&px, pg.root, 1u << 20) == 0);
+    atomic_store(&px.mute, 1);
+    opener *o = calloc(1, sizeof(*o));
+    CHECK(o != NULL);
+    snprintf(o->conninfo, sizeof(o->conninfo),
+             "host=%s user=postgres dbname=postgres options=-csearch_path=silent_store", px.dir);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, open_main, o) == 0);
+    int64_t t0 = now_ms();
+    while (!atomic_load(&o->done) && now_ms() - t0 < 20000)
+        usleep(20000);
+    int64_t took = now_ms() - t0;
+    int in_time = atomic_load(&o->done);
+    pg_slow_proxy_stop(&px); /* ends an open still waiting */
+    pthread_join(t, NULL);
+    fprintf(stderr, "  open gave up after %lld ms: %s\n", (long long)took, o->message);
+    int rc = o->rc;
+    char message[600];
+    snprintf(message, sizeof(message), "%s", o->message);
+    free(o);
+    CHECK(in_time);
+    CHECK_INT(rc, FUNCD_EUNAVAILABLE);
+    CHECK_CONTAINS(message, "no answer within");
+}
+
 int main(void)
 {
     if (!pg_env_present()) {
@@ -312,6 +367,7 @@ int main(void)
     RUN(prefixes_are_byte_ranges);
     RUN(the_server_goes_away_and_comes_back);
     RUN(bad_connection_strings_and_newer_schemas);
+    RUN(a_server_silent_during_setup_is_given_up);
     pg_env_free(&pg);
     return HARNESS_END();
 }
