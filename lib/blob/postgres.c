@@ -23,6 +23,7 @@
 #include "funcd/sys/blob.h"
 #include "funcd/sys/error.h"
 #include "store/pg_conn.h"
+#include "store/watchers.h" /* funcd_prefix_upper_bound */
 
 #define CHUNK (1u << 20)
 /* Another number than the store's: both may open one database at once. */
@@ -274,21 +275,6 @@ static int pg_stat(funcd_blob *b, const char *key, funcd_blob_stat *out)
     return found ? 0 : not_found(key, "stat");
 }
 
-/* The smallest string greater than every string starting with `prefix`, in
- * `out` (strlen(prefix) + 1 bytes); 0 if there is none ("" or all 0xff). */
-static int prefix_upper_bound(const char *prefix, char *out)
-{
-    size_t n = strlen(prefix);
-    while (n > 0 && (unsigned char)prefix[n - 1] == 0xff)
-        n--;
-    if (n == 0)
-        return 0;
-    memcpy(out, prefix, n);
-    out[n - 1] = (char)((unsigned char)out[n - 1] + 1);
-    out[n] = '\0';
-    return 1;
-}
-
 static int pg_list(funcd_blob *b, const char *prefix, funcd_blob_list_cb cb, void *payload)
 {
     pg_blob *p = pb(b);
@@ -299,7 +285,7 @@ static int pg_list(funcd_blob *b, const char *prefix, funcd_blob_list_cb cb, voi
     char *upper = malloc(strlen(prefix) + 1);
     if (!upper)
         return funcd_error_set(FUNCD_ENOMEM, "blob: out of memory listing \"%s\"", prefix);
-    int has_upper = prefix_upper_bound(prefix, upper), rc;
+    int has_upper = funcd_prefix_upper_bound(prefix, upper), rc;
     const char *v[] = {prefix, upper};
     int len[] = {(int)strlen(prefix), has_upper ? (int)strlen(upper) : 0};
     PGresult *r = NULL;

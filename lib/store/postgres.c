@@ -189,21 +189,6 @@ static pg_store *pq(funcd_store *s)
     return (pg_store *)s;
 }
 
-/* The smallest string greater than every string starting with `prefix`, in
- * `out` (strlen(prefix) + 1 bytes); 0 if there is none ("" or all 0xff). */
-static int prefix_upper_bound(const char *prefix, char *out)
-{
-    size_t n = strlen(prefix);
-    while (n > 0 && (unsigned char)prefix[n - 1] == 0xff)
-        n--;
-    if (n == 0)
-        return 0;
-    memcpy(out, prefix, n);
-    out[n - 1] = (char)((unsigned char)out[n - 1] + 1);
-    out[n] = '\0';
-    return 1;
-}
-
 /* A revision bound for a bigint parameter: UINT64_MAX ("after everything")
  * must not wrap to a negative number. */
 static uint64_t clamp(uint64_t v)
@@ -447,7 +432,7 @@ static PGresult *run_range(pg_store *st, enum stmt_id id, const char *prefix, in
         *err = funcd_error_set(FUNCD_ENOMEM, "store: out of memory (%s)", what);
         return NULL;
     }
-    int has_upper = prefix_upper_bound(prefix, upper);
+    int has_upper = funcd_prefix_upper_bound(prefix, upper);
     const char *v[4];
     int len[4], n = 0;
     for (; n < lead; n++) {

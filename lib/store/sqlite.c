@@ -280,21 +280,6 @@ static void rollback(sqlite_store *st)
         run(st, S_ROLLBACK);
 }
 
-/* The smallest string greater than every string starting with `prefix`, in
- * `out` (strlen(prefix) + 1 bytes); 0 if there is none ("" or all 0xff). */
-static int prefix_upper_bound(const char *prefix, char *out)
-{
-    size_t n = strlen(prefix);
-    while (n > 0 && (unsigned char)prefix[n - 1] == 0xff)
-        n--;
-    if (n == 0)
-        return 0;
-    memcpy(out, prefix, n);
-    out[n - 1] = (char)((unsigned char)out[n - 1] + 1);
-    out[n] = '\0';
-    return 1;
-}
-
 /* ---- watches ---------------------------------------------------------------------------- */
 
 static void dispatch(sqlite_store *st, const funcd_store_event *ev)
@@ -564,7 +549,7 @@ static int sq_get(funcd_store *s, const char *key, funcd_store_value *out)
 static int open_range(sqlite_store *st, enum stmt_id bounded, const char *prefix, int first,
                       char *upper, sqlite3_stmt **stmt, int *temporary)
 {
-    int has_upper = prefix_upper_bound(prefix, upper);
+    int has_upper = funcd_prefix_upper_bound(prefix, upper);
     int rc = acquire(st, has_upper ? bounded : bounded + 1, stmt, temporary);
     if (rc != SQLITE_OK)
         return rc;

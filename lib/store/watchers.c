@@ -194,3 +194,16 @@ int funcd_store_check_expected(int exists, uint64_t revision, const char *key, u
                                key, revision, expected);
     return 0;
 }
+
+int funcd_prefix_upper_bound(const char *prefix, char *out)
+{
+    size_t n = strlen(prefix);
+    while (n > 0 && (unsigned char)prefix[n - 1] == 0xff)
+        n--;
+    if (n == 0)
+        return 0;
+    memcpy(out, prefix, n);
+    out[n - 1] = (char)((unsigned char)out[n - 1] + 1);
+    out[n] = '\0';
+    return 1;
+}

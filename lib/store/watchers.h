@@ -1,5 +1,5 @@
 /*
- * What both store drivers share: key and revision checks, and the watch list: watches in registration order,
+ * What the store drivers share: key and revision checks, prefix ranges, and the watch list: watches in registration order,
  * delivery in revision order, and unwatch from inside a callback deferred
  * until no callback runs. The caller holds its store's lock around every
  * function here.
@@ -41,6 +41,12 @@ int funcd_store_refuse_in_callback(const funcd_watch_list *l, const char *what, 
 /* `expected` (FUNCD_STORE_ANY, _ABSENT or a revision) against the key now:
  * `exists`, at `revision`. FUNCD_EEXISTS, FUNCD_ENOTFOUND or FUNCD_ECONFLICT. */
 int funcd_store_check_expected(int exists, uint64_t revision, const char *key, uint64_t expected);
+
+/* The smallest string greater than every string starting with `prefix`
+ * (keys compare as bytes), in `out` (strlen(prefix) + 1 bytes), so a
+ * prefix is the range [prefix, out); 0 if there is none ("" or all 0xff):
+ * then every key >= prefix. Also used by the PostgreSQL blob driver. */
+int funcd_prefix_upper_bound(const char *prefix, char *out);
 
 /* ---- the watch list --------------------------------------------------- */
 
