@@ -27,6 +27,7 @@
 #include "funcd/funcd.h"
 #include "funcd/sys/error.h"
 #include "gateway/embedded.h"
+#include "eventing/queue.h"
 #include "invoke/invoke.h"
 #include "gateway/prefix.h"
 #include "platform/options.h"
@@ -59,6 +60,7 @@ struct funcd_platform {
     funcd_cluster *cluster;  /* this node's heartbeat and the cluster lease */
     funcd_serving *serving;
     funcd_invoker *invoker;  /* internal invocations (lib/invoke) */
+    funcd_queue *queue;      /* the delivery queue (lib/eventing/queue.h) */
     funcd_sources *sources;
     funcd_evsources *evsources; /* EventSources (docs/eventing.md) */
     funcd_fnrunner *fnrunner;
@@ -655,6 +657,11 @@ static int build(funcd_platform *p)
     p->cp.blob = p->cfg.blob;
     if ((rc = make_cluster(p)) < 0 || (rc = make_evsources(p)) < 0)
         return rc;
+    funcd_queue_config qc = {.loop = p->base, .store = p->cfg.store, .blob = p->cfg.blob,
+                             .invoker = p->invoker, .cluster = p->cluster,
+                             .logger = &p->cfg.logger};
+    if ((rc = funcd_queue_new(&p->queue, &qc)) < 0)
+        return rc;
     funcd_controller_config cc = {p->base, p->cfg.store, p->serving, &p->cfg.logger, 0,
                                   p->cluster};
     return funcd_controller_new(&p->controller, &cc);
@@ -729,13 +736,17 @@ static void teardown(funcd_platform *p)
 {
     funcd_cp_server_free(p->cp_server); /* no API calls from here on */
     p->cp_server = NULL;
+    funcd_queue_close(p->queue); /* no new attempt; those running may finish while draining */
     drain_workers(p); /* also fails waiting requests while the gateway still runs */
     funcd_cluster_stop(p->cluster); /* the others see this node leave, and lead */
     funcd_evsources_close(p->evsources); /* answers the webhook calls still waiting */
     if (p->cfg.gateway)
         funcd_port_gateway_stop(p->cfg.gateway);
+    funcd_queue_abandon(p->queue); /* attempts still running stay Running: redone at restart */
     funcd_invoker_free(p->invoker); /* no thread releases slots any more; serving still there */
     p->invoker = NULL;
+    funcd_queue_free(p->queue);
+    p->queue = NULL;
     funcd_controller_free(p->controller);
     p->controller = NULL;
     funcd_evsources_free(p->evsources);
@@ -786,6 +797,11 @@ static void teardown(funcd_platform *p)
 funcd_invoker *funcd_platform_invoker(funcd_platform *p)
 {
     return p->invoker;
+}
+
+funcd_queue *funcd_platform_queue(funcd_platform *p)
+{
+    return p->queue;
 }
 
 struct event_base *funcd_platform_loop(funcd_platform *p)
