@@ -655,13 +655,13 @@ static int build(funcd_platform *p)
     p->cp.serving = p->serving;
     p->cp.sources = p->sources;
     p->cp.blob = p->cfg.blob;
-    if ((rc = make_cluster(p)) < 0 || (rc = make_evsources(p)) < 0)
+    if ((rc = make_cluster(p)) < 0)
         return rc;
     funcd_queue_config qc = {.loop = p->base, .store = p->cfg.store, .blob = p->cfg.blob,
                              .invoker = p->invoker, .cluster = p->cluster,
                              .logger = &p->cfg.logger};
-    if ((rc = funcd_queue_new(&p->queue, &qc)) < 0)
-        return rc;
+    if ((rc = funcd_queue_new(&p->queue, &qc)) < 0 || (rc = make_evsources(p)) < 0)
+        return rc; /* (the event sources submit to the queue) */
     funcd_controller_config cc = {p->base, p->cfg.store, p->serving, &p->cfg.logger, 0,
                                   p->cluster};
     return funcd_controller_new(&p->controller, &cc);
