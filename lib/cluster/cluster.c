@@ -127,6 +127,10 @@ static void heartbeat(funcd_cluster *c)
 
 static void lease_step(funcd_cluster *c)
 {
+    /* What the subsystems saw last: a deadline that passed before this step
+     * (a loop held up, a slow store) made funcd_cluster_is_leader say no,
+     * so leader-only work was skipped and a renewal now is a new start. */
+    int was = funcd_cluster_is_leader(c);
     int64_t mono = funcd_mono_ms();
     int rc = funcd_lease_step(&c->lease, funcd_now_ms(), mono);
     if (rc < 0 && !c->lease_failing++)
@@ -136,9 +140,9 @@ static void lease_step(funcd_cluster *c)
         c->lease_failing = 0;
     int held = funcd_lease_held(&c->lease, mono);
     atomic_store(&c->leader_until, held ? c->lease.held_until : 0);
-    if (held == atomic_load(&c->leader))
+    int told = atomic_exchange(&c->leader, held);
+    if (held == was && held == told)
         return;
-    atomic_store(&c->leader, held);
     funcd_log(c->cfg.logger, FUNCD_LOG_INFO, held ? "cluster: node \"%s\" leads"
                                                   : "cluster: node \"%s\" no longer leads",
               c->name);

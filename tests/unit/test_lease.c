@@ -4,8 +4,10 @@
  * stops before anyone else may start, release, a restart of the holder,
  * and node names.
  */
+#include <event2/event.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../harness.h"
 #include "cluster/nodes.h"
@@ -303,6 +305,50 @@ TEST(node_records)
     CHECK(funcd_node_record_parse(no_ttl, strlen(no_ttl), &r) < 0);
 }
 
+typedef struct hooks {
+    int led, stopped; /* leading(1) and leading(0) calls */
+} hooks;
+
+static void on_leading(int leader, void *payload)
+{
+    hooks *h = payload;
+    if (leader)
+        h->led++;
+    else
+        h->stopped++;
+}
+
+/* A leader whose loop was held past its lease's deadline (is_leader said
+ * no meanwhile, so leader-only work was skipped) and whose next renewal
+ * succeeds is told it leads again: the platform then resyncs what it
+ * skipped, instead of waiting for the next periodic resync. */
+TEST(a_leader_back_from_a_lapse_is_told_again)
+{
+    struct event_base *loop = event_base_new();
+    funcd_store *store = NULL;
+    CHECK(loop && funcd_store_memory_new(&store, 0) == 0);
+    hooks h = {0, 0};
+    funcd_cluster_config cfg = {.loop = loop, .store = store, .name = "n1", .address = "",
+                                .ttl_ms = 300, .leading = on_leading, .payload = &h};
+    funcd_cluster *c = NULL;
+    CHECK(funcd_cluster_new(&c, &cfg) == 0);
+    CHECK(funcd_cluster_start(c) == 0);
+    CHECK_INT(h.led, 1);
+    CHECK(funcd_cluster_is_leader(c));
+    usleep(400 * 1000); /* the loop is held: no renewal for longer than the TTL */
+    int lapsed = !funcd_cluster_is_leader(c);
+    struct timeval tick = {0, 250 * 1000}; /* one renewal (every 100 ms) at least */
+    event_base_loopexit(loop, &tick);
+    event_base_dispatch(loop);
+    int leads = funcd_cluster_is_leader(c);
+    funcd_cluster_free(c);
+    store->free(store);
+    event_base_free(loop);
+    CHECK(lapsed);
+    CHECK(leads);
+    CHECK_INT(h.led, 2);
+}
+
 int main(void)
 {
     RUN(absent_lease_is_acquired_by_the_first);
@@ -316,5 +362,6 @@ int main(void)
     RUN(a_garbage_record_expires_too);
     RUN(node_names);
     RUN(node_records);
+    RUN(a_leader_back_from_a_lapse_is_told_again);
     return HARNESS_END();
 }
