@@ -21,7 +21,10 @@
  *   db_frozen   PostgreSQL stopped with SIGSTOP (it accepts connections and
  *               answers nothing, as behind a partition): the API answers
  *               503 within a bound instead of holding its callers, the data
- *               plane serves, and all recovers once it answers again.
+ *               plane serves, and all recovers once it answers again;
+ *   nats_down   nats-server SIGKILLed under load through nginx over two
+ *               nodes and started again: the nodes stay up, nothing fails,
+ *               the API works meanwhile, and every node's bus reconnects.
  *
  * Usage: test-cluster CASE. Exits 77 when PostgreSQL, nats-server or nginx
  * is not installed.
@@ -643,6 +646,82 @@ TEST(db_frozen)
     e2e_http_free(h);
 }
 
+/* Polls until every running node's log has `text`; the milliseconds it
+ * took, or -1. */
+static long wait_logged(const int *nodes, const char *text, int timeout_ms)
+{
+    int64_t t0 = e2e_now_ms();
+    for (;;) {
+        int all = 1;
+        for (const int *n = nodes; *n >= 0; n++)
+            all = all && dd_log_has(cl.node[*n].log, text);
+        if (all)
+            return (long)(e2e_now_ms() - t0);
+        if (e2e_now_ms() - t0 > timeout_ms)
+            return -1;
+        dd_sleep_ms(50);
+    }
+}
+
+/* nats-server killed (SIGKILL, by pid) under load through nginx over two
+ * nodes, then started again on its port: the nodes stay up, the data
+ * planes serve without a failure and the API works (a Function created
+ * meanwhile becomes Ready and serves); each node's bus says it lost NATS
+ * and reconnects by itself once the server is back. */
+static void nats_down_body(cl_load *load)
+{
+    const int nodes[] = {N1, N2, -1};
+    CHECK(start_nodes(nodes, NULL) == 0);
+    CHECK_INT(cl_put_function(&cl, cl.node[N1].d.cp, "web", NULL), 201);
+    char url[256];
+    for (const int *n = nodes; *n >= 0; n++) {
+        cl_fn_url(url, sizeof(url), cl.node[*n].d.dp, "web", "/hello");
+        CHECK(cl_wait_200(url, 15000) >= 0);
+    }
+    CHECK(cl_nginx_start(&cl) == 0);
+    cl_fn_url(url, sizeof(url), cl.lb, "web", "/hello");
+    cl_load_add(load, "GET", url);
+    cl_load_add(load, "GET", url);
+    CHECK(cl_load_start(load) == 0);
+    CHECK(load_gains(load, 100, 30000));
+
+    nats_env_halt(&cl.nats);
+    long before = cl_load_ok(load);
+    long lost = wait_logged(nodes, "bus: disconnected from NATS", 15000);
+    /* The control plane does not need the bus: a Function created now. */
+    CHECK_INT(cl_put_function(&cl, cl.node[N2].d.cp, "during", NULL), 201);
+    CHECK(cl_wait_ready(cl.node[N1].d.cp, "during", 30000) >= 0);
+    char during[256];
+    cl_fn_url(during, sizeof(during), cl.lb, "during", "/hello");
+    CHECK(cl_wait_200(during, 15000) >= 0);
+    CHECK(load_gains(load, 100, 30000));
+    long served_down = cl_load_ok(load) - before;
+    int alive = 1;
+    for (const int *n = nodes; *n >= 0; n++)
+        alive = alive && dd_wait_exit(&cl.node[*n].d, 0) == 0;
+
+    CHECK(nats_env_resume(&cl.nats) == 0);
+    int64_t back = e2e_now_ms();
+    long again = wait_logged(nodes, "bus: reconnected to NATS", 30000);
+    fprintf(stderr, "  NATS killed: the nodes logged it within %ld ms, served %ld requests "
+                    "while it was away; reconnected %ld ms after it was back (%lld ms now)\n",
+            lost, served_down, again, (long long)(e2e_now_ms() - back));
+    CHECK(load_gains(load, 100, 30000));
+    cl_load_stop(load);
+    CHECK(lost >= 0);
+    CHECK(alive);
+    CHECK(served_down > 0);
+    CHECK(again >= 0);
+    CHECK_INT(cl_load_failed(load), 0);
+}
+
+TEST(nats_down)
+{
+    cl_load load = {0};
+    nats_down_body(&load);
+    cl_load_stop(&load);
+}
+
 int main(int argc, char **argv)
 {
     static const struct {
@@ -651,9 +730,10 @@ int main(int argc, char **argv)
     } cases[] = {{"serve", serve},
                  {"node_kill", node_kill},
                  {"db_restart", db_restart},
-                 {"db_frozen", db_frozen}};
+                 {"db_frozen", db_frozen},
+                 {"nats_down", nats_down}};
     if (argc != 2) {
-        fprintf(stderr, "usage: %s serve|node_kill|db_restart|db_frozen\n", argv[0]);
+        fprintf(stderr, "usage: %s serve|node_kill|db_restart|db_frozen|nats_down\n", argv[0]);
         return 2;
     }
     if (!cl_tools_present())
