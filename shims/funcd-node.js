@@ -66,7 +66,51 @@ class Request {
     json() {
         return this.body.length ? JSON.parse(this.text()) : null;
     }
+
+    /** funcd.invoke on behalf of this request: the callee continues its trace. */
+    invoke(name, body, opts) {
+        const headers = Object.assign({}, (opts && opts.headers) || {});
+        if (this.headers.traceparent && !headers.traceparent) headers.traceparent = this.headers.traceparent;
+        return invokeFunction(name, body, Object.assign({}, opts, { headers }));
+    }
 }
+
+// funcd.invoke(name, body, {path, method, headers}): calls Function `name` of this
+// namespace (listed in spec.bindings.invoke) through the worker's local API, FUNCD_API
+// (docs/services.md). Resolves to {status, headers, body (a Buffer), text(), json()}.
+function invokeFunction(name, body, opts) {
+    const o = opts || {};
+    const api = process.env.FUNCD_API || '';
+    if (!api.startsWith('unix:')) {
+        return Promise.reject(new Error('FUNCD_API is not set: the Function has no spec.bindings'));
+    }
+    let data = body === undefined || body === null ? EMPTY : body;
+    if (typeof data === 'string') data = Buffer.from(data, 'utf8');
+    else if (!isBytes(data)) data = Buffer.from(JSON.stringify(data), 'utf8');
+    const sub = o.path ? (o.path.startsWith('/') ? o.path : '/' + o.path) : '/';
+    return new Promise((resolve, reject) => {
+        const req = http.request({
+            socketPath: api.slice(5), method: o.method || 'POST', path: `/fn/${name}${sub}`,
+            headers: Object.assign({ 'content-length': data.length }, o.headers || {}),
+        }, (res) => {
+            const chunks = [];
+            res.on('data', (c) => chunks.push(c));
+            res.on('end', () => {
+                const out = Buffer.concat(chunks);
+                resolve({
+                    status: res.statusCode, headers: res.headers, body: out,
+                    text: () => out.toString('utf8'),
+                    json: () => (out.length ? JSON.parse(out.toString('utf8')) : null),
+                });
+            });
+            res.on('error', reject);
+        });
+        req.on('error', reject);
+        req.end(data);
+    });
+}
+
+globalThis.funcd = Object.freeze({ invoke: invokeFunction });
 
 function isBytes(v) {
     return Buffer.isBuffer(v) || v instanceof Uint8Array;

@@ -186,7 +186,17 @@ def _run_async(awaitable):
     return asyncio.run_coroutine_threadsafe(_awaiting(awaitable), loop).result()
 
 
+_current = _thread._local()
+
+
+def current_traceparent():
+    """The traceparent of the request this thread handles, or None."""
+    req = getattr(_current, 'req', None)
+    return req.headers.get('traceparent') if req is not None else None
+
+
 def _invoke(handler, req):
+    _current.req = req
     try:
         result = handler(req)
         if hasattr(result, '__await__'):
@@ -304,11 +314,97 @@ def _serve(sock, handler):
         sock.close()
 
 
+# ---- the funcd module: calls to the platform through FUNCD_API ------------
+#
+# Handlers `import funcd` (docs/services.md); the module is made here, from
+# this precompiled file, and put in sys.modules before the handler loads.
+
+class FuncdError(Exception):
+    """The local API could not be reached (no FUNCD_API: no spec.bindings)."""
+
+
+class FuncdResponse:
+    __slots__ = ('status', 'headers', 'body')
+
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    @property
+    def text(self):
+        return self.body.decode('utf-8', 'replace')
+
+    def json(self):
+        return _json().loads(self.body) if self.body else None
+
+    def __repr__(self):
+        return 'Response(%d, %d bytes)' % (self.status, len(self.body))
+
+
+def _api_call(method, target, body, headers):
+    api = os.environ.get('FUNCD_API', '')
+    if not api.startswith('unix:'):
+        raise FuncdError('FUNCD_API is not set: the Function has no spec.bindings')
+    if isinstance(body, str):
+        body = body.encode('utf-8')
+    elif body is None:
+        body = b''
+    head = ['%s %s HTTP/1.1' % (method, target), 'Host: funcd', 'Connection: close',
+            'Content-Length: %d' % len(body)]
+    trace = current_traceparent()
+    if trace and not any(k.lower() == 'traceparent' for k in headers):
+        head.append('traceparent: ' + trace)
+    head += ['%s: %s' % (k, v) for k, v in headers.items()]
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.connect(api[5:])
+        sock.sendall(('\r\n'.join(head) + '\r\n\r\n').encode('latin-1') + body)
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        sock.close()
+    raw = b''.join(chunks)
+    head_end = raw.find(b'\r\n\r\n')
+    if head_end < 0:
+        raise FuncdError('the local API closed the connection without an answer')
+    lines = raw[:head_end].decode('latin-1').split('\r\n')
+    out = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(':')
+        out[name.strip().lower()] = value.strip()
+    return FuncdResponse(int(lines[0].split(' ', 2)[1]), out, raw[head_end + 4:])
+
+
+def invoke(name, body=b'', path='/', method='POST', headers=None):
+    """Invokes Function `name` of this namespace, which spec.bindings.invoke must list, and
+    returns its Response (status, headers, body). The call goes through the platform like any
+    request: a cold start when the callee has no worker, its queue and its timeout; it
+    continues the trace of the request this thread handles."""
+    if not path.startswith('/'):
+        path = '/' + path
+    return _api_call(method, '/fn/' + name + path, body, headers or {})
+
+
+def _install_funcd_module():
+    module = type(sys)('funcd')  # a module object, without importing `types`
+    module.__doc__ = 'Calls to the funcd platform from a function (docs/services.md).'
+    module.invoke = invoke
+    module.Error = FuncdError
+    module.Response = FuncdResponse
+    sys.modules['funcd'] = module
+
+
 def _load_handler(spec, code_dir):
     module_name, _, func_name = spec.rpartition('.')
     if not module_name or not func_name:
         raise ValueError('FUNCD_HANDLER must look like module.function, not %r' % spec)
     sys.path.insert(0, code_dir)
+    _install_funcd_module()
     __import__(module_name)
     handler = getattr(sys.modules[module_name], func_name, None)
     if handler is None:

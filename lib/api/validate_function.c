@@ -401,6 +401,39 @@ static int check_pull_secrets(funcd__api_ctx *c, const cJSON *item, const void *
     return 0;
 }
 
+/* ---- bindings: what the worker may reach through its local API ---------- */
+
+#define MAX_BINDINGS 64
+
+/* Names of Functions of the same namespace (DNS labels), no repeats. */
+static int check_function_names(funcd__api_ctx *c, const cJSON *item, const void *unused)
+{
+    static const size_t max = MAX_BINDINGS;
+    int rc = funcd__api_check_string_array(c, item, &max);
+    if (rc < 0)
+        return rc;
+    size_t i = 0;
+    for (const cJSON *e = item->child; e; e = e->next, i++) {
+        size_t old = funcd__api_push_index(c, i);
+        if ((rc = funcd__api_check_dns_label(c, e, NULL)) < 0)
+            return rc;
+        for (const cJSON *d = item->child; d != e; d = d->next)
+            if (strcmp(d->valuestring, e->valuestring) == 0)
+                return funcd__api_fail(c, "must not repeat \"%s\"", e->valuestring);
+        funcd__api_pop(c, old);
+    }
+    return 0;
+}
+
+static const funcd__api_field bindings_fields[] = {
+    {"invoke", 0, check_function_names, NULL},
+};
+
+static int check_bindings(funcd__api_ctx *c, const cJSON *item, const void *unused)
+{
+    return FUNCD__API_CHECK_OBJECT(c, item, bindings_fields);
+}
+
 /* ---- scaling, resources ---------------------------------------------------- */
 
 static const funcd__api_range replicas_min = {0, 1000}, replicas_max = {1, 1000},
@@ -503,6 +536,7 @@ static const funcd__api_field spec_fields[] = {
     {"network", 0, funcd__api_check_enum, networks},
     {"edge", 0, funcd__api_check_edge, NULL},
     {"contract", 0, funcd__api_check_contract, NULL},
+    {"bindings", 0, check_bindings, NULL},
 };
 
 /* The handler names a file of the artifact (native, exec mode; python3's

@@ -30,6 +30,7 @@
 #include "eventing/queue.h"
 #include "invoke/invoke.h"
 #include "gateway/prefix.h"
+#include "localapi/localapi.h"
 #include "platform/options.h"
 #include "port/gateway.h"
 #include "port/runtime.h"
@@ -61,6 +62,7 @@ struct funcd_platform {
     funcd_serving *serving;
     funcd_invoker *invoker;  /* internal invocations (lib/invoke) */
     funcd_queue *queue;      /* the delivery queue (lib/eventing/queue.h) */
+    funcd_localapi *localapi; /* workers' FUNCD_API sockets (lib/localapi) */
     funcd_sources *sources;
     funcd_evsources *evsources; /* EventSources (docs/eventing.md) */
     funcd_fnrunner *fnrunner;
@@ -630,7 +632,10 @@ static int build(funcd_platform *p)
     /* The edge checks tokens with the control plane's own (docs/edge.md). */
     p->cfg.edge.authorize = funcd_auth_authorize_invoke;
     p->cfg.edge.authorize_payload = &p->cfg.auth;
+    if ((rc = funcd_localapi_new(&p->localapi, p->base, &p->cfg.logger)) < 0)
+        return rc;
     funcd_serving_config sc = {
+        .localapi = p->localapi,
         .edge_defaults = &p->cfg.edge,
         .loop = p->base,
         .runtime = p->cfg.runtime,
@@ -652,6 +657,7 @@ static int build(funcd_platform *p)
     funcd_metrics_set_gauge_source(p->metrics, funcd_serving_gauges, p->serving);
     if ((rc = funcd_invoker_new(&p->invoker, p->base, p->serving, &p->cfg.logger)) < 0)
         return rc;
+    funcd_localapi_set_invoker(p->localapi, p->invoker);
     p->cp.serving = p->serving;
     p->cp.sources = p->sources;
     p->cp.blob = p->cfg.blob;
@@ -743,6 +749,7 @@ static void teardown(funcd_platform *p)
     if (p->cfg.gateway)
         funcd_port_gateway_stop(p->cfg.gateway);
     funcd_queue_abandon(p->queue); /* attempts still running stay Running: redone at restart */
+    funcd_localapi_set_invoker(p->localapi, NULL); /* workers' calls from here on: 503 */
     funcd_invoker_free(p->invoker); /* no thread releases slots any more; serving still there */
     p->invoker = NULL;
     funcd_queue_free(p->queue);
@@ -757,6 +764,8 @@ static void teardown(funcd_platform *p)
     if (p->metrics) /* the gateway has stopped: nothing collects any more */
         funcd_metrics_set_gauge_source(p->metrics, NULL, NULL);
     funcd_serving_free(p->serving);
+    funcd_localapi_free(p->localapi); /* after the workers whose sockets it served */
+    p->localapi = NULL;
     if (p->log_tick)
         event_free(p->log_tick);
     p->log_tick = NULL;

@@ -25,6 +25,7 @@
 #include "util/hostpath.h"
 #include "util/misc.h"
 #include "worker/launch.h"
+#include "localapi/localapi.h"
 
 #define STOP_GRACE_MS 10000 /* SIGTERM, then SIGKILL (docs/worker-contract.md) */
 #define LOG_GRACE_MS 200 /* lines read this soon after a request ended are its */
@@ -49,6 +50,7 @@ typedef struct launch {
     int load_check;
     atomic_int load_state;  /* LOAD_* */
     char load_error[512];   /* HandlerLoadFailed: the first line of the error */
+    char **invoke;          /* spec.bindings.invoke (NULL-terminated), or NULL: no local API */
 } launch;
 
 /* PENDING -> STOPPING (its worker loaded the handler, and is stopped again
@@ -86,6 +88,7 @@ typedef struct worker_ctx {
     atomic_int load_checked; /* the handler load check's worker, evicted once ready */
     uint64_t started_ns;     /* when it was prepared: its cold start runs from here */
     int claimed_spare;       /* it is a claimed spare, not ready yet */
+    struct funcd_localapi_socket *api; /* its local API socket, or NULL */
 } worker_ctx;
 
 /* A generic interpreter worker started ahead of need (node takes ~30 ms to
@@ -166,6 +169,7 @@ static void launch_unref(launch *ln)
         return;
     funcd_strv_free(ln->argv);
     funcd_strv_free(ln->env);
+    funcd_strv_free(ln->invoke);
     free(ln->cwd);
     free(ln->rootfs);
     free(ln->fingerprint);
@@ -459,6 +463,25 @@ static void build_env(const cJSON *spec, const char *ns, const char *name, const
     strv_add(env, "FUNCD_CODE_DIR=%s", code);
 }
 
+/* spec.bindings.<what> (a list of names), NULL-terminated; NULL when empty. */
+static char **bound_names(const cJSON *spec, const char *what)
+{
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(spec, "bindings"), what);
+    size_t n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, list) n += cJSON_IsString(e);
+    if (!n)
+        return NULL;
+    strv v = {0};
+    cJSON_ArrayForEach(e, list) if (cJSON_IsString(e)) strv_add(&v, "%s", e->valuestring);
+    if (v.oom) {
+        funcd_strv_free(v.v);
+        return NULL;
+    }
+    return v.v;
+}
+
 static char *fingerprint(const launch *ln)
 {
     funcd_buf b = FUNCD_BUF_INIT;
@@ -470,6 +493,8 @@ static char *fingerprint(const launch *ln)
     funcd_buf_printf(&b, "c:%s\nm:%llu p:%u c:%u n:%d\n", ln->cwd,
                      (unsigned long long)ln->limits.memory_bytes, ln->limits.pids,
                      ln->limits.cpu_millis, (int)ln->network);
+    for (char **p = ln->invoke; p && *p; p++)
+        funcd_buf_printf(&b, "i:%s\n", *p);
     return funcd_buf_detach(&b, NULL);
 }
 
@@ -595,6 +620,7 @@ static launch *build_launch(funcd_serving *s, const char *ns, const char *name, 
         const char *network = str_at(spec, "network");
         ln->network = network && strcmp(network, "host") == 0 ? FUNCD_WORKER_NETWORK_HOST
                                                                : FUNCD_WORKER_NETWORK_NONE;
+        ln->invoke = bound_names(spec, "invoke");
         ln->fingerprint = fingerprint(ln);
         funcd_log_ring_ref(logs);
         ln->logs = logs;
@@ -850,11 +876,23 @@ static void on_worker_prepare(funcd_worker_ctx *w, void *data, void *payload)
     snprintf(wc->pub.endpoint, sizeof(wc->pub.endpoint), "unix:%s", w->sock);
     snprintf(wc->pub.replica, sizeof(wc->pub.replica), "%s", w->replica);
     pthread_mutex_init(&wc->pub.invocation_lock, NULL);
+    launch *ln = payload;
+    if (ln->invoke && ln->s->cfg.localapi) { /* its FUNCD_API (docs/services.md) */
+        char path[200];
+        snprintf(path, sizeof(path), "%s/" FUNCD_LOCALAPI_SOCKET, w->dir);
+        funcd_localapi_caller caller = {ln->ns, ln->name, w->replica,
+                                        (const char *const *)ln->invoke};
+        if (!(wc->api = funcd_localapi_open(ln->s->cfg.localapi, path, &caller)))
+            funcd_log(ln->s->cfg.logger, FUNCD_LOG_WARN, "replica %s has no local API: %s",
+                      w->replica, funcd_error_last()->message);
+    }
 }
 
 static void on_worker_dispose(funcd_worker_ctx *w, void *data, void *payload)
 {
     worker_ctx *wc = data;
+    funcd_localapi_close(wc->api);
+    wc->api = NULL;
     pthread_mutex_destroy(&wc->pub.invocation_lock);
 }
 
@@ -1050,6 +1088,7 @@ static funcd_launch *launch_workers(funcd_serving *s, launch *ln)
         .exec_shim = shim[0] ? shim : NULL,
         .memory_field = "spec.resources.memory",
         .stop_grace_ms = STOP_GRACE_MS,
+        .local_api = ln->invoke && s->cfg.localapi,
     };
     funcd_launch_hooks hooks = {
         .data_size = sizeof(worker_ctx),

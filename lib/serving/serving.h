@@ -41,6 +41,7 @@ typedef struct funcd_serving_config {
     struct funcd_sources *sources;   /* borrowed; NULL: no image or git sources */
     const funcd_edge *edge_defaults; /* borrowed; NULL: every edge feature off, auth open */
     funcd_metrics *metrics;          /* borrowed; NULL: cold starts are not counted */
+    struct funcd_localapi *localapi; /* borrowed; NULL: spec.bindings have no effect */
 } funcd_serving_config;
 
 typedef struct funcd_serving_status {

@@ -40,6 +40,7 @@ struct funcd_launch {
     size_t n_binds;
     unsigned stop_grace_ms;
     int keep_probe_connection;
+    int local_api;
     funcd_launch_hooks hooks;
 };
 
@@ -163,6 +164,7 @@ int funcd_launch_new(funcd_launch **out, funcd_workers *ws, const funcd_launch_s
     ln->network = spec->network;
     ln->stop_grace_ms = spec->stop_grace_ms;
     ln->keep_probe_connection = spec->keep_probe_connection;
+    ln->local_api = spec->local_api;
     ln->name = funcd_strdup(spec->name);
     ln->argv = funcd_strv_dup(spec->argv);
     ln->env = funcd_strv_dup(spec->env);
@@ -209,7 +211,7 @@ const funcd_worker_end *funcd_worker_ctx_end(const funcd_worker_ctx *w)
 
 static void remove_dir(funcd_worker_ctx *w)
 {
-    static const char *const files[] = {"worker.sock", "ctl.sock", "funcd-exec"};
+    static const char *const files[] = {"worker.sock", "ctl.sock", "funcd-exec", "api.sock"};
     if (!w->dir[0])
         return;
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
@@ -399,8 +401,8 @@ static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
     size_t n_env = 0;
     while (ln->env[n_env])
         n_env++;
-    const char **env = calloc(n_env + 3, sizeof(char *));
-    char listen[160], replica[128];
+    const char **env = calloc(n_env + 4, sizeof(char *));
+    char listen[160], replica[128], api[180];
     if (!w->peer || !w->probe_timer || !env) {
         free(env);
         remove_dir(w);
@@ -412,6 +414,11 @@ static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)
     memcpy(env, ln->env, n_env * sizeof(char *));
     env[n_env] = listen;
     env[n_env + 1] = replica;
+    if (ln->local_api) {
+        snprintf(api, sizeof(api), "FUNCD_API=unix:%s/api.sock",
+                 ln->rootfs ? FUNCD_IMAGE_RUN_DIR : w->dir);
+        env[n_env + 2] = api;
+    }
     if (ln->hooks.prepare)
         ln->hooks.prepare(w, w->data, ln->hooks.payload);
     w->prepared = 1;

@@ -68,6 +68,10 @@ typedef struct funcd_launch_spec {
      * (funcd_worker_ctx_peer); without it the probe closes it, so that a
      * worker serving one connection at a time is free for the next. */
     int keep_probe_connection;
+    /* Each worker is told where its local API socket is (FUNCD_API=unix:
+     * its runtime directory's api.sock, as the worker sees it); the owner
+     * listens there (lib/localapi), from its prepare hook. */
+    int local_api;
 } funcd_launch_spec;
 
 typedef struct funcd_launch_hooks {

@@ -1,0 +1,357 @@
+#include "localapi/localapi.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "funcd/sys/error.h"
+#include "util/misc.h"
+
+#define MAX_BODY (16u << 20)   /* a request body to pass on (docs/services.md) */
+#define MAX_HEADERS (64u << 10)
+#define IDLE_TIMEOUT_S 300     /* a connection that sends nothing for this long is closed */
+
+typedef struct call call;
+
+struct funcd_localapi_socket {
+    funcd_localapi *api;
+    struct evhttp *http;
+    char path[108];
+    char *ns, *name, *replica;
+    char **invoke; /* NULL-terminated */
+    call *calls;   /* in flight */
+    funcd_localapi_socket *prev, *next;
+};
+
+struct funcd_localapi {
+    struct event_base *loop;
+    const funcd_logger *logger;
+    funcd_invoker *invoker;
+    funcd_localapi_socket *sockets;
+};
+
+struct call {
+    funcd_localapi_socket *sock; /* NULL once the socket closed: no one to answer */
+    struct evhttp_request *req;
+    call *prev, *next;
+};
+
+int funcd_localapi_new(funcd_localapi **out, struct event_base *loop, const funcd_logger *logger)
+{
+    funcd_localapi *api = calloc(1, sizeof(*api));
+    if (!api)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the local API");
+    api->loop = loop;
+    api->logger = logger;
+    *out = api;
+    return 0;
+}
+
+void funcd_localapi_set_invoker(funcd_localapi *api, funcd_invoker *inv)
+{
+    if (api)
+        api->invoker = inv;
+}
+
+void funcd_localapi_free(funcd_localapi *api)
+{
+    if (!api)
+        return;
+    while (api->sockets)
+        funcd_localapi_close(api->sockets);
+    free(api);
+}
+
+/* ---- answers ------------------------------------------------------------ */
+
+static void send_status(struct evhttp_request *req, int code, const char *reason,
+                        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* A JSON Status, as every funcd API answers an error. */
+static void send_status(struct evhttp_request *req, int code, const char *reason,
+                        const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    cJSON *st = cJSON_CreateObject();
+    cJSON_AddStringToObject(st, "kind", "Status");
+    cJSON_AddStringToObject(st, "apiVersion", "v1");
+    cJSON_AddStringToObject(st, "status", "Failure");
+    cJSON_AddNumberToObject(st, "code", code);
+    cJSON_AddStringToObject(st, "reason", reason);
+    cJSON_AddStringToObject(st, "message", msg);
+    char *text = cJSON_PrintUnformatted(st);
+    cJSON_Delete(st);
+    struct evbuffer *body = evbuffer_new();
+    if (body && text)
+        evbuffer_add(body, text, strlen(text));
+    free(text);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+    evhttp_send_reply(req, code, NULL, body);
+    if (body)
+        evbuffer_free(body);
+}
+
+static const char *reason_of(int code)
+{
+    switch (code) {
+    case 404: return "NotFound";
+    case 503: return "ServiceUnavailable";
+    case 504: return "Timeout";
+    default: return "BadGateway";
+    }
+}
+
+static void unlink_call(call *c)
+{
+    if (c->sock) {
+        if (c->prev)
+            c->prev->next = c->next;
+        else
+            c->sock->calls = c->next;
+        if (c->next)
+            c->next->prev = c->prev;
+    }
+}
+
+static void on_invoked(const funcd_invoke_res *res, void *arg)
+{
+    call *c = arg;
+    unlink_call(c);
+    if (c->sock && c->req) {
+        struct evkeyvalq *h = evhttp_request_get_output_headers(c->req);
+        if (res->invocation_id)
+            evhttp_add_header(h, "X-Funcd-Invocation-Id", res->invocation_id);
+        if (res->error) {
+            send_status(c->req, res->status, reason_of(res->status), "%s", res->error);
+        } else {
+            struct evbuffer *body = evbuffer_new();
+            if (body)
+                evbuffer_add(body, res->body, res->body_len);
+            if (res->content_type)
+                evhttp_add_header(h, "Content-Type", res->content_type);
+            evhttp_send_reply(c->req, res->status, NULL, body);
+            if (body)
+                evbuffer_free(body);
+        }
+    }
+    free(c);
+}
+
+/* ---- requests ----------------------------------------------------------- */
+
+static const char *method_name(enum evhttp_cmd_type cmd)
+{
+    switch (cmd) {
+    case EVHTTP_REQ_GET: return "GET";
+    case EVHTTP_REQ_POST: return "POST";
+    case EVHTTP_REQ_HEAD: return "HEAD";
+    case EVHTTP_REQ_PUT: return "PUT";
+    case EVHTTP_REQ_DELETE: return "DELETE";
+    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+    case EVHTTP_REQ_PATCH: return "PATCH";
+    default: return NULL;
+    }
+}
+
+static int may_invoke(const funcd_localapi_socket *s, const char *name, size_t len)
+{
+    for (char **p = s->invoke; *p; p++)
+        if (strlen(*p) == len && memcmp(*p, name, len) == 0)
+            return 1;
+    return 0;
+}
+
+/* POST /fn/{name}/{rest}: the function `name` of the caller's namespace. */
+static void invoke(funcd_localapi_socket *s, struct evhttp_request *req, const char *target)
+{
+    const char *name = target + 4;
+    size_t len = strcspn(name, "/?");
+    const char *rest = name + len;
+    const char *method = method_name(evhttp_request_get_command(req));
+    if (len == 0 || len > 63)
+        return send_status(req, 404, "NotFound", "a local API call is /fn/{name}/{path}");
+    if (!may_invoke(s, name, len))
+        return send_status(req, 403, "Forbidden",
+                           "function %s/%s may not invoke \"%.*s\": it is not in "
+                           "spec.bindings.invoke", s->ns, s->name, (int)len, name);
+    if (!method)
+        return send_status(req, 405, "MethodNotAllowed", "this method is not passed on");
+    if (!s->api->invoker)
+        return send_status(req, 503, "ServiceUnavailable", "funcd is shutting down");
+    char callee[64], path[2048];
+    snprintf(callee, sizeof(callee), "%.*s", (int)len, name);
+    if (snprintf(path, sizeof(path), "%s%s", *rest == '?' ? "/" : "", rest) >=
+        (int)sizeof(path))
+        return send_status(req, 414, "RequestURITooLong", "the path is longer than %zu bytes",
+                           sizeof(path) - 1);
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    const char *type = evhttp_find_header(in, "Content-Type");
+    char caller[200];
+    snprintf(caller, sizeof(caller), "%s", s->name);
+    const char *headers[] = {"X-Funcd-Caller", caller, type ? "Content-Type" : NULL, type, NULL};
+    struct evbuffer *body = evhttp_request_get_input_buffer(req);
+    size_t body_len = evbuffer_get_length(body);
+    call *c = calloc(1, sizeof(*c));
+    if (!c)
+        return send_status(req, 503, "ServiceUnavailable", "out of memory");
+    c->sock = s;
+    c->req = req;
+    funcd_invoke_req ir = {
+        .ns = s->ns,
+        .name = callee,
+        .method = method,
+        .path = path,
+        .headers = headers,
+        .body = body_len ? evbuffer_pullup(body, -1) : NULL,
+        .body_len = body_len,
+        .traceparent = evhttp_find_header(in, "traceparent"),
+    };
+    if (funcd_invoke(s->api->invoker, &ir, on_invoked, c) < 0) {
+        free(c);
+        return send_status(req, 503, "ServiceUnavailable", "%s", funcd_error_last()->message);
+    }
+    c->next = s->calls;
+    if (s->calls)
+        s->calls->prev = c;
+    s->calls = c;
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    funcd_localapi_socket *s = arg;
+    const char *target = evhttp_request_get_uri(req);
+    if (target && strncmp(target, "/fn/", 4) == 0)
+        return invoke(s, req, target);
+    send_status(req, 404, "NotFound", "the local API has no %s (docs/services.md)",
+                target ? target : "such path");
+}
+
+/* ---- sockets ------------------------------------------------------------ */
+
+static char **copy_names(const char *const *names)
+{
+    size_t n = 0;
+    while (names && names[n])
+        n++;
+    char **out = calloc(n + 1, sizeof(*out));
+    for (size_t i = 0; out && i < n; i++)
+        if (!(out[i] = strdup(names[i]))) {
+            funcd_strv_free(out);
+            return NULL;
+        }
+    return out;
+}
+
+static int listen_unix(const char *path)
+{
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(sun.sun_path)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(sun.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    unlink(path);
+    mode_t old = umask(077); /* 0600 before anyone can connect */
+    int rc = bind(fd, (struct sockaddr *)&sun, sizeof(sun));
+    umask(old);
+    if (rc != 0 || listen(fd, 64) != 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+funcd_localapi_socket *funcd_localapi_open(funcd_localapi *api, const char *path,
+                                           const funcd_localapi_caller *caller)
+{
+    funcd_localapi_socket *s = calloc(1, sizeof(*s));
+    if (!s || !(s->ns = strdup(caller->ns)) || !(s->name = strdup(caller->name)) ||
+        !(s->replica = strdup(caller->replica ? caller->replica : "")) ||
+        !(s->invoke = copy_names(caller->invoke)) || !(s->http = evhttp_new(api->loop))) {
+        funcd_error_set(FUNCD_ENOMEM, "out of memory opening the local API");
+        goto fail;
+    }
+    s->api = api;
+    snprintf(s->path, sizeof(s->path), "%s", path);
+    int fd = listen_unix(path);
+    if (fd < 0) {
+        funcd_error_set(FUNCD_EIO, "local API: cannot listen on the worker's socket: %s",
+                        strerror(errno));
+        goto fail;
+    }
+    if (!evhttp_accept_socket_with_handle(s->http, fd)) {
+        close(fd);
+        unlink(path);
+        funcd_error_set(FUNCD_ENOMEM, "out of memory listening for the local API");
+        goto fail;
+    }
+    evhttp_set_max_body_size(s->http, MAX_BODY);
+    evhttp_set_max_headers_size(s->http, MAX_HEADERS);
+    evhttp_set_timeout(s->http, IDLE_TIMEOUT_S);
+    evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+    evhttp_set_gencb(s->http, on_request, s);
+    s->next = api->sockets;
+    if (api->sockets)
+        api->sockets->prev = s;
+    api->sockets = s;
+    return s;
+fail:
+    if (s) {
+        if (s->http)
+            evhttp_free(s->http);
+        funcd_strv_free(s->invoke);
+        free(s->replica);
+        free(s->name);
+        free(s->ns);
+        free(s);
+    }
+    return NULL;
+}
+
+void funcd_localapi_close(funcd_localapi_socket *s)
+{
+    if (!s)
+        return;
+    funcd_localapi *api = s->api;
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        api->sockets = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    /* evhttp_free frees the requests still waiting for an answer: their
+     * calls must not answer them. */
+    for (call *c = s->calls; c; c = c->next) {
+        c->sock = NULL;
+        c->req = NULL;
+    }
+    evhttp_free(s->http);
+    unlink(s->path);
+    funcd_strv_free(s->invoke);
+    free(s->replica);
+    free(s->name);
+    free(s->ns);
+    free(s);
+}
