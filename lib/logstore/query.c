@@ -4,11 +4,14 @@
  * object's header names it (a compaction was cut short after writing the
  * hour) or when it is still in memory (its put finished after the snapshot).
  *
- * A logstore with a node name shares its blob with other nodes: their
- * segments overlap ours in time, so the matches are collected, sorted by
- * time (stable: one node's order stays) and emitted after the last object.
- * Nothing is emitted before, so a segment the leader's compaction deleted
- * under us (the hour object we read was older) just reads everything again.
+ * A logstore with a node name shares its blob with other nodes: when the
+ * listing holds another node's segments, they overlap ours in time, so the
+ * matches are collected, sorted by time (stable: one node's order stays)
+ * and emitted after the last object. Nothing is emitted before, so a
+ * segment the leader's compaction deleted under us (the hour object we
+ * read was older) just reads everything again. A node alone streams, as
+ * without a name; an hour object that merged other nodes' segments is
+ * sorted on its own before it is streamed.
  */
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -147,6 +150,16 @@ static int keep(emitter *e, const char *line, size_t len)
     return 0;
 }
 
+/* Passes a match on when not merging: to the caller, or to the tail. */
+static int pass(emitter *e, const char *line, size_t len)
+{
+    if (!e->tail)
+        e->stopped = e->cb(line, len, e->payload) != 0;
+    else if (keep(e, line, len) < 0)
+        return funcd_error_set(FUNCD_ENOMEM, "logs: out of memory keeping the tail");
+    return 0;
+}
+
 static int scan(emitter *e, const char *data, size_t len)
 {
     const char *p = data, *end = data + len;
@@ -158,10 +171,9 @@ static int scan(emitter *e, const char *data, size_t len)
             if (e->merge) {
                 if (collect(e, p, n, t) < 0)
                     return funcd_error_set(FUNCD_ENOMEM, "logs: out of memory merging nodes");
-            } else if (!e->tail)
-                e->stopped = e->cb(p, n, e->payload) != 0;
-            else if (keep(e, p, n) < 0)
-                return funcd_error_set(FUNCD_ENOMEM, "logs: out of memory keeping the tail");
+            } else if (pass(e, p, n) < 0) {
+                return -1;
+            }
         }
         p = nl ? nl + 1 : end;
     }
@@ -263,6 +275,45 @@ static int covered(const reader *r, const char *name)
     return 0;
 }
 
+/* Whether a segment's name ("<node>/<file>", or "<file>" from before
+ * nodes) is another node's than this logstore's. */
+static int others(const funcd_logstore *ls, const char *name)
+{
+    const char *slash = strchr(name, '/');
+    size_t n = slash ? (size_t)(slash - name) : 0;
+    return slash && (n != strlen(ls->node_key) || memcmp(name, ls->node_key, n) != 0);
+}
+
+static int lists_others(const funcd_logstore *ls, const funcd__keylist *kl, size_t plen)
+{
+    for (size_t i = 0; i < kl->n; i++)
+        if (strncmp(kl->keys[i] + plen, "seg/", 4) == 0 && others(ls, kl->keys[i] + plen + 4))
+            return 1;
+    return 0;
+}
+
+/* Streams an hour object's body; one that merged other nodes' segments
+ * (its header names them) is sorted by time first. */
+static int scan_hour(reader *r, const cJSON *header, const char *body, size_t len)
+{
+    emitter *e = r->e;
+    const cJSON *it;
+    int mixed = 0;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(header, "segments"))
+        mixed |= cJSON_IsString(it) && others(r->ls, it->valuestring);
+    if (e->merge || !mixed)
+        return scan(e, body, len);
+    e->merge = 1;
+    int rc = scan(e, body, len);
+    e->merge = 0;
+    if (e->n_all)
+        qsort(e->all, e->n_all, sizeof(*e->all), by_time);
+    for (size_t i = 0; rc == 0 && i < e->n_all && !e->stopped; i++)
+        rc = pass(e, e->text.data + e->all[i].off, e->all[i].len);
+    drop_collected(e);
+    return rc;
+}
+
 static int read_hour(reader *r, const char *key)
 {
     if (hour_end(r->ls->blob, key) < r->e->since)
@@ -273,12 +324,10 @@ static int read_hour(reader *r, const char *key)
     int rc = funcd__logstore_hour_read(r->ls->blob, key, &data, &len, &body_at, &header);
     if (rc == FUNCD_ENOTFOUND)
         return 0;
-    if (rc == 0 && header)
-        r->headers[r->n_headers++] = header;
-    else
-        cJSON_Delete(header);
     if (rc == 0)
-        rc = scan(r->e, data + body_at, len - body_at);
+        rc = scan_hour(r, header, data + body_at, len - body_at);
+    if (header)
+        r->headers[r->n_headers++] = header;
     free(data);
     return rc;
 }
@@ -328,6 +377,8 @@ static int query_once(funcd_logstore *ls, emitter *e, const funcd_buf *prefix, c
     int rc = take_snapshot(ls, ns, fn, &snap);
     if (rc == 0)
         rc = funcd__logstore_keys(ls->blob, prefix->data, &kl);
+    if (rc == 0 && ls->node && !e->merge) /* once merging, every try merges */
+        e->merge = lists_others(ls, &kl, prefix->len);
     if (rc == 0)
         rc = read_objects(&r, &kl, prefix->len, &snap);
     pthread_rwlock_unlock(&ls->layout);
@@ -352,7 +403,7 @@ int funcd_logstore_query(funcd_logstore *ls, const char *ns, const char *fn, int
         return funcd_error_set(FUNCD_EINVAL, "logs: a query needs a namespace and a function");
     }
     emitter e = {.since = since_ms, .inv = invocation, .inv_len = invocation ? strlen(invocation) : 0,
-                 .tail = tail, .cb = cb, .payload = payload, .merge = ls->node != NULL};
+                 .tail = tail, .cb = cb, .payload = payload};
     int rc, tries = 0;
     do {
         drop_collected(&e);
@@ -362,8 +413,7 @@ int funcd_logstore_query(funcd_logstore *ls, const char *ns, const char *fn, int
         rc = funcd_error_set(FUNCD_EIO, "logs: segments of %s/%s kept moving while read", ns, fn);
     if (rc < 0)
         e.stopped = 1; /* a partial answer would look complete */
-    if (e.merge)
-        emit_collected(&e);
+    emit_collected(&e); /* when streaming: frees what a mixed hour's sort used */
     emit_kept(&e);
     funcd_buf_free(&prefix);
     return rc;

@@ -282,6 +282,102 @@ TEST(a_name_that_cannot_be_a_key_is_refused)
     b->free(b);
 }
 
+/* A memory blob that counts the reads of segments. */
+typedef struct counting {
+    funcd_blob base;
+    funcd_blob *inner;
+    int seg_gets;
+} counting;
+
+#define CINNER(b) (((counting *)(b))->inner)
+
+static int c_put(funcd_blob *b, const char *k, const void *d, size_t n)
+{
+    return CINNER(b)->put(CINNER(b), k, d, n);
+}
+static int c_get(funcd_blob *b, const char *k, uint64_t off, uint64_t len, void **out, size_t *n)
+{
+    if (strstr(k, "/seg/"))
+        ((counting *)b)->seg_gets++;
+    return CINNER(b)->get(CINNER(b), k, off, len, out, n);
+}
+static int c_stat(funcd_blob *b, const char *k, funcd_blob_stat *out)
+{
+    return CINNER(b)->stat(CINNER(b), k, out);
+}
+static int c_list(funcd_blob *b, const char *p, funcd_blob_list_cb cb, void *pl)
+{
+    return CINNER(b)->list(CINNER(b), p, cb, pl);
+}
+static int c_del(funcd_blob *b, const char *k)
+{
+    return CINNER(b)->del(CINNER(b), k);
+}
+static void c_free(funcd_blob *b)
+{
+    CINNER(b)->free(CINNER(b));
+}
+
+typedef struct first_only {
+    counting *blob;
+    int calls, gets_then;
+    char line[512];
+} first_only;
+
+/* Keeps the first record and how many segments had been read by then. */
+static int stop_at_first(const char *rec, size_t len, void *payload)
+{
+    first_only *f = payload;
+    if (f->calls++ == 0) {
+        f->gets_then = f->blob->seg_gets;
+        snprintf(f->line, sizeof(f->line), "%.*s", (int)len, rec);
+    }
+    return 1;
+}
+
+/* A node alone in the blob streams its answer as before there were
+ * nodes: the first record reaches the caller after one segment was read,
+ * and a caller that stops there reads no more; the lines stay in order. */
+TEST(a_node_alone_streams)
+{
+    counting cb = {.base = FUNCD_BLOB_INIT};
+    cb.base.name = "counting";
+    cb.base.put = c_put;
+    cb.base.get = c_get;
+    cb.base.stat = c_stat;
+    cb.base.list = c_list;
+    cb.base.del = c_del;
+    cb.base.free = c_free;
+    funcd_blob_memory_new(&cb.inner);
+    funcd_logstore *n1 = node(&cb.base, "n1");
+    CHECK(n1 != NULL);
+    if (!n1)
+        return;
+    int64_t t = H0 + 60000;
+    for (int s = 0; s < 3; s++) {
+        char text[32];
+        for (int i = 0; i < 2; i++) {
+            snprintf(text, sizeof(text), "a%d", s * 2 + i);
+            put_line(n1, t + s * 100 + i * 20, text);
+        }
+        funcd_logstore_tick(n1, t + s * 100 + 20000);
+    }
+    first_only f = {.blob = &cb};
+    cb.seg_gets = 0;
+    CHECK_INT(funcd_logstore_query(n1, "default", "f", 0, NULL, 0, stop_at_first, &f), 0);
+    int read_after_stop = cb.seg_gets;
+    got g = {0};
+    CHECK_INT(funcd_logstore_query(n1, "default", "f", 0, NULL, 0, collect, &g), 0);
+    char all[512];
+    CHECK_STR(seen(&g, all, sizeof(all)), "n1:a0,n1:a1,n1:a2,n1:a3,n1:a4,n1:a5");
+    CHECK_INT(f.calls, 1);
+    CHECK_INT(f.gets_then, 1);
+    CHECK_INT(read_after_stop, 1);
+    got_free(&g);
+    funcd_logstore_free(n1);
+    cb.base.free(&cb.base);
+}
+
 int main(void)
 {
     RUN(either_node_reads_both_in_time_order);
@@ -290,5 +386,6 @@ int main(void)
     RUN(without_a_name_nothing_changes);
     RUN(a_long_name_is_hashed_in_keys_only);
     RUN(a_name_that_cannot_be_a_key_is_refused);
+    RUN(a_node_alone_streams);
     return HARNESS_END();
 }
