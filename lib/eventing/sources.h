@@ -88,6 +88,11 @@ void funcd_evsources_leading(funcd_evsources *s, int leader);
 /* Stops every source and answers the webhook calls still waiting (503);
  * call before the gateway stops. */
 void funcd_evsources_close(funcd_evsources *s);
+/* The wiring to the delivery queue (sources_queue.c): `submit` with the
+ * queue as its payload, and the outcomes of "eventsource/" items. */
+struct funcd_queue;
+int funcd_evsources_queue_submit(const funcd_evsources_event *ev, void *payload);
+int funcd_evsources_queue_outcomes(struct funcd_queue *q, funcd_evsources *s);
 void funcd_evsources_free(funcd_evsources *s);
 
 #endif
