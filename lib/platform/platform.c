@@ -494,8 +494,13 @@ static int make_evsources(funcd_platform *p)
         .cluster = p->cluster,
         .logger = &p->cfg.logger,
         .blob_poll_ms = p->cfg.blob_poll_ms,
+        .submit = funcd_evsources_queue_submit, /* their events into the delivery queue */
+        .submit_payload = p->queue,
     };
-    return funcd_evsources_new(&p->evsources, &ec);
+    int rc = funcd_evsources_new(&p->evsources, &ec);
+    if (rc == 0)
+        rc = funcd_evsources_queue_outcomes(p->queue, p->evsources); /* their status counts */
+    return rc;
 }
 
 static int make_cluster(funcd_platform *p)

@@ -106,7 +106,7 @@ static int make_sink(env *e)
         return -1;
     if (!sv_wait_ready(e, "sink", 20000))
         return -1;
-    long warm = sv_invoke(e, "POST", DP_PATH("sink") "/", "warm");
+    long warm = sv_invoke(e, "POST", DP_PATH("sink") "/warm", "warm");
     forget_events();
     return warm == 200 ? 0 : -1;
 }
@@ -261,7 +261,10 @@ SV_TEST_WITH(bus, funcd_with_log_observer(on_log, NULL), with_kept_bus())
         snprintf(msg, sizeof(msg), "order %d", i);
         CHECK_INT(the_bus->publish(the_bus, "orders.created", msg, strlen(msg)), 0);
     }
-    CHECK(wait_events(20, 30000));
+    if (!wait_events(20, 30000)) {
+        REQ("GET", NS("default") "/eventsources/orders-a", DEV_TOKEN, NULL);
+        FAILF("%zu events of 20; %s", events(), e->r.body);
+    }
     env_sleep_ms(1500);
     CHECK_INT(events(), 20);
     for (int i = 0; i < 20; i++) {
@@ -342,6 +345,11 @@ TEST(blob)
              make_source(e, "uploads", "{\"type\":\"blob\",\"blob\":{\"prefix\":\"uploads/\","
                          "\"pollInterval\":\"200ms\"},\"target\":{\"function\":\"sink\"}}") == 201;
     ok = ok && write_objects(0, 50) == 0 && wait_events(50, 60000);
+    if (!ok) {
+        const char *why = each_once(50);
+        REQ("GET", NS("default") "/eventsources/uploads", DEV_TOKEN, NULL);
+        fprintf(stderr, "%s; eventsource: %s\n", why ? why : "", e->r.body);
+    }
     env_down(e);
     if (!ok) {
         sv_cleanup();
@@ -363,6 +371,10 @@ TEST(blob)
         env_sleep_ms(2000); /* time for a repeat to show */
     size_t n = events();
     const char *why = each_once(100);
+    if (!ok || n != 100 || why) { /* what the source says about it */
+        REQ("GET", NS("default") "/eventsources/uploads", DEV_TOKEN, NULL);
+        fprintf(stderr, "eventsource: %s\n", e->r.body);
+    }
     env_down(e);
     sv_cleanup();
     if (!ok || n != 100 || why)
