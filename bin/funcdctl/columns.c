@@ -87,6 +87,18 @@ static int functionconfig_cells(ctl_row *r, const cJSON *obj)
     return ctl_row_push(r, binary && pod ? "binary,pod" : binary ? "binary" : pod ? "pod" : NONE);
 }
 
+/* An EventSource's type and where its events go ("function/resize"). */
+static int eventsource_cells(ctl_row *r, const cJSON *obj)
+{
+    const char *type = ctl_get_string(obj, "spec.type");
+    const char *fn = ctl_get_string(obj, "spec.target.function");
+    char target[100];
+    snprintf(target, sizeof(target), "function/%s", fn ? fn : "?");
+    if (ctl_row_push(r, type ? type : NONE) != 0)
+        return -1;
+    return ctl_row_push(r, fn ? target : NONE);
+}
+
 static int secret_cells(ctl_row *r, const cJSON *obj)
 {
     char count[32];
@@ -114,6 +126,7 @@ static const kind_columns columns[] = {
      function_wide_cells},
     {"FunctionConfig", {"IMAGE", "EXECUTORS", NULL}, {24, 10}, functionconfig_cells, {NULL}, NULL},
     {"Secret", {"TYPE", "DATA", NULL}, {30, 4}, secret_cells, {NULL}, NULL},
+    {"EventSource", {"TYPE", "TARGET", NULL}, {7, 20}, eventsource_cells, {NULL}, NULL},
 };
 
 static const kind_columns *columns_of(const funcd_kind *kind)

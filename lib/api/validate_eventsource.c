@@ -8,7 +8,6 @@
 
 #define MAX_PREFIX 1024
 #define MAX_SUBJECT 256
-#define MAX_SECRET_KEY 253
 
 static const char *const types[] = {"cron", "blob", "bus", "webhook", NULL};
 
@@ -85,12 +84,9 @@ static int check_bus(funcd__api_ctx *c, const cJSON *item, const void *unused)
 
 static int check_secret_key(funcd__api_ctx *c, const cJSON *item, const void *unused)
 {
-    size_t len = cJSON_IsString(item) ? strlen(item->valuestring) : 0;
-    if (len == 0 || len > MAX_SECRET_KEY ||
-        strspn(item->valuestring, "-._abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                  "0123456789") != len)
+    if (!cJSON_IsString(item) || !funcd__api_is_secret_key(item->valuestring))
         return funcd__api_fail(c, "must be a key of the Secret: 1 to 253 letters, digits, '-', "
-                                  "'_' or '.'");
+                                  "'_' or '.', other than \".\" and \"..\"");
     return 0;
 }
 
