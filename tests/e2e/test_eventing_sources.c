@@ -121,6 +121,30 @@ static long make_source(env *e, const char *name, const char *spec)
     return REQ("POST", NS("default") "/eventsources", DEV_TOKEN, body);
 }
 
+/* ---- what the API refuses --------------------------------------------------------- */
+
+SV_TEST_WITH(refused, NULL, NULL)
+{
+    CHECK_INT(make_source(e, "wf", "{\"type\":\"webhook\",\"target\":{\"workflow\":\"ingest\"}}"),
+              400);
+    CHECK_STATUS(400, "BadRequest", "spec.target.workflow");
+    CHECK_CONTAINS(e->r.body, "workflows are not available");
+    CHECK_INT(make_source(e, "tz", "{\"type\":\"cron\",\"cron\":{\"schedule\":\"0 9 * * *\","
+                          "\"timezone\":\"Europe/Paris\"},\"target\":{\"function\":\"f\"}}"),
+              400);
+    CHECK_STATUS(400, "BadRequest", "spec.cron.timezone");
+    CHECK_INT(make_source(e, "never", "{\"type\":\"cron\",\"cron\":{\"schedule\":\"0 0 30 2 *\"},"
+                          "\"target\":{\"function\":\"f\"}}"),
+              400);
+    CHECK_STATUS(400, "BadRequest", "spec.cron.schedule");
+    /* Nothing was made of them. */
+    CHECK_INT(REQ("GET", NS("default") "/eventsources", DEV_TOKEN, NULL), 200);
+    CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 0);
+    /* No webhook source: 404 on the data plane. */
+    CHECK_INT(e2e_http_send(e->dp, "POST", "/events/default/wf", NULL, NULL, "x", 1, &e->r), 404);
+    CHECK_DP_STATUS(404, "NotFound");
+}
+
 /* ---- webhook -------------------------------------------------------------------- */
 
 static void sign(const char *key, const char *body, char out[128])
@@ -387,6 +411,7 @@ int main(int argc, char **argv)
     sv_init();
     const char *only = argc > 1 ? argv[1] : NULL;
     int ran = 0;
+    SV_RUN(only, ran, refused);
     SV_RUN(only, ran, webhook);
     SV_RUN(only, ran, cron);
     SV_RUN(only, ran, bus);
