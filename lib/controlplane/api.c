@@ -452,7 +452,8 @@ void funcd_cp_handle(funcd_cp *cp, const funcd_cp_request *req, funcd_cp_respons
         funcd_buf_puts(&resp->body, cp->version_json);
         return;
     }
-    if (funcd_cp_images(cp, req, t, resp) || funcd_cp_nodes(cp, req, resp))
+    if (funcd_cp_images(cp, req, t, resp) || funcd_cp_nodes(cp, req, resp) ||
+        funcd_cp_invocations(cp, req, t, resp))
         return;
     const size_t pl = strlen(API_PREFIX);
     if (req->path_len <= pl || memcmp(req->path, API_PREFIX, pl) != 0) {

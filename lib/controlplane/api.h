@@ -30,6 +30,7 @@ typedef struct funcd_cp {
     const char *const *source_roots; /* resolved; NULL-terminated, or NULL (admission.c) */
     struct funcd_metrics *metrics;   /* GET /metrics (metrics.c); may be NULL */
     int metrics_open;                /* GET /metrics without a token */
+    struct funcd_queue *queue;       /* invocations and dead letters (invocations.c); may be NULL */
     char version_json[512]; /* the body of GET /version */
 } funcd_cp;
 
@@ -94,6 +95,11 @@ int funcd_cp_images(funcd_cp *cp, const funcd_cp_request *req, const struct func
 /* The nodes API (nodes.c), for any valid token; 0 when the path is not
  * one of its own. */
 int funcd_cp_nodes(funcd_cp *cp, const funcd_cp_request *req, funcd_cp_response *resp);
+
+/* Invocations and dead letters (invocations.c); 0 when the path is not
+ * one of theirs. */
+int funcd_cp_invocations(funcd_cp *cp, const funcd_cp_request *req, const struct funcd_token *t,
+                         funcd_cp_response *resp);
 
 /* Admission (admission.c): 1 when `t` may write `obj` (decoded and
  * validated, of `kind`); 0 with `resp` set to a 403 naming the field. */

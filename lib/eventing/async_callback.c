@@ -9,6 +9,7 @@
  * callback looks. libevent's HTTP client, on the platform loop.
  */
 #include <event2/buffer.h>
+#include <event2/event.h>
 #include <event2/http.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,10 +21,40 @@
 #define CALLBACK_TIMEOUT_S 10
 
 typedef struct cb_ctx {
+    funcd_callbacks *owner;
     struct evhttp_connection *conn;
+    struct event *reap; /* frees the connection once its request is done */
     const funcd_logger *logger;
     char what[400]; /* "invocation ns/id to URL", for the log */
+    struct cb_ctx *prev, *next;
 } cb_ctx;
+
+static void ctx_free(cb_ctx *c)
+{
+    funcd_callbacks *o = c->owner;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        o->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    if (c->conn)
+        evhttp_connection_free(c->conn); /* a request still out goes with it, unanswered */
+    if (c->reap)
+        event_free(c->reap);
+    free(c);
+}
+
+static void on_reap(evutil_socket_t fd, short what, void *arg)
+{
+    ctx_free(arg);
+}
+
+void funcd_callbacks_free(funcd_callbacks *o)
+{
+    while (o->head)
+        ctx_free(o->head);
+}
 
 int funcd_queue_callback_url_ok(const char *url, char *why, size_t why_len)
 {
@@ -46,16 +77,16 @@ static void on_done(struct evhttp_request *req, void *arg)
     if (code < 200 || code >= 300)
         funcd_log(c->logger, FUNCD_LOG_WARN, "callback of %s: %s %d", c->what,
                   code ? "answered" : "failed", code);
-    /* The connection is freed after this callback returns (libevent owns the
-     * request; the connection is ours). */
-    evhttp_connection_free_on_completion(c->conn);
-    free(c);
+    /* libevent frees the request after this returns; the connection (ours)
+     * goes on the loop's next turn. */
+    event_active(c->reap, EV_TIMEOUT, 0);
 }
 
-void funcd_queue_callback(struct event_base *loop, const funcd_logger *logger, const char *url,
+void funcd_queue_callback(funcd_callbacks *owner, const funcd_logger *logger, const char *url,
                           const char *ns, const char *id, const char *function, const char *state,
                           const funcd_invoke_res *res)
 {
+    struct event_base *loop = owner->loop;
     struct evhttp_uri *u = evhttp_uri_parse(url);
     if (!u)
         return;
@@ -67,15 +98,22 @@ void funcd_queue_callback(struct event_base *loop, const funcd_logger *logger, c
     snprintf(target, sizeof(target), "%s%s%s", path && *path ? path : "/", query ? "?" : "",
              query ? query : "");
     cb_ctx *c = calloc(1, sizeof(*c));
-    struct evhttp_request *req = c ? evhttp_request_new(on_done, c) : NULL;
-    if (c)
-        c->conn = host ? evhttp_connection_base_new(loop, NULL, host, port < 0 ? 80 : port) : NULL;
-    if (!c || !req || !c->conn) {
+    if (!c) {
+        evhttp_uri_free(u);
+        return;
+    }
+    c->owner = owner;
+    c->next = owner->head;
+    if (owner->head)
+        owner->head->prev = c;
+    owner->head = c;
+    struct evhttp_request *req = evhttp_request_new(on_done, c);
+    c->conn = host ? evhttp_connection_base_new(loop, NULL, host, port < 0 ? 80 : port) : NULL;
+    c->reap = event_new(loop, -1, 0, on_reap, c);
+    if (!req || !c->conn || !c->reap) {
         if (req)
             evhttp_request_free(req);
-        if (c && c->conn)
-            evhttp_connection_free(c->conn);
-        free(c);
+        ctx_free(c);
         evhttp_uri_free(u);
         return;
     }
@@ -102,8 +140,7 @@ void funcd_queue_callback(struct event_base *loop, const funcd_logger *logger, c
     if (evhttp_make_request(c->conn, req, EVHTTP_REQ_POST, target) != 0) {
         /* libevent freed the request */
         funcd_log(logger, FUNCD_LOG_WARN, "callback of %s: cannot send it", c->what);
-        evhttp_connection_free(c->conn);
-        free(c);
+        ctx_free(c);
     }
     evhttp_uri_free(u);
 }

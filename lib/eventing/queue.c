@@ -95,6 +95,7 @@ struct funcd_queue {
     inbox_entry *inbox;
     int64_t next_sweep_ms;
     outcome_sub *subs;
+    funcd_callbacks callbacks; /* X-Callback-Url deliveries on their way */
     uint64_t rng;
 };
 
@@ -989,7 +990,7 @@ int funcd_queue_purge(funcd_queue *q, const char *ns, const char *id)
 
 static void deliver_callback(funcd_queue *q, const qitem *it, const funcd_invoke_res *res)
 {
-    funcd_queue_callback(q->cfg.loop, q->cfg.logger, str_at(it->rec, "callbackUrl"), it->ns,
+    funcd_queue_callback(&q->callbacks, q->cfg.logger, str_at(it->rec, "callbackUrl"), it->ns,
                          it->id, str_at(it->rec, "function"), str_at(it->rec, "state"), res);
 }
 
@@ -1013,6 +1014,7 @@ int funcd_queue_new(funcd_queue **out, const funcd_queue_config *cfg)
     if (!q->cfg.tick_ms)
         q->cfg.tick_ms = DEFAULT_TICK_MS;
     pthread_mutex_init(&q->lock, NULL);
+    q->callbacks.loop = cfg->loop;
     if (getrandom(&q->rng, sizeof(q->rng), 0) != (ssize_t)sizeof(q->rng) || !q->rng)
         q->rng = (uint64_t)funcd_now_ms() | 1;
     q->wake = event_new(cfg->loop, -1, 0, on_wake, q);
@@ -1061,6 +1063,7 @@ void funcd_queue_free(funcd_queue *q)
             qitem *it = q->buckets[b];
             forget(q, it); /* (the invoker was freed first: no attempt runs) */
         }
+    funcd_callbacks_free(&q->callbacks);
     while (q->inbox) {
         inbox_entry *e = q->inbox;
         q->inbox = e->next;

@@ -17,7 +17,9 @@
  * One node dispatches: the cluster's lease holder (funcd_cluster_is_leader),
  * every namespace's queue; any node accepts submissions.
  *
- * Threads: the platform loop only.
+ * Threads: the platform loop, but for funcd_queue_submit, funcd_queue_replay
+ * and funcd_queue_purge (any thread: they only write the store and wake the
+ * loop).
  */
 #ifndef FUNCD_EVENTING_QUEUE_H
 #define FUNCD_EVENTING_QUEUE_H
@@ -52,8 +54,8 @@ typedef struct funcd_queue_item {
 
 /* Persisted (store record + blob body) before it returns 0; `id_out` (>= 64 bytes) gets the id
    (the item's id when it is made of [A-Za-z0-9._:-] and at most 100 bytes, else "h-" and a hash
-   of it). FUNCD_EUNAVAILABLE when the store is away, FUNCD_EINVAL for a bad item. On the
-   platform loop. */
+   of it). FUNCD_EUNAVAILABLE when the store is away, FUNCD_EINVAL for a bad item. Any
+   thread (it blocks on the store's writes). */
 int funcd_queue_submit(funcd_queue *q, const funcd_queue_item *item, char *id_out, size_t id_len);
 
 typedef enum { FUNCD_QUEUE_DELIVERED, FUNCD_QUEUE_RETRIED, FUNCD_QUEUE_DEADLETTERED } funcd_queue_outcome;

@@ -35,10 +35,18 @@ int funcd_queue_id_ok(const char *id);
 /* `prefix` + ns + "/" + id. */
 void funcd_queue_key(char *out, size_t len, const char *prefix, const char *ns, const char *id);
 
-/* POSTs the result of a final invocation to `url` (http:// only), once,
- * without waiting (async_callback.c); failures are logged. On the loop. */
+/* Result callbacks on their way (async_callback.c): the queue owns them. */
 struct event_base;
-void funcd_queue_callback(struct event_base *loop, const funcd_logger *logger, const char *url,
+typedef struct funcd_callbacks {
+    struct event_base *loop;
+    struct cb_ctx *head;
+} funcd_callbacks;
+/* Drops the callbacks still out (at shutdown). */
+void funcd_callbacks_free(funcd_callbacks *o);
+
+/* POSTs the result of a final invocation to `url` (http:// only), once,
+ * without waiting; failures are logged. On the loop. */
+void funcd_queue_callback(funcd_callbacks *owner, const funcd_logger *logger, const char *url,
                           const char *ns, const char *id, const char *function, const char *state,
                           const funcd_invoke_res *res);
 /* 0 when `url` is an http:// URL a callback can go to, else -1 with a

@@ -161,8 +161,8 @@ static int hop_by_hop(const char *name)
 {
     static const char *const hop[] = {"connection", "keep-alive", "proxy-connection", "te",
                                       "trailer", "transfer-encoding", "upgrade", "content-length",
-                                      "host", "x-funcd-invocation-id", "x-funcd-subject",
-                                      "traceparent", "tracestate", NULL};
+                                      "host", "x-funcd-invocation-id", "traceparent",
+                                      "tracestate", NULL};
     for (const char *const *h = hop; *h; h++)
         if (strcasecmp(name, *h) == 0)
             return 1;

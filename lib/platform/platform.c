@@ -27,6 +27,7 @@
 #include "funcd/funcd.h"
 #include "funcd/sys/error.h"
 #include "gateway/embedded.h"
+#include "eventing/async.h"
 #include "eventing/queue.h"
 #include "invoke/invoke.h"
 #include "gateway/prefix.h"
@@ -63,6 +64,7 @@ struct funcd_platform {
     funcd_invoker *invoker;  /* internal invocations (lib/invoke) */
     funcd_queue *queue;      /* the delivery queue (lib/eventing/queue.h) */
     funcd_localapi *localapi; /* workers' FUNCD_API sockets (lib/localapi) */
+    funcd_async *async;      /* /async/ on the data plane */
     funcd_sources *sources;
     funcd_evsources *evsources; /* EventSources (docs/eventing.md) */
     funcd_fnrunner *fnrunner;
@@ -478,6 +480,12 @@ static const char *node_name(funcd_platform *p, char host[256])
     return name;
 }
 
+/* The data plane's /async/fn/{ns}/{name}/: async invocations. */
+static void on_async_call(funcd_gw_call *call, void *payload)
+{
+    funcd_async_call(call, ((funcd_platform *)payload)->async);
+}
+
 /* The data plane's /events/{ns}/{name}: webhook EventSources. */
 static void on_events_call(funcd_gw_call *call, void *payload)
 {
@@ -567,6 +575,7 @@ static int build(funcd_platform *p)
         return rc;
     funcd_gw_set_metrics(p->cfg.gateway, p->metrics, p->cfg.data_plane_metrics);
     funcd_gw_add_prefix(p->cfg.gateway, "/events/", on_events_call, p); /* embedded only */
+    funcd_gw_add_prefix(p->cfg.gateway, "/async/", on_async_call, p);
     if (p->otlp)
         funcd_otlp_set_metrics(p->otlp, p->metrics);
     rc = funcd_port_gateway_listen(p->cfg.gateway, p->cfg.data_plane_addr, p->data_plane_addr,
@@ -673,6 +682,13 @@ static int build(funcd_platform *p)
                              .logger = &p->cfg.logger};
     if ((rc = funcd_queue_new(&p->queue, &qc)) < 0 || (rc = make_evsources(p)) < 0)
         return rc; /* (the event sources submit to the queue) */
+    funcd_async_config ac = {.loop = p->base, .queue = p->queue, .serving = p->serving,
+                             .authorize = p->cfg.edge.authorize,
+                             .authorize_payload = p->cfg.edge.authorize_payload,
+                             .logger = &p->cfg.logger};
+    if ((rc = funcd_async_new(&p->async, &ac)) < 0)
+        return rc;
+    p->cp.queue = p->queue;
     funcd_controller_config cc = {p->base, p->cfg.store, p->serving, &p->cfg.logger, 0,
                                   p->cluster};
     return funcd_controller_new(&p->controller, &cc);
@@ -751,12 +767,15 @@ static void teardown(funcd_platform *p)
     drain_workers(p); /* also fails waiting requests while the gateway still runs */
     funcd_cluster_stop(p->cluster); /* the others see this node leave, and lead */
     funcd_evsources_close(p->evsources); /* answers the webhook calls still waiting */
+    funcd_async_close(p->async);         /* and the async calls */
     if (p->cfg.gateway)
         funcd_port_gateway_stop(p->cfg.gateway);
     funcd_queue_abandon(p->queue); /* attempts still running stay Running: redone at restart */
     funcd_localapi_set_invoker(p->localapi, NULL); /* workers' calls from here on: 503 */
     funcd_invoker_free(p->invoker); /* no thread releases slots any more; serving still there */
     p->invoker = NULL;
+    funcd_async_free(p->async);
+    p->async = NULL;
     funcd_queue_free(p->queue);
     p->queue = NULL;
     funcd_controller_free(p->controller);

@@ -1342,6 +1342,19 @@ funcd_fn_target *funcd_serving_route(funcd_serving *s, const char *ns, const cha
     return pool ? funcd_serving_target(pool) : NULL;
 }
 
+int funcd_serving_edge_of(funcd_serving *s, const char *ns, const char *name,
+                          funcd_edge_auth *auth, uint64_t *max_body_bytes)
+{
+    pthread_mutex_lock(&s->lock);
+    fn_entry **pp = find_entry(s, ns, name);
+    fn_entry *e = pp ? *pp : NULL;
+    /* No edge (it could not be built): closed, as route() makes it. */
+    *auth = e && e->edge ? e->edge->auth : FUNCD_EDGE_AUTH_AUTHENTICATED;
+    *max_body_bytes = e && e->edge ? e->edge->max_body_bytes : 0;
+    pthread_mutex_unlock(&s->lock);
+    return e ? 0 : -1;
+}
+
 /* ---- lifecycle -------------------------------------------------------- */
 
 int funcd_serving_new(funcd_serving **out, const funcd_serving_config *cfg)

@@ -108,6 +108,13 @@ funcd_log_ring *funcd_serving_logs(funcd_serving *s, const char *ns, const char 
 funcd_fn_target *funcd_serving_route(funcd_serving *s, const char *ns, const char *name,
                                      uint64_t *timeout_ms, int *known);
 
+/* What the function's effective edge asks of a caller (for the data plane's
+ * /async/, which the gateway's edge does not see): its authentication
+ * stance and body cap (0: none). 0, or -1 when there is no such function.
+ * On the loop (the edge is replaced there). */
+int funcd_serving_edge_of(funcd_serving *s, const char *ns, const char *name,
+                          funcd_edge_auth *auth, uint64_t *max_body_bytes);
+
 /* A function's pool as the gateway SPI names it (funcd_route.target); the
  * slot functions (slot.c) take it back. */
 static inline funcd_fn_target *funcd_serving_target(funcd_pool *pool)

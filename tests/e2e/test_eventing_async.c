@@ -1,0 +1,251 @@
+/*
+ * Async invocation end to end (docs/eventing.md): POST /async/fn/... -> 202
+ * with an id and a Location -> the invocation Succeeded with the function's
+ * answer; a failing function dead-lettered after its attempts, replayed
+ * once fixed, purged; the result POSTed to X-Callback-Url (a loopback
+ * server in the test); the function's edge authentication on /async/.
+ */
+#include "../harness.h"
+#include "test_serving_common.h"
+#include "util/misc.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define NATIVE_SPEC(extra)                                                                         \
+    "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"}" extra "}"
+
+/* POSTs `body` to /async/fn/default/{fn}{rest} with `headers`; e->r has the answer. */
+static long post_async(env *e, const char *fn_rest, const char *token, const char *const *headers,
+                       const char *body)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "/async/fn/default/%s", fn_rest);
+    return e2e_http_send(e->dp, "POST", path, token, headers, body, body ? strlen(body) : 0,
+                         &e->r);
+}
+
+/* Polls the invocation at `location` until its state is `state` (30 s at
+ * most); 1 when it is, e->r holds the last GET. */
+static int wait_state(env *e, const char *location, const char *state)
+{
+    int64_t end = e2e_now_ms() + 30000;
+    while (e2e_now_ms() < end) {
+        if (REQ("GET", location, DEV_TOKEN, NULL) == 200 &&
+            jstr(e->r.json, "status.state") && strcmp(jstr(e->r.json, "status.state"), state) == 0)
+            return 1;
+        env_sleep_ms(100);
+    }
+    return 0;
+}
+
+SV_TEST(async_succeeds)
+{
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    CHECK_INT(sv_create(e, "echo", NATIVE_SPEC(""), dir), 201);
+    if (!sv_wait_ready(e, "echo", 10000))
+        FAILF("not Ready: %.500s", e->r.body);
+    static const char *const h[] = {"Content-Type: text/plain", NULL};
+    CHECK_INT(post_async(e, "echo/hello?x=1", NULL, h, "the body"), 202);
+    char id[128], location[512];
+    snprintf(id, sizeof(id), "%s", sv_header(&e->r, "X-Funcd-Invocation-Id"));
+    snprintf(location, sizeof(location), "%s", sv_header(&e->r, "Location"));
+    CHECK_INT((int)strlen(id), 36);
+    char want[512];
+    snprintf(want, sizeof(want), NS("default") "/invocations/%s", id);
+    CHECK_STR(location, want);
+    CHECK_STR(jstr(e->r.json, "status.state"), "Pending");
+    if (!wait_state(e, location, "Succeeded"))
+        FAILF("not Succeeded: %.500s", e->r.body);
+    CHECK_INT((int)jnum(e->r.json, "status.attempts"), 1);
+    CHECK_INT((int)jnum(e->r.json, "status.statusCode"), 200);
+    CHECK_STR(jstr(e->r.json, "spec.function"), "echo");
+    CHECK_STR(jstr(e->r.json, "status.response.contentType"), "application/json");
+    cJSON *answer = env_keep(e, cJSON_Parse(jstr(e->r.json, "status.response.body")));
+    CHECK(answer != NULL);
+    CHECK_STR(jstr(answer, "invocationId"), id);
+    CHECK_STR(jstr(answer, "path"), "/hello?x=1");
+    CHECK_STR(jstr(answer, "method"), "POST");
+    CHECK_STR(jstr(answer, "body"), "the body");
+    /* The list shows it; another namespace's token sees nothing of it. */
+    CHECK_INT(REQ("GET", NS("default") "/invocations", VIEWER_TOKEN, NULL), 200);
+    CHECK_STR(jstr(e->r.json, "kind"), "InvocationList");
+    CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 1);
+    CHECK_INT(REQ("GET", location, TEAM_B_TOKEN, NULL), 403);
+    CHECK_INT(REQ("GET", NS("default") "/invocations/no-such-id", DEV_TOKEN, NULL), 404);
+    /* Nothing to run: 404, and nothing queued. */
+    CHECK_INT(post_async(e, "nobody/x", NULL, NULL, "x"), 404);
+    CHECK_INT(post_async(e, "", NULL, NULL, "x"), 404);
+}
+
+/* Default delivery: three attempts, then the dead-letter queue; fixed and
+ * replayed it succeeds; a dead letter can be purged. */
+SV_TEST(deadletter_replay_purge)
+{
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    CHECK_INT(sv_create(e, "broken", NATIVE_SPEC(",\"env\":{\"FIXTURE_FAIL\":\"503\"}"), dir),
+              201);
+    if (!sv_wait_ready(e, "broken", 10000))
+        FAILF("not Ready: %.500s", e->r.body);
+    char id[2][128], location[2][512];
+    for (int i = 0; i < 2; i++) {
+        CHECK_INT(post_async(e, "broken/", NULL, NULL, "payload"), 202);
+        snprintf(id[i], sizeof(id[i]), "%s", sv_header(&e->r, "X-Funcd-Invocation-Id"));
+        snprintf(location[i], sizeof(location[i]), "%s", sv_header(&e->r, "Location"));
+    }
+    for (int i = 0; i < 2; i++) {
+        if (!wait_state(e, location[i], "DeadLettered"))
+            FAILF("not DeadLettered: %.500s", e->r.body);
+        CHECK_INT((int)jnum(e->r.json, "status.attempts"), 3);
+        CHECK_INT((int)jnum(e->r.json, "status.statusCode"), 503);
+    }
+    CHECK_INT(REQ("GET", NS("default") "/deadletters", VIEWER_TOKEN, NULL), 200);
+    CHECK_STR(jstr(e->r.json, "kind"), "DeadLetterList");
+    CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 2);
+    CHECK_INT((int)jnum(e->r.json, "metadata.dropped"), 0);
+    /* A viewer may not replay or purge. */
+    char path[600];
+    snprintf(path, sizeof(path), NS("default") "/deadletters/%s/replay", id[0]);
+    CHECK_INT(REQ("POST", path, VIEWER_TOKEN, ""), 403);
+    /* Fixed, then replayed. */
+    CHECK(env_settle(e, FN_PATH("broken")));
+    char spec[1024];
+    snprintf(spec, sizeof(spec),
+             "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":"
+             "\"broken\"},\"spec\":" NATIVE_SPEC("") "}",
+             dir);
+    CHECK_INT(REQ("PUT", FN_PATH("broken"), ADMIN_TOKEN, spec), 200);
+    if (!sv_wait_ready(e, "broken", 10000))
+        FAILF("not Ready after the fix: %.500s", e->r.body);
+    CHECK_INT(REQ("POST", path, DEV_TOKEN, ""), 202);
+    if (!wait_state(e, location[0], "Succeeded"))
+        FAILF("not Succeeded after the replay: %.500s", e->r.body);
+    CHECK_INT((int)jnum(e->r.json, "status.attempts"), 1);
+    CHECK(jstr(e->r.json, "status.replayTime") != NULL);
+    CHECK_INT(REQ("POST", path, DEV_TOKEN, ""), 404); /* it left the queue */
+    /* The other one is purged. */
+    snprintf(path, sizeof(path), NS("default") "/deadletters/%s", id[1]);
+    CHECK_INT(REQ("DELETE", path, DEV_TOKEN, NULL), 200);
+    CHECK_INT(REQ("DELETE", path, DEV_TOKEN, NULL), 404);
+    CHECK_INT(REQ("GET", NS("default") "/deadletters", DEV_TOKEN, NULL), 200);
+    CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 0);
+}
+
+/* ---- a loopback server for X-Callback-Url ------------------------------ */
+
+typedef struct catcher {
+    int fd;
+    int port;
+    pthread_t thread;
+    char got[8192];
+    size_t len;
+} catcher;
+
+static void *catch_one(void *arg)
+{
+    catcher *c = arg;
+    int fd = accept(c->fd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    struct timeval tv = {20, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    for (;;) { /* until the body promised has come (Content-Length) */
+        ssize_t n = recv(fd, c->got + c->len, sizeof(c->got) - 1 - c->len, 0);
+        if (n <= 0)
+            break;
+        c->len += (size_t)n;
+        c->got[c->len] = '\0';
+        const char *end = strstr(c->got, "\r\n\r\n");
+        const char *cl = strcasestr(c->got, "content-length:");
+        if (end && cl && c->len >= (size_t)(end + 4 - c->got) + strtoul(cl + 15, NULL, 10))
+            break;
+    }
+    static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    if (send(fd, ok, sizeof(ok) - 1, MSG_NOSIGNAL) < 0)
+        perror("send");
+    close(fd);
+    return NULL;
+}
+
+SV_TEST(callback_url)
+{
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    CHECK_INT(sv_create(e, "echo", NATIVE_SPEC(""), dir), 201);
+    if (!sv_wait_ready(e, "echo", 10000))
+        FAILF("not Ready: %.500s", e->r.body);
+    catcher c = {0};
+    c.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof(a);
+    CHECK(c.fd >= 0 && bind(c.fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(c.fd, 4) == 0 &&
+          getsockname(c.fd, (struct sockaddr *)&a, &al) == 0);
+    c.port = ntohs(a.sin_port);
+    CHECK(pthread_create(&c.thread, NULL, catch_one, &c) == 0);
+    char cb[128];
+    snprintf(cb, sizeof(cb), "X-Callback-Url: http://127.0.0.1:%d/done?k=v", c.port);
+    const char *h[] = {cb, NULL};
+    long code = post_async(e, "echo/cb", NULL, h, "called back");
+    char id[128];
+    snprintf(id, sizeof(id), "%s", sv_header(&e->r, "X-Funcd-Invocation-Id"));
+    if (code != 202) {
+        shutdown(c.fd, SHUT_RDWR);
+        pthread_join(c.thread, NULL);
+        close(c.fd);
+        FAILF("HTTP %ld: %.300s", code, e->r.body);
+    }
+    pthread_join(c.thread, NULL);
+    close(c.fd);
+    CHECK(strncmp(c.got, "POST /done?k=v HTTP/1.1\r\n", 25) == 0);
+    char want[200];
+    snprintf(want, sizeof(want), "X-Funcd-Invocation-Id: %s", id);
+    CHECK_CONTAINS(c.got, want);
+    CHECK_CONTAINS(c.got, "X-Funcd-Status: 200");
+    CHECK_CONTAINS(c.got, "X-Funcd-State: Succeeded");
+    CHECK_CONTAINS(c.got, "\"body\":\"called back\"");
+    /* Not an http:// URL: refused before anything is queued. */
+    static const char *const bad[] = {"X-Callback-Url: ftp://127.0.0.1/x", NULL};
+    CHECK_INT(post_async(e, "echo/cb", NULL, bad, "x"), 400);
+}
+
+/* An authenticated function needs the token on /async/ as on /fn/; the
+ * token is not kept: the worker gets who called. */
+SV_TEST(edge_auth_applies)
+{
+    CHECK(sv_native(e, "guarded", "\"edge\":{\"auth\":\"authenticated\"}") == 0);
+    CHECK_INT(post_async(e, "guarded/x", NULL, NULL, "x"), 401);
+    CHECK_INT(post_async(e, "guarded/x", TEAM_B_TOKEN, NULL, "x"), 403);
+    CHECK_INT(post_async(e, "guarded/x", DEV_TOKEN, NULL, "x"), 202);
+    char location[512];
+    snprintf(location, sizeof(location), "%s", sv_header(&e->r, "Location"));
+    if (!wait_state(e, location, "Succeeded"))
+        FAILF("not Succeeded: %.500s", e->r.body);
+    cJSON *answer = env_keep(e, cJSON_Parse(jstr(e->r.json, "status.response.body")));
+    CHECK(answer != NULL);
+    CHECK_STR(jstr(answer, "authorization"), "");
+    CHECK(jstr(answer, "subject") && *jstr(answer, "subject"));
+}
+
+int main(int argc, char **argv)
+{
+    sv_init();
+    const char *only = argc > 1 ? argv[1] : NULL;
+    int ran = 0;
+    SV_RUN(only, ran, async_succeeds);
+    SV_RUN(only, ran, deadletter_replay_purge);
+    SV_RUN(only, ran, callback_url);
+    SV_RUN(only, ran, edge_auth_applies);
+    e2e_client_global_cleanup();
+    if (only && !ran) {
+        fprintf(stderr, "no test case named %s\n", only);
+        return 1;
+    }
+    return HARNESS_END();
+}
