@@ -122,10 +122,10 @@ void funcd__evs_webhook_run(funcd_evsources *s, struct funcd_gw_call *call)
     }
     if (strcmp(funcd_gw_call_method(call), "POST") != 0) {
         static const char *const allow[] = {"allow", "POST", NULL};
-        funcd_gw_call_answer(call, 405, "application/json", allow,
-                             "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\","
-                             "\"code\":405,\"reason\":\"MethodNotAllowed\",\"message\":\"a "
-                             "webhook takes POST\"}", 115);
+        static const char body405[] =
+            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\","
+            "\"code\":405,\"reason\":\"MethodNotAllowed\",\"message\":\"a webhook takes POST\"}";
+        funcd_gw_call_answer(call, 405, "application/json", allow, body405, sizeof(body405) - 1);
         return;
     }
     size_t len;

@@ -167,10 +167,10 @@ int funcd_gw_prefixes_dispatch(const funcd_gw_prefixes *t, h2o_req_t *req)
             continue;
         funcd_gw_call *c = this_box ? copy_request(req) : NULL;
         if (!c) {
-            funcd_httpd_send(req, 503, "application/json",
-                             "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\","
-                             "\"code\":503,\"reason\":\"ServiceUnavailable\",\"message\":"
-                             "\"out of memory\"}", 120);
+            static const char oom[] =
+                "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\","
+                "\"code\":503,\"reason\":\"ServiceUnavailable\",\"message\":\"out of memory\"}";
+            funcd_httpd_send(req, 503, "application/json", oom, sizeof(oom) - 1);
             return 1;
         }
         c->req = req;

@@ -191,6 +191,8 @@ SV_TEST_WITH(webhook, funcd_with_log_observer(on_log, NULL), NULL)
     CHECK_INT(post_hook(e, right, "{\"n\":2}", NULL), 401); /* signed another body */
     CHECK_INT(post_hook(e, "X-Funcd-Signature: sha256=zz", "{\"n\":1}", NULL), 401);
     CHECK_INT(e2e_http_send(e->dp, "GET", "/events/default/hook", NULL, NULL, NULL, 0, &e->r), 405);
+    CHECK_DP_STATUS(405, "MethodNotAllowed");
+    CHECK_STR(sv_header(&e->r, "Allow"), "POST");
     CHECK_INT(e2e_http_send(e->dp, "POST", "/events/default/nosuch", NULL, NULL, "x", 1, &e->r),
               404);
 
