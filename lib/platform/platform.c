@@ -511,6 +511,14 @@ static int make_evsources(funcd_platform *p)
     return rc;
 }
 
+/* Tag and git polling is the leader's (the others take its resolutions
+ * from the store); before the cluster exists, and with one node, it polls. */
+static int sources_poll(void *payload)
+{
+    funcd_platform *p = payload;
+    return funcd_cluster_is_leader(p->cluster);
+}
+
 static int make_cluster(funcd_platform *p)
 {
     char host[256] = "";
@@ -582,6 +590,7 @@ static int build(funcd_platform *p)
                                    sizeof(p->data_plane_addr));
     if (rc < 0)
         return rc;
+    char host[256] = "";
     funcd_sources_config srcc = {
         .loop = p->base,
         .store = p->cfg.store,
@@ -598,6 +607,9 @@ static int build(funcd_platform *p)
         .logger = &p->cfg.logger,
         .changed = on_serving_changed,
         .changed_payload = p,
+        .polls = sources_poll,
+        .polls_payload = p,
+        .node = node_name(p, host),
     };
     if ((rc = funcd_sources_new(&p->sources, &srcc)) < 0)
         return rc;
@@ -634,7 +646,6 @@ static int build(funcd_platform *p)
         return rc;
     /* Nodes share the blob: each writes under its own name, reads merge
      * (docs/adr/0043-logs-and-images-across-nodes.md). */
-    char host[256] = "";
     funcd_logstore_options lo = {p->cfg.log_seal_ms, p->cfg.log_seal_bytes,
                                  p->cfg.log_retention_ms, node_name(p, host)};
     struct timeval every_second = {1, 0};

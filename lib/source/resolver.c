@@ -31,6 +31,11 @@
 /* <registry>/<repository>@<digest>: pulled with no credentials, so no
  * Function needs its own checked to get it from the cache */
 #define IMAGE_PUBLIC_PREFIX "/imagepublic/"
+/* <url>#<ref>: the commit a poll of a branch found, when, and by which node */
+#define GIT_REF_PREFIX "/gitrefs/"
+/* A node that does not poll (not the cluster's leader) polls itself once no
+ * resolution younger than twice the interval and this has come. */
+#define UNPOLLED_MS 10000
 #define RETRY_MIN_MS 2000
 #define RETRY_MAX_MS (5 * 60 * 1000)
 #define FINISHED_PULLS_KEPT 64
@@ -57,6 +62,7 @@ typedef struct entry {
     funcd_source_result res; /* E_READY */
     char *held_digest;       /* the rootfs we hold in the cache */
     int64_t resolved_ms;     /* monotonic: the last resolution that worked */
+    int64_t resolved_wall;   /* wall ms of that resolution, or of the poller's it took */
     int64_t retry_ms;        /* E_FAILED: when to try again */
     unsigned failures;
     uint64_t bytes_done, bytes_total;
@@ -98,6 +104,7 @@ typedef struct api_pull {
 struct funcd_sources {
     funcd_sources_config cfg;
     char *images_dir, *git_dir;
+    char *node; /* cfg.node, copied */
     funcd_oci_client *oci;
     funcd_rootfs_cache *rootfs;
     entry *entries;
@@ -285,8 +292,8 @@ static void store_json(funcd_sources *s, const char *prefix, const char *id, cJS
     funcd_buf key = FUNCD_BUF_INIT;
     if (text && funcd_buf_printf(&key, "%s%s", prefix, id) == 0 &&
         funcd_port_store_put(s->cfg.store, key.data, text, strlen(text), FUNCD_STORE_ANY, NULL) < 0)
-        funcd_log(s->cfg.logger, FUNCD_LOG_WARN, "keeping image metadata of %s: %s", id,
-                  funcd_error_last()->message);
+        funcd_log(s->cfg.logger, FUNCD_LOG_WARN, "keeping source metadata %s%s: %s", prefix,
+                  id, funcd_error_last()->message);
     funcd_buf_free(&key);
     free(text);
 }
@@ -361,12 +368,20 @@ static char *blob_path(funcd_sources *s, const char *digest)
 /* The digest the store says `ref`'s tag named when some node (this one,
  * or another sharing the store) last read it at the registry, if that was
  * less than the refresh interval ago; its age in `*age_ms`. NULL if not. */
+static char *tag_within(funcd_sources *s, const char *ref, uint64_t every, int64_t *age_ms);
+
 static char *fresh_tag(funcd_sources *s, const char *ref, int64_t *age_ms)
+{
+    return tag_within(s, ref, s->cfg.tag_refresh_ms ? s->cfg.tag_refresh_ms : 5 * 60 * 1000,
+                      age_ms);
+}
+
+/* The same, for a record younger than `every`. */
+static char *tag_within(funcd_sources *s, const char *ref, uint64_t every, int64_t *age_ms)
 {
     cJSON *t = load_json(s, IMAGE_TAG_PREFIX, ref);
     double at = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "resolvedAtMs"));
     const char *d = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "digest"));
-    uint64_t every = s->cfg.tag_refresh_ms ? s->cfg.tag_refresh_ms : 5 * 60 * 1000;
     int64_t age = at == at ? funcd_now_ms() - (int64_t)at : INT64_MAX;
     char *digest = d && age >= 0 && age < (int64_t)every ? strdup(d) : NULL;
     cJSON_Delete(t);
@@ -759,6 +774,81 @@ static void start(entry *e)
 
 /* ---- results ------------------------------------------------------------------- */
 
+/* Whether this node polls tags and branches (funcd_sources_config.polls). */
+static int polls(funcd_sources *s)
+{
+    return !s->cfg.polls || s->cfg.polls(s->cfg.polls_payload);
+}
+
+static void git_ref_id(const entry *e, funcd_buf *id)
+{
+    funcd_buf_printf(id, "%s#%s", e->url, e->gref ? e->gref : "");
+}
+
+/* What a fetch found, for the nodes that do not poll (on_tick). */
+static void remember_commit(funcd_sources *s, const entry *e)
+{
+    funcd_buf id = FUNCD_BUF_INIT;
+    cJSON *t = cJSON_CreateObject();
+    git_ref_id(e, &id);
+    if (t && id.data) {
+        cJSON_AddStringToObject(t, "commit", e->res.resolved);
+        cJSON_AddNumberToObject(t, "resolvedAtMs", (double)e->resolved_wall);
+        if (s->node)
+            cJSON_AddStringToObject(t, "node", s->node);
+        store_json(s, GIT_REF_PREFIX, id.data, t);
+    }
+    cJSON_Delete(t);
+    funcd_buf_free(&id);
+}
+
+/*
+ * A node that does not poll takes what the poller (the cluster's leader)
+ * resolved, from the store: a record younger than `window` naming what
+ * runs moves the next look by an interval; one naming another digest or a
+ * newer commit is pulled by digest or fetched. Nothing else: the caller
+ * polls itself once no record has come for the whole window.
+ */
+static void follow(entry *e, uint64_t window)
+{
+    funcd_sources *s = e->s;
+    int64_t age = 0;
+    if (e->is_image) {
+        char *digest = tag_within(s, e->ref, window, &age);
+        if (digest && strcmp(digest, e->res.resolved) == 0) {
+            e->resolved_ms = funcd_mono_ms();
+        } else if (digest) {
+            funcd_oci_ref r;
+            if (funcd_oci_ref_parse(&r, e->ref) == 0) {
+                char pinned[512];
+                snprintf(pinned, sizeof(pinned), "%s/%s@%s", r.registry, r.repository, digest);
+                funcd_oci_ref_free(&r);
+                e->busy = 1;
+                e->bytes_done = e->bytes_total = 0;
+                e->layers_done = e->layers_total = 0;
+                e->by_digest = 1;
+                start_pull(e, pinned);
+            }
+        }
+        free(digest);
+        return;
+    }
+    funcd_buf id = FUNCD_BUF_INIT;
+    git_ref_id(e, &id);
+    cJSON *t = id.data ? load_json(s, GIT_REF_PREFIX, id.data) : NULL;
+    funcd_buf_free(&id);
+    const char *commit = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "commit"));
+    double at = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(t, "resolvedAtMs"));
+    age = at == at ? funcd_now_ms() - (int64_t)at : INT64_MAX;
+    if (commit && age >= 0 && age < (int64_t)window) {
+        if (strcmp(commit, e->res.resolved) == 0)
+            e->resolved_ms = funcd_mono_ms();
+        else if ((int64_t)at > e->resolved_wall)
+            start(e); /* the fetch takes the branch's tip: that commit, or a newer one */
+    }
+    cJSON_Delete(t);
+}
+
 static void image_ready(entry *e, job *j)
 {
     funcd_sources *s = e->s;
@@ -819,6 +909,9 @@ static void finish(funcd_sources *s, job *j)
     e->state = E_READY;
     e->failures = 0;
     e->resolved_ms = funcd_mono_ms();
+    e->resolved_wall = funcd_now_ms();
+    if (!e->is_image && polls(s))
+        remember_commit(s, e);
     publish(e, 1);
     if (changed)
         notify(e);
@@ -857,13 +950,23 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     int64_t now = funcd_mono_ms();
     uint64_t tag_every = s->cfg.tag_refresh_ms ? s->cfg.tag_refresh_ms : 5 * 60 * 1000;
     uint64_t git_every = s->cfg.git_poll_ms ? s->cfg.git_poll_ms : 60 * 1000;
+    /* Tags and branches are polled once for the cluster, by its leader
+     * (docs/adr/0044-nodes-and-leases.md); the others take its resolutions
+     * from the store, and poll themselves only when none comes. */
+    int poller = polls(s);
     for (entry *e = s->entries; e; e = e->next) {
         if (e->busy || !e->waiters)
             continue;
         uint64_t every = e->is_image ? tag_every : git_every;
-        if ((e->state == E_FAILED && now >= e->retry_ms) ||
-            (e->state == E_READY && refreshable(e) && now - e->resolved_ms >= (int64_t)every))
+        uint64_t window = 2 * every + UNPOLLED_MS;
+        if (e->state == E_FAILED && now >= e->retry_ms)
             start(e);
+        else if (e->state != E_READY || !refreshable(e) || now - e->resolved_ms < (int64_t)every)
+            continue;
+        else if (poller || now - e->resolved_ms >= (int64_t)window)
+            start(e);
+        else
+            follow(e, window);
     }
     start_api_pulls(s);
 }
@@ -1307,10 +1410,12 @@ int funcd_sources_new(funcd_sources **out, const funcd_sources_config *cfg)
     if (!s)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory");
     s->cfg = *cfg;
+    s->cfg.node = NULL;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->idle, NULL);
     int rc = 0;
-    if (asprintf(&s->images_dir, "%s/images", cfg->cache_dir) < 0 ||
+    if ((cfg->node && !(s->node = strdup(cfg->node))) ||
+        asprintf(&s->images_dir, "%s/images", cfg->cache_dir) < 0 ||
         asprintf(&s->git_dir, "%s/git", cfg->cache_dir) < 0) {
         funcd_sources_free(s);
         return funcd_error_set(FUNCD_ENOMEM, "out of memory");
@@ -1404,6 +1509,7 @@ void funcd_sources_free(funcd_sources *s)
     funcd_rootfs_cache_free(s->rootfs);
     if (s->git_held)
         funcd_git_shutdown();
+    free(s->node);
     free(s->images_dir);
     free(s->git_dir);
     pthread_cond_destroy(&s->idle);

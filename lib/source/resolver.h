@@ -46,6 +46,12 @@ typedef struct funcd_sources_config {
     const funcd_logger *logger;
     void (*changed)(const char *ns, const char *name, void *payload);
     void *changed_payload;
+    /* Whether this node polls tags and branches now (the cluster's leader);
+     * NULL: always. The others take the poller's resolutions from the
+     * store (/imagetags/, /gitrefs/). */
+    int (*polls)(void *payload);
+    void *polls_payload;
+    const char *node; /* named in /gitrefs/ records; may be NULL (copied) */
 } funcd_sources_config;
 
 /* Where and how a resolved source runs. */

@@ -9,7 +9,9 @@
  *
  * `test_e2e_nodes CASE` runs one case; each runs in its own child.
  */
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <sys/stat.h>
 #include <string.h>
 
 #include "../harness.h"
@@ -343,6 +345,135 @@ TWO_NODES(leader_sums_the_replicas_of_every_node)
         FAILF("want node-a's one replica once node-b left: %.800s", e->r.body);
 }
 
+/* ---- git polling on the leader only ---------------------------------------- */
+
+static char repo[300], work[300], tmp[256];
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+/* Commits a handler answering `version` and pushes it to the branch main. */
+static int push_version(const char *version)
+{
+    char path[400];
+    snprintf(path, sizeof(path), "%s/fn/handler.sh", work);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "#!/bin/sh\ncat >/dev/null\n"
+               "printf 'Content-Type: application/json\\r\\n\\r\\n{\"version\":\"%s\"}'\n",
+            version);
+    fclose(f);
+    chmod(path, 0755);
+    return sh("cd %s && git add -A && git -c user.name=t -c user.email=t@e commit -qm %s && "
+              "git push -q origin HEAD:refs/heads/main 2>/dev/null",
+              work, version) == 0 ? 0 : -1;
+}
+
+/* Whether node `e` answers `version` within `timeout_ms`. */
+static int answers(env *e, const char *version, int timeout_ms)
+{
+    int64_t end = e2e_now_ms() + timeout_ms;
+    do {
+        if (sv_invoke(e, "GET", DP_PATH("from-git") "/", NULL) == 200 &&
+            jstr(e->r.json, "version") && strcmp(jstr(e->r.json, "version"), version) == 0)
+            return 1;
+        env_sleep_ms(50);
+    } while (e2e_now_ms() < end);
+    return 0;
+}
+
+#define GIT_SPEC "{\"runtime\":\"native\",\"mode\":\"exec\",\"handler\":\"handler.sh\"," \
+                 "\"source\":{\"git\":{\"url\":\"%s\",\"ref\":\"main\",\"path\":\"fn\"}}}"
+
+typedef struct polls_seen {
+    int samples, by_leader, by_others, times;
+    double last_at;
+} polls_seen;
+
+/* Reads the branch's record (what the last poll found, when, by whom). */
+static void sample(funcd_store *store, polls_seen *p)
+{
+    char key[400];
+    snprintf(key, sizeof(key), "/gitrefs/%s#main", repo);
+    funcd_store_value v = {0};
+    if (store->get(store, key, &v) != 0)
+        return;
+    cJSON *j = cJSON_ParseWithLength(v.value, v.len);
+    free(v.value);
+    const char *node = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "node"));
+    double at = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(j, "resolvedAtMs"));
+    p->samples++;
+    if (node && strcmp(node, "node-a") == 0)
+        p->by_leader++;
+    else
+        p->by_others++;
+    if (at != p->last_at)
+        p->times++;
+    p->last_at = at;
+    cJSON_Delete(j);
+}
+
+/* Both nodes serve a Function from a git branch polled every 300 ms: only
+ * the leader (node-a) polls it (the branch's record in the store, rewritten
+ * at each poll, always names node-a), and node-b, which does not poll, still
+ * moves to a new commit, from the leader's record. */
+TEST(only_the_leader_polls_branches)
+{
+    if (system("git --version >/dev/null 2>&1") != 0) {
+        printf("  skipped: git is not installed\n");
+        return;
+    }
+    CHECK(sv_tempdir(tmp, sizeof(tmp)) == 0);
+    snprintf(repo, sizeof(repo), "%s/repo.git", tmp);
+    snprintf(work, sizeof(work), "%s/work", tmp);
+    CHECK(sh("git init -q --bare %s && git clone -q %s %s 2>/dev/null && mkdir -p %s/fn", repo,
+             repo, work, work) == 0);
+    CHECK(push_version("v1") == 0);
+    funcd_store *sa = NULL, *sb = NULL;
+    CHECK(shared_pair(&sa, &sb) == 0);
+    env a_, b_;
+    env *a = &a_, *b = &b_;
+    memset(a, 0, sizeof(*a));
+    memset(b, 0, sizeof(*b));
+    int up = env_up_with(a, sa, funcd_with_node_name("node-a"), funcd_with_lease_ttl(TTL_MS),
+                         funcd_with_source_refresh(0, 300)) == 0 &&
+             env_up_with(b, sb, funcd_with_node_name("node-b"), funcd_with_lease_ttl(TTL_MS),
+                         funcd_with_source_refresh(0, 300)) == 0;
+    polls_seen p = {0};
+    int v1 = 0, v2 = 0;
+    if (up) {
+        env *e = a;
+        CHECK_INT(sv_create(e, "from-git", GIT_SPEC, repo), 201);
+        v1 = answers(a, "v1", 20000) && answers(b, "v1", 20000);
+        for (int i = 0; i < 40; i++) { /* 4 s: about four polls by the leader */
+            sample(sa, &p);
+            env_sleep_ms(100);
+        }
+        v2 = push_version("v2") == 0 && answers(a, "v2", 15000) && answers(b, "v2", 15000);
+    }
+    env_down(b);
+    env_down(a);
+    sv_cleanup();
+    if (!up)
+        FAILF("cannot start two platforms: %s", funcd_error_last()->message);
+    fprintf(stderr, "  %d samples: %d by the leader, %d by another node, %d polls seen\n",
+            p.samples, p.by_leader, p.by_others, p.times);
+    CHECK(v1);
+    CHECK(p.samples > 0);
+    CHECK_INT(p.by_others, 0);
+    CHECK(p.times >= 2);
+    CHECK(v2);
+}
+
 int main(int argc, char **argv)
 {
     sv_init();
@@ -353,6 +484,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, a_follower_writes_no_status_until_it_leads);
     SV_RUN(only, ran, leader_sums_the_replicas_of_every_node);
     SV_RUN(only, ran, dead_nodes_records_are_deleted_by_the_leader);
+    SV_RUN(only, ran, only_the_leader_polls_branches);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no test case named %s\n", only);
