@@ -110,7 +110,84 @@ function invokeFunction(name, body, opts) {
     });
 }
 
-globalThis.funcd = Object.freeze({ invoke: invokeFunction });
+// funcd.kv(store): a KVStore bound in spec.bindings.kv (docs/services.md). Every method
+// returns a promise: get(key) -> {value (Buffer), revision, text(), json()} or null;
+// put(key, value, {ifRevision, ttl}) -> revision (rejects with err.conflict on a CAS miss);
+// delete(key, {ifRevision}) -> true/false; incr(key, by) -> the sum;
+// list({prefix, limit, after}) -> {items: [{key, revision}], next}.
+function apiCall(method, target, data) {
+    const api = process.env.FUNCD_API || '';
+    if (!api.startsWith('unix:')) {
+        return Promise.reject(new Error('FUNCD_API is not set: the Function has no spec.bindings'));
+    }
+    return new Promise((resolve, reject) => {
+        const req = http.request({ socketPath: api.slice(5), method, path: target,
+            headers: { 'content-length': data.length } }, (res) => {
+            const chunks = [];
+            res.on('data', (c) => chunks.push(c));
+            res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }));
+            res.on('error', reject);
+        });
+        req.on('error', reject);
+        req.end(data);
+    });
+}
+
+function kvError(key, r) {
+    const err = new Error(`KV ${key}: ${r.status} ${r.body.toString('utf8')}`);
+    err.status = r.status;
+    err.conflict = r.status === 409;
+    return err;
+}
+
+function kvValue(v) {
+    if (typeof v === 'string') return Buffer.from(v, 'utf8');
+    if (isBytes(v)) return Buffer.from(v);
+    return Buffer.from(JSON.stringify(v), 'utf8');
+}
+
+function kvStore(store) {
+    const at = (key, q) => `/kv/${store}/${encodeURIComponent(key)}${q ? '?' + q : ''}`;
+    const ok = (key, r) => { if (r.status >= 300) throw kvError(key, r); return r; };
+    return Object.freeze({
+        async get(key) {
+            const r = await apiCall('GET', at(key), EMPTY);
+            if (r.status === 404 && r.body.toString('utf8').includes('no key')) return null;
+            ok(key, r);
+            const value = r.body;
+            return { value, revision: Number(r.headers['x-funcd-revision']),
+                text: () => value.toString('utf8'), json: () => JSON.parse(value.toString('utf8')) };
+        },
+        async put(key, value, opts) {
+            const q = new URLSearchParams();
+            if (opts && opts.ifRevision !== undefined) q.set('ifRevision', String(opts.ifRevision));
+            if (opts && opts.ttl !== undefined) q.set('ttl', String(opts.ttl));
+            const r = ok(key, await apiCall('PUT', at(key, q.toString()), kvValue(value)));
+            return JSON.parse(r.body.toString('utf8')).revision;
+        },
+        async delete(key, opts) {
+            const q = opts && opts.ifRevision !== undefined ? `ifRevision=${opts.ifRevision}` : '';
+            const r = await apiCall('DELETE', at(key, q), EMPTY);
+            if (r.status === 404) return false;
+            ok(key, r);
+            return true;
+        },
+        async incr(key, by) {
+            const r = ok(key, await apiCall('POST', at(key, `increment=${by === undefined ? 1 : by}`), EMPTY));
+            return JSON.parse(r.body.toString('utf8')).value;
+        },
+        async list(opts) {
+            const o = opts || {};
+            const q = new URLSearchParams({ prefix: o.prefix || '', limit: String(o.limit || 100) });
+            if (o.after) q.set('continue', o.after);
+            const r = ok(o.prefix || '', await apiCall('GET', `/kv/${store}?${q}`, EMPTY));
+            const doc = JSON.parse(r.body.toString('utf8'));
+            return { items: doc.items, next: doc.continue || null };
+        },
+    });
+}
+
+globalThis.funcd = Object.freeze({ invoke: invokeFunction, kv: kvStore });
 
 function isBytes(v) {
     return Buffer.isBuffer(v) || v instanceof Uint8Array;

@@ -390,12 +390,108 @@ def invoke(name, body=b'', path='/', method='POST', headers=None):
     return _api_call(method, '/fn/' + name + path, body, headers or {})
 
 
+class FuncdConflict(FuncdError):
+    """A KV write's if_revision did not match (another writer came first)."""
+
+
+class FuncdItem:
+    __slots__ = ('value', 'revision')
+
+    def __init__(self, value, revision):
+        self.value = value
+        self.revision = revision
+
+    @property
+    def text(self):
+        return self.value.decode('utf-8', 'replace')
+
+    def json(self):
+        return _json().loads(self.value) if self.value else None
+
+    def __repr__(self):
+        return 'Item(revision %d, %d bytes)' % (self.revision, len(self.value))
+
+
+def _kv_value(value):
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode('utf-8')
+    return _json().dumps(value).encode('utf-8')
+
+
+def _kv_check(r, key):
+    if r.status == 409:
+        raise FuncdConflict('KV %s: %s' % (key, r.text))
+    if r.status >= 300:
+        raise FuncdError('KV %s: %d %s' % (key, r.status, r.text))
+    return r
+
+
+class FuncdKV:
+    """A KVStore bound in spec.bindings.kv (docs/services.md)."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def _path(self, key, query=''):
+        from urllib.parse import quote
+        return '/kv/%s/%s%s' % (self.store, quote(key, safe=''), query)
+
+    def get(self, key):
+        """The key's Item (value bytes and revision), or None."""
+        r = _api_call('GET', self._path(key), b'', {})
+        if r.status == 404 and r.json().get('reason') == 'NotFound' and 'no key' in r.text:
+            return None
+        _kv_check(r, key)
+        return FuncdItem(r.body, int(r.headers.get('x-funcd-revision', '0')))
+
+    def put(self, key, value, if_revision=None, ttl=None):
+        """Stores value (bytes, str, or JSON); if_revision (0: must not exist) makes it a
+        compare-and-set (funcd.Conflict when it fails); ttl like "30s". Returns the revision."""
+        q = []
+        if if_revision is not None:
+            q.append('ifRevision=%d' % if_revision)
+        if ttl is not None:
+            q.append('ttl=%s' % ttl)
+        r = _api_call('PUT', self._path(key, '?' + '&'.join(q) if q else ''), _kv_value(value), {})
+        return _kv_check(r, key).json()['revision']
+
+    def delete(self, key, if_revision=None):
+        """True when the key was there (and is gone)."""
+        q = '?ifRevision=%d' % if_revision if if_revision is not None else ''
+        r = _api_call('DELETE', self._path(key, q), b'', {})
+        if r.status == 404:
+            return False
+        _kv_check(r, key)
+        return True
+
+    def incr(self, key, by=1):
+        """Adds `by` to the integer the key holds (absent: 0), atomically; returns the sum."""
+        r = _api_call('POST', self._path(key, '?increment=%d' % by), b'', {})
+        return _kv_check(r, key).json()['value']
+
+    def list(self, prefix='', limit=100, after=None):
+        """Keys starting with prefix, in order, at most limit: ([(key, revision)], next), where
+        next (None at the end) is passed as `after` for the next page."""
+        from urllib.parse import quote
+        q = '?limit=%d&prefix=%s' % (limit, quote(prefix, safe=''))
+        if after:
+            q += '&continue=' + quote(after, safe='')
+        r = _kv_check(_api_call('GET', '/kv/%s%s' % (self.store, q), b'', {}), prefix)
+        doc = r.json()
+        return [(i['key'], i['revision']) for i in doc['items']], doc.get('continue')
+
+
 def _install_funcd_module():
     module = type(sys)('funcd')  # a module object, without importing `types`
     module.__doc__ = 'Calls to the funcd platform from a function (docs/services.md).'
     module.invoke = invoke
     module.Error = FuncdError
     module.Response = FuncdResponse
+    module.Conflict = FuncdConflict
+    module.Item = FuncdItem
+    module.kv = FuncdKV
     sys.modules['funcd'] = module
 
 

@@ -270,6 +270,12 @@ FUNCD_EXTERN funcd_option *funcd_with_data_plane_metrics(int enabled);
  *  series of the namespaces it may read. */
 FUNCD_EXTERN funcd_option *funcd_with_metrics_open(int open);
 
+/* ---- services for functions (docs/services.md) ---------------------------- */
+
+/** How many KVStores a namespace may have (default 100): creating one more
+ *  is refused with 403. Negative: no limit. */
+FUNCD_EXTERN funcd_option *funcd_with_kv_store_quota(long quota);
+
 /* ---- TLS ---------------------------------------------------------------- */
 
 /** TLS on the control plane, the data plane (when the gateway is the

@@ -50,8 +50,17 @@ static const funcd_kind kind_eventsource = {
     .has_spec = 1,
 };
 
+static const funcd_kind kind_kvstore = {
+    .kind = "KVStore",
+    .list_kind = "KVStoreList",
+    .plural = "kvstores",
+    .singular = "kvstore",
+    .short_name = "kv",
+    .has_spec = 1,
+};
+
 const funcd_kind *const funcd_kinds[] = {&kind_function, &kind_functionconfig, &kind_secret,
-                                         &kind_workflow, &kind_eventsource, NULL};
+                                         &kind_workflow, &kind_eventsource, &kind_kvstore, NULL};
 
 const funcd_kind *funcd_kind_by_plural(const char *plural)
 {

@@ -421,6 +421,8 @@ static funcd__api_check_fn spec_checker(const funcd_kind *kind)
         return funcd__api_validate_workflow_spec;
     if (strcmp(kind->kind, "EventSource") == 0)
         return funcd__api_validate_eventsource_spec;
+    if (strcmp(kind->kind, "KVStore") == 0)
+        return funcd__api_validate_kvstore_spec;
     return NULL;
 }
 

@@ -427,6 +427,7 @@ static int check_function_names(funcd__api_ctx *c, const cJSON *item, const void
 
 static const funcd__api_field bindings_fields[] = {
     {"invoke", 0, check_function_names, NULL},
+    {"kv", 0, check_function_names, NULL}, /* KVStore names, same rules */
 };
 
 static int check_bindings(funcd__api_ctx *c, const cJSON *item, const void *unused)

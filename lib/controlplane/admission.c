@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "controlplane/api.h"
+#include "objects/objects.h"
+#include "port/store.h"
 #include "util/hostpath.h"
 
 /* 1 when allowed; 0 with `resp` set to 403 naming `field`. */
@@ -45,4 +47,43 @@ int funcd_cp_admit(const funcd_cp *cp, const funcd_kind *kind, const funcd_token
     if (local)
         return admit_host_path(cp, t, "spec.source.git.url", url, local, resp);
     return 1;
+}
+
+/* ---- quotas -------------------------------------------------------------- */
+
+typedef struct counting {
+    int64_t n, stop_at;
+} counting;
+
+static int count_one(const funcd_store_kv *kv, void *payload)
+{
+    counting *c = payload;
+    return ++c->n >= c->stop_at; /* enough to know the quota is reached */
+}
+
+int funcd_cp_admit_quota(const funcd_cp *cp, const funcd_kind *kind, const char *ns,
+                         const cJSON *obj, funcd_cp_response *resp)
+{
+    if (strcmp(kind->kind, "KVStore") != 0 || cp->kv_store_quota < 0)
+        return 1;
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "name"));
+    cJSON *old = NULL;
+    uint64_t rev;
+    if (name && funcd_objects_get(cp->store, kind, ns, name, &old, &rev) == 0) {
+        cJSON_Delete(old);
+        return 1; /* a replace adds nothing */
+    }
+    funcd_buf prefix = FUNCD_BUF_INIT;
+    counting c = {0, cp->kv_store_quota};
+    int rc = funcd_objects_prefix(&prefix, kind, ns);
+    if (rc == 0 && c.stop_at > 0)
+        rc = funcd_port_store_list(cp->store, prefix.data, count_one, &c, NULL);
+    funcd_buf_free(&prefix);
+    if (rc == 0 && c.n < cp->kv_store_quota)
+        return 1;
+    funcd_cp_status(resp, 403, "Forbidden", NULL,
+                    "namespace %s has %lld KVStores, its quota (funcd --kv-store-quota %lld)",
+                    ns, (long long)c.n, (long long)cp->kv_store_quota);
+    return 0;
 }

@@ -349,7 +349,7 @@ static int parse_route(const funcd_cp_request *req, route *r, char seg[][72],
     if (!r->kind) {
         funcd_cp_status(resp, 404, "NotFound", NULL,
                         "the server has no resource \"%s\" (known: functions, functionconfigs, "
-                        "secrets, workflows, eventsources)",
+                        "secrets, workflows, eventsources, kvstores)",
                         seg[at]);
         return 0;
     }
@@ -638,7 +638,8 @@ static void create_object(funcd_cp *cp, const funcd_cp_request *req, const route
     cJSON *obj = decode_body(req, r, resp), *out = NULL;
     if (!obj)
         return;
-    if (!funcd_cp_admit(cp, r->kind, t, obj, resp)) {
+    if (!funcd_cp_admit(cp, r->kind, t, obj, resp) ||
+        !funcd_cp_admit_quota(cp, r->kind, r->ns, obj, resp)) {
         cJSON_Delete(obj);
         return;
     }
@@ -657,7 +658,8 @@ static void replace_object(funcd_cp *cp, const funcd_cp_request *req, const rout
     cJSON *obj = decode_body(req, r, resp), *out = NULL;
     if (!obj)
         return;
-    if (!funcd_cp_admit(cp, r->kind, t, obj, resp)) {
+    if (!funcd_cp_admit(cp, r->kind, t, obj, resp) ||
+        !funcd_cp_admit_quota(cp, r->kind, r->ns, obj, resp)) {
         cJSON_Delete(obj);
         return;
     }

@@ -21,6 +21,8 @@
 struct funcd_serving;
 struct funcd_metrics;
 
+#define FUNCD_KV_STORE_QUOTA_DEFAULT 100
+
 typedef struct funcd_cp {
     funcd_store *store;
     funcd_blob *blob;                /* bundles; may be NULL */
@@ -31,6 +33,7 @@ typedef struct funcd_cp {
     struct funcd_metrics *metrics;   /* GET /metrics (metrics.c); may be NULL */
     int metrics_open;                /* GET /metrics without a token */
     struct funcd_queue *queue;       /* invocations and dead letters (invocations.c); may be NULL */
+    int64_t kv_store_quota;          /* KVStores per namespace; negative: no limit (admission.c) */
     char version_json[512]; /* the body of GET /version */
 } funcd_cp;
 
@@ -105,6 +108,11 @@ int funcd_cp_invocations(funcd_cp *cp, const funcd_cp_request *req, const struct
  * validated, of `kind`); 0 with `resp` set to a 403 naming the field. */
 int funcd_cp_admit(const funcd_cp *cp, const funcd_kind *kind, const funcd_token *t,
                    const cJSON *obj, funcd_cp_response *resp);
+/* 1 when the object may be created under the namespace's quotas (KVStores:
+ * cp->kv_store_quota); 0 with `resp` set to 403 naming the quota. An
+ * object that exists already (a replace) is always allowed. */
+int funcd_cp_admit_quota(const funcd_cp *cp, const funcd_kind *kind, const char *ns,
+                         const cJSON *obj, funcd_cp_response *resp);
 
 /* Sets `resp` to a JSON Status error. `field` may be NULL. */
 void funcd_cp_status(funcd_cp_response *resp, int code, const char *reason, const char *field,

@@ -16,6 +16,8 @@
 #include <cjson/cJSON.h>
 
 #include "funcd/sys/error.h"
+#include "localapi/kv.h"
+#include "localapi/reply.h"
 #include "util/misc.h"
 
 #define MAX_BODY (16u << 20)   /* a request body to pass on (docs/services.md) */
@@ -30,6 +32,7 @@ struct funcd_localapi_socket {
     char path[108];
     char *ns, *name, *replica;
     char **invoke; /* NULL-terminated */
+    char **kv;     /* NULL-terminated */
     call *calls;   /* in flight */
     funcd_localapi_socket *prev, *next;
 };
@@ -37,6 +40,7 @@ struct funcd_localapi_socket {
 struct funcd_localapi {
     struct event_base *loop;
     const funcd_logger *logger;
+    funcd_store *store;
     funcd_invoker *invoker;
     funcd_localapi_socket *sockets;
 };
@@ -47,12 +51,14 @@ struct call {
     call *prev, *next;
 };
 
-int funcd_localapi_new(funcd_localapi **out, struct event_base *loop, const funcd_logger *logger)
+int funcd_localapi_new(funcd_localapi **out, struct event_base *loop, funcd_store *store,
+                       const funcd_logger *logger)
 {
     funcd_localapi *api = calloc(1, sizeof(*api));
     if (!api)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the local API");
     api->loop = loop;
+    api->store = store;
     api->logger = logger;
     *out = api;
     return 0;
@@ -74,37 +80,6 @@ void funcd_localapi_free(funcd_localapi *api)
 }
 
 /* ---- answers ------------------------------------------------------------ */
-
-static void send_status(struct evhttp_request *req, int code, const char *reason,
-                        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-/* A JSON Status, as every funcd API answers an error. */
-static void send_status(struct evhttp_request *req, int code, const char *reason,
-                        const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    cJSON *st = cJSON_CreateObject();
-    cJSON_AddStringToObject(st, "kind", "Status");
-    cJSON_AddStringToObject(st, "apiVersion", "v1");
-    cJSON_AddStringToObject(st, "status", "Failure");
-    cJSON_AddNumberToObject(st, "code", code);
-    cJSON_AddStringToObject(st, "reason", reason);
-    cJSON_AddStringToObject(st, "message", msg);
-    char *text = cJSON_PrintUnformatted(st);
-    cJSON_Delete(st);
-    struct evbuffer *body = evbuffer_new();
-    if (body && text)
-        evbuffer_add(body, text, strlen(text));
-    free(text);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
-    evhttp_send_reply(req, code, NULL, body);
-    if (body)
-        evbuffer_free(body);
-}
 
 static const char *reason_of(int code)
 {
@@ -137,16 +112,10 @@ static void on_invoked(const funcd_invoke_res *res, void *arg)
         if (res->invocation_id)
             evhttp_add_header(h, "X-Funcd-Invocation-Id", res->invocation_id);
         if (res->error) {
-            send_status(c->req, res->status, reason_of(res->status), "%s", res->error);
+            funcd_localapi_status(c->req, res->status, reason_of(res->status), "%s", res->error);
         } else {
-            struct evbuffer *body = evbuffer_new();
-            if (body)
-                evbuffer_add(body, res->body, res->body_len);
-            if (res->content_type)
-                evhttp_add_header(h, "Content-Type", res->content_type);
-            evhttp_send_reply(c->req, res->status, NULL, body);
-            if (body)
-                evbuffer_free(body);
+            funcd_localapi_send(c->req, res->status, res->content_type, res->body,
+                                res->body_len);
         }
     }
     free(c);
@@ -184,20 +153,20 @@ static void invoke(funcd_localapi_socket *s, struct evhttp_request *req, const c
     const char *rest = name + len;
     const char *method = method_name(evhttp_request_get_command(req));
     if (len == 0 || len > 63)
-        return send_status(req, 404, "NotFound", "a local API call is /fn/{name}/{path}");
+        return funcd_localapi_status(req, 404, "NotFound", "a local API call is /fn/{name}/{path}");
     if (!may_invoke(s, name, len))
-        return send_status(req, 403, "Forbidden",
+        return funcd_localapi_status(req, 403, "Forbidden",
                            "function %s/%s may not invoke \"%.*s\": it is not in "
                            "spec.bindings.invoke", s->ns, s->name, (int)len, name);
     if (!method)
-        return send_status(req, 405, "MethodNotAllowed", "this method is not passed on");
+        return funcd_localapi_status(req, 405, "MethodNotAllowed", "this method is not passed on");
     if (!s->api->invoker)
-        return send_status(req, 503, "ServiceUnavailable", "funcd is shutting down");
+        return funcd_localapi_status(req, 503, "ServiceUnavailable", "funcd is shutting down");
     char callee[64], path[2048];
     snprintf(callee, sizeof(callee), "%.*s", (int)len, name);
     if (snprintf(path, sizeof(path), "%s%s", *rest == '?' ? "/" : "", rest) >=
         (int)sizeof(path))
-        return send_status(req, 414, "RequestURITooLong", "the path is longer than %zu bytes",
+        return funcd_localapi_status(req, 414, "RequestURITooLong", "the path is longer than %zu bytes",
                            sizeof(path) - 1);
     struct evkeyvalq *in = evhttp_request_get_input_headers(req);
     const char *type = evhttp_find_header(in, "Content-Type");
@@ -208,7 +177,7 @@ static void invoke(funcd_localapi_socket *s, struct evhttp_request *req, const c
     size_t body_len = evbuffer_get_length(body);
     call *c = calloc(1, sizeof(*c));
     if (!c)
-        return send_status(req, 503, "ServiceUnavailable", "out of memory");
+        return funcd_localapi_status(req, 503, "ServiceUnavailable", "out of memory");
     c->sock = s;
     c->req = req;
     funcd_invoke_req ir = {
@@ -223,7 +192,7 @@ static void invoke(funcd_localapi_socket *s, struct evhttp_request *req, const c
     };
     if (funcd_invoke(s->api->invoker, &ir, on_invoked, c) < 0) {
         free(c);
-        return send_status(req, 503, "ServiceUnavailable", "%s", funcd_error_last()->message);
+        return funcd_localapi_status(req, 503, "ServiceUnavailable", "%s", funcd_error_last()->message);
     }
     c->next = s->calls;
     if (s->calls)
@@ -237,7 +206,9 @@ static void on_request(struct evhttp_request *req, void *arg)
     const char *target = evhttp_request_get_uri(req);
     if (target && strncmp(target, "/fn/", 4) == 0)
         return invoke(s, req, target);
-    send_status(req, 404, "NotFound", "the local API has no %s (docs/services.md)",
+    if (target && strncmp(target, "/kv/", 4) == 0)
+        return funcd_kv_request(s->api->store, s->ns, s->kv, req, target);
+    funcd_localapi_status(req, 404, "NotFound", "the local API has no %s (docs/services.md)",
                 target ? target : "such path");
 }
 
@@ -287,7 +258,8 @@ funcd_localapi_socket *funcd_localapi_open(funcd_localapi *api, const char *path
     funcd_localapi_socket *s = calloc(1, sizeof(*s));
     if (!s || !(s->ns = strdup(caller->ns)) || !(s->name = strdup(caller->name)) ||
         !(s->replica = strdup(caller->replica ? caller->replica : "")) ||
-        !(s->invoke = copy_names(caller->invoke)) || !(s->http = evhttp_new(api->loop))) {
+        !(s->invoke = copy_names(caller->invoke)) || !(s->kv = copy_names(caller->kv)) ||
+        !(s->http = evhttp_new(api->loop))) {
         funcd_error_set(FUNCD_ENOMEM, "out of memory opening the local API");
         goto fail;
     }
@@ -322,6 +294,7 @@ fail:
         if (s->http)
             evhttp_free(s->http);
         funcd_strv_free(s->invoke);
+        funcd_strv_free(s->kv);
         free(s->replica);
         free(s->name);
         free(s->ns);
@@ -350,6 +323,7 @@ void funcd_localapi_close(funcd_localapi_socket *s)
     evhttp_free(s->http);
     unlink(s->path);
     funcd_strv_free(s->invoke);
+    funcd_strv_free(s->kv);
     free(s->replica);
     free(s->name);
     free(s->ns);

@@ -6,6 +6,8 @@
  * sandbox shows the directory. Every call is checked against that
  * Function's spec.bindings.
  *
+ *   /kv/{store}[/{key}]      KV operations on a KVStore bound in
+ *                            spec.bindings.kv (lib/localapi/kv.h)
  *   POST /fn/{name}/{rest}   invoke Function {name} of the same namespace,
  *                            bound in spec.bindings.invoke, through the
  *                            same path as any invocation (lib/invoke): a
@@ -21,6 +23,7 @@
 #include <event2/event.h>
 
 #include "invoke/invoke.h"
+#include "funcd/sys/store.h"
 #include "util/log.h"
 
 /* The socket's name in a worker's runtime directory. */
@@ -29,7 +32,9 @@
 typedef struct funcd_localapi funcd_localapi;
 typedef struct funcd_localapi_socket funcd_localapi_socket;
 
-int funcd_localapi_new(funcd_localapi **out, struct event_base *loop, const funcd_logger *logger);
+/* `store` holds the KV data (lib/localapi/kv.h). */
+int funcd_localapi_new(funcd_localapi **out, struct event_base *loop, funcd_store *store,
+                       const funcd_logger *logger);
 /* Where invocations go; NULL (shutting down): calls are answered 503. */
 void funcd_localapi_set_invoker(funcd_localapi *api, funcd_invoker *inv);
 /* Closes the sockets still open (calls in flight are dropped) and frees. */
@@ -41,6 +46,7 @@ typedef struct funcd_localapi_caller {
     const char *ns, *name;
     const char *replica;
     const char *const *invoke;
+    const char *const *kv; /* spec.bindings.kv */
 } funcd_localapi_caller;
 
 /* Listens at `path` (created 0600; the worker sees it as its own). NULL

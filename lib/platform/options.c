@@ -198,6 +198,11 @@ funcd_option *funcd_with_metrics_open(int open)
     return number_option(OPT_METRICS_OPEN, open != 0, 0, 0);
 }
 
+funcd_option *funcd_with_kv_store_quota(long quota)
+{
+    return number_option(OPT_KV_STORE_QUOTA, (uint64_t)(int64_t)quota, 0, 0);
+}
+
 funcd_option *funcd_with_host_network_allowed(int allowed)
 {
     return number_option(OPT_HOST_NETWORK, allowed != 0, 0, 0);
@@ -536,6 +541,10 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
     case OPT_CGROUP_FAVORDYNMODS: cfg->cgroup_favordynmods = (int)o->n[0]; break;
     case OPT_DATA_PLANE_METRICS: cfg->data_plane_metrics = (int)o->n[0]; break;
     case OPT_METRICS_OPEN: cfg->metrics_open = (int)o->n[0]; break;
+    case OPT_KV_STORE_QUOTA:
+        cfg->kv_quota_set = 1;
+        cfg->kv_store_quota = (int64_t)o->n[0];
+        break;
     case OPT_NODE_PLATFORM: return set_node_platform(cfg, o);
     case OPT_REGISTRY_AUTH_FILE: replace_str(&cfg->registry_auth_file, &o->str); break;
     case OPT_REGISTRY_CERTS_DIR: replace_str(&cfg->registry_certs_dir, &o->str); break;

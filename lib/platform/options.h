@@ -60,6 +60,7 @@ typedef enum option_kind {
     OPT_NODE_ADDRESS,
     OPT_LEASE_TTL,
     OPT_BLOB_POLL_INTERVAL,
+    OPT_KV_STORE_QUOTA,
 } option_kind;
 
 struct funcd_option {
@@ -134,6 +135,8 @@ typedef struct funcd_config {
     funcd_edge edge;              /* the daemon's edge defaults (auth, limits, per client) */
     int data_plane_metrics;       /* GET /metrics on the data plane */
     int metrics_open;             /* GET /metrics on the control plane without a token */
+    int kv_quota_set;             /* kv_store_quota was given; else the default (100) */
+    int64_t kv_store_quota;       /* KVStores per namespace; negative: no limit */
     char *otlp_endpoint;          /* a base URL; NULL: no export */
     char *tls_cert, *tls_key;     /* TLS from these files, or */
     int tls_self_signed;          /* 1: a self-signed pair in tls_dir */

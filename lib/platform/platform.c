@@ -639,6 +639,7 @@ static int build(funcd_platform *p)
     p->cp.source_roots = (const char *const *)p->cfg.source_roots;
     p->cp.metrics = p->metrics;
     p->cp.metrics_open = p->cfg.metrics_open;
+    p->cp.kv_store_quota = p->cfg.kv_quota_set ? p->cfg.kv_store_quota : FUNCD_KV_STORE_QUOTA_DEFAULT;
     funcd_cp_server_limits cl = {p->cfg.stream_buffer, p->cfg.max_connections, p->tls_cp};
     rc = funcd_cp_server_new(&p->cp_server, &p->cp, p->cfg.listen_addr, &cl, p->addr,
                              sizeof(p->addr));
@@ -657,7 +658,7 @@ static int build(funcd_platform *p)
     /* The edge checks tokens with the control plane's own (docs/edge.md). */
     p->cfg.edge.authorize = funcd_auth_authorize_invoke;
     p->cfg.edge.authorize_payload = &p->cfg.auth;
-    if ((rc = funcd_localapi_new(&p->localapi, p->base, &p->cfg.logger)) < 0)
+    if ((rc = funcd_localapi_new(&p->localapi, p->base, p->cfg.store, &p->cfg.logger)) < 0)
         return rc;
     funcd_serving_config sc = {
         .localapi = p->localapi,

@@ -50,7 +50,8 @@ typedef struct launch {
     int load_check;
     atomic_int load_state;  /* LOAD_* */
     char load_error[512];   /* HandlerLoadFailed: the first line of the error */
-    char **invoke;          /* spec.bindings.invoke (NULL-terminated), or NULL: no local API */
+    char **invoke;          /* spec.bindings.invoke (NULL-terminated), or NULL */
+    char **kv;              /* spec.bindings.kv, or NULL; with `invoke`: a local API */
 } launch;
 
 /* PENDING -> STOPPING (its worker loaded the handler, and is stopped again
@@ -170,6 +171,7 @@ static void launch_unref(launch *ln)
     funcd_strv_free(ln->argv);
     funcd_strv_free(ln->env);
     funcd_strv_free(ln->invoke);
+    funcd_strv_free(ln->kv);
     free(ln->cwd);
     free(ln->rootfs);
     free(ln->fingerprint);
@@ -495,6 +497,8 @@ static char *fingerprint(const launch *ln)
                      ln->limits.cpu_millis, (int)ln->network);
     for (char **p = ln->invoke; p && *p; p++)
         funcd_buf_printf(&b, "i:%s\n", *p);
+    for (char **p = ln->kv; p && *p; p++)
+        funcd_buf_printf(&b, "k:%s\n", *p);
     return funcd_buf_detach(&b, NULL);
 }
 
@@ -621,6 +625,7 @@ static launch *build_launch(funcd_serving *s, const char *ns, const char *name, 
         ln->network = network && strcmp(network, "host") == 0 ? FUNCD_WORKER_NETWORK_HOST
                                                                : FUNCD_WORKER_NETWORK_NONE;
         ln->invoke = bound_names(spec, "invoke");
+        ln->kv = bound_names(spec, "kv");
         ln->fingerprint = fingerprint(ln);
         funcd_log_ring_ref(logs);
         ln->logs = logs;
@@ -877,11 +882,12 @@ static void on_worker_prepare(funcd_worker_ctx *w, void *data, void *payload)
     snprintf(wc->pub.replica, sizeof(wc->pub.replica), "%s", w->replica);
     pthread_mutex_init(&wc->pub.invocation_lock, NULL);
     launch *ln = payload;
-    if (ln->invoke && ln->s->cfg.localapi) { /* its FUNCD_API (docs/services.md) */
+    if ((ln->invoke || ln->kv) && ln->s->cfg.localapi) { /* its FUNCD_API (docs/services.md) */
         char path[200];
         snprintf(path, sizeof(path), "%s/" FUNCD_LOCALAPI_SOCKET, w->dir);
         funcd_localapi_caller caller = {ln->ns, ln->name, w->replica,
-                                        (const char *const *)ln->invoke};
+                                        (const char *const *)ln->invoke,
+                                        (const char *const *)ln->kv};
         if (!(wc->api = funcd_localapi_open(ln->s->cfg.localapi, path, &caller)))
             funcd_log(ln->s->cfg.logger, FUNCD_LOG_WARN, "replica %s has no local API: %s",
                       w->replica, funcd_error_last()->message);
@@ -1088,7 +1094,7 @@ static funcd_launch *launch_workers(funcd_serving *s, launch *ln)
         .exec_shim = shim[0] ? shim : NULL,
         .memory_field = "spec.resources.memory",
         .stop_grace_ms = STOP_GRACE_MS,
-        .local_api = ln->invoke && s->cfg.localapi,
+        .local_api = (ln->invoke || ln->kv) && s->cfg.localapi,
     };
     funcd_launch_hooks hooks = {
         .data_size = sizeof(worker_ctx),

@@ -1,0 +1,257 @@
+/*
+ * KV for functions, end to end (docs/services.md): a KVStore, a python3 and
+ * a node function bound to it (spec.bindings.kv) running one scenario
+ * through the runtimes' helpers over their local API (put/get, CAS
+ * conflicts, TTL expiry, increments, list paging, a store not bound), the
+ * per-namespace quota at admission, and the data surviving a restart on a
+ * sqlite store.
+ *
+ *   test_e2e_kv CASE
+ */
+#include "../harness.h"
+#include "test_serving_common.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define WAIT_MS 20000
+
+static const char scenario_py[] =
+    "import funcd, time\n"
+    "def handler(req):\n"
+    "    kv = funcd.kv('cache')\n"
+    "    out = {}\n"
+    "    r1 = kv.put('a', 'one')\n"
+    "    it = kv.get('a')\n"
+    "    out['get'] = [it.text, it.revision == r1]\n"
+    "    r2 = kv.put('a', 'two', if_revision=r1)\n"
+    "    try:\n"
+    "        kv.put('a', 'three', if_revision=r1)\n"
+    "        out['cas'] = 'no conflict'\n"
+    "    except funcd.Conflict:\n"
+    "        out['cas'] = 'conflict'\n"
+    "    out['after_cas'] = kv.get('a').text\n"
+    "    kv.put('new', 'x', if_revision=0)\n"
+    "    try:\n"
+    "        kv.put('new', 'y', if_revision=0)\n"
+    "        out['absent'] = 'no conflict'\n"
+    "    except funcd.Conflict:\n"
+    "        out['absent'] = 'conflict'\n"
+    "    out['incr'] = [kv.incr('n'), kv.incr('n', 5)]\n"
+    "    kv.put('t', 'v', ttl='1s')\n"
+    "    out['ttl_before'] = kv.get('t') is not None\n"
+    "    time.sleep(1.3)\n"
+    "    out['ttl_after'] = kv.get('t') is None\n"
+    "    for i in range(10):\n"
+    "        kv.put('p/%d' % i, str(i))\n"
+    "    keys, after, pages = [], None, 0\n"
+    "    while True:\n"
+    "        page, after = kv.list(prefix='p/', limit=4, after=after)\n"
+    "        keys += [k for k, _ in page]\n"
+    "        pages += 1\n"
+    "        if not after:\n"
+    "            break\n"
+    "    out['list'] = [len(keys), pages, keys == ['p/%d' % i for i in range(10)]]\n"
+    "    out['delete'] = [kv.delete('a'), kv.delete('a'), kv.get('a') is None]\n"
+    "    try:\n"
+    "        funcd.kv('other').get('x')\n"
+    "        out['unbound'] = 'allowed'\n"
+    "    except funcd.Error as e:\n"
+    "        out['unbound'] = str(e)\n"
+    "    return out\n";
+
+static const char scenario_js[] =
+    "const sleep = (ms) => new Promise((r) => setTimeout(r, ms));\n"
+    "exports.handler = async () => {\n"
+    "    const kv = funcd.kv('cache'), out = {};\n"
+    "    const r1 = await kv.put('a', 'one');\n"
+    "    const it = await kv.get('a');\n"
+    "    out.get = [it.text(), it.revision === r1];\n"
+    "    await kv.put('a', 'two', {ifRevision: r1});\n"
+    "    try { await kv.put('a', 'three', {ifRevision: r1}); out.cas = 'no conflict'; }\n"
+    "    catch (e) { out.cas = e.conflict ? 'conflict' : String(e); }\n"
+    "    out.after_cas = (await kv.get('a')).text();\n"
+    "    await kv.put('new', 'x', {ifRevision: 0});\n"
+    "    try { await kv.put('new', 'y', {ifRevision: 0}); out.absent = 'no conflict'; }\n"
+    "    catch (e) { out.absent = e.conflict ? 'conflict' : String(e); }\n"
+    "    out.incr = [await kv.incr('n'), await kv.incr('n', 5)];\n"
+    "    await kv.put('t', 'v', {ttl: '1s'});\n"
+    "    out.ttl_before = (await kv.get('t')) !== null;\n"
+    "    await sleep(1300);\n"
+    "    out.ttl_after = (await kv.get('t')) === null;\n"
+    "    for (let i = 0; i < 10; i++) await kv.put(`p/${i}`, String(i));\n"
+    "    let keys = [], after = null, pages = 0;\n"
+    "    do {\n"
+    "        const page = await kv.list({prefix: 'p/', limit: 4, after});\n"
+    "        keys = keys.concat(page.items.map((i) => i.key));\n"
+    "        after = page.next; pages++;\n"
+    "    } while (after);\n"
+    "    out.list = [keys.length, pages, keys.join() === [...Array(10).keys()].map((i) => `p/${i}`).join()];\n"
+    "    out.delete = [await kv.delete('a'), await kv.delete('a'), (await kv.get('a')) === null];\n"
+    "    try { await funcd.kv('other').get('x'); out.unbound = 'allowed'; }\n"
+    "    catch (e) { out.unbound = e.message; }\n"
+    "    return out;\n"
+    "};\n";
+
+static int code_dir(char *dir, size_t n, const char *file, const char *content)
+{
+    char path[512];
+    if (sv_tempdir(dir, n) != 0)
+        return -1;
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fputs(content, f);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static long create_kvstore(env *e, const char *name, const char *spec)
+{
+    char body[512];
+    snprintf(body, sizeof(body),
+             "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"KVStore\",\"metadata\":{\"name\":\"%s\"},"
+             "\"spec\":%s}",
+             name, spec);
+    return env_req(e, "POST", NS("default") "/kvstores", DEV_TOKEN, body);
+}
+
+/* A function of `runtime` running `code`, bound to KVStore "cache". */
+static int user(env *e, const char *name, const char *runtime, const char *code)
+{
+    char dir[256];
+    int py = strcmp(runtime, "python3") == 0;
+    if (code_dir(dir, sizeof(dir), py ? "main.py" : "index.js", code) != 0)
+        return -1;
+    if (sv_create(e, name,
+                  "{\"runtime\":\"%s\",\"handler\":\"%s\",\"source\":{\"path\":\"%s\"},"
+                  "\"bindings\":{\"kv\":[\"cache\"]}}",
+                  runtime, py ? "main.handler" : "index.js", dir) != 201)
+        return -1;
+    if (sv_wait_ready(e, name, WAIT_MS))
+        return 0;
+    fprintf(stderr, "%s is not ready: %.600s\n", name, e->r.body ? e->r.body : "");
+    return -1;
+}
+
+static void check_scenario(env *e, const char *name)
+{
+    char path[128];
+    snprintf(path, sizeof(path), DP_PATH("%s") "/", name);
+    if (sv_invoke(e, "POST", path, NULL) != 200)
+        FAILF("%s: %ld %.500s", name, e->r.status, e->r.body);
+    const cJSON *j = e->r.json;
+    CHECK_STR(cJSON_GetArrayItem(jget(j, "get"), 0)->valuestring, "one");
+    CHECK(cJSON_IsTrue(cJSON_GetArrayItem(jget(j, "get"), 1)));
+    CHECK_STR(jstr(j, "cas"), "conflict");
+    CHECK_STR(jstr(j, "after_cas"), "two");
+    CHECK_STR(jstr(j, "absent"), "conflict");
+    CHECK_INT(cJSON_GetArrayItem(jget(j, "incr"), 0)->valuedouble, 1);
+    CHECK_INT(cJSON_GetArrayItem(jget(j, "incr"), 1)->valuedouble, 6);
+    CHECK(cJSON_IsTrue(jget(j, "ttl_before")));
+    CHECK(cJSON_IsTrue(jget(j, "ttl_after")));
+    CHECK_INT(cJSON_GetArrayItem(jget(j, "list"), 0)->valuedouble, 10);
+    CHECK_INT(cJSON_GetArrayItem(jget(j, "list"), 1)->valuedouble, 3);
+    CHECK(cJSON_IsTrue(cJSON_GetArrayItem(jget(j, "list"), 2)));
+    CHECK(cJSON_IsTrue(cJSON_GetArrayItem(jget(j, "delete"), 0)));
+    CHECK(cJSON_IsFalse(cJSON_GetArrayItem(jget(j, "delete"), 1)));
+    CHECK(cJSON_IsTrue(cJSON_GetArrayItem(jget(j, "delete"), 2)));
+    CHECK_CONTAINS(jstr(j, "unbound"), "403");
+    CHECK_CONTAINS(jstr(j, "unbound"), "spec.bindings.kv");
+}
+
+SV_TEST(python_kv)
+{
+    CHECK(create_kvstore(e, "cache", "{\"maxKeys\":100}") == 201);
+    CHECK(create_kvstore(e, "other", "{}") == 201);
+    CHECK(user(e, "py-kv", "python3", scenario_py) == 0);
+    check_scenario(e, "py-kv");
+}
+
+SV_TEST(node_kv)
+{
+    CHECK(create_kvstore(e, "cache", "{}") == 201);
+    CHECK(create_kvstore(e, "other", "{}") == 201);
+    CHECK(user(e, "js-kv", "node", scenario_js) == 0);
+    check_scenario(e, "js-kv");
+}
+
+static const char limits_py[] =
+    "import funcd\n"
+    "def handler(req):\n"
+    "    kv, out = funcd.kv('cache'), {}\n"
+    "    kv.put('k1', 'x')\n"
+    "    kv.put('k2', 'x')\n"
+    "    kv.put('k1', 'replaced')  # not a new key\n"
+    "    try:\n"
+    "        kv.put('k3', 'x')\n"
+    "        out['keys'] = 'stored'\n"
+    "    except funcd.Error as e:\n"
+    "        out['keys'] = str(e)\n"
+    "    try:\n"
+    "        kv.put('k1', 'x' * 17)\n"
+    "        out['value'] = 'stored'\n"
+    "    except funcd.Error as e:\n"
+    "        out['value'] = str(e)\n"
+    "    return out\n";
+
+/* spec.maxKeys and spec.maxValueBytes hold. */
+SV_TEST(store_limits)
+{
+    CHECK(create_kvstore(e, "cache", "{\"maxKeys\":2,\"maxValueBytes\":16}") == 201);
+    CHECK(user(e, "lim", "python3", limits_py) == 0);
+    if (sv_invoke(e, "POST", DP_PATH("lim") "/", NULL) != 200)
+        FAILF("lim: %ld %.500s", e->r.status, e->r.body);
+    CHECK_CONTAINS(jstr(e->r.json, "keys"), "507");
+    CHECK_CONTAINS(jstr(e->r.json, "keys"), "spec.maxKeys");
+    CHECK_CONTAINS(jstr(e->r.json, "value"), "413");
+    CHECK_CONTAINS(jstr(e->r.json, "value"), "spec.maxValueBytes");
+}
+
+/* The 101st KVStore of a namespace is refused (the default quota, 100);
+ * replacing one that exists is not a new one. */
+SV_TEST(quota)
+{
+    for (int i = 0; i < 100; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "s%d", i);
+        if (create_kvstore(e, name, "{}") != 201)
+            FAILF("KVStore %d: %ld %.300s", i, e->r.status, e->r.body);
+    }
+    CHECK(create_kvstore(e, "s100", "{}") == 403);
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "quota");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "100");
+    CHECK(env_req(e, "PUT", NS("default") "/kvstores/s7", DEV_TOKEN,
+                  "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"KVStore\",\"metadata\":{\"name\":"
+                  "\"s7\"},\"spec\":{\"maxKeys\":5}}") == 200);
+    /* Another namespace has its own quota. */
+    CHECK(env_req(e, "POST", NS("team-b") "/kvstores", TEAM_B_TOKEN,
+                  "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"KVStore\",\"metadata\":{\"name\":"
+                  "\"s0\"},\"spec\":{}}") == 201);
+    /* Bad specs name the field. */
+    CHECK(create_kvstore(e, "bad", "{\"maxKeys\":0}") == 400);
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "spec.maxKeys");
+}
+
+int main(int argc, char **argv)
+{
+    const char *only = argc > 1 ? argv[1] : NULL;
+    int ran = 0;
+    if (access("/usr/bin/python3", X_OK) != 0 ||
+        (access("/usr/bin/node", X_OK) != 0 && access("/usr/bin/nodejs", X_OK) != 0)) {
+        fprintf(stderr, "SKIP: python3 or node is not installed on this host\n");
+        return 77;
+    }
+    sv_init();
+    SV_RUN(only, ran, python_kv);
+    SV_RUN(only, ran, node_kv);
+    SV_RUN(only, ran, store_limits);
+    SV_RUN(only, ran, quota);
+    e2e_client_global_cleanup();
+    if (only && !ran) {
+        fprintf(stderr, "no case %s\n", only);
+        return 2;
+    }
+    return HARNESS_END();
+}
