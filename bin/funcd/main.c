@@ -89,6 +89,12 @@ static void usage(FILE *out)
             "  --lease-ttl DURATION       node heartbeats and the cluster lease (default 10s)\n"
             "  --blob-poll-interval DURATION  how often blob EventSources list their prefix\n"
             "                             unless spec.blob.pollInterval says (default 15s)\n"
+            "  --workflow-step-timeout DURATION  default timeout of a workflow step's call\n"
+            "                             (default: none beyond the function's spec.timeout)\n"
+            "  --workflow-retry N         default attempts of a workflow step (default 1)\n"
+            "  --workflow-retention DURATION  keep finished workflow runs (default 168h; 0: forever)\n"
+            "  --workflow-payload-limit BYTES  a run's input and each step's output (default\n"
+            "                             1048576)\n"
             "  --stream-buffer-limit BYTES  what a watch or log stream may hold for a slow\n"
             "                             client (default 2097152); beyond it the stream ends\n"
             "  --max-connections N        connections each listener holds open (default 1024);\n"
@@ -169,6 +175,8 @@ typedef struct flags {
     const char *node_name, *node_address;
     uint64_t lease_ttl;
     uint64_t blob_poll;
+    uint64_t wf_step_timeout, wf_retry, wf_retention, wf_payload;
+    int wf_set;
     const char *tls_cert, *tls_key;
     int tls_self_signed;
     funcd_log_level level;
@@ -231,7 +239,8 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_SRCROOT, O_KEY_FILE, O_FN_TOKENS, O_ACCESS_LOG, O_EDGE_AUTH, O_EDGE_RPS, O_EDGE_BURST,
        O_EDGE_BODY, O_EDGE_IN_FLIGHT, O_EDGE_PER_CLIENT,
        O_BUS, O_STORE, O_BLOB, O_DP_METRICS, O_METRICS_OPEN, O_OTLP, O_TLS, O_TLS_CERT,
-       O_TLS_KEY, O_NODE_NAME, O_NODE_ADDR, O_LEASE_TTL, O_BLOB_POLL, O_KV_QUOTA };
+       O_TLS_KEY, O_NODE_NAME, O_NODE_ADDR, O_LEASE_TTL, O_BLOB_POLL, O_KV_QUOTA, O_WF_TIMEOUT,
+       O_WF_RETRY, O_WF_RETENTION, O_WF_PAYLOAD };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -290,6 +299,10 @@ static const struct option long_opts[] = {
     {"node-address", required_argument, 0, O_NODE_ADDR},
     {"lease-ttl", required_argument, 0, O_LEASE_TTL},
     {"blob-poll-interval", required_argument, 0, O_BLOB_POLL},
+    {"workflow-step-timeout", required_argument, 0, O_WF_TIMEOUT},
+    {"workflow-retry", required_argument, 0, O_WF_RETRY},
+    {"workflow-retention", required_argument, 0, O_WF_RETENTION},
+    {"workflow-payload-limit", required_argument, 0, O_WF_PAYLOAD},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -431,6 +444,26 @@ static int parse_one(int c, const char *arg, flags *f)
     case O_NODE_ADDR: f->node_address = arg; break;
     case O_LEASE_TTL: return parse_duration("lease-ttl", arg, &f->lease_ttl) ? 2 : -1;
     case O_BLOB_POLL: return parse_duration("blob-poll-interval", arg, &f->blob_poll) ? 2 : -1;
+    case O_WF_TIMEOUT:
+        f->wf_set = 1;
+        return parse_duration("workflow-step-timeout", arg, &f->wf_step_timeout) ? 2 : -1;
+    case O_WF_RETRY:
+        f->wf_set = 1;
+        if (parse_count("workflow-retry", arg, 100, &f->wf_retry) < 0 || f->wf_retry == 0) {
+            fprintf(stderr, "funcd: --workflow-retry takes 1 to 100 attempts\n");
+            return 2;
+        }
+        return -1;
+    case O_WF_RETENTION:
+        f->wf_set = 1;
+        if (strcmp(arg, "0") == 0) { /* keep forever */
+            f->wf_retention = 0;
+            return -1;
+        }
+        return parse_duration("workflow-retention", arg, &f->wf_retention) ? 2 : -1;
+    case O_WF_PAYLOAD:
+        f->wf_set = 1;
+        return parse_bytes("workflow-payload-limit", arg, 1, &f->wf_payload) ? 2 : -1;
     case O_TLS:
         if (strcmp(arg, "self-signed") != 0) {
             fprintf(stderr, "funcd: --tls takes \"self-signed\", not \"%s\" (for a certificate of "
@@ -777,6 +810,9 @@ static int build_platform(const flags *f, const char *shims)
         f->node_address ? funcd_with_node_address(f->node_address) : NULL,
         f->lease_ttl ? funcd_with_lease_ttl(f->lease_ttl) : NULL,
         f->blob_poll ? funcd_with_blob_poll_interval(f->blob_poll) : NULL,
+        f->wf_set ? funcd_with_workflow(f->wf_step_timeout, (unsigned)f->wf_retry, f->wf_retention,
+                                        f->wf_payload)
+                  : NULL,
         f->tls_cert ? funcd_with_tls_cert_files(f->tls_cert, f->tls_key) : NULL,
         /* Kept with the data (a restart serves the same certificate), or in
          * the state directory. */
@@ -831,7 +867,7 @@ static void announce(const flags *f)
 
 int main(int argc, char **argv)
 {
-    flags f = {.level = FUNCD_LOG_INFO};
+    flags f = {.level = FUNCD_LOG_INFO, .wf_retention = UINT64_MAX}; /* UINT64_MAX: the default */
     char **config_args, **merged;
     int mergedc;
     if (merge_config(argc, argv, &config_args, &merged, &mergedc) < 0) {

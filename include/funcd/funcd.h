@@ -226,6 +226,16 @@ FUNCD_EXTERN funcd_option *funcd_with_lease_ttl(uint64_t ms);
  *  prefix (default 15 s, at least 100 ms). */
 FUNCD_EXTERN funcd_option *funcd_with_blob_poll_interval(uint64_t ms);
 
+/* ---- workflows (docs/workflows.md) ---------------------------------------- */
+
+/** Workflows (docs/workflows.md): the default timeout of a step's
+ *  invocation (0: none beyond the function's spec.timeout), the default
+ *  attempts of a step (0: 1), how long finished runs are kept (0: forever;
+ *  UINT64_MAX: the default, 7 days), and the payload limit of a run's
+ *  input and of each step's input and output (0: 1 MiB). */
+FUNCD_EXTERN funcd_option *funcd_with_workflow(uint64_t step_timeout_ms, unsigned retry_attempts,
+                                               uint64_t retention_ms, uint64_t payload_limit);
+
 /* ---- limits --------------------------------------------------------------- */
 
 /** Bytes a watch or log-follow stream may hold for a client that reads

@@ -453,7 +453,7 @@ void funcd_cp_handle(funcd_cp *cp, const funcd_cp_request *req, funcd_cp_respons
         return;
     }
     if (funcd_cp_images(cp, req, t, resp) || funcd_cp_nodes(cp, req, resp) ||
-        funcd_cp_invocations(cp, req, t, resp))
+        funcd_cp_invocations(cp, req, t, resp) || funcd_cp_workflows(cp, req, t, resp))
         return;
     const size_t pl = strlen(API_PREFIX);
     if (req->path_len <= pl || memcmp(req->path, API_PREFIX, pl) != 0) {
@@ -639,7 +639,9 @@ static void create_object(funcd_cp *cp, const funcd_cp_request *req, const route
     if (!obj)
         return;
     if (!funcd_cp_admit(cp, r->kind, t, obj, resp) ||
-        !funcd_cp_admit_quota(cp, r->kind, r->ns, obj, resp)) {
+        !funcd_cp_admit_quota(cp, r->kind, r->ns, obj, resp) ||
+        (strcmp(r->kind->kind, "Workflow") == 0 &&
+         !funcd_cp_admit_workflow(cp, r->ns, obj, resp))) {
         cJSON_Delete(obj);
         return;
     }
@@ -659,7 +661,9 @@ static void replace_object(funcd_cp *cp, const funcd_cp_request *req, const rout
     if (!obj)
         return;
     if (!funcd_cp_admit(cp, r->kind, t, obj, resp) ||
-        !funcd_cp_admit_quota(cp, r->kind, r->ns, obj, resp)) {
+        !funcd_cp_admit_quota(cp, r->kind, r->ns, obj, resp) ||
+        (strcmp(r->kind->kind, "Workflow") == 0 &&
+         !funcd_cp_admit_workflow(cp, r->ns, obj, resp))) {
         cJSON_Delete(obj);
         return;
     }

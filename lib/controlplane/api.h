@@ -35,6 +35,7 @@ typedef struct funcd_cp {
     struct funcd_queue *queue;       /* invocations and dead letters (invocations.c); may be NULL */
     int64_t kv_store_quota;          /* KVStores per namespace; negative: no limit (admission.c) */
     char version_json[512]; /* the body of GET /version */
+    size_t workflow_payload_limit;   /* a run's input (workflows.c); 0: 1 MiB */
 } funcd_cp;
 
 typedef struct funcd_cp_request {
@@ -113,6 +114,14 @@ int funcd_cp_admit(const funcd_cp *cp, const funcd_kind *kind, const funcd_token
  * object that exists already (a replace) is always allowed. */
 int funcd_cp_admit_quota(const funcd_cp *cp, const funcd_kind *kind, const char *ns,
                          const cJSON *obj, funcd_cp_response *resp);
+
+/* Workflows (workflows.c): the runs API (0 when the path is not one of
+ * its own), and admission of a Workflow against the store (1 when its
+ * functions exist and its typed edges fit; 0 with `resp` a 400). */
+int funcd_cp_workflows(funcd_cp *cp, const funcd_cp_request *req, const struct funcd_token *t,
+                       funcd_cp_response *resp);
+int funcd_cp_admit_workflow(const funcd_cp *cp, const char *ns, const cJSON *obj,
+                            funcd_cp_response *resp);
 
 /* Sets `resp` to a JSON Status error. `field` may be NULL. */
 void funcd_cp_status(funcd_cp_response *resp, int code, const char *reason, const char *field,

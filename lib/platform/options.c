@@ -13,6 +13,8 @@
  * its shape and funcd_platform_new reports FUNCD_ENOMEM. */
 static funcd_option oom_option = {OPT_OOM};
 
+#define FUNCD_WF_DEFAULT_RETENTION_MS (7ull * 24 * 3600 * 1000) /* finished workflow runs */
+
 static funcd_option *opt_new(option_kind kind)
 {
     funcd_option *o = calloc(1, sizeof(*o));
@@ -260,6 +262,14 @@ funcd_option *funcd_with_lease_ttl(uint64_t ms)
 funcd_option *funcd_with_blob_poll_interval(uint64_t ms)
 {
     return number_option(OPT_BLOB_POLL_INTERVAL, ms, 0, 0);
+}
+funcd_option *funcd_with_workflow(uint64_t step_timeout_ms, unsigned retry_attempts,
+                                  uint64_t retention_ms, uint64_t payload_limit)
+{
+    funcd_option *o = number_option(OPT_WORKFLOW, step_timeout_ms, retry_attempts, retention_ms);
+    if (o != &oom_option)
+        o->size = (size_t)payload_limit;
+    return o;
 }
 funcd_option *funcd_with_shutdown_grace(uint64_t ms)
 {
@@ -668,6 +678,15 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
                                    "short (at least 100 ms)", (unsigned long long)o->n[0]);
         cfg->blob_poll_ms = o->n[0];
         break;
+    case OPT_WORKFLOW:
+        if (o->n[1] > 100)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_workflow: %llu attempts; at most 100",
+                                   (unsigned long long)o->n[1]);
+        cfg->wf_step_timeout_ms = o->n[0];
+        cfg->wf_retry_attempts = (unsigned)o->n[1];
+        cfg->wf_retention_ms = o->n[2] == UINT64_MAX ? FUNCD_WF_DEFAULT_RETENTION_MS : o->n[2];
+        cfg->wf_payload_limit = o->size;
+        break;
     case OPT_OTLP_ENDPOINT:
         if (!o->str || (strncmp(o->str, "http://", 7) != 0 && strncmp(o->str, "https://", 8) != 0))
             return funcd_error_set(FUNCD_EINVAL, "funcd_with_otlp_endpoint: \"%s\" is not an "
@@ -688,6 +707,7 @@ int funcd_config_apply(funcd_config *cfg, funcd_option *const *options, size_t c
     int rc = refuse_shared_backends(options, count);
     cfg->logger.min = FUNCD_LOG_INFO;
     cfg->sandbox = 1;
+    cfg->wf_retention_ms = FUNCD_WF_DEFAULT_RETENTION_MS;
     for (int pass = 0; pass < 2; pass++)
         for (size_t i = 0; i < count; i++)
             if (rc == 0 && options[i] && is_preset(options[i]) == (pass == 0))

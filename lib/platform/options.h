@@ -61,6 +61,7 @@ typedef enum option_kind {
     OPT_LEASE_TTL,
     OPT_BLOB_POLL_INTERVAL,
     OPT_KV_STORE_QUOTA,
+    OPT_WORKFLOW, /* n: step timeout, attempts, retention; size: payload limit */
 } option_kind;
 
 struct funcd_option {
@@ -145,6 +146,10 @@ typedef struct funcd_config {
     char *node_address;           /* NULL: the data plane's address */
     uint64_t lease_ttl_ms;        /* 0: the default (cluster/lease.h) */
     uint64_t blob_poll_ms;        /* blob EventSources' default poll; 0: 15 s */
+    uint64_t wf_step_timeout_ms;  /* funcd_with_workflow; 0: none */
+    unsigned wf_retry_attempts;   /* 0: 1 */
+    uint64_t wf_retention_ms;     /* 0: forever (the default is set by the preset) */
+    uint64_t wf_payload_limit;    /* 0: 1 MiB */
 } funcd_config;
 
 /* Applies presets first, then the rest in order; frees every option. */

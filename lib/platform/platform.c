@@ -46,6 +46,7 @@
 #include "trace/edge.h"
 #include "tls/tls.h"
 #include "util/misc.h"
+#include "workflow/workflow.h"
 
 #ifndef FUNCD_DEFAULT_SHIM_DIR
 #define FUNCD_DEFAULT_SHIM_DIR "/usr/local/libexec/funcd"
@@ -65,6 +66,7 @@ struct funcd_platform {
     funcd_queue *queue;      /* the delivery queue (lib/eventing/queue.h) */
     funcd_localapi *localapi; /* workers' FUNCD_API sockets (lib/localapi) */
     funcd_async *async;      /* /async/ on the data plane */
+    funcd_workflows *workflows; /* runs, on the lease holder (lib/workflow) */
     funcd_sources *sources;
     funcd_evsources *evsources; /* EventSources (docs/eventing.md) */
     funcd_fnrunner *fnrunner;
@@ -701,6 +703,14 @@ static int build(funcd_platform *p)
     if ((rc = funcd_async_new(&p->async, &ac)) < 0)
         return rc;
     p->cp.queue = p->queue;
+    funcd_workflows_config wc = {
+        .loop = p->base, .store = p->cfg.store, .invoker = p->invoker, .cluster = p->cluster,
+        .logger = &p->cfg.logger, .step_timeout_ms = p->cfg.wf_step_timeout_ms,
+        .retry_attempts = p->cfg.wf_retry_attempts, .retention_ms = p->cfg.wf_retention_ms,
+        .payload_limit = (size_t)p->cfg.wf_payload_limit};
+    if ((rc = funcd_workflows_new(&p->workflows, &wc)) < 0)
+        return rc;
+    p->cp.workflow_payload_limit = wc.payload_limit;
     funcd_controller_config cc = {p->base, p->cfg.store, p->serving, &p->cfg.logger, 0,
                                   p->cluster};
     return funcd_controller_new(&p->controller, &cc);
@@ -776,6 +786,7 @@ static void teardown(funcd_platform *p)
     funcd_cp_server_free(p->cp_server); /* no API calls from here on */
     p->cp_server = NULL;
     funcd_queue_close(p->queue); /* no new attempt; those running may finish while draining */
+    funcd_workflows_stop(p->workflows); /* runs resume at the next start, not fail in the drain */
     drain_workers(p); /* also fails waiting requests while the gateway still runs */
     funcd_cluster_stop(p->cluster); /* the others see this node leave, and lead */
     funcd_evsources_close(p->evsources); /* answers the webhook calls still waiting */
@@ -790,6 +801,8 @@ static void teardown(funcd_platform *p)
     p->async = NULL;
     funcd_queue_free(p->queue);
     p->queue = NULL;
+    funcd_workflows_free(p->workflows); /* after the invoker ran the `done` of its calls */
+    p->workflows = NULL;
     funcd_controller_free(p->controller);
     p->controller = NULL;
     funcd_evsources_free(p->evsources);
@@ -938,6 +951,8 @@ static int start_components(funcd_platform *p)
         rc = funcd_controller_start(p->controller);
     if (rc == 0)
         rc = funcd_evsources_start(p->evsources);
+    if (rc == 0)
+        rc = funcd_workflows_start(p->workflows);
     if (rc == 0)
         rc = funcd_fnrunner_start(p->fnrunner);
     if (rc == 0)

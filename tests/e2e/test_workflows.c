@@ -1,0 +1,339 @@
+/*
+ * Workflows end to end (docs/workflows.md): Workflows admitted and refused
+ * through the control plane, runs started over HTTP and executed by the
+ * engine against real python3 workers (tests/e2e/fixtures/workflow), read
+ * back with GET until they finish. One meson test per case.
+ */
+#include "../harness.h"
+#include "test_serving_common.h"
+#include "util/misc.h"
+
+#include <string.h>
+
+#define WF_PATH NS("default") "/workflows"
+#define RUNS(name) NS("default") "/workflows/" name "/runs"
+#define RUN_PATH NS("default") "/workflowruns/"
+
+/* A Function running main.HANDLER of the workflow fixture, kept warm. */
+static long py_function(env *e, const char *dir, const char *name, const char *handler,
+                        const char *extra)
+{
+    return sv_create(e, name,
+                     "{\"runtime\":\"python3\",\"handler\":\"main.%s\",\"source\":{\"path\":"
+                     "\"%s\"},\"scaling\":{\"minReplicas\":0,\"maxReplicas\":1}%s}",
+                     handler, dir, extra ? extra : "");
+}
+
+static long workflow(env *e, const char *name, const char *spec)
+{
+    char body[8192];
+    snprintf(body, sizeof(body),
+             "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Workflow\",\"metadata\":{\"name\":"
+             "\"%s\"},\"spec\":%s}",
+             name, spec);
+    return REQ("POST", WF_PATH, DEV_TOKEN, body);
+}
+
+/* Starts a run of `name` with `input`; its id into `id`. The answer code. */
+static long start(env *e, const char *name, const char *input, char *id, size_t len)
+{
+    char path[256];
+    snprintf(path, sizeof(path), NS("default") "/workflows/%s/runs", name);
+    long code = REQ("POST", path, DEV_TOKEN, input);
+    snprintf(id, len, "%s", code == 201 ? jstr(e->r.json, "metadata.name") : "");
+    return code;
+}
+
+static int finished(env *e, void *arg)
+{
+    char path[256];
+    snprintf(path, sizeof(path), RUN_PATH "%s", (const char *)arg);
+    if (REQ("GET", path, DEV_TOKEN, NULL) != 200)
+        return 0;
+    const char *phase = jstr(e->r.json, "status.phase");
+    return phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0 ||
+                     strcmp(phase, "Cancelled") == 0);
+}
+
+/* Waits for the run to finish (60 s at most); e->r.json is the run. */
+static const char *wait_run(env *e, const char *id)
+{
+    if (!env_poll(e, 60000, finished, (void *)id))
+        return "(not finished)";
+    return jstr(e->r.json, "status.phase");
+}
+
+/* A three-step DAG with a fan-out: items -> square (forEach, at most two at
+ * once) -> total, a step beside them that sees what the engine sends, and
+ * one that `when` skips. */
+SV_TEST(dag_fan_out)
+{
+    char dir[256], id[128];
+    CHECK(sv_fixture("workflow", dir, sizeof(dir)) == 0);
+    CHECK_INT(py_function(e, dir, "items", "items", NULL), 201);
+    CHECK_INT(py_function(e, dir, "square", "square", NULL), 201);
+    CHECK_INT(py_function(e, dir, "total", "total", NULL), 201);
+    CHECK_INT(py_function(e, dir, "whoami", "whoami", NULL), 201);
+    CHECK_INT(workflow(e, "sums",
+                       "{\"steps\":["
+                       "{\"name\":\"list\",\"function\":\"items\",\"input\":\"$.input\"},"
+                       "{\"name\":\"square\",\"function\":\"square\",\"dependsOn\":[\"list\"],"
+                       "\"forEach\":\"$.steps.list.output.items[*]\",\"maxConcurrency\":2},"
+                       "{\"name\":\"sum\",\"function\":\"total\",\"dependsOn\":[\"square\"],"
+                       "\"input\":\"$.steps.square.output\"},"
+                       "{\"name\":\"meta\",\"function\":\"whoami\",\"dependsOn\":[\"list\"],"
+                       "\"input\":\"$.steps.list.output.total\"},"
+                       "{\"name\":\"never\",\"function\":\"whoami\",\"dependsOn\":[\"list\"],"
+                       "\"when\":\"$.steps.list.output.total > 100\"}],"
+                       "\"output\":\"$.steps.sum.output\"}"),
+              201);
+    CHECK_INT(start(e, "sums", "{\"n\":4}", id, sizeof(id)), 201);
+    CHECK_STR(jstr(e->r.json, "status.phase"), "Pending");
+    const char *phase = wait_run(e, id);
+    if (!phase || strcmp(phase, "Succeeded") != 0)
+        FAILF("run %s: %s: %.2000s", id, phase ? phase : "?", e->r.body);
+    CHECK(jnum(e->r.json, "status.output") == 1 + 4 + 9 + 16);
+    const cJSON *sq = jget(e->r.json, "status.steps.square.output");
+    CHECK_INT(cJSON_GetArraySize(sq), 4);
+    CHECK(cJSON_GetNumberValue(cJSON_GetArrayItem(sq, 3)) == 16); /* gathered in order */
+    CHECK_STR(jstr(e->r.json, "status.steps.square.phase"), "Succeeded");
+    CHECK_STR(jstr(e->r.json, "status.steps.never.phase"), "Skipped");
+    char key[256];
+    snprintf(key, sizeof(key), "%s/meta/0", id);
+    CHECK_STR(jstr(e->r.json, "status.steps.meta.output.key"), key);
+    CHECK(jnum(e->r.json, "status.steps.meta.output.input") == 10);
+    const char *tp = jstr(e->r.json, "spec.traceparent");
+    const char *sent = jstr(e->r.json, "status.steps.meta.output.traceparent");
+    CHECK(tp && sent && strlen(tp) == 55 && strlen(sent) == 55);
+    CHECK(memcmp(tp, sent, 36) == 0); /* the run's trace */
+    /* listed, and a run that does not exist */
+    CHECK_INT(REQ("GET", NS("default") "/workflowruns", DEV_TOKEN, NULL), 200);
+    CHECK_STR(jstr(e->r.json, "kind"), "WorkflowRunList");
+    CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 1);
+    CHECK_INT(REQ("GET", RUN_PATH "nope-1", DEV_TOKEN, NULL), 404);
+    CHECK_INT(REQ("POST", RUNS("nope"), DEV_TOKEN, "{}"), 404);
+}
+
+/* retry: 3 on a step that fails twice then succeeds; 2 attempts fail the run
+ * naming the step. */
+SV_TEST(retry)
+{
+    char dir[256], id[128];
+    CHECK(sv_fixture("workflow", dir, sizeof(dir)) == 0);
+    CHECK_INT(py_function(e, dir, "flaky", "flaky", NULL), 201);
+    CHECK_INT(workflow(e, "thrice",
+                       "{\"steps\":[{\"name\":\"try\",\"function\":\"flaky\","
+                       "\"retry\":{\"attempts\":3,\"backoff\":\"100ms\"}}]}"),
+              201);
+    CHECK_INT(workflow(e, "twice",
+                       "{\"steps\":[{\"name\":\"try\",\"function\":\"flaky\","
+                       "\"retry\":{\"attempts\":2,\"backoff\":\"100ms\"}}]}"),
+              201);
+    CHECK_INT(start(e, "thrice", "{\"x\":1}", id, sizeof(id)), 201);
+    const char *phase = wait_run(e, id);
+    if (!phase || strcmp(phase, "Succeeded") != 0)
+        FAILF("run %s: %s: %.2000s", id, phase ? phase : "?", e->r.body);
+    CHECK(jnum(e->r.json, "status.steps.try.attempts") == 3);
+    CHECK(jnum(e->r.json, "status.output.attempts") == 3);
+    CHECK(jnum(e->r.json, "status.output.input.x") == 1);
+
+    CHECK_INT(start(e, "twice", "{}", id, sizeof(id)), 201);
+    phase = wait_run(e, id);
+    if (!phase || strcmp(phase, "Failed") != 0)
+        FAILF("run %s: %s: %.2000s", id, phase ? phase : "?", e->r.body);
+    CHECK(jnum(e->r.json, "status.steps.try.attempts") == 2);
+    CHECK_CONTAINS(jstr(e->r.json, "status.message"), "step try failed");
+    CHECK_CONTAINS(jstr(e->r.json, "status.message"), "attempt 2: status 500");
+}
+
+/* A step over its timeout fails the run, naming the step; a run still
+ * going can be cancelled. */
+SV_TEST(timeout_and_cancel)
+{
+    char dir[256], id[128], path[256];
+    CHECK(sv_fixture("workflow", dir, sizeof(dir)) == 0);
+    CHECK_INT(py_function(e, dir, "slow", "slow", NULL), 201);
+    CHECK_INT(workflow(e, "hurry",
+                       "{\"steps\":[{\"name\":\"nap\",\"function\":\"slow\",\"timeout\":\"1s\"}]}"),
+              201);
+    CHECK_INT(start(e, "hurry", NULL, id, sizeof(id)), 201);
+    const char *phase = wait_run(e, id);
+    if (!phase || strcmp(phase, "Failed") != 0)
+        FAILF("run %s: %s: %.2000s", id, phase ? phase : "?", e->r.body);
+    CHECK_CONTAINS(jstr(e->r.json, "status.message"), "step nap failed");
+    CHECK_CONTAINS(jstr(e->r.json, "status.message"), "timed out");
+
+    CHECK_INT(workflow(e, "patient", "{\"steps\":[{\"name\":\"nap\",\"function\":\"slow\"}]}"),
+              201);
+    CHECK_INT(start(e, "patient", "{}", id, sizeof(id)), 201);
+    snprintf(path, sizeof(path), RUN_PATH "%s/cancel", id);
+    CHECK_INT(REQ("POST", path, DEV_TOKEN, NULL), 202);
+    phase = wait_run(e, id);
+    CHECK_STR(phase, "Cancelled");
+    CHECK_INT(REQ("POST", path, DEV_TOKEN, NULL), 409); /* finished */
+    CHECK_INT(REQ("POST", path, VIEWER_TOKEN, NULL), 403);
+}
+
+/* The payload limit (2 KiB here): an input over it is refused with a 400,
+ * a step output over it fails the step; the input schema is checked. */
+SV_TEST_WITH(payload_limits, funcd_with_workflow(0, 0, UINT64_MAX, 2048), NULL)
+{
+    char dir[256], id[128], input[4096];
+    CHECK(sv_fixture("workflow", dir, sizeof(dir)) == 0);
+    CHECK_INT(py_function(e, dir, "big", "big", NULL), 201);
+    CHECK_INT(workflow(e, "sized",
+                       "{\"input\":{\"schema\":{\"type\":\"object\",\"required\":[\"size\"],"
+                       "\"properties\":{\"size\":{\"type\":\"integer\"}}}},"
+                       "\"steps\":[{\"name\":\"make\",\"function\":\"big\"}]}"),
+              201);
+    memset(input, ' ', sizeof(input) - 1);
+    memcpy(input, "{\"size\":1}", 10);
+    input[sizeof(input) - 1] = '\0';
+    CHECK_INT(start(e, "sized", input, id, sizeof(id)), 400);
+    CHECK(!status_problem(&e->r, 400, "BadRequest", "input"));
+    CHECK_INT(start(e, "sized", "{\"size\":\"ten\"}", id, sizeof(id)), 400);
+    CHECK(!status_problem(&e->r, 400, "BadRequest", "input.size"));
+    CHECK_INT(start(e, "sized", "{}", id, sizeof(id)), 400);
+    CHECK(!status_problem(&e->r, 400, "BadRequest", "input.size"));
+    CHECK_INT(start(e, "sized", "not json", id, sizeof(id)), 400);
+
+    CHECK_INT(start(e, "sized", "{\"size\":100}", id, sizeof(id)), 201);
+    const char *phase = wait_run(e, id);
+    if (!phase || strcmp(phase, "Succeeded") != 0)
+        FAILF("run %s: %s: %.2000s", id, phase ? phase : "?", e->r.body);
+    CHECK_INT(start(e, "sized", "{\"size\":5000}", id, sizeof(id)), 201);
+    phase = wait_run(e, id);
+    if (!phase || strcmp(phase, "Failed") != 0)
+        FAILF("run %s: %s: %.2000s", id, phase ? phase : "?", e->r.body);
+    CHECK_STR(jstr(e->r.json, "status.steps.make.phase"), "Failed");
+    CHECK_CONTAINS(jstr(e->r.json, "status.message"), "larger than the payload limit");
+}
+
+/* Finished runs go after the retention (1 ms here, swept on the engine's
+ * tick). */
+SV_TEST_WITH(retention, funcd_with_workflow(0, 0, 1, 0), NULL)
+{
+    char dir[256], id[128], path[256];
+    CHECK(sv_fixture("workflow", dir, sizeof(dir)) == 0);
+    CHECK_INT(py_function(e, dir, "echo", "echo", NULL), 201);
+    CHECK_INT(workflow(e, "brief", "{\"steps\":[{\"name\":\"say\",\"function\":\"echo\"}]}"), 201);
+    CHECK_INT(start(e, "brief", "\"hi\"", id, sizeof(id)), 201);
+    snprintf(path, sizeof(path), RUN_PATH "%s", id);
+    int64_t deadline = funcd_mono_ms() + 60000;
+    int seen_done = 0;
+    long code;
+    while ((code = REQ("GET", path, DEV_TOKEN, NULL)) == 200 && funcd_mono_ms() < deadline) {
+        const char *phase = jstr(e->r.json, "status.phase");
+        seen_done |= phase && strcmp(phase, "Succeeded") == 0;
+        env_sleep_ms(20);
+    }
+    CHECK_INT(code, 404);
+    CHECK(seen_done || 1); /* swept; it may have gone between two polls */
+}
+
+#define CONTRACT_FN(name, contract)                                                                \
+    "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":\"" name        \
+    "\"},\"spec\":{\"runtime\":\"python3\",\"handler\":\"main.echo\",\"source\":{\"bundle\":\""    \
+    NO_SUCH_BUNDLE "\"},\"contract\":" contract "}}"
+
+/* Typed edges: unknown functions and mismatched contracts refused at
+ * admission naming the edge and the property; a compatible one admitted;
+ * a Function update that breaks the edge makes the Workflow not ready. */
+E2E_TEST(contracts)
+{
+    CHECK_INT(REQ("POST", NS("default") "/functions", DEV_TOKEN,
+                  CONTRACT_FN("price", "{\"output\":{\"type\":\"object\",\"required\":[\"total\"],"
+                                       "\"properties\":{\"total\":{\"type\":\"number\"},"
+                                       "\"items\":{\"type\":\"array\",\"items\":{\"type\":"
+                                       "\"string\"}}}}}")),
+              201);
+    CHECK_INT(REQ("POST", NS("default") "/functions", DEV_TOKEN,
+                  CONTRACT_FN("bill", "{\"input\":{\"type\":\"object\",\"required\":[\"total\"],"
+                                      "\"properties\":{\"total\":{\"type\":\"number\"}}}}")),
+              201);
+    CHECK_INT(REQ("POST", NS("default") "/functions", DEV_TOKEN,
+                  CONTRACT_FN("count", "{\"input\":{\"type\":\"integer\"}}")),
+              201);
+    CHECK_INT(REQ("POST", NS("default") "/functions", DEV_TOKEN,
+                  CONTRACT_FN("shout", "{\"input\":{\"type\":\"string\"}}")),
+              201);
+
+    CHECK_INT(workflow(e, "ghost", "{\"steps\":[{\"name\":\"a\",\"function\":\"nobody\"}]}"), 400);
+    CHECK(!status_problem(&e->r, 400, "BadRequest", "spec.steps[0].function"));
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "\"nobody\" does not exist");
+
+    CHECK_INT(workflow(e, "wrong",
+                       "{\"steps\":[{\"name\":\"p\",\"function\":\"price\"},"
+                       "{\"name\":\"c\",\"function\":\"count\",\"dependsOn\":[\"p\"],"
+                       "\"input\":\"$.steps.p.output.total\"}]}"),
+              400);
+    CHECK(!status_problem(&e->r, 400, "BadRequest", "spec.steps[1].input"));
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "edge p -> c");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "the producer gives number, the consumer takes "
+                                               "integer");
+
+    /* each item of a string list into a function taking strings: fits */
+    CHECK_INT(workflow(e, "fits",
+                       "{\"steps\":[{\"name\":\"p\",\"function\":\"price\"},"
+                       "{\"name\":\"b\",\"function\":\"bill\",\"dependsOn\":[\"p\"],"
+                       "\"input\":\"$.steps.p.output\"},"
+                       "{\"name\":\"s\",\"function\":\"shout\",\"dependsOn\":[\"p\"],"
+                       "\"forEach\":\"$.steps.p.output.items\"}]}"),
+              201);
+    /* the items into a function taking integers: does not */
+    CHECK_INT(workflow(e, "each",
+                       "{\"steps\":[{\"name\":\"p\",\"function\":\"price\"},"
+                       "{\"name\":\"c\",\"function\":\"count\",\"dependsOn\":[\"p\"],"
+                       "\"forEach\":\"$.steps.p.output.items[*]\"}]}"),
+              400);
+    CHECK(!status_problem(&e->r, 400, "BadRequest", "spec.steps[1].forEach"));
+
+    /* Ready once the engine looked at it */
+    int64_t deadline = funcd_mono_ms() + 30000;
+    const char *ready = NULL;
+    while (funcd_mono_ms() < deadline) {
+        REQ("GET", WF_PATH "/fits", DEV_TOKEN, NULL);
+        ready = jstr(sv_ready_condition(e->r.json), "status");
+        if (ready && strcmp(ready, "True") == 0)
+            break;
+        env_sleep_ms(100);
+    }
+    CHECK_STR(ready, "True");
+    /* price now says total is a string: the edge p -> b breaks */
+    CHECK_INT(REQ("PUT", NS("default") "/functions/price", DEV_TOKEN,
+                  CONTRACT_FN("price", "{\"output\":{\"type\":\"object\",\"required\":[\"total\"],"
+                                       "\"properties\":{\"total\":{\"type\":\"string\"}}}}")),
+              200);
+    deadline = funcd_mono_ms() + 30000;
+    while (funcd_mono_ms() < deadline) {
+        REQ("GET", WF_PATH "/fits", DEV_TOKEN, NULL);
+        ready = jstr(sv_ready_condition(e->r.json), "status");
+        if (ready && strcmp(ready, "False") == 0)
+            break;
+        env_sleep_ms(100);
+    }
+    CHECK_STR(ready, "False");
+    CHECK_STR(jstr(sv_ready_condition(e->r.json), "reason"), "ContractMismatch");
+    CHECK_CONTAINS(jstr(sv_ready_condition(e->r.json), "message"), "edge p -> b");
+    CHECK_CONTAINS(jstr(sv_ready_condition(e->r.json), "message"), "property total");
+    /* and a run of it is refused until it is fixed */
+    CHECK_INT(REQ("POST", RUNS("fits"), DEV_TOKEN, "{}"), 409);
+}
+
+int main(int argc, char **argv)
+{
+    const char *only = argc > 1 ? argv[1] : NULL;
+    int ran = 0;
+    sv_init();
+    SV_RUN(only, ran, dag_fan_out);
+    SV_RUN(only, ran, retry);
+    SV_RUN(only, ran, timeout_and_cancel);
+    SV_RUN(only, ran, payload_limits);
+    SV_RUN(only, ran, retention);
+    SV_RUN(only, ran, contracts);
+    if (only && !ran) {
+        fprintf(stderr, "no case named %s\n", only);
+        return 1;
+    }
+    return HARNESS_END();
+}
