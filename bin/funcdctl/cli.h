@@ -132,6 +132,11 @@ int cmd_get(ctl_ctx *ctx, int argc, char **argv);
 /* get nodes [NAME] (cmd_get_nodes.c). */
 int ctl_is_nodes(const char *word);
 int ctl_get_nodes(ctl_ctx *ctx, const char *name);
+/* workflow run, get workflowruns [ID], describe workflowrun ID (cmd_workflow.c). */
+int cmd_workflow(ctl_ctx *ctx, int argc, char **argv);
+int ctl_is_workflowruns(const char *word);
+int ctl_get_workflowruns(ctl_ctx *ctx, const char *id);
+int ctl_describe_workflowrun(ctl_ctx *ctx, const char *id);
 int cmd_delete(ctl_ctx *ctx, int argc, char **argv);
 int cmd_describe(ctl_ctx *ctx, int argc, char **argv);
 int cmd_watch(ctl_ctx *ctx, int argc, char **argv);

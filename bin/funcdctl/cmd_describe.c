@@ -210,6 +210,12 @@ int cmd_describe(ctl_ctx *ctx, int argc, char **argv)
         }
         args[nargs++] = argv[i];
     }
+    if (nargs >= 1 && ctl_is_workflowruns(args[0])) {
+        int rc = nargs == 2 ? ctl_describe_workflowrun(ctx, args[1])
+                            : ctl_usage(ctx, "describe workflowrun takes one ID");
+        free(args);
+        return rc;
+    }
     const funcd_kind *kind;
     ctl_ref *refs = NULL;
     int nrefs = 0;

@@ -32,7 +32,8 @@ static const ctl_command commands[] = {
      "Example: funcdctl apply -f hello.yaml\n",
      CTL_OUTS_OBJECTS},
     {"get", cmd_get, "List objects of a kind, or show some",
-     "get KIND [NAME...] | get KIND/NAME... | get images [REF] | get nodes [NAME]",
+     "get KIND [NAME...] | get KIND/NAME... | get images [REF] | get nodes [NAME] |\n"
+     "                  get workflowruns [ID]",
      "  -l, --selector SEL      only objects whose labels match: k=v, k!=v, k, !k (comma: and)\n"
      "  -A, --all-namespaces    list every namespace your token may read\n"
      "  -w, --watch             after the list, print a row per change until Ctrl-C\n"
@@ -42,6 +43,8 @@ static const ctl_command commands[] = {
      "wide adds PLATFORM, LAYERS, ENTRYPOINT); REF picks images by reference or digest.\n"
      "`get nodes` lists the funcd nodes sharing the server's store (NAME, ADDRESS, AGE,\n"
      "READY, WORKERS, LEADER).\n"
+     "`get workflowruns` lists the runs of the namespace's Workflows (NAME, WORKFLOW,\n"
+     "PHASE, DURATION, AGE).\n"
      "Examples: funcdctl get functions\n"
      "          funcdctl get fn hello -o yaml\n"
      "          funcdctl get fn -l app=hello --show-labels\n"
@@ -58,8 +61,9 @@ static const ctl_command commands[] = {
      "         funcdctl delete $(funcdctl get fn -l app=hello -o name)\n",
      OUT(TABLE) | OUT(NAME)},
     {"describe", cmd_describe, "Show objects in detail, with their conditions",
-     "describe KIND NAME... | describe KIND/NAME...",
-     "A Function shows its URL on the data plane.\n"
+     "describe KIND NAME... | describe KIND/NAME... | describe workflowrun ID",
+     "A Function shows its URL on the data plane; a workflow run, the tree of its steps\n"
+     "with their state, attempts and duration.\n"
      "Example: funcdctl describe function hello\n",
      CTL_OUTS_OBJECTS},
     {"watch", cmd_watch, "Stream changes to the objects of a kind",
@@ -121,6 +125,16 @@ static const ctl_command commands[] = {
      "  --pull-secret NAME      a dockerconfigjson Secret for the registry (repeatable)\n"
      "Example: funcdctl pull registry.example.com/team/hello:v1\n",
      CTL_OUTS_OBJECTS},
+    {"workflow", cmd_workflow, "Start a run of a Workflow",
+     "workflow run NAME [-d JSON|@FILE|@-] [--wait [--timeout DURATION]]",
+     "  -d, --data DATA         the run's input (JSON); @FILE reads a file, @- stdin\n"
+     "  --wait                  wait until the run finishes and print its output; exit\n"
+     "                          status 1 unless it Succeeded\n"
+     "  --timeout DURATION      with --wait: give up waiting after this long\n"
+     "Without --wait prints workflowrun/ID created (see `get workflowruns`, `describe\n"
+     "workflowrun ID`).\n"
+     "Example: funcdctl workflow run order -d '{\"id\": \"A-17\"}' --wait\n",
+     OUT(TABLE) | OUT(JSON) | OUT(YAML)},
     {"invoke", cmd_invoke, "Send a request to a Function and print the answer",
      "invoke NAME [-d DATA|@FILE|@-] [--path P] [-X METHOD] [-H 'K: V']... [-i]",
      "  -d, --data DATA         request body (POST unless -X); @FILE reads a file, @- stdin\n"
