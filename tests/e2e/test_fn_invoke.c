@@ -34,27 +34,13 @@ static const char caller_js[] =
     "            body: r.body};\n"
     "};\n";
 
-/* A private directory holding `file` with `content`. */
-static int code_dir(char *dir, size_t n, const char *file, const char *content)
-{
-    char path[512];
-    if (sv_tempdir(dir, n) != 0)
-        return -1;
-    snprintf(path, sizeof(path), "%s/%s", dir, file);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
-    fputs(content, f);
-    return fclose(f) == 0 ? 0 : -1;
-}
-
 /* The caller (`runtime` python3 or node) named `name`, bound to `bound`
  * (a JSON list, or NULL: no bindings). */
 static int caller(env *e, const char *name, const char *runtime, const char *bound)
 {
     char dir[256], bindings[256] = "";
     int py = strcmp(runtime, "python3") == 0;
-    if (code_dir(dir, sizeof(dir), py ? "main.py" : "index.js", py ? caller_py : caller_js) != 0)
+    if (sv_code_dir(dir, sizeof(dir), py ? "main.py" : "index.js", py ? caller_py : caller_js) != 0)
         return -1;
     if (bound)
         snprintf(bindings, sizeof(bindings), ",\"bindings\":{\"invoke\":%s}", bound);
@@ -154,25 +140,12 @@ SV_TEST(bad_bindings)
     }
 }
 
-static int has(const char *const *paths)
-{
-    for (const char *const *p = paths; *p; p++)
-        if (access(*p, X_OK) == 0)
-            return 1;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
-    static const char *const nodes[] = {"/usr/bin/node", "/usr/local/bin/node", "/usr/bin/nodejs",
-                                        NULL};
-    static const char *const pythons[] = {"/usr/bin/python3", NULL};
     const char *only = argc > 1 ? argv[1] : NULL;
     int ran = 0;
-    if (!has(pythons) || !has(nodes)) {
-        fprintf(stderr, "SKIP: python3 or node is not installed on this host\n");
-        return 77;
-    }
+    if (!sv_have_interpreters())
+        return 77; /* meson: skipped */
     sv_init();
     SV_RUN(only, ran, python_calls_native);
     SV_RUN(only, ran, node_calls_native);

@@ -94,19 +94,6 @@ static const char scenario_js[] =
     "    return out;\n"
     "};\n";
 
-static int code_dir(char *dir, size_t n, const char *file, const char *content)
-{
-    char path[512];
-    if (sv_tempdir(dir, n) != 0)
-        return -1;
-    snprintf(path, sizeof(path), "%s/%s", dir, file);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
-    fputs(content, f);
-    return fclose(f) == 0 ? 0 : -1;
-}
-
 static long create_kvstore(env *e, const char *name, const char *spec)
 {
     char body[512];
@@ -122,7 +109,7 @@ static int user(env *e, const char *name, const char *runtime, const char *code)
 {
     char dir[256];
     int py = strcmp(runtime, "python3") == 0;
-    if (code_dir(dir, sizeof(dir), py ? "main.py" : "index.js", code) != 0)
+    if (sv_code_dir(dir, sizeof(dir), py ? "main.py" : "index.js", code) != 0)
         return -1;
     if (sv_create(e, name,
                   "{\"runtime\":\"%s\",\"handler\":\"%s\",\"source\":{\"path\":\"%s\"},"
@@ -238,11 +225,8 @@ int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
     int ran = 0;
-    if (access("/usr/bin/python3", X_OK) != 0 ||
-        (access("/usr/bin/node", X_OK) != 0 && access("/usr/bin/nodejs", X_OK) != 0)) {
-        fprintf(stderr, "SKIP: python3 or node is not installed on this host\n");
-        return 77;
-    }
+    if (!sv_have_interpreters())
+        return 77; /* meson: skipped */
     sv_init();
     SV_RUN(only, ran, python_kv);
     SV_RUN(only, ran, node_kv);

@@ -84,6 +84,33 @@ int sv_tempdir(char *out, size_t out_len)
     return 0;
 }
 
+int sv_have_interpreters(void)
+{
+    static const char *const nodes[] = {"/usr/bin/node", "/usr/local/bin/node", "/usr/bin/nodejs"};
+    int node = 0;
+    for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++)
+        node |= access(nodes[i], X_OK) == 0;
+    if (node && access("/usr/bin/python3", X_OK) == 0)
+        return 1;
+    fprintf(stderr, "SKIP: python3 or node is not installed on this host\n");
+    return 0;
+}
+
+int sv_code_dir(char *dir, size_t n, const char *name, const char *content)
+{
+    char path[512];
+    if (sv_tempdir(dir, n) != 0)
+        return -1;
+    if (!name)
+        return 0;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fputs(content, f);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 int sv_fixture(const char *name, char *out, size_t out_len)
 {
     if (sv_tempdir(out, out_len) < 0)

@@ -37,6 +37,14 @@ int sv_fixture(const char *name, char *out, size_t out_len);
 /* A new empty private directory (removed by sv_cleanup). 0 on success. */
 int sv_tempdir(char *out, size_t out_len);
 
+/* 1 when python3 and node are installed; else 0, having said so (the
+ * test then returns 77: skipped). */
+int sv_have_interpreters(void);
+
+/* A new private directory holding the file `name` with `content` (name
+ * NULL: an empty directory); its path into `dir`. 0 on success. */
+int sv_code_dir(char *dir, size_t n, const char *name, const char *content);
+
 /* Removes the directories made above. */
 void sv_cleanup(void);
 

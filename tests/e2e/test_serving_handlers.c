@@ -20,23 +20,6 @@
 
 #define WAIT_MS 20000
 
-/* A private directory holding the file `name` with `content` (name NULL:
- * an empty directory); its path into `dir`. */
-static int code_dir(char *dir, size_t n, const char *name, const char *content)
-{
-    char path[512];
-    if (sv_tempdir(dir, n) != 0)
-        return -1;
-    if (!name)
-        return 0;
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
-    fputs(content, f);
-    return fclose(f) == 0 ? 0 : -1;
-}
-
 static long create(env *e, const char *name, const char *runtime, const char *handler,
                    const char *dir)
 {
@@ -120,8 +103,8 @@ static const char good_js[] = "exports.handler = async (req) => ({ ok: true });\
 SV_TEST(python_missing_module)
 {
     char empty[256], good[256], msg[1024];
-    CHECK(code_dir(empty, sizeof(empty), "other.py", "x = 1\n") == 0);
-    CHECK(code_dir(good, sizeof(good), "main.py", good_py) == 0);
+    CHECK(sv_code_dir(empty, sizeof(empty), "other.py", "x = 1\n") == 0);
+    CHECK(sv_code_dir(good, sizeof(good), "main.py", good_py) == 0);
     CHECK_INT(create(e, "nomain", "python3", "main.handler", empty), 201);
     CHECK(wait_load_failed(e, "nomain", msg, sizeof(msg)));
     CHECK_CONTAINS(msg, "ModuleNotFoundError");
@@ -140,7 +123,7 @@ SV_TEST(python_missing_module)
 SV_TEST(python_import_error)
 {
     char dir[256], msg[1024];
-    CHECK(code_dir(dir, sizeof(dir), "main.py",
+    CHECK(sv_code_dir(dir, sizeof(dir), "main.py",
                    "import funcd_no_such_module_here\n\n" "def handler(req):\n    return 'x'\n") ==
           0);
     CHECK_INT(create(e, "badimport", "python3", "main.handler", dir), 201);
@@ -157,9 +140,9 @@ SV_TEST(python_import_error)
 SV_TEST(node_syntax_error)
 {
     char bad[256], good[256], msg[1024];
-    CHECK(code_dir(bad, sizeof(bad), "index.js",
+    CHECK(sv_code_dir(bad, sizeof(bad), "index.js",
                    "exports.handler = async (req) => {\n  return { ok: true ;\n};\n") == 0);
-    CHECK(code_dir(good, sizeof(good), "index.js", good_js) == 0);
+    CHECK(sv_code_dir(good, sizeof(good), "index.js", good_js) == 0);
     CHECK_INT(create(e, "badjs", "node", "index.js#handler", bad), 201);
     CHECK(wait_load_failed(e, "badjs", msg, sizeof(msg)));
     CHECK_CONTAINS(msg, "SyntaxError");
@@ -174,8 +157,8 @@ SV_TEST(node_syntax_error)
 SV_TEST(good_handlers_ready)
 {
     char py[256], js[256];
-    CHECK(code_dir(py, sizeof(py), "main.py", good_py) == 0);
-    CHECK(code_dir(js, sizeof(js), "index.js", good_js) == 0);
+    CHECK(sv_code_dir(py, sizeof(py), "main.py", good_py) == 0);
+    CHECK(sv_code_dir(js, sizeof(js), "index.js", good_js) == 0);
     CHECK_INT(create(e, "goodpy", "python3", "main.handler", py), 201);
     CHECK_INT(create(e, "goodjs", "node", "index.js#handler", js), 201);
     if (!sv_wait_ready(e, "goodpy", WAIT_MS))
@@ -191,7 +174,7 @@ SV_TEST(good_handlers_ready)
 SV_TEST(deploy_says_why)
 {
     char dir[256], cmd[2048], errf[300], err[4096] = "";
-    CHECK(code_dir(dir, sizeof(dir), "main.py", "import funcd_not_installed_anywhere\n") == 0);
+    CHECK(sv_code_dir(dir, sizeof(dir), "main.py", "import funcd_not_installed_anywhere\n") == 0);
     snprintf(errf, sizeof(errf), "%s/.deploy.err", dir);
     const char *root = getenv("FUNCD_BUILD_ROOT");
     snprintf(cmd, sizeof(cmd),
@@ -212,25 +195,12 @@ SV_TEST(deploy_says_why)
     CHECK_CONTAINS(err, "No module named 'funcd_not_installed_anywhere'");
 }
 
-static int has(const char *const *paths)
-{
-    for (const char *const *p = paths; *p; p++)
-        if (access(*p, X_OK) == 0)
-            return 1;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
-    static const char *const nodes[] = {"/usr/bin/node", "/usr/local/bin/node", "/usr/bin/nodejs",
-                                        NULL};
-    static const char *const pythons[] = {"/usr/bin/python3", NULL};
     const char *only = argc > 1 ? argv[1] : NULL;
     int ran = 0;
-    if (!has(pythons) || !has(nodes)) {
-        fprintf(stderr, "SKIP: python3 or node is not installed on this host\n");
+    if (!sv_have_interpreters())
         return 77; /* meson: skipped */
-    }
     sv_init();
     SV_RUN(only, ran, python_missing_module);
     SV_RUN(only, ran, python_import_error);
