@@ -148,20 +148,20 @@ static int mem_get(funcd_blob *b, const char *key, uint64_t offset, uint64_t len
     return funcd_blob_get_locked(&m->lock, m, get_locked, key, offset, length, out, out_len);
 }
 
-static int mem_stat(funcd_blob *b, const char *key, funcd_blob_stat *out)
+static int stat_locked(void *blob, const char *key, funcd_blob_stat *out)
 {
-    memory_blob *m = mb(b);
-    int rc = funcd_blob_check_key(key, "stat");
-    if (rc < 0)
-        return rc;
-    pthread_mutex_lock(&m->lock);
-    blob_obj *o = find(m, key, NULL);
-    if (o && out) {
+    blob_obj *o = find(blob, key, NULL);
+    if (o) {
         out->size = o->len;
         out->mtime_ms = o->mtime_ms;
     }
-    pthread_mutex_unlock(&m->lock);
-    return o ? 0 : not_found(key, "stat");
+    return o != NULL;
+}
+
+static int mem_stat(funcd_blob *b, const char *key, funcd_blob_stat *out)
+{
+    memory_blob *m = mb(b);
+    return funcd_blob_stat_locked(&m->lock, m, stat_locked, key, out);
 }
 
 typedef struct listed {

@@ -250,29 +250,30 @@ static int pg_get(funcd_blob *b, const char *key, uint64_t offset, uint64_t leng
     return funcd_blob_get_locked(&p->lock, p, get_locked, key, offset, length, out, out_len);
 }
 
-static int pg_stat(funcd_blob *b, const char *key, funcd_blob_stat *out)
+static int stat_locked(void *blob, const char *key, funcd_blob_stat *out)
 {
-    pg_blob *p = pb(b);
-    int rc = funcd_blob_check_key(key, "stat");
+    pg_blob *p = blob;
+    int rc = funcd_pg_conn_ready(&p->db);
     if (rc < 0)
         return rc;
-    pthread_mutex_lock(&p->lock);
-    PGresult *r = NULL;
-    if ((rc = funcd_pg_conn_ready(&p->db)) == 0) {
-        const char *v[] = {key};
-        int len[] = {(int)strlen(key)};
-        r = funcd_pg_conn_run(&p->db, stmt[S_STAT].name, 1, v, len, "stat", key, &rc);
-    }
-    pthread_mutex_unlock(&p->lock);
+    const char *v[] = {key};
+    int len[] = {(int)strlen(key)};
+    PGresult *r = funcd_pg_conn_run(&p->db, stmt[S_STAT].name, 1, v, len, "stat", key, &rc);
     if (!r)
         return rc;
     int found = PQntuples(r) == 1;
-    if (found && out) {
+    if (found) {
         out->size = funcd_pg_get_u64(r, 0, 0);
         out->mtime_ms = (int64_t)funcd_pg_get_u64(r, 0, 1);
     }
     PQclear(r);
-    return found ? 0 : not_found(key, "stat");
+    return found;
+}
+
+static int pg_stat(funcd_blob *b, const char *key, funcd_blob_stat *out)
+{
+    pg_blob *p = pb(b);
+    return funcd_blob_stat_locked(&p->lock, p, stat_locked, key, out);
 }
 
 static int pg_list(funcd_blob *b, const char *prefix, funcd_blob_list_cb cb, void *payload)

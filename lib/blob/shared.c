@@ -29,6 +29,23 @@ int funcd_blob_get_locked(pthread_mutex_t *lock, void *blob, funcd_blob_get_fn g
     return rc;
 }
 
+int funcd_blob_stat_locked(pthread_mutex_t *lock, void *blob, funcd_blob_stat_fn stat,
+                           const char *key, funcd_blob_stat *out)
+{
+    int rc = funcd_blob_check_key(key, "stat");
+    if (rc < 0)
+        return rc;
+    funcd_blob_stat st = {0};
+    pthread_mutex_lock(lock);
+    rc = stat(blob, key, &st);
+    pthread_mutex_unlock(lock);
+    if (rc == 0)
+        return funcd_error_set(FUNCD_ENOTFOUND, "blob: cannot stat \"%s\": no such object", key);
+    if (rc > 0 && out)
+        *out = st;
+    return rc < 0 ? rc : 0;
+}
+
 int funcd_blob_span(const char *key, uint64_t size, uint64_t offset, uint64_t length, size_t *n,
                     unsigned char **copy)
 {
