@@ -681,16 +681,6 @@ static int bootstrap(pg_store *st)
     return rc;
 }
 
-static int init_lock(pg_store *st)
-{
-    pthread_mutexattr_t attr;
-    pthread_mutexattr_init(&attr);
-    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
-    int err = pthread_mutex_init(&st->lock, &attr);
-    pthread_mutexattr_destroy(&attr);
-    return err ? funcd_error_set(FUNCD_EIO, "store: cannot create the postgres store's mutex") : 0;
-}
-
 FUNCD_EXTERN int funcd_store_postgres_options_init(funcd_store_postgres_options *opts,
                                                    unsigned version)
 {
@@ -720,7 +710,7 @@ FUNCD_EXTERN int funcd_store_postgres_new(funcd_store **out, const char *conninf
     if (!st)
         return funcd_error_set(FUNCD_ENOMEM, "store: out of memory");
     st->wake[0] = st->wake[1] = -1;
-    int rc = init_lock(st);
+    int rc = funcd_store_lock_init(&st->lock, "postgres");
     if (rc < 0) {
         free(st);
         return rc;

@@ -914,16 +914,6 @@ static void fill_vtable(sqlite_store *st)
     st->base.free = sq_free;
 }
 
-static int init_lock(sqlite_store *st)
-{
-    pthread_mutexattr_t attr;
-    pthread_mutexattr_init(&attr);
-    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
-    int err = pthread_mutex_init(&st->lock, &attr);
-    pthread_mutexattr_destroy(&attr);
-    return err ? funcd_error_set(FUNCD_EIO, "store: cannot create the sqlite store's mutex") : 0;
-}
-
 FUNCD_EXTERN int funcd_store_sqlite_options_init(funcd_store_sqlite_options *opts,
                                                  unsigned version)
 {
@@ -957,7 +947,7 @@ FUNCD_EXTERN int funcd_store_sqlite_new(funcd_store **out, const char *path,
         free(st);
         return funcd_error_set(FUNCD_ENOMEM, "store: out of memory opening %s", path);
     }
-    int rc = init_lock(st);
+    int rc = funcd_store_lock_init(&st->lock, "sqlite");
     if (rc < 0) {
         free(st->path);
         free(st);

@@ -207,3 +207,14 @@ int funcd_prefix_upper_bound(const char *prefix, char *out)
     out[n] = '\0';
     return 1;
 }
+
+int funcd_store_lock_init(pthread_mutex_t *lock, const char *driver)
+{
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    int err = pthread_mutex_init(lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+    return err ? funcd_error_set(FUNCD_EIO, "store: cannot create the %s store's mutex", driver)
+               : 0;
+}

@@ -48,6 +48,11 @@ int funcd_store_check_expected(int exists, uint64_t revision, const char *key, u
  * then every key >= prefix. Also used by the PostgreSQL blob driver. */
 int funcd_prefix_upper_bound(const char *prefix, char *out);
 
+/* The SQL drivers' lock, recursive: a list or watch callback run under it
+ * may read the store again. 0, or FUNCD_EIO
+ * naming `driver`. */
+int funcd_store_lock_init(pthread_mutex_t *lock, const char *driver);
+
 /* ---- the watch list --------------------------------------------------- */
 
 /* A watch of `prefix` (NULL: everything) after revision `after`; NULL on OOM. */
