@@ -340,15 +340,8 @@ static int mem_subscribe(funcd_bus *b, const char *subject, const char *queue_gr
                          funcd_bus_msg_cb cb, void *payload, funcd_bus_sub **out)
 {
     memory_bus *m = mbus(b);
-    int rc = funcd_bus_check_subject(subject, 1, "subscribe to");
+    int rc = funcd_bus_check_subscribe(subject, queue_group, cb && out);
     if (rc < 0)
-        return rc;
-    if (!cb || !out)
-        return funcd_error_set(FUNCD_EINVAL,
-                               "bus: subscribe to \"%s\" needs a callback and an out "
-                               "handle",
-                               subject);
-    if ((rc = funcd_bus_check_queue_group(queue_group, subject)) < 0)
         return rc;
     funcd_bus_sub *sub = sub_new(subject, cb, payload);
     if (!sub)

@@ -109,3 +109,15 @@ int funcd_bus_patterns_overlap(const char *a, const char *b)
         b += bl + 1;
     }
 }
+
+int funcd_bus_check_subscribe(const char *subject, const char *queue_group, int given)
+{
+    int rc = funcd_bus_check_subject(subject, 1, "subscribe to");
+    if (rc < 0)
+        return rc;
+    if (!given)
+        return funcd_error_set(FUNCD_EINVAL,
+                               "bus: subscribe to \"%s\" needs a callback and an out handle",
+                               subject);
+    return funcd_bus_check_queue_group(queue_group, subject);
+}

@@ -9,6 +9,11 @@ int funcd_bus_check_subject(const char *subject, int wildcards, const char *what
 /* 0 for NULL (fan-out) or a valid name, else FUNCD_EINVAL. */
 int funcd_bus_check_queue_group(const char *group, const char *subject);
 
+/* The arguments of subscribe(), checked the same way by every driver:
+ * the subject (wildcards allowed), a callback and an out handle (`given`:
+ * both are), the queue group. 0, or FUNCD_EINVAL naming what is wrong. */
+int funcd_bus_check_subscribe(const char *subject, const char *queue_group, int given);
+
 /* Matches a valid pattern against a valid literal subject. */
 int funcd_bus_subject_matches(const char *pattern, const char *subject);
 
