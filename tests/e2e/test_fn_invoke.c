@@ -126,7 +126,7 @@ SV_TEST(bad_bindings)
         {"{\"invoke\":\"callee\"}", "spec.bindings.invoke"},
         {"{\"invoke\":[\"Bad_Name\"]}", "spec.bindings.invoke[0]"},
         {"{\"invoke\":[\"a\",\"a\"]}", "spec.bindings.invoke[1]"},
-        {"{\"kv\":[\"store\"],\"invoke\":[]}", "spec.bindings"},
+        {"{\"blob\":[\"store\"],\"invoke\":[]}", "spec.bindings"},
         {"[\"callee\"]", "spec.bindings"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
