@@ -103,11 +103,16 @@ static void set_num(cJSON *o, const char *k, double v)
     set_item(o, k, cJSON_CreateNumber(v));
 }
 
+/* Milliseconds: a step takes less than a second, and the crash test
+ * compares a call's start with the recorded completion. */
 static void set_now(cJSON *o, const char *k)
 {
-    char now[40];
-    funcd_rfc3339(funcd_now_ms(), now, sizeof(now));
-    set_str(o, k, now);
+    char now[40], ms[48];
+    int64_t t = funcd_now_ms();
+    funcd_rfc3339(t, now, sizeof(now));
+    now[strcspn(now, "Z")] = '\0';
+    snprintf(ms, sizeof(ms), "%s.%03dZ", now, (int)(t % 1000));
+    set_str(o, k, ms);
 }
 
 static int phase_is(const cJSON *o, const char *phase)
@@ -826,18 +831,19 @@ static void cancel_runs(funcd_workflows *w)
     listing_free(&l);
 }
 
-/* The seconds funcd_rfc3339 writes ("2026-12-02T03:32:00Z"), in ms; -1. */
+/* What set_now writes ("2026-12-02T03:32:00.123Z"), in ms; -1. */
 static int64_t parse_rfc3339_ms(const char *s)
 {
     struct tm tm = {0};
+    int frac = 0;
     char z = 0;
-    if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%c", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-               &tm.tm_min, &tm.tm_sec, &z) != 7 || z != 'Z')
+    if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d.%3d%c", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+               &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &frac, &z) != 8 || z != 'Z')
         return -1;
     tm.tm_year -= 1900;
     tm.tm_mon -= 1;
     time_t t = timegm(&tm);
-    return t == (time_t)-1 ? -1 : (int64_t)t * 1000;
+    return t == (time_t)-1 ? -1 : (int64_t)t * 1000 + frac;
 }
 
 static int expired(const funcd_workflows *w, const char *value, size_t len)
