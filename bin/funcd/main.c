@@ -87,6 +87,11 @@ static void usage(FILE *out)
             "  --node-address HOST:PORT   where this node's data plane is reached, shown in\n"
             "                             `funcdctl get nodes` (default: its listen address)\n"
             "  --lease-ttl DURATION       node heartbeats and the cluster lease (default 10s)\n"
+            "  --invocation-retention DURATION  how long finished async invocations stay\n"
+            "                             readable (default 1h)\n"
+            "  --dlq-retention DURATION   how long dead letters are kept (default 168h)\n"
+            "  --dlq-max-entries N        dead letters kept per namespace; the oldest go\n"
+            "                             first (default 10000)\n"
             "  --blob-poll-interval DURATION  how often blob EventSources list their prefix\n"
             "                             unless spec.blob.pollInterval says (default 15s)\n"
             "  --workflow-step-timeout DURATION  default timeout of a workflow step's call\n"
@@ -177,6 +182,7 @@ typedef struct flags {
     uint64_t blob_poll;
     uint64_t wf_step_timeout, wf_retry, wf_retention, wf_payload;
     int wf_set;
+    uint64_t invocation_retention, dlq_retention, dlq_max;
     const char *tls_cert, *tls_key;
     int tls_self_signed;
     funcd_log_level level;
@@ -240,7 +246,8 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_EDGE_BODY, O_EDGE_IN_FLIGHT, O_EDGE_PER_CLIENT,
        O_BUS, O_STORE, O_BLOB, O_DP_METRICS, O_METRICS_OPEN, O_OTLP, O_TLS, O_TLS_CERT,
        O_TLS_KEY, O_NODE_NAME, O_NODE_ADDR, O_LEASE_TTL, O_BLOB_POLL, O_KV_QUOTA, O_WF_TIMEOUT,
-       O_WF_RETRY, O_WF_RETENTION, O_WF_PAYLOAD };
+       O_WF_RETRY, O_WF_RETENTION, O_WF_PAYLOAD, O_INV_RETENTION, O_DLQ_RETENTION,
+       O_DLQ_MAX };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -303,6 +310,9 @@ static const struct option long_opts[] = {
     {"workflow-retry", required_argument, 0, O_WF_RETRY},
     {"workflow-retention", required_argument, 0, O_WF_RETENTION},
     {"workflow-payload-limit", required_argument, 0, O_WF_PAYLOAD},
+    {"invocation-retention", required_argument, 0, O_INV_RETENTION},
+    {"dlq-retention", required_argument, 0, O_DLQ_RETENTION},
+    {"dlq-max-entries", required_argument, 0, O_DLQ_MAX},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -464,6 +474,12 @@ static int parse_one(int c, const char *arg, flags *f)
     case O_WF_PAYLOAD:
         f->wf_set = 1;
         return parse_bytes("workflow-payload-limit", arg, 1, &f->wf_payload) ? 2 : -1;
+    case O_INV_RETENTION:
+        return parse_duration("invocation-retention", arg, &f->invocation_retention) ? 2 : -1;
+    case O_DLQ_RETENTION:
+        return parse_duration("dlq-retention", arg, &f->dlq_retention) ? 2 : -1;
+    case O_DLQ_MAX:
+        return parse_count("dlq-max-entries", arg, 10000000, &f->dlq_max) ? 2 : -1;
     case O_TLS:
         if (strcmp(arg, "self-signed") != 0) {
             fprintf(stderr, "funcd: --tls takes \"self-signed\", not \"%s\" (for a certificate of "
@@ -813,6 +829,9 @@ static int build_platform(const flags *f, const char *shims)
         f->wf_set ? funcd_with_workflow(f->wf_step_timeout, (unsigned)f->wf_retry, f->wf_retention,
                                         f->wf_payload)
                   : NULL,
+        f->invocation_retention || f->dlq_retention || f->dlq_max
+            ? funcd_with_delivery_retention(f->invocation_retention, f->dlq_retention, f->dlq_max)
+            : NULL,
         f->tls_cert ? funcd_with_tls_cert_files(f->tls_cert, f->tls_key) : NULL,
         /* Kept with the data (a restart serves the same certificate), or in
          * the state directory. */

@@ -226,6 +226,14 @@ FUNCD_EXTERN funcd_option *funcd_with_lease_ttl(uint64_t ms);
  *  prefix (default 15 s, at least 100 ms). */
 FUNCD_EXTERN funcd_option *funcd_with_blob_poll_interval(uint64_t ms);
 
+/** How long the records of finished async invocations are kept
+ *  (`invocation_ms`, default 1 h), and the dead-letter queue of each
+ *  namespace: entries kept `dlq_ms` (default 7 days), at most
+ *  `dlq_max_entries` (default 10000; the oldest are dropped and counted).
+ *  0 keeps a default. */
+FUNCD_EXTERN funcd_option *funcd_with_delivery_retention(uint64_t invocation_ms, uint64_t dlq_ms,
+                                                         uint64_t dlq_max_entries);
+
 /* ---- workflows (docs/workflows.md) ---------------------------------------- */
 
 /** Workflows (docs/workflows.md): the default timeout of a step's

@@ -259,6 +259,12 @@ funcd_option *funcd_with_lease_ttl(uint64_t ms)
 {
     return number_option(OPT_LEASE_TTL, ms, 0, 0);
 }
+funcd_option *funcd_with_delivery_retention(uint64_t invocation_ms, uint64_t dlq_ms,
+                                            uint64_t dlq_max_entries)
+{
+    return number_option(OPT_DELIVERY_RETENTION, invocation_ms, dlq_ms, dlq_max_entries);
+}
+
 funcd_option *funcd_with_blob_poll_interval(uint64_t ms)
 {
     return number_option(OPT_BLOB_POLL_INTERVAL, ms, 0, 0);
@@ -671,6 +677,14 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
             return funcd_error_set(FUNCD_EINVAL, "funcd_with_lease_ttl: %llu ms is too short "
                                    "(at least 300 ms)", (unsigned long long)o->n[0]);
         cfg->lease_ttl_ms = o->n[0];
+        break;
+    case OPT_DELIVERY_RETENTION:
+        if (o->n[2] > 10000000)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_delivery_retention: at most "
+                                   "10000000 dead letters per namespace");
+        keep_nonzero(&cfg->invocation_retention_ms, o->n[0]);
+        keep_nonzero(&cfg->dlq_retention_ms, o->n[1]);
+        keep_nonzero(&cfg->dlq_max_entries, o->n[2]);
         break;
     case OPT_BLOB_POLL_INTERVAL:
         if (o->n[0] < 100)

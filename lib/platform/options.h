@@ -62,6 +62,7 @@ typedef enum option_kind {
     OPT_BLOB_POLL_INTERVAL,
     OPT_KV_STORE_QUOTA,
     OPT_WORKFLOW, /* n: step timeout, attempts, retention; size: payload limit */
+    OPT_DELIVERY_RETENTION,
 } option_kind;
 
 struct funcd_option {
@@ -150,6 +151,7 @@ typedef struct funcd_config {
     unsigned wf_retry_attempts;   /* 0: 1 */
     uint64_t wf_retention_ms;     /* 0: forever (the default is set by the preset) */
     uint64_t wf_payload_limit;    /* 0: 1 MiB */
+    uint64_t invocation_retention_ms, dlq_retention_ms, dlq_max_entries; /* 0: the queue's */
 } funcd_config;
 
 /* Applies presets first, then the rest in order; frees every option. */

@@ -693,7 +693,10 @@ static int build(funcd_platform *p)
         return rc;
     funcd_queue_config qc = {.loop = p->base, .store = p->cfg.store, .blob = p->cfg.blob,
                              .invoker = p->invoker, .cluster = p->cluster,
-                             .logger = &p->cfg.logger};
+                             .logger = &p->cfg.logger,
+                             .invocation_retention_ms = p->cfg.invocation_retention_ms,
+                             .dlq_retention_ms = p->cfg.dlq_retention_ms,
+                             .dlq_max_entries = (unsigned)p->cfg.dlq_max_entries};
     if ((rc = funcd_queue_new(&p->queue, &qc)) < 0 || (rc = make_evsources(p)) < 0)
         return rc; /* (the event sources submit to the queue) */
     funcd_async_config ac = {.loop = p->base, .queue = p->queue, .serving = p->serving,
