@@ -137,6 +137,10 @@ int cmd_workflow(ctl_ctx *ctx, int argc, char **argv);
 int ctl_is_workflowruns(const char *word);
 int ctl_get_workflowruns(ctl_ctx *ctx, const char *id);
 int ctl_describe_workflowrun(ctl_ctx *ctx, const char *id);
+/* get invocations [ID] and dlq list|replay|purge (cmd_async.c). */
+int ctl_is_invocations(const char *word);
+int ctl_get_invocations(ctl_ctx *ctx, const char *id);
+int cmd_dlq(ctl_ctx *ctx, int argc, char **argv);
 int cmd_delete(ctl_ctx *ctx, int argc, char **argv);
 int cmd_describe(ctl_ctx *ctx, int argc, char **argv);
 int cmd_watch(ctl_ctx *ctx, int argc, char **argv);

@@ -534,6 +534,15 @@ int cmd_get(ctl_ctx *ctx, int argc, char **argv)
         free(args);
         return rc;
     }
+    if (rc == 0 && ctl_is_invocations(args[0])) {
+        if (nargs > 2 || o.selector || o.all_namespaces || o.watch || o.show_labels)
+            rc = ctl_usage(ctx, "get invocations takes at most one ID and none of -l, -A, -w, "
+                                "--show-labels");
+        else
+            rc = ctl_get_invocations(ctx, nargs > 1 ? args[1] : NULL);
+        free(args);
+        return rc;
+    }
     if (rc == 0 && ctl_is_nodes(args[0])) {
         if (nargs > 2 || o.selector || o.all_namespaces || o.watch || o.show_labels)
             rc = ctl_usage(ctx, "get nodes takes at most one NAME and none of -l, -A, -w, "

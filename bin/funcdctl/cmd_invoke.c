@@ -2,7 +2,8 @@
  * invoke NAME: one HTTP request to a Function through the data plane,
  * http://<data plane>/fn/{ns}/{NAME}/{path}, with the answer's body on
  * standard output. The data plane has no token: the control plane's is
- * not sent there.
+ * not sent there. With --async it goes to /async/fn/... instead, and the
+ * invocation id of the 202 is printed.
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -23,17 +24,17 @@
 #define INVOCATION_HEADER "x-funcd-invocation-id:"
 
 typedef struct invoke_opts {
-    const char *name, *data, *path, *method, *data_plane;
+    const char *name, *data, *path, *method, *data_plane, *callback;
     const char **headers;
     size_t nheaders;
-    int include;
+    int include, async;
 } invoke_opts;
 
 /* What comes back: a 2xx body goes straight to stdout, any other is kept
  * to tell a Status from a function's own error page. */
 typedef struct answer {
     CURL *curl;
-    int include;
+    int include, async;
     int decided, success;
     funcd_buf error_body;
     size_t written;
@@ -60,7 +61,8 @@ static int take_flag(ctl_ctx *ctx, int argc, char **argv, int *i, invoke_opts *o
     if ((r = ctl_flag_value(ctx, argc, argv, i, "-d", "--data", &o->data)) != 0 ||
         (r = ctl_flag_value(ctx, argc, argv, i, NULL, "--path", &o->path)) != 0 ||
         (r = ctl_flag_value(ctx, argc, argv, i, "-X", "--request", &o->method)) != 0 ||
-        (r = ctl_flag_value(ctx, argc, argv, i, NULL, "--data-plane", &o->data_plane)) != 0)
+        (r = ctl_flag_value(ctx, argc, argv, i, NULL, "--data-plane", &o->data_plane)) != 0 ||
+        (r = ctl_flag_value(ctx, argc, argv, i, NULL, "--callback-url", &o->callback)) != 0)
         return r;
     r = ctl_flag_value(ctx, argc, argv, i, "-H", "--header", &value);
     if (r > 0)
@@ -72,6 +74,8 @@ static int check_opts(const ctl_ctx *ctx, const invoke_opts *o)
 {
     if (!o->name)
         return ctl_usage(ctx, "invoke needs the NAME of a function, e.g. `funcdctl invoke hello`");
+    if (o->callback && !o->async)
+        return ctl_usage(ctx, "--callback-url goes with --async");
     if (o->method && !is_token(o->method))
         return ctl_usage(ctx, "-X takes an HTTP method such as GET, POST or DELETE, not \"%s\"",
                          o->method);
@@ -96,6 +100,8 @@ static int parse(ctl_ctx *ctx, int argc, char **argv, invoke_opts *o)
             continue;
         if (!only && (!strcmp(argv[i], "-i") || !strcmp(argv[i], "--include"))) {
             o->include = 1;
+        } else if (!only && !strcmp(argv[i], "--async")) {
+            o->async = 1;
         } else if (ctl_is_flag(argv[i], only)) {
             return ctl_usage(ctx, "unknown flag \"%s\"", argv[i]);
         } else if (o->name) {
@@ -231,7 +237,8 @@ static char *function_url(CURL *curl, const char *base, const char *ns, const in
         rest++;
     funcd_buf b = FUNCD_BUF_INIT;
     char *url = NULL;
-    if (ns_esc && name_esc && funcd_buf_printf(&b, "%s/fn/%s/%s/%s", base, ns_esc, name_esc,
+    if (ns_esc && name_esc && funcd_buf_printf(&b, "%s/%sfn/%s/%s/%s", base,
+                                               o->async ? "async/" : "", ns_esc, name_esc,
                                                rest) == 0)
         url = funcd_buf_detach(&b, NULL);
     funcd_buf_free(&b);
@@ -276,6 +283,8 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *userdata)
             return 0;
         return n;
     }
+    if (a->async) /* the 202's body: the id is what is printed */
+        return n;
     if (n > 0 && fwrite(data, 1, n, stdout) != n)
         return 0;
     if (n > 0)
@@ -304,6 +313,13 @@ static struct curl_slist *request_headers(const invoke_opts *o, const funcd_buf 
     struct curl_slist *list = curl_slist_append(NULL, "Expect:"), *next = list;
     for (size_t i = 0; next && i < o->nheaders; i++)
         next = curl_slist_append(list, o->headers[i]);
+    if (next && o->callback) {
+        funcd_buf h = FUNCD_BUF_INIT;
+        next = funcd_buf_printf(&h, "X-Callback-Url: %s", o->callback) == 0
+                   ? curl_slist_append(list, h.data)
+                   : NULL;
+        funcd_buf_free(&h);
+    }
     /* An empty body sent for DELETE or PUT without -d is not form data. */
     if (next && !has_header(o, "Content-Type"))
         next = curl_slist_append(list, has_body ? guess_type(body) : "Content-Type:");
@@ -355,7 +371,7 @@ static int exchange(const invoke_opts *o, CURL *curl, const char *base, const ch
     int has_body = o->data != NULL;
     const char *method = o->method ? o->method : has_body ? "POST" : "GET";
     struct curl_slist *headers = request_headers(o, body, has_body);
-    answer a = {.curl = curl, .include = o->include};
+    answer a = {.curl = curl, .include = o->include, .async = o->async};
     char errbuf[CURL_ERROR_SIZE] = "";
     if (!headers)
         return ctl_fail("out of memory");
@@ -383,6 +399,8 @@ static int exchange(const invoke_opts *o, CURL *curl, const char *base, const ch
         status = report_failure(o, code, &a);
     else
         status = 0;
+    if (status == 0 && o->async)
+        printf("%s\n", a.invocation);
     /* A terminal prompt should not land after the last byte of the answer. */
     if (a.written > 0 && a.last_byte != '\n' && isatty(STDOUT_FILENO))
         fputc('\n', stdout);

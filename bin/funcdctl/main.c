@@ -33,7 +33,7 @@ static const ctl_command commands[] = {
      CTL_OUTS_OBJECTS},
     {"get", cmd_get, "List objects of a kind, or show some",
      "get KIND [NAME...] | get KIND/NAME... | get images [REF] | get nodes [NAME] |\n"
-     "                  get workflowruns [ID]",
+     "                  get workflowruns [ID] | get invocations [ID]",
      "  -l, --selector SEL      only objects whose labels match: k=v, k!=v, k, !k (comma: and)\n"
      "  -A, --all-namespaces    list every namespace your token may read\n"
      "  -w, --watch             after the list, print a row per change until Ctrl-C\n"
@@ -45,6 +45,8 @@ static const ctl_command commands[] = {
      "READY, WORKERS, LEADER).\n"
      "`get workflowruns` lists the runs of the namespace's Workflows (NAME, WORKFLOW,\n"
      "PHASE, DURATION, AGE).\n"
+     "`get invocations` lists the namespace's async invocations (NAME, FUNCTION, STATE,\n"
+     "ATTEMPTS, CODE, AGE); with an ID it also prints the function's answer.\n"
      "Examples: funcdctl get functions\n"
      "          funcdctl get fn hello -o yaml\n"
      "          funcdctl get fn -l app=hello --show-labels\n"
@@ -136,18 +138,33 @@ static const ctl_command commands[] = {
      "Example: funcdctl workflow run order -d '{\"id\": \"A-17\"}' --wait\n",
      OUT(TABLE) | OUT(JSON) | OUT(YAML)},
     {"invoke", cmd_invoke, "Send a request to a Function and print the answer",
-     "invoke NAME [-d DATA|@FILE|@-] [--path P] [-X METHOD] [-H 'K: V']... [-i]",
+     "invoke NAME [-d DATA|@FILE|@-] [--path P] [-X METHOD] [-H 'K: V']... [-i] "
+     "[--async [--callback-url URL]]",
      "  -d, --data DATA         request body (POST unless -X); @FILE reads a file, @- stdin\n"
      "  --path P                path after the function's URL, with any ?query\n"
      "  -X, --request METHOD    HTTP method (default GET, or POST with -d)\n"
      "  -H, --header 'K: V'     request header (repeatable)\n"
      "  -i, --include           print the status line and headers on stderr\n"
+     "  --async                 queue it (/async/fn/...): print the invocation id and\n"
+     "                          return; `funcdctl get invocations ID` shows the result\n"
+     "  --callback-url URL      with --async: the result is POSTed there when done\n"
      "  --data-plane URL        the data plane (env FUNCD_DATA_PLANE; default: what\n"
      "                          the control plane's /version reports)\n"
      "The answer's body goes to stdout, as it came (-o is refused).\n"
      "Exit status 1 unless the answer is 2xx.\n"
      "Example: funcdctl invoke hello -d '{\"name\":\"world\"}'\n",
      OUT(TABLE)},
+    {"dlq", cmd_dlq, "List, replay or purge the dead-letter queue",
+     "dlq list | dlq replay ID... | dlq purge ID...|--all",
+     "Async invocations and events whose every attempt failed (docs/eventing.md).\n"
+     "  list                    NAME, FUNCTION, ORIGIN, ATTEMPTS, CODE (the last\n"
+     "                          status), ERROR, AGE; -o json|yaml|name\n"
+     "  replay ID...            queue each again as a Pending invocation (attempts\n"
+     "                          from zero); it leaves the dead-letter queue\n"
+     "  purge ID... | --all     delete them\n"
+     "Examples: funcdctl dlq list\n"
+     "          funcdctl dlq replay 3f0c...\n",
+     CTL_OUTS_OBJECTS},
     {"logs", cmd_logs, "Print a Function's logs",
      "logs NAME [-f] [--tail N] [--since DURATION] [--invocation ID] [--show-node]",
      "  -f, --follow            keep printing new records until Ctrl-C\n"

@@ -321,6 +321,7 @@ test_serving() {
     ERR=$(cat "$WORK/err")
     LAST_ARGS="logs hello-py -f --tail 0"
     expect "logs -f follows new records and stops on Ctrl-C" 0 out "said hello to bob"
+    test_async
     ctl delete fn hello-py
     expect "delete the deployed function" 0 out "^function/hello-py deleted$"
     ctl invoke hello-py
@@ -492,6 +493,40 @@ test_stop() {
         sed 's/^/    /' "$WORK/funcd.log" | tail -40
         FAILED=$((FAILED + 1))
     fi
+}
+
+# invoke --async, get invocations, dlq (docs/eventing.md); hello-py is deployed
+# (test_serving calls it).
+test_async() {
+    ctl invoke hello-py --callback-url http://127.0.0.1:1/
+    expect "--callback-url goes with --async" 2 err "--callback-url goes with --async"
+    ctl invoke hello-py --async -d '{"a":1}' --path '/?name=async'
+    expect "invoke --async prints the invocation id" 0 out '^[0-9a-f-]{36}$'
+    local id=$OUT
+    for _ in $(seq 100); do
+        ctl get invocations "$id"
+        grep -q Succeeded <<<"$OUT" && break
+        sleep 0.1
+    done
+    expect "get invocations ID shows it Succeeded, with the answer" 0         out "^$id +hello-py +Succeeded +1 +200 " out '"method": ?"POST"'
+    ctl get invocations
+    expect "get invocations lists it" 0 out "^NAME +FUNCTION +STATE +ATTEMPTS +CODE +AGE" \
+        out "^$id +hello-py +Succeeded"
+    ctl get invocations "$id" -o json
+    expect "get invocations -o json is the Invocation" 0 out '"kind": "Invocation"' \
+        out '"state": "Succeeded"'
+    ctl invoke nosuch --async
+    expect "invoke --async of an unknown function is refused at once" 1 err "404"
+    ctl dlq list
+    expect "dlq list of an empty queue says so" 0 err "No dead letters found"
+    ctl dlq replay
+    expect "dlq replay needs IDs" 2 err "dlq replay takes the IDs"
+    ctl dlq purge
+    expect "dlq purge needs IDs or --all" 2 err "dlq purge takes the IDs"
+    ctl dlq replay no-such-id
+    expect "dlq replay of an unknown id is a 404" 1 err "deadletter/no-such-id.*not found"
+    ctl dlq purge --all
+    expect "dlq purge --all" 0 out "purged 0 dead letters"
 }
 
 start_funcd
