@@ -145,6 +145,9 @@ static cJSON *to_object(funcd_cp *cp, const cJSON *rec, int deadletter, int resp
     if (state && strcmp(state, "Pending") == 0 && num_at(rec, "attempts"))
         add_time(st, "nextAttemptTime", num_at(rec, "nextAttemptMs"));
     add_time(st, "completionTime", num_at(rec, "finishedMs"));
+    if (num_at(rec, "finishedMs") && num_at(rec, "createdMs")) /* times are whole seconds */
+        cJSON_AddNumberToObject(st, "latencyMs",
+                                (double)(num_at(rec, "finishedMs") - num_at(rec, "createdMs")));
     add_time(st, "deadLetterTime", num_at(rec, "deadLetteredMs"));
     add_time(st, "replayTime", num_at(rec, "replayedMs"));
     if (!response || deadletter || !funcd_queue_state_final(state))
