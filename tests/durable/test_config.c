@@ -29,7 +29,8 @@ static int write_file(const char *path, const char *text)
     return fclose(f);
 }
 
-/* The log's lines that do not depend on the ports picked, joined. */
+/* The announcement: the log's lines up to the function runner's address, with the
+ * ports picked left out, joined. */
 static void announce_of(const char *log, char *out, size_t len)
 {
     FILE *f = fopen(log, "re");
@@ -38,9 +39,14 @@ static void announce_of(const char *log, char *out, size_t len)
     size_t n = 0;
     while (f && fgets(line, sizeof(line), f)) {
         char *at = strstr(line, "listening on ");
+        int last = strstr(line, "function runner listening on ") != NULL;
         if (at)
             strcpy(at, "listening\n");
         n += (size_t)snprintf(out + n, n < len ? len - n : 0, "%s", line);
+        /* What follows comes from the loop as it runs (the cluster lease,
+         * the delivery queue), in an order of its own: not the announcement. */
+        if (last)
+            break;
     }
     if (f)
         fclose(f);
