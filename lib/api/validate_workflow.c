@@ -15,7 +15,7 @@
 #include "api/jsonpath.h"
 #include "api/jsonschema.h"
 
-#define MAX_STEPS 64
+#define MAX_STEPS 128
 #define MAX_DEPENDS 64
 
 static const funcd__api_range attempts_range = {1, 100}, concurrency_range = {1, 1000},
@@ -300,7 +300,7 @@ static int check_graph(funcd__api_ctx *c, const cJSON *spec)
             return funcd__api_fail(c, "the steps form a cycle: %s", cycle);
         }
     }
-    /* reach: the transitive closure (at most 64 steps) */
+    /* reach: the transitive closure (at most MAX_STEPS steps) */
     memcpy(gp->reach, gp->dep, sizeof(gp->reach));
     for (size_t k = 0; k < gp->n; k++)
         for (size_t a = 0; a < gp->n; a++)
