@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 
 #include "http/httpd.h"
+#include "util/status.h"
 #include "util/misc.h"
 
 typedef struct mailbox {
@@ -288,20 +289,10 @@ void funcd_gw_call_answer(funcd_gw_call *c, int status, const char *content_type
 void funcd_gw_call_answer_status(funcd_gw_call *c, int status, const char *reason,
                                  const char *fmt, ...)
 {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    char *body = funcd_status_json_v(status, reason, fmt, ap);
     va_end(ap);
-    cJSON *st = cJSON_CreateObject();
-    cJSON_AddStringToObject(st, "kind", "Status");
-    cJSON_AddStringToObject(st, "apiVersion", "v1");
-    cJSON_AddStringToObject(st, "status", "Failure");
-    cJSON_AddNumberToObject(st, "code", status);
-    cJSON_AddStringToObject(st, "reason", reason);
-    cJSON_AddStringToObject(st, "message", msg);
-    char *body = cJSON_PrintUnformatted(st);
-    cJSON_Delete(st);
     funcd_gw_call_answer(c, status, "application/json", NULL, body ? body : "{}",
                          body ? strlen(body) : 2);
     free(body);

@@ -29,6 +29,7 @@
 #include "http/httpd.h"
 #include "http/http1.h"
 #include "trace/edge.h"
+#include "util/status.h"
 #include "util/buf.h"
 #include "util/misc.h"
 
@@ -95,20 +96,10 @@ struct invocation {
 
 void funcd_gw_send_status(h2o_req_t *req, int code, const char *reason, const char *fmt, ...)
 {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    char *body = funcd_status_json_v(code, reason, fmt, ap);
     va_end(ap);
-    cJSON *st = cJSON_CreateObject();
-    cJSON_AddStringToObject(st, "kind", "Status");
-    cJSON_AddStringToObject(st, "apiVersion", "v1");
-    cJSON_AddStringToObject(st, "status", "Failure");
-    cJSON_AddNumberToObject(st, "code", code);
-    cJSON_AddStringToObject(st, "reason", reason);
-    cJSON_AddStringToObject(st, "message", msg);
-    char *body = cJSON_PrintUnformatted(st);
-    cJSON_Delete(st);
     req->res.status = code;
     req->res.reason = funcd_httpd_reason(code);
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,

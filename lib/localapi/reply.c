@@ -1,6 +1,7 @@
 #include "localapi/reply.h"
 
-#include <cjson/cJSON.h>
+#include "util/status.h"
+
 #include <event2/buffer.h>
 #include <event2/keyvalq_struct.h>
 #include <stdarg.h>
@@ -24,20 +25,10 @@ void funcd_localapi_send(struct evhttp_request *req, int code, const char *type,
 void funcd_localapi_status(struct evhttp_request *req, int code, const char *reason,
                            const char *fmt, ...)
 {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    char *body = funcd_status_json_v(code, reason, fmt, ap);
     va_end(ap);
-    cJSON *st = cJSON_CreateObject();
-    cJSON_AddStringToObject(st, "kind", "Status");
-    cJSON_AddStringToObject(st, "apiVersion", "v1");
-    cJSON_AddStringToObject(st, "status", "Failure");
-    cJSON_AddNumberToObject(st, "code", code);
-    cJSON_AddStringToObject(st, "reason", reason);
-    cJSON_AddStringToObject(st, "message", msg);
-    char *text = cJSON_PrintUnformatted(st);
-    cJSON_Delete(st);
-    funcd_localapi_send(req, code, "application/json", text, text ? strlen(text) : 0);
-    free(text);
+    funcd_localapi_send(req, code, "application/json", body, body ? strlen(body) : 0);
+    free(body);
 }
