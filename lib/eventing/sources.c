@@ -707,11 +707,14 @@ static void write_status(funcd_evsources *s, src *x)
     cJSON_Delete(obj);
 }
 
+/* Every node adds what it counted (a follower takes bus messages and
+ * webhook calls too): write_status adds this node's deltas to the stored
+ * counts with a compare-and-swap on the object, so that two nodes writing
+ * at once lose nothing (the loser keeps its deltas for the next tick) and
+ * count nothing twice. */
 static void on_status_tick(evutil_socket_t fd, short what, void *arg)
 {
     funcd_evsources *s = arg;
-    if (!funcd_cluster_is_leader(s->cfg.cluster))
-        return; /* the leader writes status; ours waits until we lead */
     for (src *x = s->sources; x; x = x->next)
         if (x->dirty)
             write_status(s, x);

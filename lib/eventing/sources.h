@@ -15,8 +15,8 @@
  *
  * Delivery is not done here: `submit` hands an event to the delivery queue
  * (lib/eventing/queue.h, wired by the platform) and outcomes come back
- * through funcd_evsources_outcome, for the status counts that the leader
- * writes.
+ * through funcd_evsources_outcome, for the status counts that every node
+ * adds to the object (compare-and-swap).
  */
 #ifndef FUNCD_EVENTING_SOURCES_H
 #define FUNCD_EVENTING_SOURCES_H

@@ -35,7 +35,7 @@ typedef struct src {
     /* webhook */
     char secret_name[64], secret_key[256];
     struct event *timer;   /* cron ticks, blob polls */
-    /* status, written by the leader */
+    /* status: this node's counts not yet added to the object */
     uint64_t events, delivered, retried, deadlettered; /* not yet written */
     int64_t last_event_ms;
     char last_error[300];

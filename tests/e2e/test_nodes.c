@@ -345,6 +345,58 @@ TWO_NODES(leader_sums_the_replicas_of_every_node)
         FAILF("want node-a's one replica once node-b left: %.800s", e->r.body);
 }
 
+/* EventSource counts taken on any node reach the status: webhook calls
+ * answered by the follower count as well as the leader's (each node adds
+ * its own with a compare-and-swap on the object, so none is lost or
+ * counted twice). */
+static long hook(env *e, const char *ce_id)
+{
+    char ce[96];
+    snprintf(ce, sizeof(ce), "ce-id: %s", ce_id);
+    const char *h[] = {"Content-Type: text/plain", ce, NULL};
+    return e2e_http_send(e->dp, "POST", "/events/default/hook", NULL, h, "x", 1, &e->r);
+}
+
+static int counted(env *e, void *arg)
+{
+    return REQ("GET", NS("default") "/eventsources/hook", VIEWER_TOKEN, NULL) == 200 &&
+           jnum(e->r.json, "status.counts.events") == *(const double *)arg;
+}
+
+TWO_NODES(eventsource_counts_from_every_node)
+{
+    env *e = a;
+    want w = {2, "node-a"};
+    if (!env_poll(e, 5000, nodes_are, &w))
+        FAILF("want node-a leading two nodes: %.800s", e->r.body);
+    CHECK_INT(REQ("POST", NS("default") "/eventsources", DEV_TOKEN,
+                  "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"EventSource\",\"metadata\":"
+                  "{\"name\":\"hook\"},\"spec\":{\"type\":\"webhook\",\"target\":"
+                  "{\"function\":\"nobody\"}}}"),
+              201);
+    /* Both nodes run the source once their watch saw it. */
+    int64_t end = e2e_now_ms() + 5000;
+    while (hook(a, "warm-a") == 404 && e2e_now_ms() < end)
+        env_sleep_ms(20);
+    CHECK_INT((int)a->r.status, 202);
+    while (hook(b, "warm-b") == 404 && e2e_now_ms() < end)
+        env_sleep_ms(20);
+    CHECK_INT((int)b->r.status, 202);
+    CHECK_INT(hook(a, "a-1"), 202);
+    for (int i = 0; i < 3; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "b-%d", i);
+        CHECK_INT(hook(b, id), 202);
+    }
+    /* 2 + 4 calls that the sources took (a warm-up call of each node included). */
+    double want_events = 2 + 4;
+    if (!env_poll(a, 10000, counted, &want_events))
+        FAILF("want status.counts.events %g (follower's included): %.800s", want_events,
+              a->r.body);
+    env_sleep_ms(2500); /* several status ticks of both nodes: nothing counted twice */
+    CHECK(counted(b, &want_events));
+}
+
 /* ---- git polling on the leader only ---------------------------------------- */
 
 static char repo[300], work[300], tmp[256];
@@ -483,6 +535,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, leader_shutdown_hands_over_within_the_ttl);
     SV_RUN(only, ran, a_follower_writes_no_status_until_it_leads);
     SV_RUN(only, ran, leader_sums_the_replicas_of_every_node);
+    SV_RUN(only, ran, eventsource_counts_from_every_node);
     SV_RUN(only, ran, dead_nodes_records_are_deleted_by_the_leader);
     SV_RUN(only, ran, only_the_leader_polls_branches);
     e2e_client_global_cleanup();
