@@ -770,6 +770,20 @@ static void sweep_prefix(funcd_queue *q, const char *prefix, const char *time_fi
     }
 }
 
+/* Every minute, or every half of the shorter retention when that is less
+ * (a short --dlq-retention is kept to within half of itself); never more
+ * often than the tick. */
+static uint64_t sweep_every_ms(const funcd_queue *q)
+{
+    uint64_t every = SWEEP_EVERY_MS;
+    uint64_t shortest = q->cfg.dlq_retention_ms < q->cfg.invocation_retention_ms
+                            ? q->cfg.dlq_retention_ms
+                            : q->cfg.invocation_retention_ms;
+    if (shortest / 2 < every)
+        every = shortest / 2;
+    return every < q->cfg.tick_ms ? q->cfg.tick_ms : every;
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     funcd_queue *q = arg;
@@ -789,7 +803,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         funcd_port_store_list(q->cfg.store, FUNCD_QUEUE_INDEX, on_index_key, q, NULL);
         int64_t now = funcd_now_ms();
         if (now >= q->next_sweep_ms) {
-            q->next_sweep_ms = now + SWEEP_EVERY_MS;
+            q->next_sweep_ms = now + (int64_t)sweep_every_ms(q);
             sweep_prefix(q, FUNCD_QUEUE_RECORDS, "finishedMs", q->cfg.invocation_retention_ms, 1);
             sweep_prefix(q, FUNCD_QUEUE_DEADLETTERS, "deadLetteredMs", q->cfg.dlq_retention_ms, 0);
         }

@@ -138,6 +138,94 @@ SV_TEST(deadletter_replay_purge)
     CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 0);
 }
 
+/* A broken function's invocation, dead-lettered after its three attempts;
+ * its id in `id`. 1 when it is. */
+static int dead_letter_one(env *e, char id[128])
+{
+    char location[512];
+    if (post_async(e, "broken/", NULL, NULL, "payload") != 202)
+        return 0;
+    snprintf(id, 128, "%s", sv_header(&e->r, "X-Funcd-Invocation-Id"));
+    snprintf(location, sizeof(location), "%s", sv_header(&e->r, "Location"));
+    return wait_state(e, location, "DeadLettered");
+}
+
+static int make_broken(env *e)
+{
+    char dir[256];
+    if (sv_fixture("native", dir, sizeof(dir)) != 0 ||
+        sv_create(e, "broken", NATIVE_SPEC(",\"env\":{\"FIXTURE_FAIL\":\"503\"}"), dir) != 201)
+        return -1;
+    return sv_wait_ready(e, "broken", 10000) ? 0 : -1;
+}
+
+/* Whether the dead letters listed are exactly `ids` (n of them). */
+static int dlq_is(env *e, char ids[][128], int n)
+{
+    if (REQ("GET", NS("default") "/deadletters", DEV_TOKEN, NULL) != 200 ||
+        cJSON_GetArraySize(jget(e->r.json, "items")) != n)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        int found = 0;
+        const cJSON *item;
+        cJSON_ArrayForEach(item, jget(e->r.json, "items"))
+        {
+            const char *name = jstr(item, "metadata.name");
+            found |= name && strcmp(name, ids[i]) == 0;
+        }
+        if (!found)
+            return 0;
+    }
+    return 1;
+}
+
+/* --dlq-max-entries 2: a namespace keeps its two newest dead letters; the
+ * older ones are dropped and counted in the list's metadata.dropped. */
+SV_TEST_WITH(dlq_cap_drops_the_oldest, funcd_with_delivery_retention(0, 0, 2), NULL)
+{
+    CHECK(make_broken(e) == 0);
+    char id[4][128];
+    for (int i = 0; i < 4; i++) {
+        if (!dead_letter_one(e, id[i]))
+            FAILF("invocation %d not DeadLettered: %.500s", i, e->r.body);
+        if (i < 2)
+            CHECK(dlq_is(e, id, i + 1)); /* under the cap: all kept */
+    }
+    if (!dlq_is(e, id + 2, 2))
+        FAILF("want the two newest dead letters %s and %s: %.800s", id[2], id[3], e->r.body);
+    CHECK_INT((int)jnum(e->r.json, "metadata.dropped"), 2);
+    /* The dropped ones are gone for replay and purge too. */
+    char path[600];
+    snprintf(path, sizeof(path), NS("default") "/deadletters/%s/replay", id[0]);
+    CHECK_INT(REQ("POST", path, DEV_TOKEN, ""), 404);
+    snprintf(path, sizeof(path), NS("default") "/deadletters/%s", id[1]);
+    CHECK_INT(REQ("DELETE", path, DEV_TOKEN, NULL), 404);
+}
+
+static int dlq_empty(env *e, void *arg)
+{
+    (void)arg;
+    return REQ("GET", NS("default") "/deadletters", DEV_TOKEN, NULL) == 200 &&
+           cJSON_IsArray(jget(e->r.json, "items")) &&
+           cJSON_GetArraySize(jget(e->r.json, "items")) == 0;
+}
+
+/* --dlq-retention 5s: a dead letter is listed, then swept once older than
+ * that (the sweep runs at least every half retention). */
+SV_TEST_WITH(dlq_retention_sweeps, funcd_with_delivery_retention(0, 5000, 0), NULL)
+{
+    CHECK(make_broken(e) == 0);
+    char id[1][128];
+    if (!dead_letter_one(e, id[0]))
+        FAILF("not DeadLettered: %.500s", e->r.body);
+    int64_t at = e2e_now_ms();
+    CHECK(dlq_is(e, id, 1));
+    if (!env_poll(e, 30000, dlq_empty, NULL))
+        FAILF("the dead letter was not swept: %.800s", e->r.body);
+    /* Not before its time (its retention counts from when it was dead-lettered). */
+    CHECK(e2e_now_ms() - at >= 4000);
+}
+
 /* ---- a loopback server for X-Callback-Url ------------------------------ */
 
 typedef struct catcher {
@@ -240,6 +328,8 @@ int main(int argc, char **argv)
     int ran = 0;
     SV_RUN(only, ran, async_succeeds);
     SV_RUN(only, ran, deadletter_replay_purge);
+    SV_RUN(only, ran, dlq_cap_drops_the_oldest);
+    SV_RUN(only, ran, dlq_retention_sweeps);
     SV_RUN(only, ran, callback_url);
     SV_RUN(only, ran, edge_auth_applies);
     e2e_client_global_cleanup();
