@@ -111,6 +111,7 @@ typedef struct funcd_config {
     void *observer_payload;
     int sandbox;                  /* 1 on (the default), 0 off */
     int allow_host_network;       /* spec.network: host may be asked for */
+    int sandboxed_runtime;        /* the runtime is funcd's own, sandboxing (set by new) */
     int cgroup_favordynmods;      /* set favordynmods on cgroup2 while running */
     char *node_os, *node_arch;    /* NULL: this host's */
     char *registry_auth_file;

@@ -208,6 +208,7 @@ static int complete_config(funcd_config *c)
         free(pid_dir);
         if (rc < 0)
             return rc;
+        c->sandboxed_runtime = c->sandbox != 0;
         char note[600]; /* the cgroup layout chosen, or why limits are off */
         int level = funcd_cgroup_note(note, sizeof(note));
         if (level >= 0)
@@ -679,6 +680,7 @@ static int build(funcd_platform *p)
         .logstore = p->logstore,
         .sources = p->sources,
         .metrics = p->metrics,
+        .sandboxed = p->cfg.sandboxed_runtime,
     };
     if ((rc = funcd_serving_new(&p->serving, &sc)) < 0)
         return rc;

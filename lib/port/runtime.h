@@ -2,6 +2,7 @@
 #ifndef FUNCD_PORT_RUNTIME_H
 #define FUNCD_PORT_RUNTIME_H
 
+#include "funcd/sys/error.h"
 #include "port/port.h"
 
 static inline int funcd_port_runtime_attach(funcd_runtime *rt, struct event_base *base)
@@ -12,6 +13,12 @@ static inline int funcd_port_runtime_attach(funcd_runtime *rt, struct event_base
 static inline int funcd_port_runtime_start(funcd_runtime *rt, const funcd_worker_spec *spec,
                                            const funcd_worker_events *events, funcd_worker **out)
 {
+    /* A driver older than version 3 would ignore the sockets asked for. */
+    if (spec->n_listen && rt->version < 3) {
+        *out = NULL;
+        return funcd_error_set(FUNCD_ENOTSUP, "the runtime \"%s\" cannot place sockets in a "
+                               "worker's network namespace (runtime port version 3)", rt->name);
+    }
     return rt->start(rt, spec, events, out);
 }
 

@@ -284,7 +284,7 @@ static pid_t start_sandboxed(proc_runtime *rt, const funcd_worker_spec *spec, co
                              spec->env ? (char *const *)spec->env : empty_env, spec->cwd,
                              spec->rootfs, spec->binds, spec->n_binds,
                              spec->network == FUNCD_WORKER_NETWORK_HOST, {-1, out_w, err_w},
-                             &spec->limits};
+                             &spec->limits, spec->listen, spec->n_listen, spec->listen_fds};
     /* Its cgroups come with it: a blank init's, where it waited (limits
      * written now), or made for it (docs/adr/0030). */
     struct timespec t0, t1;
@@ -345,6 +345,9 @@ static int rt_start(funcd_runtime *base, const funcd_worker_spec *spec,
         return funcd_error_set(FUNCD_ESTATE, "the process runtime is not attached to a loop");
     if (!spec->argv || !spec->argv[0])
         return funcd_error_set(FUNCD_EINVAL, "a worker needs a program (argv[0])");
+    if (spec->n_listen && !rt->sandbox)
+        return funcd_error_set(FUNCD_ENOTSUP, "sockets in a worker's network namespace need the "
+                               "sandbox; start funcd without --no-sandbox");
     if (spec->rootfs && !rt->sandbox) /* chroot alone would contain nothing: no half measure */
         return funcd_error_set(FUNCD_ENOTSUP, "image functions run in their own root file system, "
                                "which needs the sandbox; start funcd without --no-sandbox");
@@ -389,6 +392,8 @@ static int rt_start(funcd_runtime *base, const funcd_worker_spec *spec,
             kill(-pid, SIGKILL);
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
+            for (size_t i = 0; i < spec->n_listen; i++)
+                close(spec->listen_fds[i]);
         }
         int st = 0;
         w->pid = pid;

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "funcd/sys/error.h"
+#include "runtime/netns.h"
 #include "runtime/seccomp.h"
 
 #define DEFAULT_UID 65534
@@ -324,25 +325,6 @@ static void mount_dev(const plan *p)
         child_fail(p->err_w, "read-only /dev", NULL, errno);
 }
 
-/* 0, or -1 with errno set and `step` naming what failed. */
-static int loopback_up(const char **step)
-{
-    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct ifreq ifr;
-    memset(&ifr, 0, sizeof(ifr));
-    memcpy(ifr.ifr_name, "lo", 3);
-    *step = "loopback";
-    if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) != 0)
-        return -1;
-    ifr.ifr_flags |= IFF_UP;
-    *step = "loopback up";
-    int rc = ioctl(s, SIOCSIFFLAGS, &ifr);
-    int err = errno;
-    close(s);
-    errno = err;
-    return rc;
-}
-
 static void build_root(plan *p)
 {
     open_path_binds(p);
@@ -516,7 +498,7 @@ static _Noreturn void init_main(plan *p)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     build_root(p);
     const char *step;
-    if (!p->job->host_network && loopback_up(&step) != 0)
+    if (!p->job->host_network && funcd_netns_loopback_up(&step) != 0)
         child_fail(p->err_w, step, NULL, errno);
     pid_t worker = shared_memory_child(worker_main, p);
     if (worker < 0)
@@ -874,6 +856,8 @@ static pid_t spawn_planned(plan *p, int *status_fd, unsigned *cg_id)
                              strerror(errno));
     else if (cg && !placed && funcd_cgroup_attach(cg, id, pid) < 0)
         rc = -1;
+    else if (funcd_netns_listen(pid, p->job->listen, p->job->n_listen, p->job->listen_fds) < 0)
+        rc = -1;
     else if (write(sync[1], "g", 1) != 1)
         rc = funcd_error_set(FUNCD_EIO, "sandbox: the worker's init is gone");
     close(sync[1]);
@@ -1037,7 +1021,7 @@ static _Noreturn void blank_main(blank_shared *s, int ctl)
         _exit(126);
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* cleared by the change of credentials */
     const char *step;
-    if (loopback_up(&step) != 0 || write(ctl, "r", 1) != 1)
+    if (funcd_netns_loopback_up(&step) != 0 || write(ctl, "r", 1) != 1)
         _exit(126);
     if (blank_receive(ctl, s) != 0)
         _exit(0); /* the runtime is going away */
@@ -1226,6 +1210,15 @@ static int blank_take(funcd_sandbox *sb, const funcd_sandbox_job *job, blank *b)
     return -1;
 }
 
+static void close_listen(const funcd_sandbox_job *job)
+{
+    for (size_t i = 0; i < job->n_listen; i++)
+        if (job->listen_fds[i] >= 0) {
+            close(job->listen_fds[i]);
+            job->listen_fds[i] = -1;
+        }
+}
+
 /* Hands the planned job to a blank init. -2: none can serve it (the
  * ordinary path does then). */
 static pid_t spawn_blank(funcd_sandbox *sb, plan *p, int *status_fd, unsigned *cg_id)
@@ -1247,8 +1240,18 @@ static pid_t spawn_blank(funcd_sandbox *sb, plan *p, int *status_fd, unsigned *c
     blank b;
     int rc;
     while ((rc = blank_take(sb, p->job, &b)) == 1) {
-        if (blank_load(b.shm, p) == 0 && blank_send(&b) == 0)
-            break;
+        if (blank_load(b.shm, p) == 0) {
+            /* Its sockets before its program: the job goes out only then. */
+            if (funcd_netns_listen(b.pid, p->job->listen, p->job->n_listen,
+                                   p->job->listen_fds) < 0) {
+                blank_discard(sb, &b);
+                rc = -1;
+                break;
+            }
+            if (blank_send(&b) == 0)
+                break;
+            close_listen(p->job);
+        }
         blank_discard(sb, &b); /* it died meanwhile: the next one */
     }
     close(errp[1]);
@@ -1279,6 +1282,11 @@ pid_t funcd_sandbox_spawn(funcd_sandbox *sb, const funcd_sandbox_job *job, int *
 {
     *status_fd = -1;
     *cg_id = 0;
+    for (size_t i = 0; i < job->n_listen; i++)
+        job->listen_fds[i] = -1;
+    if (job->n_listen && job->host_network)
+        return funcd_error_set(FUNCD_EINVAL, "a worker on the host network has no namespace of "
+                               "its own to hold its sockets");
     plan *p = malloc(sizeof(*p));
     if (!p)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory starting a sandboxed worker");
@@ -1287,6 +1295,8 @@ pid_t funcd_sandbox_spawn(funcd_sandbox *sb, const funcd_sandbox_job *job, int *
         pid = spawn_planned(p, status_fd, cg_id);
     plan_close(p);
     free(p);
+    if (pid < 0)
+        close_listen(job);
     return pid;
 }
 

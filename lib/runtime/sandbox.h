@@ -32,6 +32,11 @@ typedef struct funcd_sandbox_job {
     int host_network;
     int fds[3];             /* the worker's stdin, stdout, stderr; -1: /dev/null */
     const funcd_worker_limits *limits; /* written into its cgroups, or NULL: none */
+    /* Sockets made in its network namespace before the worker runs
+     * (netns.h): `listen_fds` gets them, or -1s when the start fails. */
+    const funcd_worker_listen *listen;
+    size_t n_listen;
+    int *listen_fds;
 } funcd_sandbox_job;
 
 /* Gives the sandbox the runtime's cgroups (which outlive it): every worker

@@ -52,6 +52,11 @@ typedef struct launch {
     char load_error[512];   /* HandlerLoadFailed: the first line of the error */
     char **invoke;          /* spec.bindings.invoke (NULL-terminated), or NULL */
     char **kv;              /* spec.bindings.kv, or NULL; with `invoke`: a local API */
+    struct {                /* the services its workers find in their namespace (netsvc.h) */
+        funcd_netsvc *svc;
+        funcd_netsvc_plan plan;
+    } svc[FUNCD_NETSVC_MAX];
+    size_t n_svc;
 } launch;
 
 /* PENDING -> STOPPING (its worker loaded the handler, and is stopped again
@@ -90,6 +95,7 @@ typedef struct worker_ctx {
     uint64_t started_ns;     /* when it was prepared: its cold start runs from here */
     int claimed_spare;       /* it is a claimed spare, not ready yet */
     struct funcd_localapi_socket *api; /* its local API socket, or NULL */
+    void *svc[FUNCD_NETSVC_MAX];       /* its launch's services' handles, or NULLs */
 } worker_ctx;
 
 /* A generic interpreter worker started ahead of need (node takes ~30 ms to
@@ -164,6 +170,13 @@ static void strv_add(strv *sv, const char *fmt, ...)
     sv->v[sv->n] = NULL;
 }
 
+static void unplan_services(launch *ln)
+{
+    for (size_t i = 0; i < ln->n_svc; i++)
+        ln->svc[i].svc->unplan(ln->svc[i].svc, ln->svc[i].plan.state);
+    ln->n_svc = 0;
+}
+
 static void launch_unref(launch *ln)
 {
     if (!ln || atomic_fetch_sub(&ln->refs, 1) != 1)
@@ -172,6 +185,7 @@ static void launch_unref(launch *ln)
     funcd_strv_free(ln->env);
     funcd_strv_free(ln->invoke);
     funcd_strv_free(ln->kv);
+    unplan_services(ln);
     free(ln->cwd);
     free(ln->rootfs);
     free(ln->fingerprint);
@@ -588,6 +602,39 @@ static void build_image_env(const cJSON *spec, const funcd_source_result *img, c
     strv_add(env, "FUNCD_FUNCTION=%s", name);
 }
 
+/* Asks each service whether this version uses it (netsvc.h): their
+ * variables go into `env`. 0, or -1 with `st` failed and none planned. */
+static int plan_services(funcd_serving *s, const char *ns, const char *name, const cJSON *spec,
+                         launch *ln, strv *env, funcd_serving_status *st)
+{
+    size_t n_listen = 0;
+    for (size_t i = 0; i < s->cfg.n_netsvc; i++) {
+        funcd_netsvc *svc = s->cfg.netsvc[i];
+        funcd_netsvc_plan *pl = &ln->svc[ln->n_svc].plan;
+        memset(pl, 0, sizeof(*pl));
+        char reason[64] = "";
+        int rc = svc->plan(svc, ns, name, spec, s->cfg.sandboxed, pl, reason);
+        if (rc < 0) {
+            fail(st, reason[0] ? reason : "ServiceUnavailable", "%s", funcd_error_last()->message);
+            unplan_services(ln);
+            return -1;
+        }
+        if (rc == 0)
+            continue;
+        ln->svc[ln->n_svc++].svc = svc;
+        n_listen += pl->n_listen;
+        for (char **e = pl->env; e && *e; e++)
+            strv_add(env, "%s", *e);
+    }
+    if (n_listen > FUNCD_LAUNCH_MAX_LISTEN || env->oom) {
+        fail(st, "InternalError", env->oom ? "out of memory preparing the function"
+                                           : "its services need too many sockets");
+        unplan_services(ln);
+        return -1;
+    }
+    return 0;
+}
+
 static launch *build_launch(funcd_serving *s, const char *ns, const char *name, const cJSON *spec,
                             funcd_log_ring *logs, funcd_serving_status *st)
 {
@@ -610,7 +657,7 @@ static launch *build_launch(funcd_serving *s, const char *ns, const char *name, 
         ln = calloc(1, sizeof(*ln));
     }
     funcd_source_result_clear(&img);
-    if (ln && !argv.oom && !env.oom) {
+    if (ln && !argv.oom && !env.oom && plan_services(s, ns, name, spec, ln, &env, st) == 0) {
         atomic_init(&ln->refs, 1);
         ln->s = s;
         ln->ns = strdup(ns);
@@ -894,9 +941,30 @@ static void on_worker_prepare(funcd_worker_ctx *w, void *data, void *payload)
     }
 }
 
+/* The worker's sockets, in the order of its launch's services' plans. */
+static void on_worker_listening(funcd_worker_ctx *w, void *data, const int *fds, size_t n,
+                                void *payload)
+{
+    worker_ctx *wc = data;
+    launch *ln = payload;
+    size_t off = 0;
+    for (size_t i = 0; i < ln->n_svc && off <= n; i++) {
+        size_t k = ln->svc[i].plan.n_listen;
+        funcd_netsvc *svc = ln->svc[i].svc;
+        wc->svc[i] = svc->attach(svc, ln->svc[i].plan.state, w->replica, fds + off, k);
+        off += k;
+    }
+}
+
 static void on_worker_dispose(funcd_worker_ctx *w, void *data, void *payload)
 {
     worker_ctx *wc = data;
+    launch *ln = payload;
+    for (size_t i = 0; i < ln->n_svc; i++)
+        if (wc->svc[i]) {
+            ln->svc[i].svc->detach(ln->svc[i].svc, wc->svc[i]);
+            wc->svc[i] = NULL;
+        }
     funcd_localapi_close(wc->api);
     wc->api = NULL;
     pthread_mutex_destroy(&wc->pub.invocation_lock);
@@ -1003,8 +1071,8 @@ static int claim_spare(funcd_serving *s, launch *ln, funcd_worker_ctx *w,
 {
     int kind = ln->generic;
     spare *sp = s->spares[kind];
-    if (!sp || ln->network != FUNCD_WORKER_NETWORK_NONE)
-        return -1;
+    if (!sp || ln->network != FUNCD_WORKER_NETWORK_NONE || ln->n_svc)
+        return -1; /* a spare has no sockets in its namespace */
     struct sockaddr_un sun = {.sun_family = AF_UNIX};
     snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", sp->ctl);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -1070,8 +1138,9 @@ static int adopt_spare(funcd_worker_ctx *w, const char *const *env, funcd_worker
  * sandboxed worker sees, and the hooks that keep this layer's part. */
 static funcd_launch *launch_workers(funcd_serving *s, launch *ln)
 {
-    funcd_worker_bind binds[3];
-    size_t n_binds = 0;
+    funcd_worker_bind binds[3 + FUNCD_NETSVC_MAX * FUNCD_NETSVC_MAX_BINDS];
+    funcd_worker_listen listen[FUNCD_LAUNCH_MAX_LISTEN];
+    size_t n_binds = 0, n_listen = 0;
     char shim[600] = "";
     if (ln->rootfs) {
         /* In exec mode the image's program runs under the exec shim, which
@@ -1080,6 +1149,13 @@ static funcd_launch *launch_workers(funcd_serving *s, launch *ln)
             snprintf(shim, sizeof(shim), "%s/funcd-exec-static", s->shim_dir);
     } else {
         n_binds = worker_binds(s, ln->cwd, ln->code_owned, NULL, binds);
+    }
+    for (size_t i = 0; i < ln->n_svc; i++) { /* plan_services kept n_listen in bounds */
+        const funcd_netsvc_plan *pl = &ln->svc[i].plan;
+        for (size_t j = 0; j < pl->n_binds && j < FUNCD_NETSVC_MAX_BINDS; j++)
+            binds[n_binds++] = pl->binds[j];
+        for (size_t j = 0; j < pl->n_listen; j++)
+            listen[n_listen++] = pl->listen[j];
     }
     funcd_launch_spec spec = {
         .name = ln->name,
@@ -1095,10 +1171,13 @@ static funcd_launch *launch_workers(funcd_serving *s, launch *ln)
         .memory_field = "spec.resources.memory",
         .stop_grace_ms = STOP_GRACE_MS,
         .local_api = (ln->invoke || ln->kv) && s->cfg.localapi,
+        .listen = listen,
+        .n_listen = n_listen,
     };
     funcd_launch_hooks hooks = {
         .data_size = sizeof(worker_ctx),
         .prepare = on_worker_prepare,
+        .listening = on_worker_listening,
         .adopt = adopt_spare,
         .output = on_worker_output,
         .ready = on_worker_ready,

@@ -20,6 +20,7 @@
 #include "metrics/metrics.h"
 #include "pool/pool.h"
 #include "serving/logs.h"
+#include "serving/netsvc.h"
 #include "util/log.h"
 
 typedef struct funcd_serving funcd_serving;
@@ -42,6 +43,10 @@ typedef struct funcd_serving_config {
     const funcd_edge *edge_defaults; /* borrowed; NULL: every edge feature off, auth open */
     funcd_metrics *metrics;          /* borrowed; NULL: cold starts are not counted */
     struct funcd_localapi *localapi; /* borrowed; NULL: spec.bindings have no effect */
+    /* Services workers find in their network namespace (netsvc.h); borrowed. */
+    struct funcd_netsvc *netsvc[FUNCD_NETSVC_MAX];
+    size_t n_netsvc;
+    int sandboxed; /* workers have namespaces of their own (the runtime sandboxes) */
 } funcd_serving_config;
 
 typedef struct funcd_serving_status {

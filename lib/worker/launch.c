@@ -41,6 +41,8 @@ struct funcd_launch {
     unsigned stop_grace_ms;
     int keep_probe_connection;
     int local_api;
+    funcd_worker_listen listen[FUNCD_LAUNCH_MAX_LISTEN];
+    size_t n_listen;
     funcd_launch_hooks hooks;
 };
 
@@ -165,6 +167,14 @@ int funcd_launch_new(funcd_launch **out, funcd_workers *ws, const funcd_launch_s
     ln->stop_grace_ms = spec->stop_grace_ms;
     ln->keep_probe_connection = spec->keep_probe_connection;
     ln->local_api = spec->local_api;
+    if (spec->n_listen > FUNCD_LAUNCH_MAX_LISTEN) {
+        funcd_launch_unref(ln);
+        return funcd_error_set(FUNCD_EINVAL, "a worker can have at most %d sockets in its "
+                               "network namespace", FUNCD_LAUNCH_MAX_LISTEN);
+    }
+    if (spec->n_listen)
+        memcpy(ln->listen, spec->listen, spec->n_listen * sizeof(*ln->listen));
+    ln->n_listen = spec->n_listen;
     ln->name = funcd_strdup(spec->name);
     ln->argv = funcd_strv_dup(spec->argv);
     ln->env = funcd_strv_dup(spec->env);
@@ -365,10 +375,19 @@ static int spawn(funcd_worker_ctx *w, const char *const *env)
     }
     ln->binds[ln->n_binds] = (funcd_worker_bind){w->dir, ln->rootfs ? FUNCD_IMAGE_RUN_DIR : NULL,
                                                  1, 1};
+    int fds[FUNCD_LAUNCH_MAX_LISTEN];
     funcd_worker_spec spec = {(const char *const *)ln->argv, env, ln->cwd, ln->rootfs,
-                              ln->limits, ln->binds, ln->n_binds + 1, ln->network};
+                              ln->limits, ln->binds, ln->n_binds + 1, ln->network,
+                              ln->listen, ln->n_listen, fds};
     funcd_worker_events ev = funcd_worker_ctx_events(w);
-    return funcd_port_runtime_start(rt, &spec, &ev, &w->proc);
+    if (funcd_port_runtime_start(rt, &spec, &ev, &w->proc) < 0)
+        return -1;
+    if (ln->n_listen && ln->hooks.listening)
+        ln->hooks.listening(w, w->data, fds, ln->n_listen, ln->hooks.payload);
+    else
+        for (size_t i = 0; i < ln->n_listen; i++)
+            close(fds[i]);
+    return 0;
 }
 
 static int op_start(funcd_pool *p, funcd_pool_worker *pw, void *payload)

@@ -46,6 +46,8 @@ typedef struct funcd_worker_end {
     char message[160]; /* "replica f-3 exited with status 3", "... was killed by signal 9 (SIGKILL)" */
 } funcd_worker_end;
 
+#define FUNCD_LAUNCH_MAX_LISTEN 8
+
 typedef struct funcd_launch_spec {
     const char *name; /* replicas are NAME-N */
     const char *const *argv; /* as the worker sees paths */
@@ -72,6 +74,11 @@ typedef struct funcd_launch_spec {
      * its runtime directory's api.sock, as the worker sees it); the owner
      * listens there (lib/localapi), from its prepare hook. */
     int local_api;
+    /* Sockets each worker finds in its network namespace before its
+     * program runs (the runtime port's listen); the owner gets them from
+     * the `listening` hook. A worker the owner hands over (adopt) has none. */
+    const funcd_worker_listen *listen;
+    size_t n_listen;
 } funcd_launch_spec;
 
 typedef struct funcd_launch_hooks {
@@ -85,6 +92,9 @@ typedef struct funcd_launch_hooks {
     void (*output)(funcd_worker_ctx *w, funcd_worker_stream stream, const char *line, size_t len,
                    void *payload);
     void (*ready)(funcd_worker_ctx *w, void *payload);
+    /* The process started with the spec's `listen` sockets, in that order:
+     * the owner's from now on (without the hook they are closed). */
+    void (*listening)(funcd_worker_ctx *w, void *data, const int *fds, size_t n, void *payload);
     /* The process ended (`status` as from waitpid); the pool is told next. */
     void (*exited)(funcd_worker_ctx *w, int status, const funcd_worker_end *end, void *payload);
     void (*changed)(funcd_pool *p, void *payload);

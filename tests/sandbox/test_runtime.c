@@ -661,6 +661,92 @@ TEST(the_deny_list_covers_the_issue)
     CHECK(shorter); /* the operator's addition took a rule away */
 }
 
+
+/* The runtime port's `listen` (version 3): the worker's first act is to
+ * connect to 127.0.0.1:9000 and send a datagram to 127.0.0.1:53 inside
+ * its own network namespace; both reach the sockets the caller holds, so
+ * they existed before its program ran. Several starts, so that both the
+ * blank-init path and the cloned one are taken. */
+TEST(sockets_are_in_the_namespace_before_the_program)
+{
+    loop_ctx l = {event_base_new(), 0, 0};
+    funcd_runtime *rt = NULL;
+    CHECK_INT(funcd_runtime_process_new_with(&rt, PROCESS_OPTS(1, NULL, .instance_id = instance)),
+              0);
+    CHECK_INT(rt->attach(rt, l.base), 0);
+    static const char *const argv[] = {
+        "/bin/bash", "-c",
+        "exec 3<>/dev/tcp/127.0.0.1/9000 && echo hello-tcp >&3 && "
+        "echo hello-udp >/dev/udp/127.0.0.1/53 && read -t 5 line <&3 && [ \"$line\" = ok ]",
+        NULL};
+    const funcd_worker_listen want[] = {{SOCK_STREAM, 9000}, {SOCK_DGRAM, 53}};
+    for (int round = 0; round < 4; round++) {
+        l.exited = 0;
+        int fds[2] = {-1, -1};
+        funcd_worker_spec spec = {argv, sleep_env, NULL, NULL, {0, 0, 0}, NULL, 0,
+                                  FUNCD_WORKER_NETWORK_NONE, want, 2, fds};
+        funcd_worker_events ev = {NULL, on_exit_cb, &l};
+        funcd_worker *w = NULL;
+        CHECK_INT(rt->start(rt, &spec, &ev, &w), 0);
+        CHECK(fds[0] >= 0 && fds[1] >= 0);
+        int c = -1;
+        for (int i = 0; i < 5000 && c < 0; i++) {
+            c = accept4(fds[0], NULL, NULL, SOCK_CLOEXEC);
+            if (c < 0)
+                usleep(1000);
+        }
+        CHECK(c >= 0);
+        char got[64] = "";
+        ssize_t n = -1;
+        for (int i = 0; i < 5000 && n <= 0; i++) {
+            n = read(c, got, sizeof(got) - 1);
+            if (n <= 0)
+                usleep(1000);
+        }
+        got[n > 0 ? n : 0] = '\0';
+        CHECK_STR(got, "hello-tcp\n");
+        char dgram[64] = "";
+        n = -1;
+        for (int i = 0; i < 5000 && n <= 0; i++) {
+            n = recv(fds[1], dgram, sizeof(dgram) - 1, 0);
+            if (n <= 0)
+                usleep(1000);
+        }
+        dgram[n > 0 ? n : 0] = '\0';
+        CHECK_STR(dgram, "hello-udp\n");
+        CHECK_INT((int)write(c, "ok\n", 3), 3); /* answered from the host side */
+        run_until_exit(&l);
+        CHECK(l.exited && WIFEXITED(l.status) && WEXITSTATUS(l.status) == 0);
+        rt->release(rt, w);
+        close(c);
+        close(fds[0]);
+        close(fds[1]);
+        for (int i = 0; i < 100; i++) /* let the blank inits refill */
+            event_base_loop(l.base, EVLOOP_ONCE | EVLOOP_NONBLOCK), usleep(2000);
+    }
+    /* A worker on the host network has no namespace to hold them. */
+    int fds[1];
+    funcd_worker_spec host = {sleep_argv, sleep_env, NULL, NULL, {0, 0, 0}, NULL, 0,
+                              FUNCD_WORKER_NETWORK_HOST, want, 1, fds};
+    funcd_worker_events ev = {NULL, on_exit_cb, &l};
+    funcd_worker *w = NULL;
+    int rc_host = rt->start(rt, &host, &ev, &w);
+    rt->free(rt);
+    /* Without the sandbox there is no namespace either. */
+    CHECK_INT(funcd_runtime_process_new_with(&rt, PROCESS_OPTS(-1)), 0);
+    CHECK_INT(rt->attach(rt, l.base), 0);
+    funcd_worker_spec plain = {sleep_argv, sleep_env, NULL, NULL, {0, 0, 0}, NULL, 0,
+                               FUNCD_WORKER_NETWORK_NONE, want, 1, fds};
+    int rc_plain = rt->start(rt, &plain, &ev, &w);
+    char msg_plain[512];
+    snprintf(msg_plain, sizeof(msg_plain), "%s", funcd_error_last()->message);
+    rt->free(rt);
+    event_base_free(l.base);
+    CHECK(rc_host != 0);
+    CHECK_INT(rc_plain, FUNCD_ENOTSUP);
+    CHECK_CONTAINS(msg_plain, "--no-sandbox");
+}
+
 int main(void)
 {
     if (geteuid() != 0) {
@@ -676,5 +762,6 @@ int main(void)
     RUN(a_failed_step_is_named);
     RUN(an_image_root_is_the_root);
     RUN(the_deny_list_covers_the_issue);
+    RUN(sockets_are_in_the_namespace_before_the_program);
     return HARNESS_END();
 }

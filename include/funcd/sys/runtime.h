@@ -34,7 +34,7 @@
 extern "C" {
 #endif
 
-#define FUNCD_RUNTIME_VERSION 2
+#define FUNCD_RUNTIME_VERSION 3
 
 struct event_base; /* libevent: the platform loop */
 
@@ -66,6 +66,14 @@ typedef enum funcd_worker_network {
     FUNCD_WORKER_NETWORK_HOST = 1, /**< the daemon's network (an operator must allow it) */
 } funcd_worker_network;
 
+/** A socket a sandboxed worker finds at 127.0.0.1:`port` in its own network
+ *  namespace, made before its program runs; the platform serves it from
+ *  the host side (a service such as the S3 gateway or the egress proxy). */
+typedef struct funcd_worker_listen {
+    int type;      /**< SOCK_STREAM (listening) or SOCK_DGRAM (bound) */
+    uint16_t port; /**< on 127.0.0.1 inside the worker's network namespace */
+} funcd_worker_listen;
+
 typedef struct funcd_worker_spec {
     const char *const *argv; /**< NULL-terminated; argv[0] is the program */
     const char *const *env;  /**< NULL-terminated "KEY=value" list */
@@ -79,6 +87,14 @@ typedef struct funcd_worker_spec {
     const funcd_worker_bind *binds;
     size_t n_binds;
     funcd_worker_network network;
+    /* Appended in version 3. Sockets made in the worker's own network
+     * namespace (network none) once it exists and before the program runs;
+     * on success `listen_fds` holds `n_listen` descriptors (non-blocking,
+     * close-on-exec), which belong to the caller. A runtime without network
+     * namespaces fails the start with FUNCD_ENOTSUP when n_listen > 0. */
+    const funcd_worker_listen *listen;
+    size_t n_listen;
+    int *listen_fds;
 } funcd_worker_spec;
 
 typedef enum funcd_worker_stream {
