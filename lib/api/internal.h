@@ -97,6 +97,8 @@ int funcd__api_is_secret_key(const char *s);
 int funcd__api_validate_eventsource_spec(funcd__api_ctx *c, const cJSON *spec, const void *unused);
 /* A KVStore's spec (validate_kvstore.c). */
 int funcd__api_validate_kvstore_spec(funcd__api_ctx *c, const cJSON *spec, const void *unused);
+/* An EgressPolicy's spec (validate_egresspolicy.c). */
+int funcd__api_validate_egresspolicy_spec(funcd__api_ctx *c, const cJSON *spec, const void *unused);
 /* A Function's spec.edge (validate_edge.c). */
 int funcd__api_check_edge(funcd__api_ctx *c, const cJSON *item, const void *unused);
 int funcd__api_normalize_secret(cJSON *obj);

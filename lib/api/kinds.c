@@ -59,8 +59,18 @@ static const funcd_kind kind_kvstore = {
     .has_spec = 1,
 };
 
-const funcd_kind *const funcd_kinds[] = {&kind_function, &kind_functionconfig, &kind_secret,
-                                         &kind_workflow, &kind_eventsource, &kind_kvstore, NULL};
+static const funcd_kind kind_egresspolicy = {
+    .kind = "EgressPolicy",
+    .list_kind = "EgressPolicyList",
+    .plural = "egresspolicies",
+    .singular = "egresspolicy",
+    .short_name = "egp",
+    .has_spec = 1,
+};
+
+const funcd_kind *const funcd_kinds[] = {&kind_function,    &kind_functionconfig, &kind_secret,
+                                         &kind_workflow,    &kind_eventsource,    &kind_kvstore,
+                                         &kind_egresspolicy, NULL};
 
 const funcd_kind *funcd_kind_by_plural(const char *plural)
 {

@@ -423,6 +423,8 @@ static funcd__api_check_fn spec_checker(const funcd_kind *kind)
         return funcd__api_validate_eventsource_spec;
     if (strcmp(kind->kind, "KVStore") == 0)
         return funcd__api_validate_kvstore_spec;
+    if (strcmp(kind->kind, "EgressPolicy") == 0)
+        return funcd__api_validate_egresspolicy_spec;
     return NULL;
 }
 

@@ -517,7 +517,7 @@ static int check_resources(funcd__api_ctx *c, const cJSON *item, const void *unu
 
 static const char *const runtimes[] = {"native", "python3", "node", NULL};
 static const char *const modes[] = {"http", "exec", NULL};
-static const char *const networks[] = {"none", "host", NULL};
+static const char *const networks[] = {"none", "host", "egress", NULL};
 static const funcd__api_range handler_len = {0, MAX_HANDLER};
 static const size_t max_args = MAX_ARGS;
 static const funcd__api_range timeout_ms = {1, 60 * 60 * 1000};

@@ -1,0 +1,248 @@
+/* Parsing what workers send the egress gateway (wire.h). */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "egress/wire.h"
+
+static int fail(char *why, size_t why_len, int status, const char *msg)
+{
+    snprintf(why, why_len, "%s", msg);
+    return status;
+}
+
+/* host[:port] or [v6][:port] into req->host and req->port (default `dflt`). */
+static int parse_authority(const char *s, size_t n, uint16_t dflt, funcd_egress_request *req)
+{
+    const char *host = s;
+    size_t hl;
+    const char *rest;
+    if (n && s[0] == '[') {
+        const char *close = memchr(s, ']', n);
+        if (!close)
+            return -1;
+        host = s + 1;
+        hl = (size_t)(close - host);
+        rest = close + 1;
+    } else {
+        const char *colon = memchr(s, ':', n);
+        hl = colon ? (size_t)(colon - s) : n;
+        rest = s + hl;
+    }
+    size_t rl = n - (size_t)(rest - s);
+    if (hl == 0 || hl > FUNCD_EGRESS_MAX_HOST)
+        return -1;
+    for (size_t i = 0; i < hl; i++) {
+        unsigned char ch = (unsigned char)host[i];
+        if (!(isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == ':'))
+            return -1;
+        req->host[i] = (char)tolower(ch);
+    }
+    req->host[hl] = '\0';
+    if (rl == 0) {
+        req->port = dflt;
+    } else {
+        if (rest[0] != ':' || rl < 2 || rl > 6)
+            return -1;
+        unsigned long port = 0;
+        for (size_t i = 1; i < rl; i++) {
+            if (!isdigit((unsigned char)rest[i]))
+                return -1;
+            port = port * 10 + (unsigned long)(rest[i] - '0');
+        }
+        if (port == 0 || port > 65535)
+            return -1;
+        req->port = (uint16_t)port;
+    }
+    return req->port ? 0 : -1;
+}
+
+static int is_token(const char *s, size_t n)
+{
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("!#$%&'*+-.^_`|~", s[i]))
+            return 0;
+    return 1;
+}
+
+/* Headers the proxy consumes or replaces rather than forwards. */
+static int hop_header(const char *name, size_t n)
+{
+    static const char *const hop[] = {"proxy-connection", "proxy-authorization", "connection",
+                                      "keep-alive", NULL};
+    for (size_t i = 0; hop[i]; i++)
+        if (strlen(hop[i]) == n && strncasecmp(hop[i], name, n) == 0)
+            return 1;
+    return 0;
+}
+
+int funcd_egress_parse_request(const char *data, size_t len, funcd_egress_request *req,
+                               char *why, size_t why_len)
+{
+    req->connect = 0;
+    req->host[0] = '\0';
+    req->port = 0;
+    funcd_buf_reset(&req->head);
+    if (len > FUNCD_EGRESS_MAX_HEAD)
+        return fail(why, why_len, 431, "request head too large");
+    const char *eol = NULL;
+    for (size_t i = 0; i + 1 < len; i++)
+        if (data[i] == '\r' && data[i + 1] == '\n') {
+            eol = data + i;
+            break;
+        }
+    if (!eol)
+        return fail(why, why_len, 400, "no request line");
+    size_t ll = (size_t)(eol - data);
+    const char *sp1 = memchr(data, ' ', ll);
+    const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', ll - (size_t)(sp1 + 1 - data)) : NULL;
+    if (!sp1 || !sp2)
+        return fail(why, why_len, 400, "malformed request line");
+    size_t ml = (size_t)(sp1 - data);
+    const char *target = sp1 + 1;
+    size_t tl = (size_t)(sp2 - target);
+    const char *version = sp2 + 1;
+    size_t vl = ll - (size_t)(version - data);
+    if (!is_token(data, ml) || tl == 0 || memchr(target, ' ', tl))
+        return fail(why, why_len, 400, "malformed request line");
+    if (!(vl == 8 && (memcmp(version, "HTTP/1.1", 8) == 0 || memcmp(version, "HTTP/1.0", 8) == 0)))
+        return fail(why, why_len, 400, "only HTTP/1.0 and HTTP/1.1 requests");
+    if (ml == 7 && memcmp(data, "CONNECT", 7) == 0) {
+        req->connect = 1;
+        if (parse_authority(target, tl, 0, req) < 0)
+            return fail(why, why_len, 400, "CONNECT needs host:port");
+        return 0;
+    }
+    static const char http[] = "http://";
+    if (tl < sizeof(http) - 1 || strncasecmp(target, http, sizeof(http) - 1) != 0) {
+        if (tl >= 8 && strncasecmp(target, "https://", 8) == 0)
+            return fail(why, why_len, 501, "https:// goes through CONNECT");
+        if (target[0] == '/')
+            return fail(why, why_len, 400,
+                        "this is funcd's egress proxy: send absolute-URI requests "
+                        "(http://host/path) or CONNECT");
+        return fail(why, why_len, 501, "only http:// URLs and CONNECT");
+    }
+    const char *auth = target + sizeof(http) - 1;
+    size_t al = tl - (sizeof(http) - 1);
+    const char *path = memchr(auth, '/', al);
+    const char *q = memchr(auth, '?', al);
+    if (q && (!path || q < path))
+        path = q;
+    size_t authl = path ? (size_t)(path - auth) : al;
+    if (memchr(auth, '@', authl))
+        return fail(why, why_len, 400, "credentials in the URL are not carried");
+    if (parse_authority(auth, authl, 80, req) < 0)
+        return fail(why, why_len, 400, "malformed host in the URL");
+    /* The head for the origin: origin-form, our own Connection header. */
+    funcd_buf *h = &req->head;
+    funcd_buf_append(h, data, ml);
+    funcd_buf_puts(h, " ");
+    if (path && path[0] == '/')
+        funcd_buf_append(h, path, al - authl);
+    else if (path) {
+        funcd_buf_puts(h, "/");
+        funcd_buf_append(h, path, al - authl);
+    } else
+        funcd_buf_puts(h, "/");
+    funcd_buf_puts(h, " ");
+    funcd_buf_append(h, version, vl);
+    funcd_buf_puts(h, "\r\n");
+    int have_host = 0;
+    const char *p = eol + 2, *end = data + len;
+    for (;;) {
+        const char *e = NULL;
+        for (const char *x = p; x + 1 < end; x++)
+            if (x[0] == '\r' && x[1] == '\n') {
+                e = x;
+                break;
+            }
+        if (!e) {
+            funcd_buf_reset(h);
+            return fail(why, why_len, 400, "unterminated request head");
+        }
+        if (e == p)
+            break;
+        const char *colon = memchr(p, ':', (size_t)(e - p));
+        if (!colon || !is_token(p, (size_t)(colon - p))) {
+            funcd_buf_reset(h);
+            return fail(why, why_len, 400, "malformed header line");
+        }
+        size_t nl = (size_t)(colon - p);
+        if (nl == 4 && strncasecmp(p, "host", 4) == 0)
+            have_host = 1;
+        if (!hop_header(p, nl)) {
+            funcd_buf_append(h, p, (size_t)(e - p));
+            funcd_buf_puts(h, "\r\n");
+        }
+        p = e + 2;
+    }
+    if (!have_host) {
+        if (req->port == 80)
+            funcd_buf_printf(h, "Host: %s\r\n", req->host);
+        else
+            funcd_buf_printf(h, "Host: %s:%u\r\n", req->host, req->port);
+    }
+    if (funcd_buf_puts(h, "Connection: close\r\n\r\n") < 0) {
+        funcd_buf_reset(h);
+        return fail(why, why_len, 400, "out of memory");
+    }
+    return 0;
+}
+
+int funcd_egress_parse_question(const uint8_t *msg, size_t len, funcd_egress_question *q)
+{
+    memset(q, 0, sizeof(*q));
+    if (len < 12)
+        return -1;
+    q->id = (uint16_t)(msg[0] << 8 | msg[1]);
+    unsigned qr = msg[2] >> 7, opcode = (msg[2] >> 3) & 0xf;
+    unsigned qd = (unsigned)(msg[4] << 8 | msg[5]);
+    if (qr || opcode != 0 || qd != 1)
+        return -1;
+    size_t off = 12, nl = 0;
+    for (;;) {
+        if (off >= len)
+            return -1;
+        unsigned ll = msg[off++];
+        if (ll == 0)
+            break;
+        if (ll > 63 || off + ll > len || nl + ll + 1 > FUNCD_EGRESS_MAX_HOST + 1)
+            return -1; /* compression pointers (0xc0) have no place in a question */
+        if (nl)
+            q->name[nl++] = '.';
+        for (unsigned i = 0; i < ll; i++) {
+            unsigned char ch = msg[off + i];
+            if (ch == '.' || ch == 0)
+                return -1;
+            q->name[nl++] = (char)tolower(ch);
+        }
+        off += ll;
+    }
+    q->name[nl] = '\0';
+    if (off + 4 > len)
+        return -1;
+    q->qtype = (uint16_t)(msg[off] << 8 | msg[off + 1]);
+    q->qclass = (uint16_t)(msg[off + 2] << 8 | msg[off + 3]);
+    q->end = off + 4;
+    return 0;
+}
+
+size_t funcd_egress_dns_error(const uint8_t *msg, size_t len, const funcd_egress_question *q,
+                              int rcode, uint8_t *out, size_t cap)
+{
+    size_t n = q && q->end ? q->end : 12;
+    if (len < 12 || n > len || n > cap)
+        return 0;
+    memcpy(out, msg, n);
+    out[2] = (uint8_t)(0x80 | (msg[2] & 0x79)); /* QR, the opcode and RD kept */
+    out[3] = (uint8_t)(0x80 | (rcode & 0xf));   /* RA */
+    out[4] = 0;
+    out[5] = q && q->end ? 1 : 0;
+    memset(out + 6, 0, 6);
+    return n;
+}
