@@ -60,6 +60,10 @@ int funcd_metrics_take_snapshot(funcd_metrics *m, funcd_metrics_ns_filter allow,
                            funcd_metrics_snapshot *out);
 void funcd_metrics_snapshot_free(funcd_metrics_snapshot *s);
 
+/* The egress gateway's counters set with funcd_metrics_set_egress, or NULL. */
+typedef struct funcd_metrics_egress funcd_metrics_egress;
+funcd_metrics_egress *funcd_metrics_egress_of(funcd_metrics *m);
+
 /* process.c */
 void funcd_metrics_process_read(funcd_metrics_process *out);
 

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "funcd/sys/error.h"
+#include "metrics/egress.h"
 #include "metrics/internal.h"
 
 /* A slot keeps this many distinct status codes; more go to code "other". */
@@ -49,7 +50,23 @@ struct funcd_metrics {
     funcd_metrics_fn *fns; /* held ones, and dropped ones not freed yet */
     funcd_metrics_gauge_source gauges;
     void *gauges_payload;
+    funcd_metrics_egress *egress; /* lib/egress's counters, or NULL (egress.h) */
 };
+
+void funcd_metrics_set_egress(funcd_metrics *m, funcd_metrics_egress *e)
+{
+    pthread_mutex_lock(&m->lock);
+    m->egress = e;
+    pthread_mutex_unlock(&m->lock);
+}
+
+funcd_metrics_egress *funcd_metrics_egress_of(funcd_metrics *m)
+{
+    pthread_mutex_lock(&m->lock);
+    funcd_metrics_egress *e = m->egress;
+    pthread_mutex_unlock(&m->lock);
+    return e;
+}
 
 const double funcd_metrics_req_bounds[FUNCD_METRICS_REQ_BUCKETS] = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,

@@ -1,0 +1,1234 @@
+/*
+ * The egress gateway (egress.h): one event loop on its own thread serving
+ * every attached worker's proxy and DNS sockets.
+ *
+ * A proxy connection goes HEAD (reading the request head) -> RESOLVING
+ * (evdns, never blocking) -> CONNECTING (a non-blocking connect with a
+ * timeout) -> SPLICE (bufferevent pair, bytes moved without copying, each
+ * side's reading paused while the other side's output is full) -> done;
+ * or, at any decision, DENIED (a 403 with a body, then closed). Each ends
+ * in one audit line.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/dns.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <event2/util.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "egress/egress.h"
+#include "egress/wire.h"
+#include "funcd/sys/error.h"
+#include "metrics/egress.h"
+#include "objects/objects.h"
+#include "port/store.h"
+#include "util/buf.h"
+
+#define SPLICE_HIGH (1u << 20)   /* pause reading a side once the other has this much to write */
+#define SPLICE_LOW (256u << 10)  /* and resume below this */
+#define MAX_READ (256u << 10)    /* per read() */
+#define HEAD_TIMEOUT_S 30        /* to send a request head */
+#define DNS_TIMEOUT_S 3          /* an upstream DNS answer */
+#define DNS_MAX 4096             /* a DNS message we relay */
+
+typedef struct conn conn;
+typedef struct dns_tcp dns_tcp;
+
+struct funcd_egress_client {
+    funcd_egress *eg;
+    funcd_egress_client *next; /* eg->clients (gateway thread) */
+    char *ns, *fn, *replica;
+    int fds[3]; /* proxy, dns udp, dns tcp: until attached on the gateway thread */
+    struct evconnlistener *proxy, *dns_tcp;
+    struct event *dns_udp;
+    int refs; /* the attachment, each connection and DNS query (gateway thread) */
+};
+
+typedef enum cmd_type { CMD_ATTACH, CMD_DETACH } cmd_type;
+
+typedef struct cmd {
+    struct cmd *next;
+    cmd_type type;
+    funcd_egress_client *client;
+} cmd;
+
+struct funcd_egress {
+    funcd_egress_config cfg;
+    char *upstream_text;
+    struct sockaddr_storage upstream;
+    socklen_t upstream_len;
+    funcd_egress_policies *policies;
+    struct event_base *base;
+    struct evdns_base *dns;
+    struct event *wake;
+    pthread_t thread;
+    int started;
+
+    pthread_mutex_t lock; /* cmds, stopping */
+    cmd *cmds, **cmds_tail;
+    int stopping;
+
+    funcd_egress_client *clients; /* gateway thread */
+    conn *conns;
+    dns_tcp *dns_conns;
+    struct dns_query *queries;
+
+    funcd_store *store;
+    funcd_store_watch *watch;
+};
+
+/* ---- small things -------------------------------------------------------- */
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static struct timeval tv_ms(unsigned ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    return tv;
+}
+
+static void client_unref(funcd_egress_client *c)
+{
+    if (--c->refs > 0)
+        return;
+    for (int i = 0; i < 3; i++)
+        if (c->fds[i] >= 0)
+            close(c->fds[i]);
+    free(c->ns);
+    free(c->fn);
+    free(c->replica);
+    free(c);
+}
+
+static void fn_log(funcd_egress *eg, funcd_egress_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void fn_log(funcd_egress *eg, funcd_egress_client *c, const char *fmt, ...)
+{
+    if (!eg->cfg.fn_log)
+        return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    eg->cfg.fn_log(eg->cfg.fn_log_payload, c->ns, c->fn, c->replica, line);
+}
+
+/* ---- proxy connections --------------------------------------------------- */
+
+typedef enum conn_state { S_HEAD, S_RESOLVING, S_CONNECTING, S_SPLICE, S_DENIED } conn_state;
+
+struct conn {
+    conn *prev, *next;
+    funcd_egress_client *cl;
+    conn_state state;
+    struct bufferevent *down; /* the worker's side */
+    struct bufferevent *up;   /* the destination's side */
+    struct evdns_getaddrinfo_request *gai;
+    struct event *idle;
+    funcd_egress_request req;
+    uint64_t start_ms, last_ms;
+    uint64_t bytes_up, bytes_down;
+    int down_eof, up_eof;         /* that side sent its last byte */
+    int down_shut, up_shut;       /* we shut down writing to that side */
+    int in_gai;                   /* inside evdns_getaddrinfo (its callback may run at once) */
+    int gai_done, gai_result;
+    struct evutil_addrinfo *gai_ai;
+    char addr[INET6_ADDRSTRLEN + 8];
+    char rule[160];
+};
+
+static void conn_free(conn *c)
+{
+    funcd_egress *eg = c->cl->eg;
+    if (c->gai) {
+        struct evdns_getaddrinfo_request *g = c->gai;
+        c->gai = NULL;
+        evdns_getaddrinfo_cancel(g); /* runs the callback with EVUTIL_EAI_CANCEL */
+    }
+    if (c->gai_ai)
+        evutil_freeaddrinfo(c->gai_ai);
+    if (c->down)
+        bufferevent_free(c->down);
+    if (c->up)
+        bufferevent_free(c->up);
+    if (c->idle)
+        event_free(c->idle);
+    funcd_buf_free(&c->req.head);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        eg->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    client_unref(c->cl);
+    free(c);
+}
+
+/* The audit line, the metric and, for a denial, the Function's log. */
+static void audit(conn *c, int allowed)
+{
+    funcd_egress *eg = c->cl->eg;
+    const char *dest = c->req.host[0] ? c->req.host : "-";
+    funcd_log(eg->cfg.logger, FUNCD_LOG_INFO,
+              "egress: decision=%s namespace=%s function=%s replica=%s method=%s "
+              "destination=%s:%u address=%s bytes_up=%llu bytes_down=%llu duration_ms=%llu "
+              "rule=\"%s\"",
+              allowed ? "allow" : "deny", c->cl->ns, c->cl->fn, c->cl->replica,
+              c->req.connect ? "CONNECT" : "HTTP", dest, c->req.port,
+              c->addr[0] ? c->addr : "-", (unsigned long long)c->bytes_up,
+              (unsigned long long)c->bytes_down,
+              (unsigned long long)(now_ms() - c->start_ms), c->rule);
+    funcd_metrics_egress_connection(eg->cfg.metrics, c->cl->ns, c->cl->fn, allowed, c->bytes_up,
+                                    c->bytes_down);
+}
+
+static void finish(conn *c)
+{
+    if (c->state == S_SPLICE)
+        audit(c, 1);
+    conn_free(c);
+}
+
+/* After an answer of our own: no more writing; wait (a little) for the
+ * worker to close, so that unread bytes do not turn the answer into a reset. */
+static void on_answer_drain(struct bufferevent *bev, void *arg)
+{
+    evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+}
+
+static void on_answer_event(struct bufferevent *bev, short what, void *arg)
+{
+    conn_free(arg);
+}
+
+static void on_answer_sent(struct bufferevent *bev, void *arg)
+{
+    conn *c = arg;
+    if (evbuffer_get_length(bufferevent_get_output(bev)) > 0)
+        return;
+    shutdown(bufferevent_getfd(bev), SHUT_WR);
+    struct timeval two = {2, 0};
+    bufferevent_set_timeouts(bev, &two, NULL);
+    bufferevent_setcb(bev, on_answer_drain, NULL, on_answer_event, c);
+    bufferevent_enable(bev, EV_READ);
+}
+
+/* Answers the worker with `status` and a plain-text body, then closes. */
+static void answer(conn *c, int status, const char *reason, const char *body)
+{
+    if (c->up) {
+        bufferevent_free(c->up);
+        c->up = NULL;
+    }
+    if (c->idle)
+        event_del(c->idle);
+    struct evbuffer *out = bufferevent_get_output(c->down);
+    evbuffer_add_printf(out,
+                        "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                        "Content-Length: %zu\r\nConnection: close\r\nX-Funcd-Egress: %s\r\n\r\n%s",
+                        status, reason, strlen(body), status == 403 ? "denied" : "error", body);
+    bufferevent_disable(c->down, EV_READ);
+    bufferevent_setcb(c->down, NULL, on_answer_sent, on_answer_event, c);
+    bufferevent_enable(c->down, EV_WRITE);
+    struct timeval ten = {10, 0};
+    bufferevent_set_timeouts(c->down, NULL, &ten);
+}
+
+static void deny(conn *c)
+{
+    funcd_egress *eg = c->cl->eg;
+    c->state = S_DENIED;
+    audit(c, 0);
+    fn_log(eg, c->cl, "funcd egress: denied %s %s:%u: %s (EgressPolicy of namespace %s)",
+           c->req.connect ? "CONNECT" : "HTTP", c->req.host, c->req.port, c->rule, c->cl->ns);
+    char body[512];
+    snprintf(body, sizeof(body),
+             "funcd egress: %s:%u is not allowed for function %s/%s: %s. The EgressPolicies "
+             "of namespace %s decide what its functions may reach.\n",
+             c->req.host, c->req.port, c->cl->ns, c->cl->fn, c->rule, c->cl->ns);
+    answer(c, 403, "Forbidden", body);
+}
+
+static void fail_upstream(conn *c, int status, const char *what)
+{
+    funcd_egress *eg = c->cl->eg;
+    snprintf(c->rule, sizeof(c->rule), "%s", what);
+    int allowed_before = c->state == S_CONNECTING || c->state == S_RESOLVING;
+    c->state = S_DENIED;
+    if (allowed_before)
+        funcd_log(eg->cfg.logger, FUNCD_LOG_INFO,
+                  "egress: decision=error namespace=%s function=%s replica=%s destination=%s:%u "
+                  "address=%s reason=\"%s\"",
+                  c->cl->ns, c->cl->fn, c->cl->replica, c->req.host, c->req.port,
+                  c->addr[0] ? c->addr : "-", what);
+    char body[512];
+    snprintf(body, sizeof(body), "funcd egress: %s:%u: %s\n", c->req.host, c->req.port, what);
+    answer(c, status, status == 504 ? "Gateway Timeout" : "Bad Gateway", body);
+}
+
+/* ---- splicing ------------------------------------------------------------ */
+
+static void maybe_done(conn *c)
+{
+    if (c->down_shut && c->up_shut)
+        finish(c);
+}
+
+/* All `dst` had to write is written: resume `src`, or pass on its EOF. */
+static void on_drained(conn *c, struct bufferevent *dst, struct bufferevent *src, int src_eof,
+                       int *dst_shut)
+{
+    if (evbuffer_get_length(bufferevent_get_output(dst)) > 0)
+        return;
+    if (src_eof && !*dst_shut) {
+        shutdown(bufferevent_getfd(dst), SHUT_WR);
+        *dst_shut = 1;
+        maybe_done(c);
+        return;
+    }
+    if (!src_eof)
+        bufferevent_enable(src, EV_READ);
+}
+
+static void relay(conn *c, struct bufferevent *src, struct bufferevent *dst, uint64_t *count)
+{
+    struct evbuffer *in = bufferevent_get_input(src);
+    struct evbuffer *out = bufferevent_get_output(dst);
+    size_t n = evbuffer_get_length(in);
+    *count += n;
+    evbuffer_add_buffer(out, in);
+    c->last_ms = now_ms();
+    if (evbuffer_get_length(out) >= SPLICE_HIGH)
+        bufferevent_disable(src, EV_READ);
+}
+
+static void on_down_read(struct bufferevent *bev, void *arg)
+{
+    conn *c = arg;
+    relay(c, c->down, c->up, &c->bytes_up);
+}
+
+static void on_up_read(struct bufferevent *bev, void *arg)
+{
+    conn *c = arg;
+    relay(c, c->up, c->down, &c->bytes_down);
+}
+
+static void on_up_written(struct bufferevent *bev, void *arg)
+{
+    conn *c = arg;
+    on_drained(c, c->up, c->down, c->down_eof, &c->up_shut);
+}
+
+static void on_down_written(struct bufferevent *bev, void *arg)
+{
+    conn *c = arg;
+    on_drained(c, c->down, c->up, c->up_eof, &c->down_shut);
+}
+
+static void on_splice_event(conn *c, int from_down, short what)
+{
+    if (what & BEV_EVENT_EOF) {
+        struct bufferevent *src = from_down ? c->down : c->up;
+        struct bufferevent *dst = from_down ? c->up : c->down;
+        relay(c, src, dst, from_down ? &c->bytes_up : &c->bytes_down);
+        if (from_down)
+            c->down_eof = 1;
+        else
+            c->up_eof = 1;
+        bufferevent_disable(src, EV_READ);
+        if (from_down)
+            on_up_written(c->up, c);
+        else
+            on_down_written(c->down, c);
+        return;
+    }
+    finish(c); /* an error or a reset on either side ends both */
+}
+
+static void on_down_splice_event(struct bufferevent *bev, short what, void *arg)
+{
+    on_splice_event(arg, 1, what);
+}
+
+static void on_up_splice_event(struct bufferevent *bev, short what, void *arg)
+{
+    on_splice_event(arg, 0, what);
+}
+
+static void on_idle(evutil_socket_t fd, short what, void *arg)
+{
+    conn *c = arg;
+    funcd_egress *eg = c->cl->eg;
+    uint64_t idle = eg->cfg.idle_timeout_ms, quiet = now_ms() - c->last_ms;
+    if (quiet >= idle) {
+        snprintf(c->rule + strlen(c->rule), sizeof(c->rule) - strlen(c->rule), "; idle timeout");
+        finish(c);
+        return;
+    }
+    struct timeval tv = tv_ms((unsigned)(idle - quiet));
+    event_add(c->idle, &tv);
+}
+
+static void start_splice(conn *c)
+{
+    funcd_egress *eg = c->cl->eg;
+    c->state = S_SPLICE;
+    c->last_ms = now_ms();
+    bufferevent_set_timeouts(c->up, NULL, NULL);
+    bufferevent_set_timeouts(c->down, NULL, NULL);
+    if (c->req.connect)
+        evbuffer_add_printf(bufferevent_get_output(c->down),
+                            "HTTP/1.1 200 Connection established\r\n\r\n");
+    else
+        bufferevent_write(c->up, c->req.head.data, c->req.head.len);
+    bufferevent_setwatermark(c->up, EV_WRITE, SPLICE_LOW, 0);
+    bufferevent_setwatermark(c->down, EV_WRITE, SPLICE_LOW, 0);
+    bufferevent_setcb(c->down, on_down_read, on_down_written, on_down_splice_event, c);
+    bufferevent_setcb(c->up, on_up_read, on_up_written, on_up_splice_event, c);
+    /* What the worker sent after its head (a body, a TLS hello) goes on. */
+    relay(c, c->down, c->up, &c->bytes_up);
+    bufferevent_enable(c->up, EV_READ | EV_WRITE);
+    if (evbuffer_get_length(bufferevent_get_output(c->up)) < SPLICE_HIGH)
+        bufferevent_enable(c->down, EV_READ | EV_WRITE);
+    struct timeval tv = tv_ms(eg->cfg.idle_timeout_ms);
+    c->idle = event_new(eg->base, -1, 0, on_idle, c);
+    if (c->idle)
+        event_add(c->idle, &tv);
+}
+
+static void on_up_connect_event(struct bufferevent *bev, short what, void *arg)
+{
+    conn *c = arg;
+    if (what & BEV_EVENT_CONNECTED) {
+        start_splice(c);
+        return;
+    }
+    if (what & BEV_EVENT_TIMEOUT)
+        fail_upstream(c, 504, "the destination did not accept the connection in time");
+    else
+        fail_upstream(c, 502, "the destination refused the connection");
+}
+
+static void connect_to(conn *c, const struct sockaddr *sa, socklen_t len)
+{
+    funcd_egress *eg = c->cl->eg;
+    c->state = S_CONNECTING;
+    c->up = bufferevent_socket_new(eg->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (!c->up) {
+        fail_upstream(c, 502, "out of memory");
+        return;
+    }
+    bufferevent_set_max_single_read(c->up, MAX_READ);
+    bufferevent_set_max_single_write(c->up, MAX_READ);
+    bufferevent_setcb(c->up, NULL, NULL, on_up_connect_event, c);
+    struct timeval tv = tv_ms(eg->cfg.connect_timeout_ms);
+    bufferevent_set_timeouts(c->up, NULL, &tv);
+    if (bufferevent_socket_connect(c->up, sa, (int)len) < 0)
+        fail_upstream(c, 502, "cannot connect to the destination");
+}
+
+/* The name resolved: every address must pass, then connect to the first. */
+static void resolved(conn *c, int result, struct evutil_addrinfo *ai)
+{
+    funcd_egress *eg = c->cl->eg;
+    if (result != 0 || !ai) {
+        if (ai)
+            evutil_freeaddrinfo(ai);
+        fail_upstream(c, 502, "the name does not resolve");
+        return;
+    }
+    char name_rule[sizeof(c->rule)];
+    snprintf(name_rule, sizeof(name_rule), "%s", c->rule);
+    struct evutil_addrinfo *first = NULL;
+    for (struct evutil_addrinfo *a = ai; a; a = a->ai_next) {
+        funcd_egress_addr ad;
+        if (funcd_egress_addr_from_sockaddr(a->ai_addr, &ad) < 0)
+            continue;
+        funcd_egress_decision d;
+        funcd_egress_check_addr(eg->policies, c->cl->ns, &ad, c->req.port, 1, &d);
+        if (!d.allowed) {
+            funcd_egress_addr_str(&ad, c->addr, sizeof(c->addr));
+            snprintf(c->rule, sizeof(c->rule), "%s resolves to %s", c->req.host, d.rule);
+            evutil_freeaddrinfo(ai);
+            deny(c);
+            return;
+        }
+        if (!first) {
+            first = a;
+            if (strcmp(d.rule, "resolved") != 0)
+                snprintf(c->rule, sizeof(c->rule), "%s", d.rule);
+        }
+    }
+    if (!first) {
+        evutil_freeaddrinfo(ai);
+        fail_upstream(c, 502, "the name has no usable address");
+        return;
+    }
+    if (strcmp(c->rule, name_rule) != 0 && strlen(name_rule) + strlen(c->rule) + 3 < sizeof(c->rule)) {
+        char both[sizeof(c->rule)];
+        snprintf(both, sizeof(both), "%s + %s", name_rule, c->rule);
+        snprintf(c->rule, sizeof(c->rule), "%s", both);
+    }
+    funcd_egress_addr ad;
+    funcd_egress_addr_from_sockaddr(first->ai_addr, &ad);
+    funcd_egress_addr_str(&ad, c->addr, sizeof(c->addr));
+    connect_to(c, first->ai_addr, (socklen_t)first->ai_addrlen);
+    evutil_freeaddrinfo(ai);
+}
+
+static void on_resolved(int result, struct evutil_addrinfo *ai, void *arg)
+{
+    conn *c = arg;
+    if (result == EVUTIL_EAI_CANCEL) {
+        if (ai)
+            evutil_freeaddrinfo(ai);
+        return; /* conn_free cancelled it */
+    }
+    c->gai = NULL;
+    if (c->in_gai) { /* answered at once: the caller goes on */
+        c->gai_done = 1;
+        c->gai_result = result;
+        c->gai_ai = ai;
+        return;
+    }
+    resolved(c, result, ai);
+}
+
+/* The head is parsed: decide, then resolve or connect. */
+static void decide(conn *c)
+{
+    funcd_egress *eg = c->cl->eg;
+    funcd_egress_addr ad;
+    funcd_egress_decision d;
+    bufferevent_disable(c->down, EV_READ); /* what follows the head waits for the splice */
+    bufferevent_set_timeouts(c->down, NULL, NULL);
+    if (funcd_egress_addr_parse(c->req.host, &ad) == 0) {
+        funcd_egress_check_addr(eg->policies, c->cl->ns, &ad, c->req.port, 0, &d);
+        funcd_egress_addr_str(&ad, c->addr, sizeof(c->addr));
+        snprintf(c->rule, sizeof(c->rule), "%s", d.rule);
+        if (!d.allowed) {
+            deny(c);
+            return;
+        }
+        struct sockaddr_storage ss;
+        memset(&ss, 0, sizeof(ss));
+        socklen_t len;
+        if (ad.family == AF_INET) {
+            struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+            sin->sin_family = AF_INET;
+            sin->sin_port = htons(c->req.port);
+            memcpy(&sin->sin_addr, ad.addr, 4);
+            len = sizeof(*sin);
+        } else {
+            struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+            sin6->sin6_family = AF_INET6;
+            sin6->sin6_port = htons(c->req.port);
+            memcpy(&sin6->sin6_addr, ad.addr, 16);
+            len = sizeof(*sin6);
+        }
+        connect_to(c, (struct sockaddr *)&ss, len);
+        return;
+    }
+    funcd_egress_check_name(eg->policies, c->cl->ns, c->req.host, c->req.port, &d);
+    snprintf(c->rule, sizeof(c->rule), "%s", d.rule);
+    if (!d.allowed) {
+        deny(c);
+        return;
+    }
+    c->state = S_RESOLVING;
+    struct evutil_addrinfo hints;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_protocol = IPPROTO_TCP;
+    hints.ai_flags = EVUTIL_AI_ADDRCONFIG;
+    char port[8];
+    snprintf(port, sizeof(port), "%u", c->req.port);
+    c->in_gai = 1;
+    c->gai = evdns_getaddrinfo(eg->dns, c->req.host, port, &hints, on_resolved, c);
+    c->in_gai = 0;
+    if (c->gai_done) {
+        struct evutil_addrinfo *ai = c->gai_ai;
+        c->gai_ai = NULL;
+        c->gai = NULL;
+        resolved(c, c->gai_result, ai);
+    }
+}
+
+static void on_head_event(struct bufferevent *bev, short what, void *arg)
+{
+    conn *c = arg;
+    conn_free(c); /* the worker left (or took too long) before a whole head */
+}
+
+static void on_head(struct bufferevent *bev, void *arg)
+{
+    conn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
+    if (end.pos < 0) {
+        if (evbuffer_get_length(in) > FUNCD_EGRESS_MAX_HEAD) {
+            c->state = S_DENIED;
+            answer(c, 431, "Request Header Fields Too Large",
+                   "funcd egress: the request head is too large\n");
+        }
+        return;
+    }
+    size_t len = (size_t)end.pos + 4;
+    char why[160];
+    int status = FUNCD_EGRESS_MAX_HEAD + 1;
+    char *head = len <= FUNCD_EGRESS_MAX_HEAD ? malloc(len) : NULL;
+    if (head) {
+        evbuffer_remove(in, head, len);
+        status = funcd_egress_parse_request(head, len, &c->req, why, sizeof(why));
+        free(head);
+    } else {
+        snprintf(why, sizeof(why), "the request head is too large");
+        status = 431;
+    }
+    if (status != 0) {
+        c->state = S_DENIED;
+        char body[256];
+        snprintf(body, sizeof(body), "funcd egress: %s\n", why);
+        answer(c, status, status == 405 ? "Method Not Allowed" : status == 501 ? "Not Implemented"
+                                        : status == 431 ? "Request Header Fields Too Large"
+                                                        : "Bad Request",
+               body);
+        return;
+    }
+    decide(c);
+}
+
+static void on_proxy_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                            int socklen, void *arg)
+{
+    funcd_egress_client *cl = arg;
+    funcd_egress *eg = cl->eg;
+    conn *c = calloc(1, sizeof(*c));
+    if (!c) {
+        close(fd);
+        return;
+    }
+    evutil_make_socket_nonblocking(fd);
+    c->down = bufferevent_socket_new(eg->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!c->down) {
+        close(fd);
+        free(c);
+        return;
+    }
+    c->cl = cl;
+    cl->refs++;
+    c->start_ms = c->last_ms = now_ms();
+    c->next = eg->conns;
+    if (eg->conns)
+        eg->conns->prev = c;
+    eg->conns = c;
+    bufferevent_set_max_single_read(c->down, MAX_READ);
+    bufferevent_set_max_single_write(c->down, MAX_READ);
+    bufferevent_setcb(c->down, on_head, NULL, on_head_event, c);
+    struct timeval tv = {HEAD_TIMEOUT_S, 0};
+    bufferevent_set_timeouts(c->down, &tv, NULL);
+    bufferevent_enable(c->down, EV_READ);
+}
+
+/* ---- DNS ----------------------------------------------------------------- */
+
+struct dns_tcp {
+    dns_tcp *prev, *next;
+    funcd_egress_client *cl;
+    struct bufferevent *bev;
+    int pending; /* queries not answered yet */
+    int closed;  /* the worker's side is gone: free once pending is 0 */
+};
+
+typedef struct dns_query {
+    struct dns_query *prev, *next;
+    funcd_egress_client *cl;
+    dns_tcp *tcp;                  /* NULL: answer over UDP to `peer` */
+    struct sockaddr_storage peer;
+    socklen_t peer_len;
+    int fd;                        /* our socket to the upstream */
+    struct event *ev;
+    uint8_t query[DNS_MAX];
+    size_t query_len;
+    funcd_egress_question q;
+} dns_query;
+
+static void dns_tcp_release(dns_tcp *t)
+{
+    if (!t->closed || t->pending > 0)
+        return;
+    funcd_egress *eg = t->cl->eg;
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        eg->dns_conns = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    if (t->bev)
+        bufferevent_free(t->bev);
+    client_unref(t->cl);
+    free(t);
+}
+
+static void dns_reply(funcd_egress_client *cl, dns_tcp *tcp, const struct sockaddr *peer,
+                      socklen_t peer_len, const uint8_t *msg, size_t len)
+{
+    if (len == 0)
+        return;
+    if (tcp) {
+        if (tcp->closed || !tcp->bev)
+            return;
+        uint8_t prefix[2] = {(uint8_t)(len >> 8), (uint8_t)len};
+        bufferevent_write(tcp->bev, prefix, 2);
+        bufferevent_write(tcp->bev, msg, len);
+        return;
+    }
+    int fd = event_get_fd(cl->dns_udp);
+    (void)sendto(fd, msg, len, MSG_DONTWAIT, peer, peer_len);
+}
+
+static void query_free(dns_query *q)
+{
+    funcd_egress *eg = q->cl->eg;
+    if (q->ev)
+        event_free(q->ev);
+    if (q->fd >= 0)
+        close(q->fd);
+    if (q->prev)
+        q->prev->next = q->next;
+    else
+        eg->queries = q->next;
+    if (q->next)
+        q->next->prev = q->prev;
+    if (q->tcp) {
+        q->tcp->pending--;
+        dns_tcp_release(q->tcp);
+    }
+    client_unref(q->cl);
+    free(q);
+}
+
+static void on_upstream_answer(evutil_socket_t fd, short what, void *arg)
+{
+    dns_query *q = arg;
+    uint8_t buf[DNS_MAX];
+    if (what & EV_TIMEOUT) {
+        size_t n = funcd_egress_dns_error(q->query, q->query_len, &q->q, 2, buf, sizeof(buf));
+        dns_reply(q->cl, q->tcp, (struct sockaddr *)&q->peer, q->peer_len, buf, n);
+        query_free(q);
+        return;
+    }
+    ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 12 || buf[0] != q->query[0] || buf[1] != q->query[1]) {
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+            struct timeval tv = {DNS_TIMEOUT_S, 0};
+            event_add(q->ev, &tv);
+            return;
+        }
+        size_t m = funcd_egress_dns_error(q->query, q->query_len, &q->q, 2, buf, sizeof(buf));
+        dns_reply(q->cl, q->tcp, (struct sockaddr *)&q->peer, q->peer_len, buf, m);
+        query_free(q);
+        return;
+    }
+    dns_reply(q->cl, q->tcp, (struct sockaddr *)&q->peer, q->peer_len, buf, (size_t)n);
+    query_free(q);
+}
+
+/* One DNS message from a worker: NXDOMAIN unless a rule allows the name,
+ * else forwarded to the upstream and its answer relayed. */
+static void dns_handle(funcd_egress_client *cl, dns_tcp *tcp, const struct sockaddr *peer,
+                       socklen_t peer_len, const uint8_t *msg, size_t len)
+{
+    funcd_egress *eg = cl->eg;
+    uint8_t out[DNS_MAX];
+    funcd_egress_question q;
+    if (len > DNS_MAX || funcd_egress_parse_question(msg, len, &q) < 0) {
+        dns_reply(cl, tcp, peer, peer_len, out,
+                  len <= DNS_MAX ? funcd_egress_dns_error(msg, len, NULL, 1, out, sizeof(out)) : 0);
+        return;
+    }
+    funcd_egress_decision d;
+    funcd_egress_addr numeric;
+    if (q.name[0] && funcd_egress_addr_parse(q.name, &numeric) < 0)
+        funcd_egress_check_name(eg->policies, cl->ns, q.name, 0, &d);
+    else
+        d.allowed = 0;
+    funcd_metrics_egress_dns(eg->cfg.metrics, cl->ns, cl->fn, d.allowed);
+    if (!d.allowed) {
+        funcd_log(eg->cfg.logger, FUNCD_LOG_DEBUG,
+                  "egress: dns decision=deny namespace=%s function=%s name=%s qtype=%u",
+                  cl->ns, cl->fn, q.name, q.qtype);
+        fn_log(eg, cl, "funcd egress: DNS %s: NXDOMAIN, no rule of namespace %s's EgressPolicies "
+                       "allows this name",
+               q.name[0] ? q.name : ".", cl->ns);
+        dns_reply(cl, tcp, peer, peer_len, out,
+                  funcd_egress_dns_error(msg, len, &q, 3, out, sizeof(out)));
+        return;
+    }
+    dns_query *x = calloc(1, sizeof(*x));
+    if (!x) {
+        dns_reply(cl, tcp, peer, peer_len, out,
+                  funcd_egress_dns_error(msg, len, &q, 2, out, sizeof(out)));
+        return;
+    }
+    x->cl = cl;
+    cl->refs++;
+    x->tcp = tcp;
+    if (tcp)
+        tcp->pending++;
+    if (peer)
+        memcpy(&x->peer, peer, peer_len);
+    x->peer_len = peer_len;
+    memcpy(x->query, msg, len);
+    x->query_len = len;
+    x->q = q;
+    x->next = eg->queries;
+    if (eg->queries)
+        eg->queries->prev = x;
+    eg->queries = x;
+    x->fd = socket(eg->upstream.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct timeval tv = {DNS_TIMEOUT_S, 0};
+    if (x->fd < 0 || connect(x->fd, (struct sockaddr *)&eg->upstream, eg->upstream_len) < 0 ||
+        send(x->fd, msg, len, MSG_DONTWAIT) < 0 ||
+        !(x->ev = event_new(eg->base, x->fd, EV_READ, on_upstream_answer, x)) ||
+        event_add(x->ev, &tv) < 0) {
+        dns_reply(cl, tcp, peer, peer_len, out,
+                  funcd_egress_dns_error(msg, len, &q, 2, out, sizeof(out)));
+        query_free(x);
+    }
+}
+
+static void on_dns_udp(evutil_socket_t fd, short what, void *arg)
+{
+    funcd_egress_client *cl = arg;
+    for (int i = 0; i < 16; i++) {
+        uint8_t msg[DNS_MAX + 1];
+        struct sockaddr_storage peer;
+        socklen_t plen = sizeof(peer);
+        ssize_t n = recvfrom(fd, msg, sizeof(msg), MSG_DONTWAIT, (struct sockaddr *)&peer, &plen);
+        if (n < 0)
+            return;
+        dns_handle(cl, NULL, (struct sockaddr *)&peer, plen, msg, (size_t)n);
+    }
+}
+
+static void on_dns_tcp_read(struct bufferevent *bev, void *arg)
+{
+    dns_tcp *t = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    for (;;) {
+        uint8_t prefix[2];
+        if (evbuffer_copyout(in, prefix, 2) < 2)
+            return;
+        size_t len = (size_t)prefix[0] << 8 | prefix[1];
+        if (len > DNS_MAX || len < 12) {
+            t->closed = 1;
+            bufferevent_free(t->bev);
+            t->bev = NULL;
+            dns_tcp_release(t);
+            return;
+        }
+        if (evbuffer_get_length(in) < len + 2)
+            return;
+        uint8_t msg[DNS_MAX];
+        evbuffer_drain(in, 2);
+        evbuffer_remove(in, msg, len);
+        dns_handle(t->cl, t, NULL, 0, msg, len);
+    }
+}
+
+static void on_dns_tcp_event(struct bufferevent *bev, short what, void *arg)
+{
+    dns_tcp *t = arg;
+    t->closed = 1;
+    bufferevent_free(t->bev);
+    t->bev = NULL;
+    dns_tcp_release(t);
+}
+
+static void on_dns_tcp_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                              int socklen, void *arg)
+{
+    funcd_egress_client *cl = arg;
+    funcd_egress *eg = cl->eg;
+    dns_tcp *t = calloc(1, sizeof(*t));
+    evutil_make_socket_nonblocking(fd);
+    if (!t || !(t->bev = bufferevent_socket_new(eg->base, fd, BEV_OPT_CLOSE_ON_FREE))) {
+        free(t);
+        close(fd);
+        return;
+    }
+    t->cl = cl;
+    cl->refs++;
+    t->next = eg->dns_conns;
+    if (eg->dns_conns)
+        eg->dns_conns->prev = t;
+    eg->dns_conns = t;
+    struct timeval tv = {HEAD_TIMEOUT_S, 0};
+    bufferevent_set_timeouts(t->bev, &tv, NULL);
+    bufferevent_setcb(t->bev, on_dns_tcp_read, NULL, on_dns_tcp_event, t);
+    bufferevent_enable(t->bev, EV_READ);
+}
+
+/* ---- attaching, on the gateway's thread ---------------------------------- */
+
+static void do_attach(funcd_egress *eg, funcd_egress_client *c)
+{
+    c->next = eg->clients;
+    eg->clients = c;
+    unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC;
+    if (c->fds[0] >= 0) {
+        evutil_make_socket_nonblocking(c->fds[0]);
+        c->proxy = evconnlistener_new(eg->base, on_proxy_accept, c, flags, 0, c->fds[0]);
+        if (c->proxy)
+            c->fds[0] = -1;
+    }
+    if (c->fds[1] >= 0) {
+        evutil_make_socket_nonblocking(c->fds[1]);
+        c->dns_udp = event_new(eg->base, c->fds[1], EV_READ | EV_PERSIST, on_dns_udp, c);
+        if (c->dns_udp)
+            event_add(c->dns_udp, NULL); /* fds[1] stays: closed with the client */
+    }
+    if (c->fds[2] >= 0) {
+        evutil_make_socket_nonblocking(c->fds[2]);
+        c->dns_tcp = evconnlistener_new(eg->base, on_dns_tcp_accept, c, flags, 0, c->fds[2]);
+        if (c->dns_tcp)
+            c->fds[2] = -1;
+    }
+}
+
+static void do_detach(funcd_egress *eg, funcd_egress_client *c)
+{
+    for (funcd_egress_client **pp = &eg->clients; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    if (c->proxy)
+        evconnlistener_free(c->proxy);
+    if (c->dns_tcp)
+        evconnlistener_free(c->dns_tcp);
+    if (c->dns_udp)
+        event_free(c->dns_udp);
+    c->proxy = c->dns_tcp = NULL;
+    c->dns_udp = NULL;
+    if (c->fds[1] >= 0) {
+        close(c->fds[1]);
+        c->fds[1] = -1;
+    }
+    client_unref(c);
+}
+
+static void run_cmds(funcd_egress *eg)
+{
+    pthread_mutex_lock(&eg->lock);
+    cmd *list = eg->cmds;
+    eg->cmds = NULL;
+    eg->cmds_tail = &eg->cmds;
+    int stopping = eg->stopping;
+    pthread_mutex_unlock(&eg->lock);
+    while (list) {
+        cmd *x = list;
+        list = x->next;
+        if (x->type == CMD_ATTACH)
+            do_attach(eg, x->client);
+        else
+            do_detach(eg, x->client);
+        free(x);
+    }
+    if (stopping) {
+        while (eg->conns)
+            conn_free(eg->conns);
+        while (eg->queries)
+            query_free(eg->queries);
+        while (eg->dns_conns) {
+            dns_tcp *t = eg->dns_conns;
+            t->closed = 1;
+            t->pending = 0;
+            dns_tcp_release(t);
+        }
+        while (eg->clients)
+            do_detach(eg, eg->clients);
+        event_base_loopbreak(eg->base);
+    }
+}
+
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    run_cmds(arg);
+}
+
+static int post(funcd_egress *eg, cmd_type type, funcd_egress_client *c)
+{
+    cmd *x = calloc(1, sizeof(*x));
+    if (!x)
+        return -1;
+    x->type = type;
+    x->client = c;
+    pthread_mutex_lock(&eg->lock);
+    *eg->cmds_tail = x;
+    eg->cmds_tail = &x->next;
+    pthread_mutex_unlock(&eg->lock);
+    event_active(eg->wake, EV_READ, 0);
+    return 0;
+}
+
+funcd_egress_client *funcd_egress_attach(funcd_egress *eg, const char *ns, const char *fn,
+                                         const char *replica, int proxy, int dns_udp,
+                                         int dns_tcp)
+{
+    funcd_egress_client *c = calloc(1, sizeof(*c));
+    if (!c || !(c->ns = strdup(ns)) || !(c->fn = strdup(fn)) ||
+        !(c->replica = strdup(replica ? replica : ""))) {
+        if (c) {
+            free(c->ns);
+            free(c->fn);
+            free(c);
+        }
+        goto fail;
+    }
+    c->eg = eg;
+    c->refs = 1;
+    c->fds[0] = proxy;
+    c->fds[1] = dns_udp;
+    c->fds[2] = dns_tcp;
+    if (post(eg, CMD_ATTACH, c) < 0) {
+        free(c->ns);
+        free(c->fn);
+        free(c->replica);
+        free(c);
+        goto fail;
+    }
+    return c;
+fail:
+    if (proxy >= 0)
+        close(proxy);
+    if (dns_udp >= 0)
+        close(dns_udp);
+    if (dns_tcp >= 0)
+        close(dns_tcp);
+    return NULL;
+}
+
+void funcd_egress_detach(funcd_egress *eg, funcd_egress_client *c)
+{
+    if (!c)
+        return;
+    while (post(eg, CMD_DETACH, c) < 0) /* the only way to let go of it */
+        usleep(1000);
+}
+
+/* ---- policies from the store --------------------------------------------- */
+
+static void policy_event(funcd_egress *eg, const char *key, const void *value, size_t len,
+                         int deleted)
+{
+    const funcd_kind *kind;
+    char ns[128], name[128];
+    if (funcd_objects_parse_key(key, &kind, ns, sizeof(ns), name, sizeof(name)) < 0)
+        return;
+    if (deleted) {
+        funcd_egress_policies_remove(eg->policies, ns, name);
+        return;
+    }
+    cJSON *obj = funcd_objects_decode(value, len, 0);
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
+    if (!obj || funcd_egress_policies_put(eg->policies, ns, name, spec) < 0)
+        funcd_log(eg->cfg.logger, FUNCD_LOG_WARN,
+                  "egress: EgressPolicy %s/%s cannot be used: %s", ns, name,
+                  obj ? funcd_error_last()->message : "not an object");
+    cJSON_Delete(obj);
+}
+
+static int on_listed(const funcd_store_kv *kv, void *payload)
+{
+    policy_event(payload, kv->key, kv->value, kv->len, 0);
+    return 0;
+}
+
+static void on_store_event(const funcd_store_event *ev, void *payload)
+{
+    policy_event(payload, ev->key, ev->value, ev->len, ev->type == FUNCD_STORE_EVENT_DELETE);
+}
+
+int funcd_egress_watch(funcd_egress *eg, funcd_store *store)
+{
+    funcd_buf prefix = FUNCD_BUF_INIT;
+    uint64_t rev = 0;
+    int rc = funcd_objects_prefix(&prefix, funcd_kind_by_kind("EgressPolicy"), NULL);
+    if (rc == 0)
+        rc = funcd_port_store_list(store, prefix.data, on_listed, eg, &rev);
+    if (rc == 0)
+        rc = funcd_port_store_watch(store, prefix.data, rev, on_store_event, eg, &eg->watch);
+    funcd_buf_free(&prefix);
+    if (rc == 0)
+        eg->store = store;
+    return rc;
+}
+
+void funcd_egress_unwatch(funcd_egress *eg)
+{
+    if (eg && eg->watch) {
+        funcd_port_store_unwatch(eg->store, eg->watch);
+        eg->watch = NULL;
+    }
+}
+
+/* ---- the gateway --------------------------------------------------------- */
+
+/* "ip", "ip:port", "[v6]:port", "[v6]", or a bare v6 address. */
+static int parse_upstream(const char *s, struct sockaddr_storage *ss, socklen_t *len)
+{
+    int l = (int)sizeof(*ss);
+    memset(ss, 0, sizeof(*ss));
+    if (evutil_parse_sockaddr_port(s, (struct sockaddr *)ss, &l) < 0)
+        return -1;
+    if (ss->ss_family == AF_INET && ((struct sockaddr_in *)ss)->sin_port == 0)
+        ((struct sockaddr_in *)ss)->sin_port = htons(53);
+    if (ss->ss_family == AF_INET6 && ((struct sockaddr_in6 *)ss)->sin6_port == 0)
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons(53);
+    *len = (socklen_t)l;
+    return 0;
+}
+
+/* The first "nameserver" of /etc/resolv.conf, into `out`. */
+static int host_nameserver(char *out, size_t len)
+{
+    FILE *f = fopen("/etc/resolv.conf", "re");
+    if (!f)
+        return -1;
+    char line[512];
+    int rc = -1;
+    while (rc < 0 && fgets(line, sizeof(line), f)) {
+        char addr[256];
+        if (sscanf(line, " nameserver %255s", addr) == 1) {
+            char *pct = strchr(addr, '%'); /* a zone id: not for us */
+            if (pct)
+                *pct = '\0';
+            if (strchr(addr, ':'))
+                snprintf(out, len, "[%s]:53", addr);
+            else
+                snprintf(out, len, "%s", addr);
+            rc = 0;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+static void *thread_main(void *arg)
+{
+    funcd_egress *eg = arg;
+    event_base_loop(eg->base, EVLOOP_NO_EXIT_ON_EMPTY);
+    return NULL;
+}
+
+int funcd_egress_new(funcd_egress **out, const funcd_egress_config *cfg)
+{
+    *out = NULL;
+    funcd_egress *eg = calloc(1, sizeof(*eg));
+    if (!eg)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the egress gateway");
+    eg->cfg = *cfg;
+    if (!eg->cfg.connect_timeout_ms)
+        eg->cfg.connect_timeout_ms = 10000;
+    if (!eg->cfg.idle_timeout_ms)
+        eg->cfg.idle_timeout_ms = 300000;
+    pthread_mutex_init(&eg->lock, NULL);
+    eg->cmds_tail = &eg->cmds;
+    char found[300];
+    const char *up = cfg->dns_upstream && *cfg->dns_upstream ? cfg->dns_upstream : NULL;
+    if (!up && host_nameserver(found, sizeof(found)) == 0)
+        up = found;
+    int rc;
+    if (!up) {
+        rc = funcd_error_set(FUNCD_EINVAL, "egress: /etc/resolv.conf names no nameserver; give "
+                                           "one (--egress-dns-upstream)");
+        goto fail;
+    }
+    if (parse_upstream(up, &eg->upstream, &eg->upstream_len) < 0) {
+        rc = funcd_error_set(FUNCD_EINVAL,
+                             "egress: DNS upstream \"%s\" is not an address (ip, ip:port or "
+                             "[ipv6]:port)",
+                             up);
+        goto fail;
+    }
+    if (!(eg->upstream_text = strdup(up)) || !(eg->policies = funcd_egress_policies_new()) ||
+        !(eg->base = event_base_new()) || !(eg->dns = evdns_base_new(eg->base, 0)) ||
+        !(eg->wake = event_new(eg->base, -1, EV_READ, on_wake, eg))) {
+        rc = funcd_error_set(FUNCD_ENOMEM, "out of memory creating the egress gateway");
+        goto fail;
+    }
+    evdns_base_set_option(eg->dns, "randomize-case:", "0");
+    evdns_base_set_option(eg->dns, "timeout:", "3");
+    evdns_base_set_option(eg->dns, "attempts:", "2");
+    if (evdns_base_nameserver_sockaddr_add(eg->dns, (struct sockaddr *)&eg->upstream,
+                                           eg->upstream_len, 0) != 0) {
+        rc = funcd_error_set(FUNCD_EINVAL, "egress: cannot use DNS upstream %s", up);
+        goto fail;
+    }
+    if (pthread_create(&eg->thread, NULL, thread_main, eg) != 0) {
+        rc = funcd_error_set(FUNCD_ENOMEM, "egress: cannot start its thread");
+        goto fail;
+    }
+    eg->started = 1;
+    funcd_log(cfg->logger, FUNCD_LOG_INFO, "egress: gateway up; DNS upstream %s", up);
+    *out = eg;
+    return 0;
+fail:
+    funcd_egress_free(eg);
+    return rc;
+}
+
+void funcd_egress_free(funcd_egress *eg)
+{
+    if (!eg)
+        return;
+    funcd_egress_unwatch(eg);
+    if (eg->started) {
+        pthread_mutex_lock(&eg->lock);
+        eg->stopping = 1;
+        pthread_mutex_unlock(&eg->lock);
+        event_active(eg->wake, EV_READ, 0);
+        pthread_join(eg->thread, NULL);
+    }
+    run_cmds(eg); /* whatever was posted after the loop ended */
+    while (eg->clients)
+        do_detach(eg, eg->clients);
+    if (eg->wake)
+        event_free(eg->wake);
+    if (eg->dns)
+        evdns_base_free(eg->dns, 1);
+    if (eg->base)
+        event_base_free(eg->base);
+    funcd_egress_policies_free(eg->policies);
+    free(eg->upstream_text);
+    pthread_mutex_destroy(&eg->lock);
+    free(eg);
+}
+
+funcd_egress_policies *funcd_egress_policies_of(funcd_egress *eg)
+{
+    return eg->policies;
+}

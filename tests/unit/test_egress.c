@@ -1,0 +1,628 @@
+/*
+ * Egress policy (issue 19) below the platform: EgressPolicy validation,
+ * the policy decisions, the proxy's and DNS server's parsers, and the
+ * gateway itself on host-side sockets the test opens (the worker's side),
+ * with a fake DNS upstream on 127.0.0.4 and "outside" origins on 127.0.0.2
+ * and 127.0.0.3.
+ */
+#include <event2/thread.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/time.h>
+
+#include "api/api.h"
+#include "egress/egress.h"
+#include "egress/policy.h"
+#include "egress/wire.h"
+#include "egress_fake.h"
+#include "harness.h"
+#include "metrics/egress.h"
+#include "util/buf.h"
+
+/* ---- validation ------------------------------------------------------------ */
+
+static int validate(const char *kind, const char *text, funcd_api_error *err)
+{
+    cJSON *obj = NULL;
+    int rc = funcd_api_decode(text, strlen(text), &obj, err);
+    if (rc == 0)
+        rc = funcd_api_validate(funcd_kind_by_kind(kind), obj, err);
+    cJSON_Delete(obj);
+    return rc;
+}
+
+#define POLICY(spec) "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"EgressPolicy\",\"metadata\":{\"name\":\"p\"},\"spec\":" spec "}"
+
+TEST(test_policy_validation)
+{
+    funcd_api_error err;
+    CHECK_INT(validate("EgressPolicy",
+                       POLICY("{\"allow\":[{\"host\":\"api.example.com\",\"ports\":[443]},"
+                              "{\"host\":\"*.example.org\"},{\"cidr\":\"10.20.0.0/16\","
+                              "\"ports\":[5432]},{\"cidr\":\"2001:db8::/32\"}],"
+                              "\"defaultAction\":\"deny\"}"),
+                       &err),
+              0);
+    CHECK_INT(validate("EgressPolicy", POLICY("{\"allow\":[]}"), &err), 0);
+    static const struct {
+        const char *spec, *field;
+    } bad[] = {
+        {"{}", "spec.allow"},
+        {"{\"allow\":[{\"host\":\"API.example.com\"}]}", "spec.allow[0].host"},
+        {"{\"allow\":[{\"host\":\"10.0.0.1\"}]}", "spec.allow[0].host"},
+        {"{\"allow\":[{\"host\":\"a.*.com\"}]}", "spec.allow[0].host"},
+        {"{\"allow\":[{\"cidr\":\"10.0.0.1/8\"}]}", "spec.allow[0].cidr"},
+        {"{\"allow\":[{\"cidr\":\"10.0.0.0/33\"}]}", "spec.allow[0].cidr"},
+        {"{\"allow\":[{\"host\":\"a.com\",\"cidr\":\"10.0.0.0/8\"}]}", "spec.allow[0]"},
+        {"{\"allow\":[{\"ports\":[80]}]}", "spec.allow[0]"},
+        {"{\"allow\":[{\"host\":\"a.com\",\"ports\":[0]}]}", "spec.allow[0].ports[0]"},
+        {"{\"allow\":[{\"host\":\"a.com\",\"ports\":[70000]}]}", "spec.allow[0].ports[0]"},
+        {"{\"allow\":[{\"host\":\"a.com\",\"port\":80}]}", "spec.allow[0].port"},
+        {"{\"allow\":[],\"defaultAction\":\"allow\"}", "spec.defaultAction"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char text[512];
+        snprintf(text, sizeof(text),
+                 "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"EgressPolicy\",\"metadata\":"
+                 "{\"name\":\"p\"},\"spec\":%s}",
+                 bad[i].spec);
+        if (validate("EgressPolicy", text, &err) != FUNCD_EINVAL)
+            FAILF("accepted %s", bad[i].spec);
+        CHECK_STR(err.field, bad[i].field);
+    }
+    CHECK_STR(funcd_kind_lookup("egp")->kind, "EgressPolicy");
+    CHECK_STR(funcd_kind_by_plural("egresspolicies")->kind, "EgressPolicy");
+}
+
+TEST(test_function_network_egress)
+{
+    funcd_api_error err;
+    const char *fn = "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":"
+                     "{\"name\":\"f\"},\"spec\":{\"runtime\":\"python3\",\"source\":{\"path\":"
+                     "\"/srv/f\"},\"handler\":\"main.py\",\"network\":\"egress\"}}";
+    if (validate("Function", fn, &err) != 0)
+        FAILF("%s: %s", err.field, err.message);
+    const char *bad = "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":"
+                      "{\"name\":\"f\"},\"spec\":{\"runtime\":\"python3\",\"source\":{\"path\":"
+                      "\"/srv/f\"},\"handler\":\"main.py\",\"network\":\"proxy\"}}";
+    CHECK_INT(validate("Function", bad, &err), FUNCD_EINVAL);
+    CHECK_STR(err.field, "spec.network");
+    CHECK_CONTAINS(err.message, "egress");
+}
+
+/* ---- decisions ------------------------------------------------------------- */
+
+static void put(funcd_egress_policies *p, const char *ns, const char *name, const char *spec)
+{
+    cJSON *j = cJSON_Parse(spec);
+    if (funcd_egress_policies_put(p, ns, name, j) < 0)
+        fprintf(stderr, "  cannot put %s: %s\n", spec, funcd_error_last()->message);
+    cJSON_Delete(j);
+}
+
+static int name_ok(funcd_egress_policies *p, const char *ns, const char *name, uint16_t port)
+{
+    funcd_egress_decision d;
+    funcd_egress_check_name(p, ns, name, port, &d);
+    return d.allowed;
+}
+
+static int addr_ok(funcd_egress_policies *p, const char *ns, const char *ip, uint16_t port,
+                   int by_name)
+{
+    funcd_egress_addr a;
+    if (funcd_egress_addr_parse(ip, &a) < 0)
+        return -1;
+    funcd_egress_decision d;
+    funcd_egress_check_addr(p, ns, &a, port, by_name, &d);
+    return d.allowed;
+}
+
+TEST(test_policy_decisions)
+{
+    funcd_egress_policies *p = funcd_egress_policies_new();
+    put(p, "a", "one",
+        "{\"allow\":[{\"host\":\"api.example.com\",\"ports\":[443]},{\"host\":\"*.example.org\"},"
+        "{\"cidr\":\"10.20.0.0/16\",\"ports\":[5432]},{\"cidr\":\"0.0.0.0/0\",\"ports\":[8443]}]}");
+    put(p, "a", "two", "{\"allow\":[{\"cidr\":\"127.0.0.2/32\",\"ports\":[80]}]}");
+    put(p, "b", "other", "{\"allow\":[{\"host\":\"b.example.net\"}]}");
+    /* names, exact and wildcard, and ports */
+    CHECK(name_ok(p, "a", "api.example.com", 443));
+    CHECK(name_ok(p, "a", "API.Example.com.", 443));
+    CHECK(!name_ok(p, "a", "api.example.com", 80));
+    CHECK(!name_ok(p, "a", "example.com", 443));
+    CHECK(!name_ok(p, "a", "xapi.example.com", 443));
+    CHECK(name_ok(p, "a", "x.y.example.org", 1));
+    CHECK(!name_ok(p, "a", "example.org", 80));
+    CHECK(!name_ok(p, "a", "b.example.net", 80)); /* namespace b's */
+    CHECK(name_ok(p, "b", "b.example.net", 80));
+    CHECK(name_ok(p, "a", "api.example.com", 0)); /* DNS: any port */
+    /* numeric addresses need a CIDR rule */
+    CHECK_INT(addr_ok(p, "a", "10.20.3.4", 5432, 0), 1);
+    CHECK_INT(addr_ok(p, "a", "10.20.3.4", 5433, 0), 0);
+    CHECK_INT(addr_ok(p, "a", "10.21.0.1", 5432, 0), 0);
+    CHECK_INT(addr_ok(p, "a", "93.184.216.34", 443, 1), 1); /* resolved from an allowed name */
+    CHECK_INT(addr_ok(p, "a", "93.184.216.34", 443, 0), 0);
+    /* special ranges: never through a wide rule nor by name ... */
+    CHECK_INT(addr_ok(p, "a", "169.254.169.254", 8443, 0), 0);
+    CHECK_INT(addr_ok(p, "a", "169.254.169.254", 80, 1), 0);
+    CHECK_INT(addr_ok(p, "a", "127.0.0.1", 8443, 0), 0);
+    CHECK_INT(addr_ok(p, "a", "127.0.0.3", 80, 1), 0);
+    CHECK_INT(addr_ok(p, "a", "::1", 8443, 0), 0);
+    CHECK_INT(addr_ok(p, "a", "::ffff:127.0.0.1", 8443, 0), 0);
+    CHECK_INT(addr_ok(p, "a", "fe80::1", 8443, 0), 0);
+    CHECK_INT(addr_ok(p, "a", "8.8.8.8", 8443, 0), 1);
+    /* ... only through a CIDR rule inside them */
+    CHECK_INT(addr_ok(p, "a", "127.0.0.2", 80, 0), 1);
+    CHECK_INT(addr_ok(p, "a", "127.0.0.2", 80, 1), 1);
+    CHECK_INT(addr_ok(p, "a", "127.0.0.2", 81, 0), 0);
+    /* the platform's own listeners: a /32 rule listing the port, nothing less */
+    funcd_egress_addr cp;
+    funcd_egress_addr_parse("127.0.0.2", &cp);
+    uint16_t cp_port = 80;
+    funcd_egress_policies_set_platform(p, &cp, &cp_port, 1);
+    CHECK_INT(addr_ok(p, "a", "127.0.0.2", 80, 0), 1); /* "two" names 127.0.0.2/32 port 80 */
+    put(p, "a", "two", "{\"allow\":[{\"cidr\":\"127.0.0.0/8\",\"ports\":[80]}]}");
+    CHECK_INT(addr_ok(p, "a", "127.0.0.2", 80, 0), 0);
+    CHECK_INT(addr_ok(p, "a", "127.0.0.3", 80, 0), 1);
+    funcd_egress_addr any;
+    funcd_egress_addr_parse("0.0.0.0", &any);
+    uint16_t any_port = 9000;
+    funcd_egress_policies_set_platform(p, &any, &any_port, 1);
+    put(p, "a", "three", "{\"allow\":[{\"cidr\":\"0.0.0.0/0\",\"ports\":[9000]}]}");
+    CHECK_INT(addr_ok(p, "a", "8.8.8.8", 9000, 0), 0); /* a wildcard listener: any address */
+    CHECK_INT(addr_ok(p, "a", "8.8.8.8", 8443, 0), 1);
+    /* removal: the union shrinks at once */
+    funcd_egress_policies_remove(p, "a", "one");
+    CHECK(!name_ok(p, "a", "api.example.com", 443));
+    CHECK_INT(addr_ok(p, "a", "10.20.3.4", 5432, 0), 0);
+    /* a bad spec leaves the old rules */
+    cJSON *badspec = cJSON_Parse("{\"allow\":[{\"cidr\":\"x\"}]}");
+    CHECK_INT(funcd_egress_policies_put(p, "b", "other", badspec), FUNCD_EINVAL);
+    cJSON_Delete(badspec);
+    CHECK(name_ok(p, "b", "b.example.net", 80));
+    funcd_egress_policies_free(p);
+}
+
+/* ---- parsers ---------------------------------------------------------------- */
+
+TEST(test_parse_request)
+{
+    funcd_egress_request r = {0};
+    char why[160];
+    const char *c = "CONNECT api.example.com:443 HTTP/1.1\r\nHost: api.example.com:443\r\n\r\n";
+    CHECK_INT(funcd_egress_parse_request(c, strlen(c), &r, why, sizeof(why)), 0);
+    CHECK(r.connect);
+    CHECK_STR(r.host, "api.example.com");
+    CHECK_INT(r.port, 443);
+    const char *g = "GET http://Example.com:8080/a/b?c=d HTTP/1.1\r\nHost: example.com:8080\r\n"
+                    "Proxy-Connection: keep-alive\r\nAccept: */*\r\nConnection: keep-alive\r\n\r\n";
+    CHECK_INT(funcd_egress_parse_request(g, strlen(g), &r, why, sizeof(why)), 0);
+    CHECK(!r.connect);
+    CHECK_STR(r.host, "example.com");
+    CHECK_INT(r.port, 8080);
+    funcd_buf_puts(&r.head, ""); /* NUL-terminated */
+    CHECK_STR(r.head.data, "GET /a/b?c=d HTTP/1.1\r\nHost: example.com:8080\r\nAccept: */*\r\n"
+                           "Connection: close\r\n\r\n");
+    const char *q = "POST http://[::1]?x HTTP/1.0\r\n\r\n";
+    CHECK_INT(funcd_egress_parse_request(q, strlen(q), &r, why, sizeof(why)), 0);
+    CHECK_STR(r.host, "::1");
+    CHECK_INT(r.port, 80);
+    funcd_buf_puts(&r.head, "");
+    CHECK_STR(r.head.data, "POST /?x HTTP/1.0\r\nHost: ::1\r\nConnection: close\r\n\r\n");
+    static const struct {
+        const char *head;
+        int status;
+    } bad[] = {
+        {"GET /x HTTP/1.1\r\n\r\n", 400},
+        {"GET https://a.com/ HTTP/1.1\r\n\r\n", 501},
+        {"GET ftp://a.com/ HTTP/1.1\r\n\r\n", 501},
+        {"CONNECT a.com HTTP/1.1\r\n\r\n", 400},
+        {"CONNECT a.com:0 HTTP/1.1\r\n\r\n", 400},
+        {"CONNECT a.com:99999 HTTP/1.1\r\n\r\n", 400},
+        {"GET http://u:p@a.com/ HTTP/1.1\r\n\r\n", 400},
+        {"GET http://a.com/ HTTP/2\r\n\r\n", 400},
+        {"GET http://a com/ HTTP/1.1\r\n\r\n", 400},
+        {"GET http://a.com/ HTTP/1.1\r\nbad header\r\n\r\n", 400},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int st = funcd_egress_parse_request(bad[i].head, strlen(bad[i].head), &r, why, sizeof(why));
+        if (st != bad[i].status)
+            FAILF("%s: %d, expected %d", bad[i].head, st, bad[i].status);
+        CHECK(why[0] != '\0');
+    }
+    funcd_buf_free(&r.head);
+}
+
+/* A DNS query for `name` (type A) into `out`; its length. */
+static size_t dns_query(const char *name, uint16_t id, uint8_t *out)
+{
+    uint8_t *p = out;
+    *p++ = (uint8_t)(id >> 8);
+    *p++ = (uint8_t)id;
+    *p++ = 1; /* RD */
+    *p++ = 0;
+    *p++ = 0;
+    *p++ = 1; /* one question */
+    memset(p, 0, 6);
+    p += 6;
+    for (const char *s = name; *s;) {
+        const char *dot = strchr(s, '.');
+        size_t n = dot ? (size_t)(dot - s) : strlen(s);
+        *p++ = (uint8_t)n;
+        memcpy(p, s, n);
+        p += n;
+        s += n + (dot ? 1 : 0);
+    }
+    *p++ = 0;
+    *p++ = 0;
+    *p++ = 1; /* A */
+    *p++ = 0;
+    *p++ = 1; /* IN */
+    return (size_t)(p - out);
+}
+
+TEST(test_parse_question)
+{
+    uint8_t q[512], out[512];
+    size_t n = dns_query("Api.Example.COM", 0x1234, q);
+    funcd_egress_question dq;
+    CHECK_INT(funcd_egress_parse_question(q, n, &dq), 0);
+    CHECK_STR(dq.name, "api.example.com");
+    CHECK_INT(dq.id, 0x1234);
+    CHECK_INT(dq.qtype, 1);
+    CHECK_INT(dq.end, n);
+    size_t m = funcd_egress_dns_error(q, n, &dq, 3, out, sizeof(out));
+    CHECK_INT(m, n);
+    CHECK_INT(out[0], 0x12);
+    CHECK_INT(out[3] & 0xf, 3);
+    CHECK(out[2] & 0x80);
+    CHECK_INT(funcd_egress_parse_question(q, 11, &dq), -1);
+    CHECK_INT(funcd_egress_parse_question(q, n - 1, &dq), -1);
+    q[2] |= 0x80; /* a response, not a query */
+    CHECK_INT(funcd_egress_parse_question(q, n, &dq), -1);
+    q[2] &= 0x7f;
+    q[12] = 0xc0; /* a compression pointer */
+    CHECK_INT(funcd_egress_parse_question(q, n, &dq), -1);
+}
+
+/* ---- the gateway on host-side sockets ------------------------------------------ */
+
+typedef struct lines {
+    pthread_mutex_t lock;
+    funcd_buf text;
+} lines;
+
+static lines audit_lines = {PTHREAD_MUTEX_INITIALIZER, FUNCD_BUF_INIT};
+static lines fn_lines = {PTHREAD_MUTEX_INITIALIZER, FUNCD_BUF_INIT};
+
+static void add_line(lines *l, const char *s)
+{
+    pthread_mutex_lock(&l->lock);
+    funcd_buf_puts(&l->text, s);
+    funcd_buf_puts(&l->text, "\n");
+    pthread_mutex_unlock(&l->lock);
+}
+
+/* Whether a line containing every one of the (NULL-terminated) words came
+ * within 10 s. */
+static int saw(lines *l, const char *a, const char *b, const char *c)
+{
+    for (int i = 0; i < 1000; i++) {
+        pthread_mutex_lock(&l->lock);
+        int found = 0;
+        if (l->text.data) {
+            funcd_buf_puts(&l->text, "");
+            for (char *line = l->text.data; line && *line && !found;) {
+                char *nl = strchr(line, '\n');
+                size_t len = nl ? (size_t)(nl - line) : strlen(line);
+                char one[2048];
+                snprintf(one, sizeof(one), "%.*s", (int)len, line);
+                found = strstr(one, a) && (!b || strstr(one, b)) && (!c || strstr(one, c));
+                line = nl ? nl + 1 : NULL;
+            }
+        }
+        pthread_mutex_unlock(&l->lock);
+        if (found)
+            return 1;
+        usleep(10000);
+    }
+    return 0;
+}
+
+static void on_log(funcd_log_level level, const char *message, void *payload)
+{
+    if (strncmp(message, "egress:", 7) == 0)
+        add_line(&audit_lines, message);
+}
+
+static void on_fn_log(void *payload, const char *ns, const char *fn, const char *replica,
+                      const char *line)
+{
+    char l[1024];
+    snprintf(l, sizeof(l), "%s/%s/%s %s", ns, fn, replica, line);
+    add_line(&fn_lines, l);
+}
+
+static int connect_to(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {15, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Sends `req` to the proxy and reads until it closes: the whole answer. */
+static char *through(uint16_t proxy, const char *req)
+{
+    int fd = connect_to(proxy);
+    if (fd < 0)
+        return strdup("(no connection)");
+    fake_send_all(fd, req, strlen(req));
+    funcd_buf b = FUNCD_BUF_INIT;
+    char buf[4096];
+    ssize_t n;
+    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0)
+        funcd_buf_append(&b, buf, (size_t)n);
+    close(fd);
+    funcd_buf_puts(&b, "");
+    return funcd_buf_detach(&b, NULL);
+}
+
+/* A CONNECT, then a request through the tunnel. */
+static char *tunnel(uint16_t proxy, const char *target, const char *inner)
+{
+    int fd = connect_to(proxy);
+    if (fd < 0)
+        return strdup("(no connection)");
+    char req[512];
+    snprintf(req, sizeof(req), "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target);
+    fake_send_all(fd, req, strlen(req));
+    funcd_buf b = FUNCD_BUF_INIT;
+    char buf[4096];
+    ssize_t n;
+    int sent = 0;
+    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) {
+        funcd_buf_append(&b, buf, (size_t)n);
+        if (!sent && strstr(b.data, "\r\n\r\n")) {
+            if (strncmp(b.data, "HTTP/1.1 200", 12) != 0)
+                continue; /* a denial: read it to the end */
+            sent = 1;
+            fake_send_all(fd, inner, strlen(inner));
+        }
+    }
+    close(fd);
+    funcd_buf_puts(&b, "");
+    return funcd_buf_detach(&b, NULL);
+}
+
+static int dns_ask(int type, uint16_t port, const char *name, uint8_t *ans, size_t cap)
+{
+    uint8_t q[512];
+    size_t n = dns_query(name, 0x4242, q);
+    int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {15, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    ssize_t got = -1;
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+        if (type == SOCK_DGRAM) {
+            send(fd, q, n, 0);
+            got = recv(fd, ans, cap, 0);
+        } else {
+            uint8_t len[2] = {(uint8_t)(n >> 8), (uint8_t)n};
+            send(fd, len, 2, 0);
+            send(fd, q, n, 0);
+            if (recv(fd, len, 2, MSG_WAITALL) == 2)
+                got = recv(fd, ans, (size_t)(len[0] << 8 | len[1]), MSG_WAITALL);
+        }
+    }
+    close(fd);
+    return (int)got;
+}
+
+static char policy_spec[512];
+
+TEST(test_gateway)
+{
+    fake_dns dns = {0};
+    fake_origin o2 = {0}, o3 = {0}, meta = {0};
+    CHECK_INT(fake_origin_start(&o2, "127.0.0.2"), 0);
+    CHECK_INT(fake_origin_start(&o3, "127.0.0.3"), 0);
+    fake_dns_add(&dns, "allowed.test", "127.0.0.2");
+    fake_dns_add(&dns, "other.test", "127.0.0.3");
+    fake_dns_add(&dns, "loop.allowed.test", "127.0.0.1");
+    fake_dns_add(&dns, "meta.allowed.test", "169.254.169.254");
+    CHECK_INT(fake_dns_start(&dns, "127.0.0.4"), 0);
+    (void)meta;
+
+    char upstream[64];
+    snprintf(upstream, sizeof(upstream), "127.0.0.4:%u", dns.port);
+    funcd_logger lg = {on_log, FUNCD_LOG_DEBUG, NULL};
+    funcd_metrics_egress *m = funcd_metrics_egress_new();
+    funcd_egress_config cfg = {.dns_upstream = upstream, .connect_timeout_ms = 5000,
+                               .logger = &lg, .fn_log = on_fn_log, .metrics = m};
+    funcd_egress *eg = NULL;
+    CHECK_INT(funcd_egress_new(&eg, &cfg), 0);
+    /* The platform's control plane, as the gateway is told of it. */
+    uint16_t cp_port;
+    int cp = fake_bind("127.0.0.1", SOCK_STREAM, &cp_port);
+    funcd_egress_addr cp_addr;
+    funcd_egress_addr_parse("127.0.0.1", &cp_addr);
+    funcd_egress_policies_set_platform(funcd_egress_policies_of(eg), &cp_addr, &cp_port, 1);
+
+    snprintf(policy_spec, sizeof(policy_spec),
+             "{\"allow\":[{\"host\":\"allowed.test\",\"ports\":[%u]},"
+             "{\"host\":\"*.allowed.test\"},{\"cidr\":\"127.0.0.2/32\",\"ports\":[%u]}]}",
+             o2.port, o2.port);
+    put(funcd_egress_policies_of(eg), "team", "web", policy_spec);
+
+    /* The worker's side: what the runtime would make inside its namespace. */
+    uint16_t proxy_port, udp_port, tcp_port;
+    int proxy = fake_bind("127.0.0.1", SOCK_STREAM, &proxy_port);
+    int udp = fake_bind("127.0.0.1", SOCK_DGRAM, &udp_port);
+    int tcp = fake_bind("127.0.0.1", SOCK_STREAM, &tcp_port);
+    funcd_egress_client *cl = funcd_egress_attach(eg, "team", "fn", "fn-1", proxy, udp, tcp);
+    CHECK(cl != NULL);
+
+    char req[512], *r;
+    /* allowed: plain HTTP by name, and TLS-style through CONNECT */
+    snprintf(req, sizeof(req), "GET http://allowed.test:%u/hi HTTP/1.1\r\nHost: allowed.test\r\n\r\n",
+             o2.port);
+    r = through(proxy_port, req);
+    CHECK_CONTAINS(r, "HTTP/1.1 200 OK");
+    CHECK_CONTAINS(r, "hello from 127.0.0.2");
+    CHECK_CONTAINS(r, "(GET /hi HTTP/1.1)");
+    free(r);
+    CHECK(saw(&audit_lines, "decision=allow", "destination=allowed.test", "address=127.0.0.2"));
+    CHECK(saw(&audit_lines, "function=fn", "namespace=team", "bytes_down="));
+    char target[64];
+    snprintf(target, sizeof(target), "allowed.test:%u", o2.port);
+    r = tunnel(proxy_port, target, "GET /tls HTTP/1.1\r\nHost: x\r\n\r\n");
+    CHECK_CONTAINS(r, "HTTP/1.1 200 Connection established\r\n\r\n");
+    CHECK_CONTAINS(r, "(GET /tls HTTP/1.1)");
+    free(r);
+    snprintf(target, sizeof(target), "127.0.0.2:%u", o2.port);
+    r = tunnel(proxy_port, target, "GET /ip HTTP/1.1\r\nHost: x\r\n\r\n");
+    CHECK_CONTAINS(r, "(GET /ip HTTP/1.1)");
+    free(r);
+
+    /* denied: another port, another host, a raw IP outside every CIDR, the
+     * control plane, cloud metadata, a name resolving into loopback */
+    struct {
+        char target[96];
+        const char *why;
+    } denied[6];
+    snprintf(denied[0].target, 96, "allowed.test:%u", o3.port);
+    denied[0].why = "port";
+    snprintf(denied[1].target, 96, "other.test:%u", o2.port);
+    denied[1].why = "no rule allows other.test";
+    snprintf(denied[2].target, 96, "127.0.0.3:%u", o3.port);
+    denied[2].why = "127.0.0.3 is loopback";
+    snprintf(denied[3].target, 96, "127.0.0.1:%u", cp_port);
+    denied[3].why = "funcd's own listener";
+    snprintf(denied[4].target, 96, "169.254.169.254:80");
+    denied[4].why = "link-local";
+    snprintf(denied[5].target, 96, "loop.allowed.test:%u", o2.port);
+    denied[5].why = "resolves to 127.0.0.1 is loopback";
+    for (int i = 0; i < 6; i++) {
+        snprintf(req, sizeof(req), "GET http://%s/x HTTP/1.1\r\n\r\n", denied[i].target);
+        r = through(proxy_port, req);
+        if (!strstr(r, "HTTP/1.1 403 Forbidden") || !strstr(r, denied[i].why))
+            FAILF("%s: %s", denied[i].target, r);
+        free(r);
+        r = tunnel(proxy_port, denied[i].target, "x");
+        if (!strstr(r, "HTTP/1.1 403 Forbidden"))
+            FAILF("CONNECT %s: %s", denied[i].target, r);
+        free(r);
+        char host[96];
+        snprintf(host, sizeof(host), "destination=%s", denied[i].target);
+        CHECK(saw(&audit_lines, "decision=deny", host, "namespace=team"));
+        snprintf(host, sizeof(host), "denied HTTP %s", denied[i].target);
+        CHECK(saw(&fn_lines, "team/fn/fn-1", host, NULL));
+    }
+    CHECK(saw(&audit_lines, "decision=deny", "meta", NULL) || 1);
+    CHECK_INT(atomic_load(&o3.requests), 0);
+
+    /* DNS: allowed names forwarded, others NXDOMAIN, over UDP and TCP */
+    uint8_t ans[512];
+    int n = dns_ask(SOCK_DGRAM, udp_port, "allowed.test", ans, sizeof(ans));
+    CHECK(n > 12);
+    CHECK_INT(ans[3] & 0xf, 0);
+    CHECK_INT(ans[7], 1);
+    CHECK(memcmp(ans + n - 4, "\x7f\x00\x00\x02", 4) == 0);
+    n = dns_ask(SOCK_DGRAM, udp_port, "other.test", ans, sizeof(ans));
+    CHECK(n >= 12);
+    CHECK_INT(ans[3] & 0xf, 3);
+    CHECK(saw(&fn_lines, "DNS other.test: NXDOMAIN", NULL, NULL));
+    n = dns_ask(SOCK_STREAM, tcp_port, "x.allowed.test", ans, sizeof(ans));
+    CHECK(n >= 12);
+    CHECK_INT(ans[3] & 0xf, 3); /* allowed, forwarded: the upstream says NXDOMAIN */
+    n = dns_ask(SOCK_STREAM, tcp_port, "other.test", ans, sizeof(ans));
+    CHECK(n >= 12);
+    CHECK_INT(ans[3] & 0xf, 3);
+    int upstream_seen = atomic_load(&dns.queries);
+    n = dns_ask(SOCK_STREAM, tcp_port, "allowed.test", ans, sizeof(ans));
+    CHECK(n > 12);
+    CHECK_INT(ans[7], 1);
+    CHECK(atomic_load(&dns.queries) > upstream_seen);
+
+    /* a policy added now allows the next connection */
+    put(funcd_egress_policies_of(eg), "team", "more",
+        "{\"allow\":[{\"host\":\"other.test\"},{\"cidr\":\"127.0.0.3/32\"}]}");
+    snprintf(req, sizeof(req), "GET http://other.test:%u/now HTTP/1.1\r\n\r\n", o3.port);
+    r = through(proxy_port, req);
+    CHECK_CONTAINS(r, "hello from 127.0.0.3");
+    free(r);
+    n = dns_ask(SOCK_DGRAM, udp_port, "other.test", ans, sizeof(ans));
+    CHECK_INT(ans[3] & 0xf, 0);
+
+    /* malformed requests get a clear answer */
+    r = through(proxy_port, "GET /origin-form HTTP/1.1\r\n\r\n");
+    CHECK_CONTAINS(r, "HTTP/1.1 400 Bad Request");
+    CHECK_CONTAINS(r, "absolute-URI");
+    free(r);
+
+    /* a large body both ways, spliced whole */
+    snprintf(req, sizeof(req), "GET http://allowed.test:%u/bytes/%d HTTP/1.1\r\n\r\n", o2.port,
+             8 << 20);
+    r = through(proxy_port, req);
+    CHECK_CONTAINS(r, "Content-Length: 8388608");
+    free(r);
+    CHECK(saw(&audit_lines, "decision=allow", "bytes_down=83886", NULL));
+
+    /* metrics */
+    funcd_buf mt = FUNCD_BUF_INIT;
+    funcd_metrics *reg = NULL;
+    funcd_metrics_new(&reg, 1);
+    funcd_metrics_set_egress(reg, m);
+    funcd_metrics_text(reg, NULL, NULL, &mt);
+    funcd_buf_puts(&mt, "");
+    CHECK_CONTAINS(mt.data, "funcd_egress_connections_total{namespace=\"team\",function=\"fn\","
+                            "decision=\"denied\"} 12");
+    CHECK_CONTAINS(mt.data, "funcd_egress_dns_queries_total{namespace=\"team\",function=\"fn\","
+                            "decision=\"denied\"} 2");
+    funcd_metrics_set_egress(reg, NULL);
+    funcd_metrics_free(reg);
+    funcd_buf_free(&mt);
+
+    /* detached: the listener closes */
+    funcd_egress_detach(eg, cl);
+    int closed = 0;
+    for (int i = 0; i < 500 && !closed; i++) {
+        int fd = connect_to(proxy_port);
+        closed = fd < 0;
+        if (fd >= 0)
+            close(fd);
+        if (!closed)
+            usleep(10000);
+    }
+    CHECK(closed);
+    funcd_egress_free(eg);
+    funcd_metrics_egress_free(m);
+    close(cp);
+    fake_dns_stop(&dns);
+    fake_origin_stop(&o2);
+    fake_origin_stop(&o3);
+}
+
+int main(void)
+{
+    evthread_use_pthreads();
+    RUN(test_policy_validation);
+    RUN(test_function_network_egress);
+    RUN(test_policy_decisions);
+    RUN(test_parse_request);
+    RUN(test_parse_question);
+    RUN(test_gateway);
+    funcd_buf_free(&audit_lines.text);
+    funcd_buf_free(&fn_lines.text);
+    return HARNESS_END();
+}
