@@ -1064,8 +1064,58 @@ void funcd_queue_abandon(funcd_queue *q)
 
 void funcd_queue_depth(const funcd_queue *q, unsigned *waiting, unsigned *running)
 {
-    *waiting = q ? q->waiting : 0;
-    *running = q ? q->running : 0;
+    /* (the loop writes them; another thread's read sees one or the other value) */
+    *waiting = q ? __atomic_load_n(&q->waiting, __ATOMIC_RELAXED) : 0;
+    *running = q ? __atomic_load_n(&q->running, __ATOMIC_RELAXED) : 0;
+}
+
+typedef struct dlq_ns {
+    char ns[256];
+    uint64_t n;
+} dlq_ns;
+
+typedef struct dlq_counts {
+    dlq_ns *v;
+    size_t n, cap;
+} dlq_counts;
+
+static int on_dlq_count(const funcd_store_kv *kv, void *arg)
+{
+    dlq_counts *c = arg;
+    const char *rest = kv->key + strlen(FUNCD_QUEUE_DEADLETTERS);
+    const char *slash = strchr(rest, '/');
+    size_t len = slash ? (size_t)(slash - rest) : 0;
+    if (!len || len >= sizeof(c->v->ns))
+        return 0;
+    for (size_t i = c->n; i-- > 0;) /* a listing by key has a namespace's entries together */
+        if (strncmp(c->v[i].ns, rest, len) == 0 && c->v[i].ns[len] == '\0') {
+            c->v[i].n++;
+            return 0;
+        }
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 8;
+        dlq_ns *v = realloc(c->v, cap * sizeof(*v));
+        if (!v)
+            return 1;
+        c->v = v;
+        c->cap = cap;
+    }
+    memcpy(c->v[c->n].ns, rest, len);
+    c->v[c->n].ns[len] = '\0';
+    c->v[c->n++].n = 1;
+    return 0;
+}
+
+int funcd_queue_deadletter_counts(funcd_queue *q, void (*put)(void *ctx, const char *ns,
+                                                              uint64_t n),
+                                  void *ctx)
+{
+    dlq_counts c = {0};
+    int rc = funcd_port_store_list(q->cfg.store, FUNCD_QUEUE_DEADLETTERS, on_dlq_count, &c, NULL);
+    for (size_t i = 0; rc == 0 && i < c.n; i++)
+        put(ctx, c.v[i].ns, c.v[i].n);
+    free(c.v);
+    return rc;
 }
 
 void funcd_queue_free(funcd_queue *q)

@@ -99,6 +99,19 @@ void funcd_queue_free(funcd_queue *q);
 /* Items this node holds now: waiting for their time, and running. */
 void funcd_queue_depth(const funcd_queue *q, unsigned *waiting, unsigned *running);
 
+/* Any thread: put(ctx, ns, n) for each namespace holding n > 0 dead letters
+ * (it lists the store). 0, or the store's error. */
+int funcd_queue_deadletter_counts(funcd_queue *q, void (*put)(void *ctx, const char *ns,
+                                                              uint64_t n),
+                                  void *ctx);
+
+/* Eventing's metrics (queue_metrics.c): outcomes of EventSource events
+ * counted into `m` (funcd_events_total), and the queue as `m`'s delivery
+ * source (the dead letters, the depth). Stop before the queue is freed. */
+struct funcd_metrics;
+int funcd_queue_metrics_start(funcd_queue *q, struct funcd_metrics *m);
+void funcd_queue_metrics_stop(struct funcd_metrics *m);
+
 /* The platform's queue (platform.c). */
 funcd_queue *funcd_platform_queue(funcd_platform *p);
 

@@ -195,6 +195,7 @@ int funcd_metrics_collect(funcd_metrics *m, funcd_metrics_ns_filter allow, void 
     walk_functions(&s, v);
     walk_gauges(&s, v);
     funcd_metrics_egress_walk(funcd_metrics_egress_of(m), allow, allow_payload, v);
+    funcd_metrics__events_walk(m, allow, allow_payload, v);
     walk_process(&s.process, v);
     funcd_metrics_snapshot_free(&s);
     return 0;

@@ -64,6 +64,15 @@ void funcd_metrics_snapshot_free(funcd_metrics_snapshot *s);
 typedef struct funcd_metrics_egress funcd_metrics_egress;
 funcd_metrics_egress *funcd_metrics_egress_of(funcd_metrics *m);
 
+/* events.c: eventing's series, kept apart from the functions' (their own
+ * locks); the registry holds one. */
+typedef struct funcd_metrics_events funcd_metrics_events;
+funcd_metrics_events *funcd_metrics__events_new(void);
+void funcd_metrics__events_free(funcd_metrics_events *ev);
+funcd_metrics_events *funcd_metrics__events(funcd_metrics *m);
+void funcd_metrics__events_walk(funcd_metrics *m, funcd_metrics_ns_filter allow,
+                                void *allow_payload, const funcd_metrics_visitor *v);
+
 /* process.c */
 void funcd_metrics_process_read(funcd_metrics_process *out);
 

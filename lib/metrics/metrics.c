@@ -51,6 +51,7 @@ struct funcd_metrics {
     funcd_metrics_gauge_source gauges;
     void *gauges_payload;
     funcd_metrics_egress *egress; /* lib/egress's counters, or NULL (egress.h) */
+    funcd_metrics_events *events; /* events.c */
 };
 
 void funcd_metrics_set_egress(funcd_metrics *m, funcd_metrics_egress *e)
@@ -115,6 +116,10 @@ int funcd_metrics_new(funcd_metrics **out, unsigned slots)
     funcd_metrics *m = calloc(1, sizeof(*m));
     if (!m)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the metrics registry");
+    if (!(m->events = funcd_metrics__events_new())) {
+        free(m);
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the metrics registry");
+    }
     pthread_mutex_init(&m->lock, NULL);
     m->slots = slots ? slots : 1;
     *out = m;
@@ -138,8 +143,14 @@ void funcd_metrics_free(funcd_metrics *m)
         m->fns = fn->next;
         fn_free(fn);
     }
+    funcd_metrics__events_free(m->events);
     pthread_mutex_destroy(&m->lock);
     free(m);
+}
+
+funcd_metrics_events *funcd_metrics__events(funcd_metrics *m)
+{
+    return m->events;
 }
 
 unsigned funcd_metrics_slots(const funcd_metrics *m)

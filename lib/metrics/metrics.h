@@ -99,6 +99,37 @@ typedef void (*funcd_metrics_gauge_source)(void *payload, funcd_metrics_gauge_pu
 void funcd_metrics_set_gauge_source(funcd_metrics *m, funcd_metrics_gauge_source src,
                                     void *payload);
 
+/* ---- eventing (events.c) ------------------------------------------------ */
+
+typedef enum funcd_metrics_event_outcome {
+    FUNCD_METRICS_EVENT_DELIVERED = 0,
+    FUNCD_METRICS_EVENT_RETRIED,
+    FUNCD_METRICS_EVENT_DEADLETTERED,
+    FUNCD_METRICS_EVENT_OUTCOMES
+} funcd_metrics_event_outcome;
+
+/* One delivery attempt of an event of EventSource ns/eventsource ended so
+ * (funcd_events_total). Any thread; takes a lock of its own. A source's
+ * series stays after the source is deleted (a counter only grows). */
+void funcd_metrics_event(funcd_metrics *m, const char *ns, const char *eventsource,
+                         funcd_metrics_event_outcome outcome);
+
+/* Where the delivery queue's gauges come from, read at collection time
+ * from the collecting thread: `depth` this node's items waiting for their
+ * time and running (funcd_async_queue_depth{state}); `deadletters` calls
+ * put(ctx, ns, n) once per namespace holding n > 0 dead letters
+ * (funcd_deadletters{namespace}; it may read the store). */
+typedef void (*funcd_metrics_dlq_put)(void *ctx, const char *ns, uint64_t entries);
+typedef struct funcd_metrics_delivery_source {
+    void (*depth)(void *payload, unsigned *waiting, unsigned *running);
+    int (*deadletters)(void *payload, funcd_metrics_dlq_put put, void *ctx);
+    void *payload;
+} funcd_metrics_delivery_source;
+
+/* Sets (copied) or, with NULL, clears the source; clearing waits for a
+ * collection that is reading it. */
+void funcd_metrics_set_delivery_source(funcd_metrics *m, const funcd_metrics_delivery_source *src);
+
 /* ---- walking every series ---------------------------------------------- */
 
 typedef enum funcd_metric_type {
@@ -150,8 +181,10 @@ typedef int (*funcd_metrics_ns_filter)(void *payload, const char *ns);
  * funcd_requests_total{namespace,function,code},
  * funcd_request_duration_seconds, funcd_edge_rejections_total{...,reason},
  * funcd_cold_starts_total, funcd_cold_start_seconds, funcd_replicas{...,state},
- * funcd_queue_depth, funcd_requests_in_flight; then the process_* series of
- * this process. Counter values are sums over the gateway threads read at one
+ * funcd_queue_depth, funcd_requests_in_flight; eventing's
+ * funcd_events_total{namespace,eventsource,outcome}, funcd_deadletters{namespace}
+ * and funcd_async_queue_depth{state}; then the process_* series of this
+ * process. Counter values are sums over the gateway threads read at one
  * moment each (a request that ends meanwhile may be in one sum and not yet
  * in another). Takes the registry's lock, then the gauge source's own locks
  * (never both at once). 0, or FUNCD_ENOMEM (nothing was visited).

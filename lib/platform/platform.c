@@ -699,7 +699,8 @@ static int build(funcd_platform *p)
                              .invocation_retention_ms = p->cfg.invocation_retention_ms,
                              .dlq_retention_ms = p->cfg.dlq_retention_ms,
                              .dlq_max_entries = (unsigned)p->cfg.dlq_max_entries};
-    if ((rc = funcd_queue_new(&p->queue, &qc)) < 0 || (rc = make_evsources(p)) < 0)
+    if ((rc = funcd_queue_new(&p->queue, &qc)) < 0 || (rc = make_evsources(p)) < 0 ||
+        (rc = funcd_queue_metrics_start(p->queue, p->metrics)) < 0)
         return rc; /* (the event sources submit to the queue) */
     funcd_async_config ac = {.loop = p->base, .queue = p->queue, .serving = p->serving,
                              .authorize = p->cfg.edge.authorize,
@@ -804,6 +805,7 @@ static void teardown(funcd_platform *p)
     p->invoker = NULL;
     funcd_async_free(p->async);
     p->async = NULL;
+    funcd_queue_metrics_stop(p->metrics); /* before the queue goes */
     funcd_queue_free(p->queue);
     p->queue = NULL;
     funcd_workflows_free(p->workflows); /* after the invoker ran the `done` of its calls */

@@ -10,6 +10,7 @@
 #include "util/misc.h"
 
 #include <arpa/inet.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -226,6 +227,102 @@ SV_TEST_WITH(dlq_retention_sweeps, funcd_with_delivery_retention(0, 5000, 0), NU
     CHECK(e2e_now_ms() - at >= 4000);
 }
 
+/* ---- eventing's metrics ------------------------------------------------- */
+
+/* The value of the sample `series` (exactly its name and labels) in the
+ * Prometheus text of the last scrape; NAN when absent. */
+static double sample(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, series, n) == 0 && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+    return NAN;
+}
+
+typedef struct want_sample {
+    const char *series;
+    double min;
+} want_sample;
+
+static int scraped(env *e, void *arg)
+{
+    const want_sample *w = arg;
+    if (REQ("GET", "/metrics", ADMIN_TOKEN, NULL) != 200 || !e->r.body)
+        return 0;
+    double v = sample(e->r.body, w->series);
+    return !isnan(v) && v >= w->min;
+}
+
+#define EV_SERIES(src, outcome)                                                                    \
+    "funcd_events_total{namespace=\"default\",eventsource=\"" src "\",outcome=\"" outcome "\"}"
+
+/* funcd_events_total by source and outcome, funcd_deadletters per
+ * namespace and funcd_async_queue_depth, scraped from GET /metrics. */
+SV_TEST(eventing_metrics)
+{
+    CHECK(make_broken(e) == 0);
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    CHECK_INT(sv_create(e, "echo", NATIVE_SPEC(""), dir), 201);
+    if (!sv_wait_ready(e, "echo", 10000))
+        FAILF("not Ready: %.500s", e->r.body);
+    const char *sources[][2] = {
+        {"ok-hook", "{\"type\":\"webhook\",\"target\":{\"function\":\"echo\"}}"},
+        {"bad-hook", "{\"type\":\"webhook\",\"target\":{\"function\":\"broken\"},\"delivery\":"
+                     "{\"attempts\":2,\"backoff\":{\"initial\":\"100ms\",\"max\":\"100ms\"}}}"}};
+    for (int i = 0; i < 2; i++) {
+        char body[1024], path[128];
+        snprintf(body, sizeof(body),
+                 "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"EventSource\",\"metadata\":"
+                 "{\"name\":\"%s\"},\"spec\":%s}",
+                 sources[i][0], sources[i][1]);
+        CHECK_INT(REQ("POST", NS("default") "/eventsources", DEV_TOKEN, body), 201);
+        snprintf(path, sizeof(path), "/events/default/%s", sources[i][0]);
+        int64_t end = e2e_now_ms() + 5000;
+        while (e2e_http_send(e->dp, "POST", path, NULL, NULL, "{}", 2, &e->r) == 404 &&
+               e2e_now_ms() < end)
+            env_sleep_ms(20);
+        CHECK_INT(e->r.status, 202);
+    }
+    want_sample w = {EV_SERIES("ok-hook", "delivered"), 1};
+    if (!env_poll(e, 20000, scraped, &w))
+        FAILF("no %s: %.3000s", w.series, e->r.body);
+    w.series = EV_SERIES("bad-hook", "deadlettered");
+    if (!env_poll(e, 20000, scraped, &w))
+        FAILF("no %s: %.3000s", w.series, e->r.body);
+    CHECK(sample(e->r.body, EV_SERIES("ok-hook", "delivered")) == 1);
+    CHECK(sample(e->r.body, EV_SERIES("ok-hook", "retried")) == 0);
+    CHECK(sample(e->r.body, EV_SERIES("ok-hook", "deadlettered")) == 0);
+    CHECK(sample(e->r.body, EV_SERIES("bad-hook", "delivered")) == 0);
+    CHECK(sample(e->r.body, EV_SERIES("bad-hook", "retried")) == 1);
+    CHECK(sample(e->r.body, EV_SERIES("bad-hook", "deadlettered")) == 1);
+    CHECK(sample(e->r.body, "funcd_deadletters{namespace=\"default\"}") == 1);
+    CHECK_CONTAINS(e->r.body, "# TYPE funcd_events_total counter");
+    CHECK_CONTAINS(e->r.body, "# TYPE funcd_deadletters gauge");
+    CHECK_CONTAINS(e->r.body, "# TYPE funcd_async_queue_depth gauge");
+    CHECK(sample(e->r.body, "funcd_async_queue_depth{state=\"waiting\"}") == 0);
+    CHECK(sample(e->r.body, "funcd_async_queue_depth{state=\"running\"}") == 0);
+
+    /* An async invocation of the broken function waits between its attempts. */
+    CHECK_INT(post_async(e, "broken/", NULL, NULL, "payload"), 202);
+    char location[512];
+    snprintf(location, sizeof(location), "%s", sv_header(&e->r, "Location"));
+    w.series = "funcd_async_queue_depth{state=\"waiting\"}";
+    if (!env_poll(e, 10000, scraped, &w))
+        FAILF("the async queue never had one waiting: %.3000s", e->r.body);
+    if (!wait_state(e, location, "DeadLettered"))
+        FAILF("not DeadLettered: %.500s", e->r.body);
+    w.series = "funcd_deadletters{namespace=\"default\"}";
+    w.min = 2;
+    if (!env_poll(e, 10000, scraped, &w))
+        FAILF("want two dead letters: %.3000s", e->r.body);
+    CHECK(sample(e->r.body, "funcd_async_queue_depth{state=\"waiting\"}") == 0);
+    /* A namespace-scoped reader sees no other namespace's series. */
+    CHECK_INT(REQ("GET", "/metrics", TEAM_B_TOKEN, NULL), 200);
+    CHECK(strstr(e->r.body, "namespace=\"default\"") == NULL);
+}
+
 /* ---- a loopback server for X-Callback-Url ------------------------------ */
 
 typedef struct catcher {
@@ -330,6 +427,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, deadletter_replay_purge);
     SV_RUN(only, ran, dlq_cap_drops_the_oldest);
     SV_RUN(only, ran, dlq_retention_sweeps);
+    SV_RUN(only, ran, eventing_metrics);
     SV_RUN(only, ran, callback_url);
     SV_RUN(only, ran, edge_auth_applies);
     e2e_client_global_cleanup();
