@@ -221,6 +221,80 @@ SV_TEST(quota)
     CHECK_CONTAINS(jstr(e->r.json, "message"), "spec.maxKeys");
 }
 
+
+static const char isolation_py[] =
+    "import funcd, os\n"
+    "def handler(req):\n"
+    "    kv = funcd.kv('cache')\n"
+    "    it = kv.get('k')\n"
+    "    kv.put('k', os.environ['FUNCD_NAMESPACE'])\n"
+    "    out = {'seen': it.text if it is not None else None}\n"
+    "    try:\n"
+    "        funcd.kv('only-default').get('x')\n"
+    "        out['other'] = 'reached'\n"
+    "    except funcd.Error as e:\n"
+    "        out['other'] = str(e)\n"
+    "    return out\n";
+
+/* The same function in namespace `ns`, bound to "cache" and "only-default". */
+static int isolation_fn(env *e, const char *ns, const char *dir)
+{
+    char path[160], body[600];
+    snprintf(path, sizeof(path), API "/namespaces/%s/functions", ns);
+    snprintf(body, sizeof(body),
+             "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":"
+             "\"iso\"},\"spec\":{\"runtime\":\"python3\",\"handler\":\"main.handler\","
+             "\"source\":{\"path\":\"%s\"},\"bindings\":{\"kv\":[\"cache\",\"only-default\"]}}}",
+             dir);
+    if (env_req(e, "POST", path, ADMIN_TOKEN, body) != 201)
+        return -1;
+    snprintf(path, sizeof(path), API "/namespaces/%s/functions/iso", ns);
+    for (int i = 0; i < WAIT_MS / 100; i++, usleep(100 * 1000)) {
+        const char *st = env_req(e, "GET", path, ADMIN_TOKEN, NULL) == 200
+                             ? jstr(sv_ready_condition(e->r.json), "status")
+                             : NULL;
+        if (st && strcmp(st, "True") == 0)
+            return 0;
+    }
+    fprintf(stderr, "%s/iso is not ready: %.600s\n", ns, e->r.body ? e->r.body : "");
+    return -1;
+}
+
+static const cJSON *isolation_call(env *e, const char *ns)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/fn/%s/iso/", ns);
+    if (sv_invoke(e, "POST", path, NULL) != 200)
+        fprintf(stderr, "%s/iso: %ld %.500s\n", ns, e->r.status, e->r.body);
+    return e->r.json;
+}
+
+/* A function of team-b bound to a store named like one of default's sees
+ * only its own namespace's store: the namespace comes from the worker's
+ * socket, never from the request. */
+SV_TEST(namespaces_are_apart)
+{
+    char dir[256];
+    CHECK(sv_code_dir(dir, sizeof(dir), "main.py", isolation_py) == 0);
+    CHECK(create_kvstore(e, "cache", "{}") == 201);
+    CHECK(create_kvstore(e, "only-default", "{}") == 201);
+    CHECK(env_req(e, "POST", NS("team-b") "/kvstores", TEAM_B_TOKEN,
+                  "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"KVStore\",\"metadata\":{\"name\":"
+                  "\"cache\"},\"spec\":{}}") == 201);
+    CHECK(isolation_fn(e, "default", dir) == 0);
+    CHECK(isolation_fn(e, "team-b", dir) == 0);
+    const cJSON *j = isolation_call(e, "default");
+    CHECK(cJSON_IsNull(jget(j, "seen")));
+    CHECK_STR(jstr(j, "other"), "reached"); /* its own store: no key x, None */
+    j = isolation_call(e, "team-b");
+    CHECK(cJSON_IsNull(jget(j, "seen"))); /* not default's value */
+    CHECK_CONTAINS(jstr(j, "other"), "KVStore team-b/only-default does not exist");
+    j = isolation_call(e, "default");
+    CHECK_STR(jstr(j, "seen"), "default");
+    j = isolation_call(e, "team-b");
+    CHECK_STR(jstr(j, "seen"), "team-b");
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
@@ -232,6 +306,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, node_kv);
     SV_RUN(only, ran, store_limits);
     SV_RUN(only, ran, quota);
+    SV_RUN(only, ran, namespaces_are_apart);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no case %s\n", only);
