@@ -28,6 +28,7 @@
 /* One request's store: its limits from the KVStore object. */
 typedef struct kvstore {
     funcd_store *store;
+    funcd_kv_sweeper *sw; /* told the expiry of each key written */
     const char *ns;
     char name[64];
     int64_t max_keys, max_value;
@@ -73,7 +74,7 @@ static int kv_open(kvstore *kv, funcd_store *store, const char *ns, const char *
 
 /* ---- values ---------------------------------------------------------------- */
 
-static uint64_t expiry_of(const void *value, size_t len)
+uint64_t funcd_kv_expiry(const void *value, size_t len)
 {
     if (len < 8)
         return 0;
@@ -86,7 +87,7 @@ static uint64_t expiry_of(const void *value, size_t len)
 
 static int expired(const void *value, size_t len)
 {
-    uint64_t t = expiry_of(value, len);
+    uint64_t t = funcd_kv_expiry(value, len);
     return t && (int64_t)t <= funcd_now_ms();
 }
 
@@ -187,7 +188,7 @@ static void op_get(kvstore *kv, const char *key, const char *shown, struct evhtt
     char rev[32];
     snprintf(rev, sizeof(rev), "%" PRIu64, v.revision);
     evhttp_add_header(evhttp_request_get_output_headers(req), "X-Funcd-Revision", rev);
-    uint64_t exp = expiry_of(v.value, v.len);
+    uint64_t exp = funcd_kv_expiry(v.value, v.len);
     if (exp) {
         char ts[32];
         snprintf(ts, sizeof(ts), "%" PRIu64, exp);
@@ -233,9 +234,8 @@ static void op_put(kvstore *kv, const char *key, const char *shown, struct evhtt
         return store_failed(req, rc, shown);
     }
     funcd_buf value = FUNCD_BUF_INIT;
-    uint64_t rev = 0;
-    if (envelope(&value, ttl_ms ? (uint64_t)funcd_now_ms() + ttl_ms : 0,
-                 len ? evbuffer_pullup(in, -1) : (unsigned char *)"", len) < 0) {
+    uint64_t rev = 0, exp = ttl_ms ? (uint64_t)funcd_now_ms() + ttl_ms : 0;
+    if (envelope(&value, exp, len ? evbuffer_pullup(in, -1) : (unsigned char *)"", len) < 0) {
         funcd_buf_free(&value);
         return funcd_localapi_status(req, 503, "ServiceUnavailable", "out of memory");
     }
@@ -243,6 +243,7 @@ static void op_put(kvstore *kv, const char *key, const char *shown, struct evhtt
     funcd_buf_free(&value);
     if (rc < 0)
         return store_failed(req, rc, shown);
+    funcd_kv_sweeper_note(kv->sw, exp);
     send_revision(req, rev);
 }
 
@@ -293,7 +294,7 @@ static void op_increment(kvstore *kv, const char *key, const char *shown,
                 ok = !errno && !*end;
             }
             expected = v.revision;
-            exp = expiry_of(v.value, v.len);
+            exp = funcd_kv_expiry(v.value, v.len);
             free(v.value);
             if (!ok)
                 return funcd_localapi_status(req, 409, "Conflict", "key %s does not hold an "
@@ -319,6 +320,7 @@ static void op_increment(kvstore *kv, const char *key, const char *shown,
             continue; /* another writer came first: read again */
         if (rc < 0)
             return store_failed(req, rc, shown);
+        funcd_kv_sweeper_note(kv->sw, exp);
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "value", (double)(now + by));
         cJSON_AddNumberToObject(o, "revision", (double)rev);
@@ -393,8 +395,8 @@ static int is_bound(char *const *bound, const char *name)
     return 0;
 }
 
-void funcd_kv_request(funcd_store *store, const char *ns, char *const *bound,
-                      struct evhttp_request *req, const char *target)
+void funcd_kv_request(funcd_store *store, funcd_kv_sweeper *sw, const char *ns,
+                      char *const *bound, struct evhttp_request *req, const char *target)
 {
     /* /kv/{store}[/{key}][?query] */
     const char *name = target + 4, *q = strchr(name, '?');
@@ -429,6 +431,7 @@ void funcd_kv_request(funcd_store *store, const char *ns, char *const *bound,
         free(key);
         return;
     }
+    kv.sw = sw;
     struct evkeyvalq query; /* initialized by the parse, also of "" */
     evhttp_parse_query_str(q ? q + 1 : "", &query);
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);

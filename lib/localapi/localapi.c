@@ -43,6 +43,7 @@ struct funcd_localapi {
     funcd_store *store;
     funcd_invoker *invoker;
     funcd_localapi_socket *sockets;
+    funcd_kv_sweeper *sweeper;
 };
 
 struct call {
@@ -60,8 +61,17 @@ int funcd_localapi_new(funcd_localapi **out, struct event_base *loop, funcd_stor
     api->loop = loop;
     api->store = store;
     api->logger = logger;
+    if (funcd_kv_sweeper_new(&api->sweeper, loop, store) < 0) {
+        free(api);
+        return -1;
+    }
     *out = api;
     return 0;
+}
+
+funcd_kv_sweeper *funcd_localapi_kv_sweeper(funcd_localapi *api)
+{
+    return api->sweeper;
 }
 
 void funcd_localapi_set_invoker(funcd_localapi *api, funcd_invoker *inv)
@@ -76,6 +86,7 @@ void funcd_localapi_free(funcd_localapi *api)
         return;
     while (api->sockets)
         funcd_localapi_close(api->sockets);
+    funcd_kv_sweeper_free(api->sweeper);
     free(api);
 }
 
@@ -207,7 +218,7 @@ static void on_request(struct evhttp_request *req, void *arg)
     if (target && strncmp(target, "/fn/", 4) == 0)
         return invoke(s, req, target);
     if (target && strncmp(target, "/kv/", 4) == 0)
-        return funcd_kv_request(s->api->store, s->ns, s->kv, req, target);
+        return funcd_kv_request(s->api->store, s->api->sweeper, s->ns, s->kv, req, target);
     funcd_localapi_status(req, 404, "NotFound", "the local API has no %s (docs/services.md)",
                 target ? target : "such path");
 }

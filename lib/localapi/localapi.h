@@ -23,6 +23,7 @@
 #include <event2/event.h>
 
 #include "invoke/invoke.h"
+#include "localapi/kv.h"
 #include "funcd/sys/store.h"
 #include "util/log.h"
 
@@ -37,6 +38,8 @@ int funcd_localapi_new(funcd_localapi **out, struct event_base *loop, funcd_stor
                        const funcd_logger *logger);
 /* Where invocations go; NULL (shutting down): calls are answered 503. */
 void funcd_localapi_set_invoker(funcd_localapi *api, funcd_invoker *inv);
+/* Its KV sweeper (kv.h), to gate on the lease. */
+funcd_kv_sweeper *funcd_localapi_kv_sweeper(funcd_localapi *api);
 /* Closes the sockets still open (calls in flight are dropped) and frees. */
 void funcd_localapi_free(funcd_localapi *api);
 

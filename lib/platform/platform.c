@@ -514,9 +514,10 @@ static int make_evsources(funcd_platform *p)
     return rc;
 }
 
-/* Tag and git polling is the leader's (the others take its resolutions
- * from the store); before the cluster exists, and with one node, it polls. */
-static int sources_poll(void *payload)
+/* Whether this node holds the lease (before the cluster exists, and with
+ * one node: yes). Tag and git polling is the leader's (the others take its
+ * resolutions from the store), and so is the KV sweep. */
+static int leads(void *payload)
 {
     funcd_platform *p = payload;
     return funcd_cluster_is_leader(p->cluster);
@@ -610,7 +611,7 @@ static int build(funcd_platform *p)
         .logger = &p->cfg.logger,
         .changed = on_serving_changed,
         .changed_payload = p,
-        .polls = sources_poll,
+        .polls = leads,
         .polls_payload = p,
         .node = node_name(p, host),
     };
@@ -693,6 +694,8 @@ static int build(funcd_platform *p)
     p->cp.blob = p->cfg.blob;
     if ((rc = make_cluster(p)) < 0)
         return rc;
+    /* Expired KV keys are swept by the lease holder (one node is its own). */
+    funcd_kv_sweeper_set_gate(funcd_localapi_kv_sweeper(p->localapi), leads, p);
     funcd_queue_config qc = {.loop = p->base, .store = p->cfg.store, .blob = p->cfg.blob,
                              .invoker = p->invoker, .cluster = p->cluster,
                              .logger = &p->cfg.logger,

@@ -295,6 +295,72 @@ SV_TEST(namespaces_are_apart)
     CHECK_STR(jstr(j, "seen"), "team-b");
 }
 
+static const char sweep_py[] =
+    "import funcd\n"
+    "def handler(req):\n"
+    "    other = funcd.kv('other')\n"
+    "    other.put('left', 'x')\n"
+    "    return {'ok': True}\n";
+
+static const char sweep2_py[] =
+    "import funcd\n"
+    "def handler(req):\n"
+    "    kv = funcd.kv('cache')\n"
+    "    for i in range(3):\n"
+    "        kv.put('t%d' % i, 'v', ttl='1s')\n"
+    "    kv.put('keep', 'v')\n"
+    "    return {'ok': True}\n";
+
+static int count_key(const funcd_store_kv *kv, void *payload)
+{
+    funcd_buf *names = payload;
+    funcd_buf_printf(names, "%s ", kv->key + strlen("/funcd/kv/default/"));
+    return 0;
+}
+
+/* The keys under /funcd/kv/default/, as "store/key " words. */
+static const char *kv_keys(funcd_store *store, funcd_buf *out)
+{
+    funcd_buf_reset(out);
+    store->list(store, "/funcd/kv/default/", count_key, out, NULL);
+    return out->data ? out->data : "";
+}
+
+/* Nobody reads them again, yet expired keys leave the store, and so do
+ * the keys of a KVStore that was deleted: the sweeper. */
+TEST(expired_keys_are_swept)
+{
+    funcd_store *store = NULL;
+    CHECK_INT(funcd_store_memory_new(&store, 0), 0);
+    env e_, *e = &e_;
+    if (env_up_with(e, store, NULL, NULL, NULL) < 0) {
+        env_down(e);
+        sv_cleanup();
+        FAILF("cannot start a platform: %s", funcd_error_last()->message);
+    }
+    funcd_buf keys = FUNCD_BUF_INIT;
+    char dir[256], dir2[256];
+    CHECK(create_kvstore(e, "cache", "{}") == 201);
+    CHECK(create_kvstore(e, "other", "{}") == 201);
+    CHECK(sv_code_dir(dir, sizeof(dir), "main.py", sweep_py) == 0);
+    CHECK(sv_code_dir(dir2, sizeof(dir2), "main.py", sweep2_py) == 0);
+    CHECK(sv_create(e, "w1", "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":"
+                    "{\"path\":\"%s\"},\"bindings\":{\"kv\":[\"other\"]}}", dir) == 201);
+    CHECK(sv_create(e, "w2", "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":"
+                    "{\"path\":\"%s\"},\"bindings\":{\"kv\":[\"cache\"]}}", dir2) == 201);
+    CHECK(sv_wait_ready(e, "w1", WAIT_MS) && sv_wait_ready(e, "w2", WAIT_MS));
+    CHECK_INT(sv_invoke(e, "POST", DP_PATH("w1") "/", NULL), 200);
+    CHECK(env_req(e, "DELETE", NS("default") "/kvstores/other", DEV_TOKEN, NULL) == 200);
+    CHECK_INT(sv_invoke(e, "POST", DP_PATH("w2") "/", NULL), 200);
+    CHECK_STR(kv_keys(store, &keys), "cache/keep cache/t0 cache/t1 cache/t2 other/left ");
+    for (int i = 0; i < 100 && strcmp(kv_keys(store, &keys), "cache/keep "); i++)
+        usleep(100 * 1000);
+    CHECK_STR(kv_keys(store, &keys), "cache/keep ");
+    funcd_buf_free(&keys);
+    env_down(e);
+    sv_cleanup();
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
@@ -307,6 +373,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, store_limits);
     SV_RUN(only, ran, quota);
     SV_RUN(only, ran, namespaces_are_apart);
+    SV_RUN(only, ran, expired_keys_are_swept);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no case %s\n", only);
