@@ -29,22 +29,11 @@ cp "$build/bench/bench-worker" "$work/native/worker"
 now_ms() { date +%s%3N; }
 auth=(-H "Authorization: Bearer $token")
 
-start_async() {
-  "$build/bin/funcd/funcd" "$@" --dev --source-root "$work" --listen 127.0.0.1:0 \
-    --data-plane-listen 127.0.0.1:0 --fn-runner-listen 127.0.0.1:0 --log-level warn \
-    --shims "$build/shims" --state-dir "$work/s" 2>"$work/funcd.log" &
-  pids+=($!)
-  funcd_pid=$!
-  for _ in $(seq 200); do grep -q 'data plane listening' "$work/funcd.log" && break; sleep 0.05; done
-  api="http://$(sed -n 's/.*control plane listening on //p' "$work/funcd.log")"
-  dp="http://$(sed -n 's/.*data plane listening on //p' "$work/funcd.log")"
-  fns="$api/apis/funcd.dev/v1/namespaces/default/functions"
-}
-
 bench_store() { # label funcd-store-flags...
   local label=$1; shift
   rm -rf "$work/s" "$work/data"
-  start_async "$@"
+  funcd_store=("$@")
+  start_funcd --log-level warn
   create echo native worker "$work/native" '{"minReplicas":1,"maxReplicas":4}'
   for _ in 1 2 3; do curl -sf -o /dev/null -d '{}' "$dp/fn/default/echo"; done
   local urls=() i t0 sync_ms async_ms

@@ -45,17 +45,9 @@ run() { # label, then funcd flags
   local label=$1
   shift
   : >"$work/funcd.log"
-  if [ "$label" = sqlite ]; then
-    "$build/bin/funcd/funcd" --data-dir "$work/data" --dev --source-root "$work" --listen 127.0.0.1:0 \
-      --data-plane-listen 127.0.0.1:0 --fn-runner-listen 127.0.0.1:0 --shims "$build/shims" 2>"$work/funcd.log" &
-    pids+=($!); funcd_pid=$!
-    for _ in $(seq 200); do grep -q 'data plane listening' "$work/funcd.log" && break; sleep 0.05; done
-    api="http://$(sed -n 's/.*control plane listening on //p' "$work/funcd.log")"
-    dp="http://$(sed -n 's/.*data plane listening on //p' "$work/funcd.log")"
-    fns="$api/apis/funcd.dev/v1/namespaces/default/functions"
-  else
-    start_funcd
-  fi
+  funcd_store=(--memory)
+  [ "$label" = sqlite ] && funcd_store=(--data-dir "$work/data")
+  start_funcd
   curl -sf -o /dev/null -H "Authorization: Bearer $token" -d '{"apiVersion":"funcd.dev/v1","kind":"KVStore","metadata":{"name":"bench"},"spec":{}}' \
     "$api/apis/funcd.dev/v1/namespaces/default/kvstores"
   create kvbench python3 main.handler "$work/code" '{"minReplicas":1}' '{}' none '"bindings":{"kv":["bench"]},"timeout":"5m"'

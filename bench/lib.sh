@@ -10,12 +10,15 @@ rps() { awk '/Requests\/sec/ {print $2}'; }
 lat() { awk '$1=="50%" {p50=$2} $1=="99%" {p99=$2} END {print p50 " / " p99}'; }
 ratio() { python3 -c "print(f'{float($1)/float($2):.2f}')"; }
 
-# Starts funcd (in memory, --dev, ephemeral ports; extra flags appended) and
-# sets funcd_pid, api, dp and fns from its log.
+# Starts funcd (--dev, ephemeral ports; extra flags appended) on the stores
+# the array funcd_store names (default: in memory; a script may set it, e.g.
+# funcd_store=(--data-dir "$work/data")) and sets funcd_pid, api, dp and fns
+# from its log.
 start_funcd() {
   # --allow-host-network: a warm worker may also listen on a TCP port of the host
   # (spec.network: host) so that the same process can be measured directly.
-  "$build/bin/funcd/funcd" --memory --dev --source-root "$work" --allow-host-network --listen 127.0.0.1:0 \
+  [ ${#funcd_store[@]} -gt 0 ] || funcd_store=(--memory)
+  "$build/bin/funcd/funcd" "${funcd_store[@]}" --dev --source-root "$work" --allow-host-network --listen 127.0.0.1:0 \
     --data-plane-listen 127.0.0.1:0 --fn-runner-listen 127.0.0.1:0 \
     --shims "$build/shims" --state-dir "$work/s" "$@" 2>"$work/funcd.log" &
   pids+=($!)

@@ -48,22 +48,10 @@ succeeded() {
     grep -q '"status":{"phase":"Succeeded"'
 }
 
-# start_wf STORE-FLAGS...: bench/lib.sh's start_funcd, with a store of our choice.
-start_wf() {
-  "$build/bin/funcd/funcd" "$@" --dev --source-root "$work" --listen 127.0.0.1:0 \
-    --data-plane-listen 127.0.0.1:0 --fn-runner-listen 127.0.0.1:0 --log-level warn \
-    --shims "$build/shims" --state-dir "$work/s" 2>"$work/funcd.log" &
-  pids+=($!)
-  funcd_pid=$!
-  for _ in $(seq 200); do grep -q 'data plane listening' "$work/funcd.log" && break; sleep 0.05; done
-  api="http://$(sed -n 's/.*control plane listening on //p' "$work/funcd.log")"
-  dp="http://$(sed -n 's/.*data plane listening on //p' "$work/funcd.log")"
-  fns="$api/apis/funcd.dev/v1/namespaces/default/functions"
-}
-
 bench_store() { # label funcd-store-flags...
   local label=$1; shift
-  start_wf "$@"
+  funcd_store=("$@")
+  start_funcd --log-level warn
   create echo native worker "$work/native" '{"minReplicas":1,"maxReplicas":1}'
   for n in "$steps" 1; do
     curl -sf -o /dev/null "${auth[@]}" -d "$(chain "$n")" "$api/apis/funcd.dev/v1/namespaces/default/workflows"
