@@ -119,6 +119,8 @@ static void usage(FILE *out)
             "                             (default: any valid token; docs/observability.md)\n"
             "  --kv-store-quota N         KVStores per namespace (default 100; negative: no\n"
             "                             limit; docs/services.md)\n"
+            "  --site-default-index FILE  a Site's index when its spec.index is not set\n"
+            "                             (default index.html; docs/sites.md)\n"
             "  --otlp-endpoint URL        export spans and function logs over OTLP/HTTP to\n"
             "                             URL/v1/traces and URL/v1/logs (e.g. http://127.0.0.1:4318)\n"
             "  --tls-cert FILE --tls-key FILE  TLS on the control plane, data plane and\n"
@@ -159,6 +161,7 @@ typedef struct flags {
     int favordynmods;
     int dp_metrics, metrics_open;
     const char *kv_quota;
+    const char *site_index;
     const char *auth_file;
     const char *certs_dir;
     const char *insecure[16];
@@ -245,7 +248,7 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_SRCROOT, O_KEY_FILE, O_FN_TOKENS, O_ACCESS_LOG, O_EDGE_AUTH, O_EDGE_RPS, O_EDGE_BURST,
        O_EDGE_BODY, O_EDGE_IN_FLIGHT, O_EDGE_PER_CLIENT,
        O_BUS, O_STORE, O_BLOB, O_DP_METRICS, O_METRICS_OPEN, O_OTLP, O_TLS, O_TLS_CERT,
-       O_TLS_KEY, O_NODE_NAME, O_NODE_ADDR, O_LEASE_TTL, O_BLOB_POLL, O_KV_QUOTA, O_WF_TIMEOUT,
+       O_TLS_KEY, O_NODE_NAME, O_NODE_ADDR, O_LEASE_TTL, O_BLOB_POLL, O_KV_QUOTA, O_SITE_INDEX, O_WF_TIMEOUT,
        O_WF_RETRY, O_WF_RETENTION, O_WF_PAYLOAD, O_INV_RETENTION, O_DLQ_RETENTION,
        O_DLQ_MAX };
 
@@ -298,6 +301,7 @@ static const struct option long_opts[] = {
     {"data-plane-metrics", no_argument, 0, O_DP_METRICS},
     {"metrics-open", no_argument, 0, O_METRICS_OPEN},
     {"kv-store-quota", required_argument, 0, O_KV_QUOTA},
+    {"site-default-index", required_argument, 0, O_SITE_INDEX},
     {"otlp-endpoint", required_argument, 0, O_OTLP},
     {"tls", required_argument, 0, O_TLS},
     {"tls-cert", required_argument, 0, O_TLS_CERT},
@@ -357,6 +361,7 @@ static int parse_one(int c, const char *arg, flags *f)
         f->kv_quota = arg;
         break;
     }
+    case O_SITE_INDEX: f->site_index = arg; break;
     case O_FAVOR: f->favordynmods = 1; break;
     case O_SECCOMP:
         if (f->n_seccomp == sizeof(f->seccomp_allow) / sizeof(f->seccomp_allow[0])) {
@@ -802,6 +807,7 @@ static int build_platform(const flags *f, const char *shims)
         f->dp_metrics ? funcd_with_data_plane_metrics(1) : NULL,
         f->metrics_open ? funcd_with_metrics_open(1) : NULL,
         f->kv_quota ? funcd_with_kv_store_quota(strtol(f->kv_quota, NULL, 10)) : NULL,
+        f->site_index ? funcd_with_site_default_index(f->site_index) : NULL,
         f->favordynmods ? funcd_with_cgroup_favordynmods(1) : NULL,
         f->auth_file ? funcd_with_registry_auth_file(f->auth_file) : NULL,
         f->certs_dir ? funcd_with_registry_certs_dir(f->certs_dir) : NULL,

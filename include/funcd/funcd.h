@@ -294,6 +294,10 @@ FUNCD_EXTERN funcd_option *funcd_with_metrics_open(int open);
  *  is refused with 403. Negative: no limit. */
 FUNCD_EXTERN funcd_option *funcd_with_kv_store_quota(long quota);
 
+/** The file a Site serves for a directory when its spec.index is not set
+ *  (default "index.html"; a relative path without ".."; docs/sites.md). */
+FUNCD_EXTERN funcd_option *funcd_with_site_default_index(const char *path);
+
 /* ---- TLS ---------------------------------------------------------------- */
 
 /** TLS on the control plane, the data plane (when the gateway is the

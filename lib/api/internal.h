@@ -99,6 +99,11 @@ int funcd__api_validate_eventsource_spec(funcd__api_ctx *c, const cJSON *spec, c
 int funcd__api_validate_kvstore_spec(funcd__api_ctx *c, const cJSON *spec, const void *unused);
 /* An EgressPolicy's spec (validate_egresspolicy.c). */
 int funcd__api_validate_egresspolicy_spec(funcd__api_ctx *c, const cJSON *spec, const void *unused);
+/* A Site's spec (validate_site.c). */
+int funcd__api_validate_site_spec(funcd__api_ctx *c, const cJSON *spec, const void *unused);
+/* A spec.source of a Function or a Site: exactly one of path, bundle, image
+ * or git (validate_function.c). */
+int funcd__api_check_source(funcd__api_ctx *c, const cJSON *item, const void *unused);
 /* A Function's spec.edge (validate_edge.c). */
 int funcd__api_check_edge(funcd__api_ctx *c, const cJSON *item, const void *unused);
 int funcd__api_normalize_secret(cJSON *obj);

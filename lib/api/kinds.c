@@ -68,9 +68,18 @@ static const funcd_kind kind_egresspolicy = {
     .has_spec = 1,
 };
 
+static const funcd_kind kind_site = {
+    .kind = "Site",
+    .list_kind = "SiteList",
+    .plural = "sites",
+    .singular = "site",
+    .short_name = NULL,
+    .has_spec = 1,
+};
+
 const funcd_kind *const funcd_kinds[] = {&kind_function,    &kind_functionconfig, &kind_secret,
                                          &kind_workflow,    &kind_eventsource,    &kind_kvstore,
-                                         &kind_egresspolicy, NULL};
+                                         &kind_egresspolicy, &kind_site, NULL};
 
 const funcd_kind *funcd_kind_by_plural(const char *plural)
 {

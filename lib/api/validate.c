@@ -425,6 +425,8 @@ static funcd__api_check_fn spec_checker(const funcd_kind *kind)
         return funcd__api_validate_kvstore_spec;
     if (strcmp(kind->kind, "EgressPolicy") == 0)
         return funcd__api_validate_egresspolicy_spec;
+    if (strcmp(kind->kind, "Site") == 0)
+        return funcd__api_validate_site_spec;
     return NULL;
 }
 

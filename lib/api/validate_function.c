@@ -270,7 +270,7 @@ static const funcd__api_field source_fields[] = {
     {"git", 0, check_git, NULL},
 };
 
-static int check_source(funcd__api_ctx *c, const cJSON *item, const void *unused)
+int funcd__api_check_source(funcd__api_ctx *c, const cJSON *item, const void *unused)
 {
     int rc = FUNCD__API_CHECK_OBJECT(c, item, source_fields);
     if (rc < 0)
@@ -527,7 +527,7 @@ static const funcd__api_field spec_fields[] = {
     {"handler", 0, funcd__api_check_string, &handler_len},
     {"args", 0, funcd__api_check_string_array, &max_args},
     {"mode", 0, funcd__api_check_enum, modes},
-    {"source", 1, check_source, NULL},
+    {"source", 1, funcd__api_check_source, NULL},
     {"imagePullSecrets", 0, check_pull_secrets, NULL},
     {"env", 0, check_env, NULL},
     {"envFrom", 0, check_env_from, NULL},

@@ -34,7 +34,8 @@ static int admit_host_path(const funcd_cp *cp, const funcd_token *t, const char 
 int funcd_cp_admit(const funcd_cp *cp, const funcd_kind *kind, const funcd_token *t,
                    const cJSON *obj, funcd_cp_response *resp)
 {
-    if (t->role == FUNCD_ROLE_ADMIN || strcmp(kind->kind, "Function") != 0)
+    if (t->role == FUNCD_ROLE_ADMIN ||
+        (strcmp(kind->kind, "Function") != 0 && strcmp(kind->kind, "Site") != 0))
         return 1;
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
     const cJSON *source = cJSON_GetObjectItemCaseSensitive(spec, "source");

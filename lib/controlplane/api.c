@@ -349,7 +349,7 @@ static int parse_route(const funcd_cp_request *req, route *r, char seg[][72],
     if (!r->kind) {
         funcd_cp_status(resp, 404, "NotFound", NULL,
                         "the server has no resource \"%s\" (known: functions, functionconfigs, "
-                        "secrets, workflows, eventsources, kvstores, egresspolicies)",
+                        "secrets, workflows, eventsources, kvstores, egresspolicies, sites)",
                         seg[at]);
         return 0;
     }

@@ -65,6 +65,9 @@ typedef struct embedded {
     int serve_metrics;      /* GET /metrics on the data plane */
     atomic_uint next_slot;  /* metrics slots handed to threads */
     funcd_gw_prefixes prefixes; /* paths outside /fn/ answered from the loop (prefix.h) */
+    funcd_gw_files_fn files;    /* /site/ and sites' hosts, on this thread (embedded.h) */
+    void *files_payload;
+    const atomic_uint *file_hosts;
 } embedded;
 
 static _Thread_local gw_thread *this_thread;
@@ -230,7 +233,14 @@ static int on_req(void *payload, h2o_req_t *req)
         funcd_gw_send_metrics(req, g->metrics);
         return 0;
     }
+    /* A site's host is the site's, every path of it. */
+    if (g->file_hosts && atomic_load_explicit(g->file_hosts, memory_order_relaxed) &&
+        g->files(g->files_payload, req, 1))
+        return 0;
     if (n < 4 || memcmp(p, "/fn/", 4) != 0) {
+        if (g->files && n >= 6 && memcmp(p, "/site/", 6) == 0 &&
+            g->files(g->files_payload, req, 0))
+            return 0;
         if (g->prefixes.n && funcd_gw_prefixes_dispatch(&g->prefixes, req))
             return 0;
         add_invocation_id(req);
@@ -589,6 +599,18 @@ int funcd_gw_add_prefix(funcd_gateway *gw, const char *prefix, funcd_gw_prefix_f
     if (!gw || gw->free != gw_free)
         return -1;
     return funcd_gw_prefixes_add(&((embedded *)gw)->prefixes, prefix, fn, payload);
+}
+
+int funcd_gw_set_files(funcd_gateway *gw, funcd_gw_files_fn fn, void *payload,
+                       const atomic_uint *hosts)
+{
+    if (!gw || gw->free != gw_free || !fn)
+        return -1;
+    embedded *g = (embedded *)gw;
+    g->files = fn;
+    g->files_payload = payload;
+    g->file_hosts = hosts;
+    return 0;
 }
 
 void funcd_gw_set_logger(funcd_gateway *gw, const funcd_logger *lg)

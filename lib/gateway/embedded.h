@@ -4,6 +4,8 @@
 #ifndef FUNCD_GATEWAY_EMBEDDED_H
 #define FUNCD_GATEWAY_EMBEDDED_H
 
+#include <stdatomic.h>
+
 #include "funcd/sys/gateway.h"
 #include "metrics/metrics.h"
 #include "util/log.h"
@@ -40,5 +42,17 @@ void funcd_gw_set_edge_recorder(funcd_gateway *gw, funcd_edge_recorder *rec);
  * before routes are set. 0; -1 when `gw` is not the embedded gateway or `m`
  * has too few slots (nothing is changed). */
 int funcd_gw_set_metrics(funcd_gateway *gw, funcd_metrics *m, int serve);
+
+/* Static files answered on the gateway's own threads (lib/sites), never
+ * through the platform loop: `fn(payload, req, 0)` answers every request
+ * under /site/; while `*hosts` is not 0, `fn(payload, req, 1)` is asked
+ * first about any other request (but /healthz and /metrics) and answers it
+ * when its Host is a site's (1), else returns 0. A /fn/ request pays one
+ * atomic load for it. Call before it listens. 0; -1 when `gw` is not the
+ * embedded gateway. */
+struct st_h2o_req_t;
+typedef int (*funcd_gw_files_fn)(void *payload, struct st_h2o_req_t *req, int by_host);
+int funcd_gw_set_files(funcd_gateway *gw, funcd_gw_files_fn fn, void *payload,
+                       const atomic_uint *hosts);
 
 #endif

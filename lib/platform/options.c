@@ -205,6 +205,11 @@ funcd_option *funcd_with_kv_store_quota(long quota)
     return number_option(OPT_KV_STORE_QUOTA, (uint64_t)(int64_t)quota, 0, 0);
 }
 
+funcd_option *funcd_with_site_default_index(const char *path)
+{
+    return string_option(OPT_SITE_DEFAULT_INDEX, path);
+}
+
 funcd_option *funcd_with_host_network_allowed(int allowed)
 {
     return number_option(OPT_HOST_NETWORK, allowed != 0, 0, 0);
@@ -561,6 +566,20 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
         cfg->kv_quota_set = 1;
         cfg->kv_store_quota = (int64_t)o->n[0];
         break;
+    case OPT_SITE_DEFAULT_INDEX: {
+        const char *s = o->str;
+        int clean = s && *s && *s != '/' && s[strlen(s) - 1] != '/';
+        for (const char *q = s; clean && *q;) { /* no ".." component */
+            size_t n = strcspn(q, "/");
+            clean = !(n == 2 && q[0] == '.' && q[1] == '.') && n > 0;
+            q += n + (q[n] == '/');
+        }
+        if (!clean)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_site_default_index: \"%s\" is not a "
+                                   "relative file path without '..' components", s ? s : "");
+        replace_str(&cfg->site_default_index, &o->str);
+        break;
+    }
     case OPT_NODE_PLATFORM: return set_node_platform(cfg, o);
     case OPT_REGISTRY_AUTH_FILE: replace_str(&cfg->registry_auth_file, &o->str); break;
     case OPT_REGISTRY_CERTS_DIR: replace_str(&cfg->registry_certs_dir, &o->str); break;
@@ -751,6 +770,7 @@ void funcd_config_clear(funcd_config *cfg)
     free(cfg->node_os);
     free(cfg->node_arch);
     free(cfg->registry_auth_file);
+    free(cfg->site_default_index);
     free(cfg->registry_certs_dir);
     funcd_strv_free(cfg->insecure_registries);
     funcd_strv_free(cfg->allowed_registries);

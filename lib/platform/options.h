@@ -63,6 +63,7 @@ typedef enum option_kind {
     OPT_KV_STORE_QUOTA,
     OPT_WORKFLOW, /* n: step timeout, attempts, retention; size: payload limit */
     OPT_DELIVERY_RETENTION,
+    OPT_SITE_DEFAULT_INDEX,
 } option_kind;
 
 struct funcd_option {
@@ -140,6 +141,7 @@ typedef struct funcd_config {
     int metrics_open;             /* GET /metrics on the control plane without a token */
     int kv_quota_set;             /* kv_store_quota was given; else the default (100) */
     int64_t kv_store_quota;       /* KVStores per namespace; negative: no limit */
+    char *site_default_index;     /* a Site's index without spec.index; NULL: index.html */
     char *otlp_endpoint;          /* a base URL; NULL: no export */
     char *tls_cert, *tls_key;     /* TLS from these files, or */
     int tls_self_signed;          /* 1: a self-signed pair in tls_dir */

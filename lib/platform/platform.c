@@ -41,6 +41,7 @@
 #include "objects/encryption.h"
 #include "store/sqlite_private.h"
 #include "serving/serving.h"
+#include "sites/sites.h"
 #include "source/resolver.h"
 #include "otlp/otlp.h"
 #include "trace/edge.h"
@@ -69,6 +70,7 @@ struct funcd_platform {
     funcd_workflows *workflows; /* runs, on the lease holder (lib/workflow) */
     funcd_sources *sources;
     funcd_evsources *evsources; /* EventSources (docs/eventing.md) */
+    funcd_sites *sites;         /* Sites, served by the gateway itself (docs/sites.md) */
     funcd_fnrunner *fnrunner;
     funcd_edge_recorder *edge; /* access log and spans, or NULL */
     funcd_metrics *metrics;
@@ -247,6 +249,11 @@ static void version_json(funcd_platform *p, char *out, size_t len)
 static void on_serving_changed(const char *ns, const char *name, void *payload)
 {
     funcd_platform *p = payload;
+    size_t sl = strlen(FUNCD_SITES_SOURCE_PREFIX);
+    if (strncmp(name, FUNCD_SITES_SOURCE_PREFIX, sl) == 0) { /* a Site's source (sites.h) */
+        funcd_sites_source_changed(p->sites, ns, name + sl);
+        return;
+    }
     funcd_controller_requeue(p->controller, "functions", ns, name);
     funcd_cluster_poke(p->cluster); /* the others (the leader) see our counts soon */
 }
@@ -523,6 +530,27 @@ static int leads(void *payload)
     return funcd_cluster_is_leader(p->cluster);
 }
 
+static int make_sites(funcd_platform *p)
+{
+    char cache[4200];
+    snprintf(cache, sizeof(cache), "%s/bundles", p->state_dir); /* serving's bundle cache */
+    funcd_sites_config sc = {
+        .loop = p->base,
+        .store = p->cfg.store,
+        .blob = p->cfg.blob,
+        .sources = p->sources,
+        .cluster = p->cluster,
+        .bundle_cache = cache,
+        .default_index = p->cfg.site_default_index,
+        .logger = &p->cfg.logger,
+    };
+    int rc = funcd_sites_new(&p->sites, &sc);
+    if (rc == 0) /* the embedded gateway answers them on its threads */
+        funcd_gw_set_files(p->cfg.gateway, funcd_sites_serve, p->sites,
+                           funcd_sites_host_count(p->sites));
+    return rc;
+}
+
 static int make_cluster(funcd_platform *p)
 {
     char host[256] = "";
@@ -692,7 +720,7 @@ static int build(funcd_platform *p)
     p->cp.serving = p->serving;
     p->cp.sources = p->sources;
     p->cp.blob = p->cfg.blob;
-    if ((rc = make_cluster(p)) < 0)
+    if ((rc = make_cluster(p)) < 0 || (rc = make_sites(p)) < 0)
         return rc;
     /* Expired KV keys are swept by the lease holder (one node is its own). */
     funcd_kv_sweeper_set_gate(funcd_localapi_kv_sweeper(p->localapi), leads, p);
@@ -799,6 +827,7 @@ static void teardown(funcd_platform *p)
     drain_workers(p); /* also fails waiting requests while the gateway still runs */
     funcd_cluster_stop(p->cluster); /* the others see this node leave, and lead */
     funcd_evsources_close(p->evsources); /* answers the webhook calls still waiting */
+    funcd_sites_close(p->sites);
     funcd_async_close(p->async);         /* and the async calls */
     if (p->cfg.gateway)
         funcd_port_gateway_stop(p->cfg.gateway);
@@ -817,6 +846,8 @@ static void teardown(funcd_platform *p)
     p->controller = NULL;
     funcd_evsources_free(p->evsources);
     p->evsources = NULL;
+    funcd_sites_free(p->sites); /* the gateway has stopped: no thread reads the table */
+    p->sites = NULL;
     funcd_cluster_free(p->cluster);
     p->cluster = NULL;
     funcd_otlp_stop_metrics(p->otlp); /* its collections read serving's gauges too */
@@ -961,6 +992,8 @@ static int start_components(funcd_platform *p)
         rc = funcd_controller_start(p->controller);
     if (rc == 0)
         rc = funcd_evsources_start(p->evsources);
+    if (rc == 0)
+        rc = funcd_sites_start(p->sites);
     if (rc == 0)
         rc = funcd_workflows_start(p->workflows);
     if (rc == 0)

@@ -12,9 +12,11 @@ TEST(kinds)
     size_t n = 0;
     while (funcd_kinds[n])
         n++;
-    CHECK_INT(n, 7);
+    CHECK_INT(n, 8);
     CHECK_STR(funcd_kind_by_plural("egresspolicies")->kind, "EgressPolicy");
     CHECK_STR(funcd_kind_lookup("egp")->kind, "EgressPolicy");
+    CHECK_STR(funcd_kind_by_plural("sites")->kind, "Site");
+    CHECK_STR(funcd_kind_lookup("site")->kind, "Site");
     CHECK_STR(funcd_kind_by_plural("kvstores")->kind, "KVStore");
     CHECK_STR(funcd_kind_lookup("kv")->kind, "KVStore");
     CHECK_STR(funcd_kind_by_plural("eventsources")->kind, "EventSource");

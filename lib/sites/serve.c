@@ -1,0 +1,756 @@
+/*
+ * Sites on the gateway threads (sites.h): a request for a site's file is
+ * answered on the thread that read it, never through the platform loop.
+ *
+ * A path is looked up below the site's root with openat2(RESOLVE_BENEATH):
+ * the kernel refuses "..", absolute symbolic links and any link that leads
+ * out of the root (docs/sites.md). Files of an immutable source are kept
+ * in memory once read (the contents go out with no copy and no system call
+ * but the socket's); a path source's files are opened per request.
+ */
+#include "sites/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <h2o.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gateway/gateway.h"
+
+/* ---- opening below the root ------------------------------------------------ */
+
+/* Without openat2 (Linux < 5.6): component by component, refusing every
+ * symbolic link. */
+static int open_walk(int root_fd, const char *rel)
+{
+    char part[256];
+    int dir = dup(root_fd);
+    const char *p = rel;
+    while (dir >= 0) {
+        while (*p == '/')
+            p++;
+        size_t n = strcspn(p, "/");
+        if (n == 0 || n >= sizeof(part) || (n == 2 && p[0] == '.' && p[1] == '.')) {
+            close(dir);
+            errno = n >= sizeof(part) ? ENAMETOOLONG : EXDEV;
+            return -1;
+        }
+        memcpy(part, p, n);
+        part[n] = '\0';
+        p += n;
+        while (*p == '/')
+            p++;
+        int last = *p == '\0';
+        int fd = openat(dir, part,
+                        (last ? O_RDONLY | O_NONBLOCK : O_PATH | O_DIRECTORY) | O_NOFOLLOW |
+                            O_CLOEXEC | O_NOCTTY);
+        int saved = errno;
+        close(dir);
+        if (fd < 0) {
+            errno = saved == ELOOP ? EXDEV : saved;
+            return -1;
+        }
+        if (last)
+            return fd;
+        dir = fd;
+    }
+    return -1;
+}
+
+int funcd__site_open(int root_fd, const char *rel, struct stat *st)
+{
+    static atomic_int no_openat2;
+    int fd;
+    if (!atomic_load_explicit(&no_openat2, memory_order_relaxed)) {
+        struct open_how how = {
+            .flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY,
+            .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+        };
+        fd = (int)syscall(SYS_openat2, root_fd, rel, &how, sizeof(how));
+        if (fd < 0 && errno == ENOSYS) {
+            atomic_store(&no_openat2, 1);
+            fd = open_walk(root_fd, rel);
+        }
+    } else {
+        fd = open_walk(root_fd, rel);
+    }
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, st) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+/* ---- what a file is ----------------------------------------------------------- */
+
+static const struct {
+    const char *ext, *type;
+} types[] = {
+    {"html", "text/html; charset=utf-8"}, {"htm", "text/html; charset=utf-8"},
+    {"css", "text/css; charset=utf-8"},   {"js", "text/javascript; charset=utf-8"},
+    {"mjs", "text/javascript; charset=utf-8"}, {"json", "application/json"},
+    {"map", "application/json"},          {"txt", "text/plain; charset=utf-8"},
+    {"md", "text/markdown; charset=utf-8"}, {"xml", "application/xml"},
+    {"svg", "image/svg+xml"},             {"png", "image/png"},
+    {"jpg", "image/jpeg"},                {"jpeg", "image/jpeg"},
+    {"gif", "image/gif"},                 {"webp", "image/webp"},
+    {"avif", "image/avif"},               {"ico", "image/x-icon"},
+    {"wasm", "application/wasm"},         {"woff", "font/woff"},
+    {"woff2", "font/woff2"},              {"ttf", "font/ttf"},
+    {"otf", "font/otf"},                  {"pdf", "application/pdf"},
+    {"mp4", "video/mp4"},                 {"webm", "video/webm"},
+    {"mp3", "audio/mpeg"},                {"ogg", "audio/ogg"},
+    {"csv", "text/csv; charset=utf-8"},   {"webmanifest", "application/manifest+json"},
+    {"zip", "application/zip"},           {"gz", "application/gzip"},
+};
+
+static const char *type_of(const char *rel)
+{
+    const char *slash = strrchr(rel, '/');
+    const char *dot = strrchr(slash ? slash : rel, '.');
+    if (dot)
+        for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+            if (strcasecmp(dot + 1, types[i].ext) == 0)
+                return types[i].type;
+    return "application/octet-stream";
+}
+
+static void describe(site_file *f, const struct stat *st)
+{
+    f->size = (uint64_t)st->st_size;
+    f->mtime = (int64_t)st->st_mtim.tv_sec;
+    snprintf(f->etag, sizeof(f->etag), "\"%llx-%llx\"", (unsigned long long)f->mtime,
+             (unsigned long long)f->size);
+    struct tm gmt;
+    time_t t = (time_t)f->mtime;
+    gmtime_r(&t, &gmt);
+    h2o_time2str_rfc1123(f->last_modified, &gmt);
+}
+
+static void file_free(site_file *f)
+{
+    if (!f)
+        return;
+    file_free(f->gz);
+    free(f->rel);
+    free(f->data);
+    free(f);
+}
+
+static uint64_t fnv(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Reads the whole file when the cache has room for it. */
+static void maybe_keep(site_ver *v, site_file *f, int fd)
+{
+    if (!v->immutable || f->size > SITES_CACHE_FILE_MAX)
+        return;
+    uint64_t had = atomic_fetch_add(&v->cached_bytes, f->size);
+    if (had + f->size > SITES_CACHE_BYTES || !(f->data = malloc(f->size ? f->size : 1))) {
+        atomic_fetch_sub(&v->cached_bytes, f->size);
+        return;
+    }
+    uint64_t got = 0;
+    while (got < f->size) {
+        ssize_t n = pread(fd, f->data + got, f->size - got, (off_t)got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (uint64_t)n;
+    }
+    if (got != f->size) { /* changed under us: read per request instead */
+        free(f->data);
+        f->data = NULL;
+        atomic_fetch_sub(&v->cached_bytes, f->size);
+    }
+}
+
+enum { LOOK_FILE = 0, LOOK_MISSING = 1, LOOK_DIR = 2, LOOK_REFUSED = 3 };
+
+/* A new description of `rel` (with its .gz sibling), or NULL with *how. */
+static site_file *load(site_ver *v, const char *rel, int *how)
+{
+    struct stat st;
+    int fd = funcd__site_open(v->root_fd, rel, &st);
+    if (fd < 0) {
+        *how = errno == EXDEV || errno == ELOOP ? LOOK_REFUSED : LOOK_MISSING;
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        *how = S_ISDIR(st.st_mode) ? LOOK_DIR : LOOK_MISSING;
+        return NULL;
+    }
+    site_file *f = calloc(1, sizeof(*f));
+    if (!f || !(f->rel = strdup(rel))) {
+        close(fd);
+        free(f);
+        *how = LOOK_MISSING;
+        return NULL;
+    }
+    f->type = type_of(rel);
+    describe(f, &st);
+    maybe_keep(v, f, fd);
+    close(fd);
+    size_t n = strlen(rel);
+    char *gz = malloc(n + 4);
+    if (gz && !(n > 3 && strcmp(rel + n - 3, ".gz") == 0)) {
+        memcpy(gz, rel, n);
+        memcpy(gz + n, ".gz", 4);
+        int gfd = funcd__site_open(v->root_fd, gz, &st);
+        if (gfd >= 0 && S_ISREG(st.st_mode) && (f->gz = calloc(1, sizeof(*f->gz)))) {
+            f->gz->rel = gz;
+            gz = NULL;
+            f->gz->type = f->type;
+            describe(f->gz, &st);
+            maybe_keep(v, f->gz, gfd);
+        }
+        if (gfd >= 0)
+            close(gfd);
+    }
+    free(gz);
+    *how = LOOK_FILE;
+    return f;
+}
+
+static void drop_file(void *p)
+{
+    file_free(*(site_file **)p);
+}
+
+static void drop_ver(void *p)
+{
+    funcd__site_ver_unref(*(site_ver **)p);
+}
+
+/* The file `rel` of the site: kept in the table (immutable sources), or
+ * freed with the request. */
+static site_file *lookup(site_ver *v, h2o_req_t *req, const char *rel, int *how)
+{
+    unsigned b = (unsigned)(fnv(rel) % SITES_FILE_BUCKETS);
+    if (v->immutable) {
+        pthread_rwlock_rdlock(&v->lock);
+        site_file *f = v->files[b];
+        while (f && strcmp(f->rel, rel) != 0)
+            f = f->next;
+        pthread_rwlock_unlock(&v->lock);
+        if (f) {
+            *how = LOOK_FILE;
+            return f;
+        }
+    }
+    site_file *f = load(v, rel, how);
+    if (!f)
+        return NULL;
+    if (v->immutable) {
+        pthread_rwlock_wrlock(&v->lock);
+        site_file *had = v->files[b];
+        while (had && strcmp(had->rel, rel) != 0)
+            had = had->next;
+        int kept = 0;
+        if (!had && v->n_files < SITES_CACHE_FILES) {
+            f->next = v->files[b];
+            v->files[b] = f;
+            v->n_files++;
+            kept = 1;
+        }
+        pthread_rwlock_unlock(&v->lock);
+        if (had) { /* another thread was first */
+            if (f->data)
+                atomic_fetch_sub(&v->cached_bytes, f->size);
+            if (f->gz && f->gz->data)
+                atomic_fetch_sub(&v->cached_bytes, f->gz->size);
+            file_free(f);
+            return had;
+        }
+        if (kept)
+            return f;
+        if (f->data) /* the table is full: this one goes with the request */
+            atomic_fetch_sub(&v->cached_bytes, f->size);
+        if (f->gz && f->gz->data)
+            atomic_fetch_sub(&v->cached_bytes, f->gz->size);
+    }
+    *(site_file **)h2o_mem_alloc_shared(&req->pool, sizeof(site_file *), drop_file) = f;
+    return f;
+}
+
+/* ---- answering ---------------------------------------------------------------- */
+
+static const char *reason_of(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 206: return "Partial Content";
+    case 301: return "Moved Permanently";
+    case 304: return "Not Modified";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 416: return "Range Not Satisfiable";
+    default: return "Status";
+    }
+}
+
+typedef struct file_gen {
+    h2o_generator_t super;
+    int fd;
+    uint64_t off, left;
+    char *buf;
+} file_gen;
+
+#define READ_CHUNK (64 * 1024)
+
+static void gen_read(file_gen *g, h2o_req_t *req)
+{
+    size_t want = g->left < READ_CHUNK ? (size_t)g->left : READ_CHUNK;
+    ssize_t n;
+    do
+        n = pread(g->fd, g->buf, want, (off_t)g->off);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0) { /* shrunk or failed under us: the response cannot be completed */
+        h2o_send(req, NULL, 0, H2O_SEND_STATE_ERROR);
+        return;
+    }
+    g->off += (uint64_t)n;
+    g->left -= (uint64_t)n;
+    h2o_iovec_t iov = h2o_iovec_init(g->buf, (size_t)n);
+    h2o_send(req, &iov, 1, g->left ? H2O_SEND_STATE_IN_PROGRESS : H2O_SEND_STATE_FINAL);
+}
+
+static void gen_proceed(h2o_generator_t *self, h2o_req_t *req)
+{
+    gen_read((file_gen *)self, req);
+}
+
+static void gen_stop(h2o_generator_t *self, h2o_req_t *req)
+{
+}
+
+static void gen_dispose(void *p)
+{
+    file_gen *g = p;
+    if (g->fd >= 0)
+        close(g->fd);
+}
+
+static h2o_generator_t no_generator = {NULL, NULL};
+
+/* Sends `len` bytes of `f` from `off` (HEAD: none). */
+static void send_body(site_ver *v, h2o_req_t *req, const site_file *f, uint64_t off, uint64_t len)
+{
+    req->res.content_length = (size_t)len;
+    int head = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"));
+    if (head || len == 0) {
+        h2o_start_response(req, &no_generator);
+        h2o_send(req, NULL, 0, H2O_SEND_STATE_FINAL);
+        return;
+    }
+    if (f->data) { /* the site's version lives until the request is gone */
+        h2o_start_response(req, &no_generator);
+        h2o_iovec_t iov = h2o_iovec_init(f->data + off, (size_t)len);
+        h2o_send(req, &iov, 1, H2O_SEND_STATE_FINAL);
+        return;
+    }
+    struct stat st;
+    int fd = funcd__site_open(v->root_fd, f->rel, &st);
+    if (fd < 0 || (uint64_t)st.st_size < off + len) {
+        if (fd >= 0)
+            close(fd);
+        req->res.content_length = SIZE_MAX;
+        funcd_gw_send_status(req, 503, "ServiceUnavailable", "file %s changed while it was "
+                             "being served; try again", f->rel);
+        return;
+    }
+    file_gen *g = h2o_mem_alloc_shared(&req->pool, sizeof(*g), gen_dispose);
+    g->super.proceed = gen_proceed;
+    g->super.stop = gen_stop;
+    g->fd = fd;
+    g->off = off;
+    g->left = len;
+    g->buf = h2o_mem_alloc_pool(&req->pool, len < READ_CHUNK ? (size_t)len : READ_CHUNK);
+    h2o_start_response(req, &g->super);
+    gen_read(g, req);
+}
+
+/* Whether list `header` (If-None-Match) has `etag`, weakly compared. */
+static int etag_listed(h2o_iovec_t header, const char *etag)
+{
+    size_t el = strlen(etag);
+    const char *p = header.base, *end = p + header.len;
+    while (p < end) {
+        while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
+            p++;
+        const char *start = p;
+        while (p < end && *p != ',')
+            p++;
+        const char *e = p;
+        while (e > start && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        if (e - start == 1 && *start == '*')
+            return 1;
+        if (e - start > 2 && start[0] == 'W' && start[1] == '/')
+            start += 2;
+        if ((size_t)(e - start) == el && memcmp(start, etag, el) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static int64_t parse_http_date(h2o_iovec_t v)
+{
+    struct tm tm;
+    if (!v.base || h2o_time_parse_rfc1123(v.base, v.len, &tm) != 0)
+        return -1;
+    return (int64_t)timegm(&tm);
+}
+
+static int parse_u64(const char **p, const char *end, uint64_t *out)
+{
+    const char *s = *p;
+    uint64_t n = 0;
+    while (s < end && *s >= '0' && *s <= '9') {
+        if (n > (UINT64_MAX - 9) / 10)
+            return -1;
+        n = n * 10 + (uint64_t)(*s - '0');
+        s++;
+    }
+    if (s == *p)
+        return -1;
+    *p = s;
+    *out = n;
+    return 0;
+}
+
+/* "bytes=a-b", "bytes=a-", "bytes=-n" of a file of `size` bytes: 1 with
+ * [*off, *off + *len), 0 when not satisfiable, -1 when the header is not a
+ * single byte range we take (the whole file is sent, as RFC 9110 allows). */
+static int parse_range(h2o_iovec_t v, uint64_t size, uint64_t *off, uint64_t *len)
+{
+    const char *p = v.base, *end = v.base + v.len;
+    if (v.len < 7 || strncasecmp(p, "bytes=", 6) != 0 || memchr(p, ',', v.len))
+        return -1;
+    p += 6;
+    while (p < end && *p == ' ')
+        p++;
+    uint64_t a, b;
+    if (p < end && *p == '-') { /* a suffix */
+        p++;
+        if (parse_u64(&p, end, &b) < 0 || p != end)
+            return -1;
+        if (b == 0 || size == 0)
+            return 0;
+        *len = b < size ? b : size;
+        *off = size - *len;
+        return 1;
+    }
+    if (parse_u64(&p, end, &a) < 0 || p == end || *p != '-')
+        return -1;
+    p++;
+    b = UINT64_MAX;
+    if (p != end && (parse_u64(&p, end, &b) < 0 || p != end || b < a))
+        return -1;
+    if (a >= size)
+        return 0;
+    if (b >= size)
+        b = size - 1;
+    *off = a;
+    *len = b - a + 1;
+    return 1;
+}
+
+/* 1 when the client takes gzip (a q of 0 refuses it). */
+static int accepts_gzip(h2o_req_t *req)
+{
+    ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_ACCEPT_ENCODING, -1);
+    if (i < 0)
+        return 0;
+    h2o_iovec_t v = req->headers.entries[i].value;
+    const char *p = v.base, *end = v.base + v.len;
+    while (p < end) {
+        while (p < end && (*p == ' ' || *p == ','))
+            p++;
+        const char *tok = p;
+        while (p < end && *p != ',' && *p != ';' && *p != ' ')
+            p++;
+        size_t tl = (size_t)(p - tok);
+        int gzip = (tl == 4 && strncasecmp(tok, "gzip", 4) == 0) || (tl == 1 && *tok == '*');
+        const char *next = memchr(p, ',', (size_t)(end - p));
+        const char *param_end = next ? next : end;
+        int q0 = 0;
+        const char *q = p;
+        while (q < param_end && (q = memchr(q, 'q', (size_t)(param_end - q)))) {
+            const char *s = q + 1;
+            while (s < param_end && *s == ' ')
+                s++;
+            if (s < param_end && *s == '=') {
+                s++;
+                while (s < param_end && *s == ' ')
+                    s++;
+                q0 = s < param_end && *s == '0';
+                for (s++; q0 && s < param_end && *s != ' '; s++)
+                    q0 = *s == '.' || *s == '0';
+            }
+            q++;
+        }
+        if (gzip)
+            return !q0;
+        p = param_end;
+    }
+    return 0;
+}
+
+static void serve_file(site_ver *v, h2o_req_t *req, site_file *f, int status)
+{
+    req->res.status = status;
+    req->res.reason = reason_of(status);
+    h2o_iovec_t range = {NULL, 0};
+    if (status == 200) {
+        ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_RANGE, -1);
+        if (i >= 0)
+            range = req->headers.entries[i].value;
+        ssize_t ir = h2o_find_header(&req->headers, H2O_TOKEN_IF_RANGE, -1);
+        if (range.base && ir >= 0) { /* a range of another version: the whole file */
+            h2o_iovec_t vr = req->headers.entries[ir].value;
+            int64_t when = parse_http_date(vr);
+            if (!(vr.len == strlen(f->etag) && memcmp(vr.base, f->etag, vr.len) == 0) &&
+                !(when >= 0 && when == f->mtime))
+                range = h2o_iovec_init(NULL, 0);
+        }
+    }
+    const site_file *body = f;
+    if (f->gz && !range.base && accepts_gzip(req))
+        body = f->gz;
+    if (body->type)
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, body->type,
+                       strlen(body->type));
+    if (body != f)
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_ENCODING, NULL,
+                       H2O_STRLIT("gzip"));
+    if (f->gz)
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_VARY, NULL,
+                       H2O_STRLIT("Accept-Encoding"));
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ETAG, NULL, body->etag,
+                   strlen(body->etag));
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_LAST_MODIFIED, NULL,
+                   body->last_modified, strlen(body->last_modified));
+    if (v->cache_control)
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL,
+                       v->cache_control, strlen(v->cache_control));
+    if (status != 200) {
+        send_body(v, req, body, 0, body->size);
+        return;
+    }
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ACCEPT_RANGES, NULL,
+                   H2O_STRLIT("bytes"));
+    /* Conditions (RFC 9110 13.2.2): If-None-Match decides alone when sent. */
+    ssize_t inm = h2o_find_header(&req->headers, H2O_TOKEN_IF_NONE_MATCH, -1);
+    int not_modified = 0;
+    if (inm >= 0) {
+        not_modified = etag_listed(req->headers.entries[inm].value, body->etag);
+    } else {
+        ssize_t ims = h2o_find_header(&req->headers, H2O_TOKEN_IF_MODIFIED_SINCE, -1);
+        int64_t when = ims >= 0 ? parse_http_date(req->headers.entries[ims].value) : -1;
+        not_modified = when >= 0 && body->mtime <= when;
+    }
+    if (not_modified) {
+        req->res.status = 304;
+        req->res.reason = reason_of(304);
+        h2o_start_response(req, &no_generator);
+        h2o_send(req, NULL, 0, H2O_SEND_STATE_FINAL);
+        return;
+    }
+    if (range.base) {
+        uint64_t off = 0, len = 0;
+        int r = parse_range(range, f->size, &off, &len);
+        if (r == 0) {
+            char *cr = h2o_mem_alloc_pool(&req->pool, 40);
+            int n = snprintf(cr, 40, "bytes */%llu", (unsigned long long)f->size);
+            h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_RANGE, NULL, cr,
+                           (size_t)n);
+            req->res.status = 416;
+            req->res.reason = reason_of(416);
+            h2o_start_response(req, &no_generator);
+            h2o_send(req, NULL, 0, H2O_SEND_STATE_FINAL);
+            return;
+        }
+        if (r == 1) {
+            char *cr = h2o_mem_alloc_pool(&req->pool, 80);
+            int n = snprintf(cr, 80, "bytes %llu-%llu/%llu", (unsigned long long)off,
+                             (unsigned long long)(off + len - 1), (unsigned long long)f->size);
+            h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_RANGE, NULL, cr,
+                           (size_t)n);
+            req->res.status = 206;
+            req->res.reason = reason_of(206);
+            send_body(v, req, f, off, len);
+            return;
+        }
+    }
+    send_body(v, req, body, 0, body->size);
+}
+
+/* 1 when the last component of `rel` has no '.' (a route of a single-page
+ * app, not a missing asset). */
+static int looks_like_route(const char *rel)
+{
+    const char *slash = strrchr(rel, '/');
+    return strchr(slash ? slash + 1 : rel, '.') == NULL;
+}
+
+/* `path`: below the site's root, decoded and normalized, starting with '/'
+ * (or empty). */
+static void serve_path(site_ver *v, h2o_req_t *req, const char *path, size_t len)
+{
+    if (!h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET")) &&
+        !h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"))) {
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ALLOW, NULL,
+                       H2O_STRLIT("GET, HEAD"));
+        funcd_gw_send_status(req, 405, "MethodNotAllowed", "site %s/%s serves files: GET and "
+                             "HEAD only", v->ns, v->name);
+        return;
+    }
+    while (len && *path == '/')
+        path++, len--;
+    if (memchr(path, '\0', len)) {
+        funcd_gw_send_status(req, 400, "BadRequest", "the path has a NUL byte");
+        return;
+    }
+    size_t il = strlen(v->index);
+    int dir = len == 0 || path[len - 1] == '/';
+    char *rel = h2o_mem_alloc_pool(&req->pool, len + il + 1);
+    memcpy(rel, path, len);
+    if (dir)
+        memcpy(rel + len, v->index, il + 1);
+    else
+        rel[len] = '\0';
+    /* No ".." component reaches the lookup (the kernel would refuse it too). */
+    for (const char *p = rel; *p;) {
+        size_t n = strcspn(p, "/");
+        if (n == 2 && p[0] == '.' && p[1] == '.') {
+            funcd_gw_send_status(req, 404, "NotFound", "no such file in site %s/%s", v->ns,
+                                 v->name);
+            return;
+        }
+        p += n;
+        while (*p == '/')
+            p++;
+    }
+    int how;
+    site_file *f = lookup(v, req, rel, &how);
+    if (f) {
+        serve_file(v, req, f, 200);
+        return;
+    }
+    if (how == LOOK_DIR) { /* a directory named without its '/': where its index is */
+        const char *q = memchr(req->path.base, '?', req->path.len);
+        size_t pl = q ? (size_t)(q - req->path.base) : req->path.len;
+        size_t ql = req->path.len - pl;
+        char *to = h2o_mem_alloc_pool(&req->pool, pl + ql + 2);
+        memcpy(to, req->path.base, pl);
+        to[pl] = '/';
+        memcpy(to + pl + 1, req->path.base + pl, ql);
+        h2o_send_redirect(req, 301, reason_of(301), to, pl + ql + 1);
+        return;
+    }
+    if (how == LOOK_MISSING && v->spa && !dir && looks_like_route(rel) &&
+        (f = lookup(v, req, v->index, &how))) {
+        serve_file(v, req, f, 200);
+        return;
+    }
+    if (v->not_found && (f = lookup(v, req, v->not_found, &how))) {
+        serve_file(v, req, f, 404);
+        return;
+    }
+    funcd_gw_send_status(req, 404, "NotFound", "no such file in site %s/%s", v->ns, v->name);
+}
+
+int funcd_sites_serve(void *payload, h2o_req_t *req, int by_host)
+{
+    funcd_sites *s = payload;
+    const char *p = req->path_normalized.base;
+    size_t n = req->path_normalized.len;
+    site_ver *v;
+    if (by_host) {
+        h2o_iovec_t host = req->authority;
+        size_t hl = host.len;
+        if (hl && host.base[0] == '[')
+            return 0; /* an IPv6 literal is no site's name */
+        const char *colon = memchr(host.base, ':', hl);
+        if (colon)
+            hl = (size_t)(colon - host.base);
+        if (hl && host.base[hl - 1] == '.')
+            hl--;
+        if (hl == 0 || hl > 253)
+            return 0;
+        char name[254];
+        for (size_t i = 0; i < hl; i++)
+            name[i] = (char)(host.base[i] >= 'A' && host.base[i] <= 'Z' ? host.base[i] + 32
+                                                                       : host.base[i]);
+        name[hl] = '\0';
+        if (!(v = funcd__sites_find_host(s, name, hl)))
+            return 0;
+        *(site_ver **)h2o_mem_alloc_shared(&req->pool, sizeof(site_ver *), drop_ver) = v;
+        serve_path(v, req, p, n);
+        return 1;
+    }
+    /* /site/{ns}/{name}[/rest] */
+    const char *ns = p + 6, *end = p + n;
+    const char *slash = ns < end ? memchr(ns, '/', (size_t)(end - ns)) : NULL;
+    const char *name = slash ? slash + 1 : end;
+    const char *rest = name < end ? memchr(name, '/', (size_t)(end - name)) : NULL;
+    size_t nsl = slash ? (size_t)(slash - ns) : 0;
+    size_t nl = slash ? (size_t)((rest ? rest : end) - name) : 0;
+    if (nsl == 0 || nl == 0 || nsl > 63 || nl > 63) {
+        funcd_gw_send_status(req, 404, "NotFound",
+                             "no site in path %.*s: sites are served under /site/{namespace}/{name}/",
+                             (int)(n > 200 ? 200 : n), p);
+        return 1;
+    }
+    int known = 0;
+    v = funcd__sites_find(s, ns, nsl, name, nl, &known);
+    if (!v) {
+        if (known) {
+            h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL,
+                           H2O_STRLIT("5"));
+            funcd_gw_send_status(req, 503, "ServiceUnavailable",
+                                 "site %.*s/%.*s cannot be served; see its Ready condition "
+                                 "(funcdctl describe site %.*s)",
+                                 (int)nsl, ns, (int)nl, name, (int)nl, name);
+        } else {
+            funcd_gw_send_status(req, 404, "NotFound",
+                                 "site \"%.*s\" not found in namespace \"%.*s\"", (int)nl, name,
+                                 (int)nsl, ns);
+        }
+        return 1;
+    }
+    *(site_ver **)h2o_mem_alloc_shared(&req->pool, sizeof(site_ver *), drop_ver) = v;
+    if (!rest) { /* the site's root is its directory: /site/ns/name/ */
+        const char *q = memchr(req->path.base, '?', req->path.len);
+        size_t pl = q ? (size_t)(q - req->path.base) : req->path.len;
+        size_t ql = req->path.len - pl;
+        char *to = h2o_mem_alloc_pool(&req->pool, pl + ql + 2);
+        memcpy(to, req->path.base, pl);
+        to[pl] = '/';
+        memcpy(to + pl + 1, req->path.base + pl, ql);
+        h2o_send_redirect(req, 301, reason_of(301), to, pl + ql + 1);
+        return 1;
+    }
+    serve_path(v, req, rest, (size_t)(end - rest));
+    return 1;
+}

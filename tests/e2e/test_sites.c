@@ -1,0 +1,617 @@
+/*
+ * Sites end to end (docs/sites.md): static files from a bundle or a host
+ * path, served by the gateway at /site/{ns}/{name}/ and on spec.hosts, over
+ * real HTTP on a raw socket (so a test says exactly which headers and which
+ * path bytes go out): the index, the 404 page, the SPA fallback, ETag and
+ * If-None-Match (304), If-Modified-Since, Range (206, 416), precompressed
+ * .gz siblings, HEAD, Host routing, Ready only when the index exists, and
+ * paths that try to leave the site's root.
+ *
+ *   test_e2e_sites CASE
+ */
+#include "../harness.h"
+#include "test_serving_common.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define WAIT_MS 20000
+#define SITE_PATH(name) NS("default") "/sites/" name
+
+/* ---- raw HTTP ------------------------------------------------------------- */
+
+typedef struct raw_resp {
+    int status;
+    char head[8192]; /* the header block, lowercase names kept as sent */
+    char *body;      /* malloc, NUL-terminated */
+    size_t len;
+} raw_resp;
+
+static void raw_free(raw_resp *r)
+{
+    free(r->body);
+    r->body = NULL;
+}
+
+/* One request on a new connection to the data plane: `target` exactly as
+ * given (no normalization on our side), `headers` extra lines each ending
+ * with "\r\n" (NULL: none; a Host line replaces the default). 0 when an
+ * answer came. */
+static int raw(env *e, const char *method, const char *target, const char *headers, raw_resp *r)
+{
+    memset(r, 0, sizeof(*r));
+    const char *port = strrchr(e->dp_base, ':');
+    if (!port)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port + 1))};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct timeval tv = {30, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    char req[4096];
+    int n = snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\n%s%sConnection: close\r\n\r\n", method,
+                     target, headers && strstr(headers, "Host:") ? "" : "Host: 127.0.0.1\r\n",
+                     headers ? headers : "");
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return -1;
+    }
+    funcd_buf in = FUNCD_BUF_INIT;
+    char buf[65536];
+    ssize_t got;
+    while ((got = read(fd, buf, sizeof(buf))) > 0)
+        funcd_buf_append(&in, buf, (size_t)got);
+    close(fd);
+    char *end = in.data ? strstr(in.data, "\r\n\r\n") : NULL;
+    if (!end || sscanf(in.data, "HTTP/1.%*d %d", &r->status) != 1) {
+        funcd_buf_free(&in);
+        return -1;
+    }
+    size_t hl = (size_t)(end - in.data);
+    snprintf(r->head, sizeof(r->head), "%.*s\r\n", (int)(hl < sizeof(r->head) - 3 ? hl : 0),
+             in.data);
+    r->len = in.len - hl - 4;
+    r->body = malloc(r->len + 1);
+    memcpy(r->body, end + 4, r->len);
+    r->body[r->len] = '\0';
+    funcd_buf_free(&in);
+    return 0;
+}
+
+/* The value of header `name` ("" when absent), in a static buffer. */
+static const char *hdr(const raw_resp *r, const char *name)
+{
+    static char out[512];
+    out[0] = '\0';
+    size_t nl = strlen(name);
+    for (const char *p = strstr(r->head, "\r\n"); p && p[2]; p = strstr(p + 2, "\r\n")) {
+        const char *line = p + 2;
+        if (strncasecmp(line, name, nl) == 0 && line[nl] == ':') {
+            const char *v = line + nl + 1;
+            while (*v == ' ')
+                v++;
+            size_t vl = strcspn(v, "\r");
+            snprintf(out, sizeof(out), "%.*s", (int)vl, v);
+            break;
+        }
+    }
+    return out;
+}
+
+/* ---- sites through the control plane ------------------------------------------ */
+
+static long put_site(env *e, const char *method, const char *token, const char *name,
+                     const char *spec)
+{
+    char body[2048], path[256];
+    snprintf(body, sizeof(body),
+             "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Site\",\"metadata\":{\"name\":\"%s\"},"
+             "\"spec\":%s}",
+             name, spec);
+    if (strcmp(method, "POST") == 0)
+        snprintf(path, sizeof(path), NS("default") "/sites");
+    else
+        snprintf(path, sizeof(path), NS("default") "/sites/%s", name);
+    return env_req(e, method, path, token, body);
+}
+
+/* Waits until the Site's status is of its generation with Ready `want`;
+ * e->r holds the last GET. */
+static int wait_site(env *e, const char *name, const char *want, int timeout_ms)
+{
+    char path[256];
+    snprintf(path, sizeof(path), NS("default") "/sites/%s", name);
+    int64_t deadline = e2e_now_ms() + timeout_ms;
+    do {
+        if (env_req(e, "GET", path, DEV_TOKEN, NULL) == 200) {
+            const cJSON *md = cJSON_GetObjectItemCaseSensitive(e->r.json, "metadata");
+            const cJSON *st = cJSON_GetObjectItemCaseSensitive(e->r.json, "status");
+            double gen = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(md, "generation"));
+            double seen =
+                cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "observedGeneration"));
+            const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(st, "conditions"), 0);
+            if (gen == seen && c && jstr(c, "status") && strcmp(jstr(c, "status"), want) == 0)
+                return 1;
+        }
+        env_sleep_ms(20);
+    } while (e2e_now_ms() < deadline);
+    return 0;
+}
+
+/* The Ready condition's `field` of the last GET (e->r). */
+static const char *ready_field(env *e, const char *field)
+{
+    const cJSON *c = cJSON_GetArrayItem(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(e->r.json, "status"),
+                                         "conditions"),
+        0);
+    return jstr(c, field);
+}
+
+/* Uploads a bundle of `entries` and writes its digest. 0 on success. */
+static int bundle(env *e, const sv_entry *entries, size_t n, char digest[80])
+{
+    void *tgz;
+    size_t len;
+    if (sv_targz(entries, n, &tgz, &len) != 0)
+        return -1;
+    long st = sv_upload(e, tgz, len);
+    free(tgz);
+    const char *d = jstr(e->r.json, "digest");
+    if ((st != 200 && st != 201) || !d)
+        return -1;
+    snprintf(digest, 80, "%s", d);
+    return 0;
+}
+
+static const char index_html[] = "<!doctype html><title>home</title>INDEX-PAGE\n";
+static const char not_found_html[] = "<!doctype html><title>gone</title>NOT-FOUND-PAGE\n";
+static const char app_js[] = "console.log('0123456789abcdefghijklmnopqrstuvwxyz');\n";
+static const char style_css[] = "body { color: black; } /* plain */\n";
+/* Not really gzip: the test only checks which variant was chosen. */
+static const char style_css_gz[] = "GZIP-VARIANT-OF-STYLE\n";
+
+static int web_bundle(env *e, char digest[80])
+{
+    const sv_entry entries[] = {
+        {"index.html", index_html, 0644},        {"404.html", not_found_html, 0644},
+        {"app.js", app_js, 0644},                {"css", NULL, 0755},
+        {"css/style.css", style_css, 0644},      {"css/style.css.gz", style_css_gz, 0644},
+        {"docs", NULL, 0755},                    {"docs/index.html", "DOCS-INDEX\n", 0644},
+    };
+    return bundle(e, entries, sizeof(entries) / sizeof(entries[0]), digest);
+}
+
+/* ---- cases ---------------------------------------------------------------------- */
+
+/* The index, files with their types, validators, conditional requests,
+ * ranges, HEAD, gzip siblings, Cache-Control, a directory without its '/'. */
+SV_TEST(serve_files)
+{
+    char digest[80], spec[512];
+    CHECK(web_bundle(e, digest) == 0);
+    snprintf(spec, sizeof(spec),
+             "{\"source\":{\"bundle\":\"%s\"},\"cache\":{\"maxAge\":3600,\"immutable\":true}}",
+             digest);
+    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "web", spec), 201);
+    CHECK(wait_site(e, "web", "True", WAIT_MS));
+    CHECK_STR(ready_field(e, "reason"), "Serving");
+
+    raw_resp r;
+    CHECK(raw(e, "GET", "/site/default/web/", NULL, &r) == 0);
+    CHECK_INT(r.status, 200);
+    CHECK_STR(r.body, index_html);
+    CHECK_CONTAINS(hdr(&r, "content-type"), "text/html");
+    CHECK_STR(hdr(&r, "cache-control"), "public, max-age=3600, immutable");
+    char etag[128], lm[128];
+    snprintf(etag, sizeof(etag), "%s", hdr(&r, "etag"));
+    snprintf(lm, sizeof(lm), "%s", hdr(&r, "last-modified"));
+    CHECK(etag[0] == '"');
+    CHECK(lm[0] != '\0');
+    raw_free(&r);
+
+    /* The site's root without its '/' is redirected to it. */
+    CHECK(raw(e, "GET", "/site/default/web?x=1", NULL, &r) == 0);
+    CHECK_INT(r.status, 301);
+    CHECK_STR(hdr(&r, "location"), "/site/default/web/?x=1");
+    raw_free(&r);
+    CHECK(raw(e, "GET", "/site/default/web/docs", NULL, &r) == 0);
+    CHECK_INT(r.status, 301);
+    CHECK_STR(hdr(&r, "location"), "/site/default/web/docs/");
+    raw_free(&r);
+    CHECK(raw(e, "GET", "/site/default/web/docs/", NULL, &r) == 0);
+    CHECK_INT(r.status, 200);
+    CHECK_STR(r.body, "DOCS-INDEX\n");
+    raw_free(&r);
+
+    /* If-None-Match: 304 with no body; another tag: the file. */
+    char h[512];
+    snprintf(h, sizeof(h), "If-None-Match: \"other\", %s\r\n", etag);
+    CHECK(raw(e, "GET", "/site/default/web/index.html", h, &r) == 0);
+    CHECK_INT(r.status, 304);
+    CHECK_INT(r.len, 0);
+    CHECK_STR(hdr(&r, "etag"), etag);
+    raw_free(&r);
+    CHECK(raw(e, "GET", "/site/default/web/index.html", "If-None-Match: \"other\"\r\n", &r) == 0);
+    CHECK_INT(r.status, 200);
+    CHECK_STR(r.body, index_html);
+    raw_free(&r);
+    /* If-Modified-Since: the file's own date is 304, an older one 200. */
+    snprintf(h, sizeof(h), "If-Modified-Since: %s\r\n", lm);
+    CHECK(raw(e, "GET", "/site/default/web/", h, &r) == 0);
+    CHECK_INT(r.status, 304);
+    raw_free(&r);
+    CHECK(raw(e, "GET", "/site/default/web/", "If-Modified-Since: Thu, 01 Jan 1970 00:00:01 GMT\r\n",
+              &r) == 0);
+    CHECK_INT(r.status, 200);
+    raw_free(&r);
+
+    /* Ranges. */
+    CHECK(raw(e, "GET", "/site/default/web/app.js", "Range: bytes=13-22\r\n", &r) == 0);
+    CHECK_INT(r.status, 206);
+    CHECK_STR(r.body, "0123456789");
+    char want[64];
+    snprintf(want, sizeof(want), "bytes 13-22/%zu", sizeof(app_js) - 1);
+    CHECK_STR(hdr(&r, "content-range"), want);
+    CHECK_CONTAINS(hdr(&r, "content-type"), "javascript");
+    raw_free(&r);
+    CHECK(raw(e, "GET", "/site/default/web/app.js", "Range: bytes=-4\r\n", &r) == 0);
+    CHECK_INT(r.status, 206);
+    CHECK_STR(r.body, "');\n");
+    raw_free(&r);
+    CHECK(raw(e, "GET", "/site/default/web/app.js", "Range: bytes=100000-\r\n", &r) == 0);
+    CHECK_INT(r.status, 416);
+    snprintf(want, sizeof(want), "bytes */%zu", sizeof(app_js) - 1);
+    CHECK_STR(hdr(&r, "content-range"), want);
+    raw_free(&r);
+    /* If-Range of another version: the whole file. */
+    CHECK(raw(e, "GET", "/site/default/web/app.js", "Range: bytes=0-3\r\nIf-Range: \"old\"\r\n",
+              &r) == 0);
+    CHECK_INT(r.status, 200);
+    CHECK_STR(r.body, app_js);
+    raw_free(&r);
+
+    /* HEAD: the length, no body. */
+    CHECK(raw(e, "HEAD", "/site/default/web/app.js", NULL, &r) == 0);
+    CHECK_INT(r.status, 200);
+    snprintf(want, sizeof(want), "%zu", sizeof(app_js) - 1);
+    CHECK_STR(hdr(&r, "content-length"), want);
+    CHECK_INT(r.len, 0);
+    raw_free(&r);
+
+    /* A precompressed sibling when the client takes gzip. */
+    CHECK(raw(e, "GET", "/site/default/web/css/style.css", "Accept-Encoding: br, gzip\r\n",
+              &r) == 0);
+    CHECK_INT(r.status, 200);
+    CHECK_STR(r.body, style_css_gz);
+    CHECK_STR(hdr(&r, "content-encoding"), "gzip");
+    CHECK_STR(hdr(&r, "vary"), "Accept-Encoding");
+    CHECK_CONTAINS(hdr(&r, "content-type"), "text/css");
+    raw_free(&r);
+    CHECK(raw(e, "GET", "/site/default/web/css/style.css", "Accept-Encoding: gzip;q=0\r\n",
+              &r) == 0);
+    CHECK_STR(r.body, style_css);
+    CHECK_STR(hdr(&r, "content-encoding"), "");
+    CHECK_STR(hdr(&r, "vary"), "Accept-Encoding");
+    raw_free(&r);
+    CHECK(raw(e, "GET", "/site/default/web/css/style.css", NULL, &r) == 0);
+    CHECK_STR(r.body, style_css);
+    raw_free(&r);
+
+    /* Files only: no writes; no such file, no such site. */
+    CHECK(raw(e, "POST", "/site/default/web/index.html", "Content-Length: 0\r\n", &r) == 0);
+    CHECK_INT(r.status, 405);
+    CHECK_STR(hdr(&r, "allow"), "GET, HEAD");
+    raw_free(&r);
+    CHECK(raw(e, "GET", "/site/default/web/nope.txt", NULL, &r) == 0);
+    CHECK_INT(r.status, 404);
+    raw_free(&r);
+    CHECK(raw(e, "GET", "/site/default/nosite/", NULL, &r) == 0);
+    CHECK_INT(r.status, 404);
+    CHECK_CONTAINS(r.body, "nosite");
+    raw_free(&r);
+
+    /* A raw Cache-Control string is sent as it is. */
+    snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"},\"cache\":\"no-store\"}",
+             digest);
+    CHECK_INT(put_site(e, "PUT", DEV_TOKEN, "web", spec), 200);
+    CHECK(wait_site(e, "web", "True", WAIT_MS));
+    CHECK(raw(e, "GET", "/site/default/web/", NULL, &r) == 0);
+    CHECK_STR(hdr(&r, "cache-control"), "no-store");
+    raw_free(&r);
+
+    /* Deleted: gone from the data plane. */
+    CHECK_INT(env_req(e, "DELETE", SITE_PATH("web"), DEV_TOKEN, NULL), 200);
+    int64_t deadline = e2e_now_ms() + WAIT_MS;
+    int status = 0;
+    do {
+        CHECK(raw(e, "GET", "/site/default/web/", NULL, &r) == 0);
+        status = r.status;
+        raw_free(&r);
+        if (status != 404)
+            env_sleep_ms(20);
+    } while (status != 404 && e2e_now_ms() < deadline);
+    CHECK_INT(status, 404);
+}
+
+/* spec.notFound is served with 404; spec.spa sends routes to the index. */
+SV_TEST(not_found_and_spa)
+{
+    char digest[80], spec[512];
+    CHECK(web_bundle(e, digest) == 0);
+    snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"},\"notFound\":\"404.html\"}",
+             digest);
+    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "plain", spec), 201);
+    snprintf(spec, sizeof(spec),
+             "{\"source\":{\"bundle\":\"%s\"},\"notFound\":\"404.html\",\"spa\":true}", digest);
+    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "app", spec), 201);
+    CHECK(wait_site(e, "plain", "True", WAIT_MS));
+    CHECK(wait_site(e, "app", "True", WAIT_MS));
+
+    raw_resp r;
+    CHECK(raw(e, "GET", "/site/default/plain/no/such/page", NULL, &r) == 0);
+    CHECK_INT(r.status, 404);
+    CHECK_STR(r.body, not_found_html);
+    CHECK_CONTAINS(hdr(&r, "content-type"), "text/html");
+    raw_free(&r);
+    /* A route of the app: its index. */
+    CHECK(raw(e, "GET", "/site/default/app/users/42", NULL, &r) == 0);
+    CHECK_INT(r.status, 200);
+    CHECK_STR(r.body, index_html);
+    raw_free(&r);
+    /* A missing asset (it has an extension) is not a route. */
+    CHECK(raw(e, "GET", "/site/default/app/missing.js", NULL, &r) == 0);
+    CHECK_INT(r.status, 404);
+    CHECK_STR(r.body, not_found_html);
+    raw_free(&r);
+    /* Files still win over the fallback. */
+    CHECK(raw(e, "GET", "/site/default/app/app.js", NULL, &r) == 0);
+    CHECK_INT(r.status, 200);
+    CHECK_STR(r.body, app_js);
+    raw_free(&r);
+
+    /* A notFound page that is not there keeps the Site from being Ready. */
+    snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"},\"notFound\":\"gone.html\"}",
+             digest);
+    CHECK_INT(put_site(e, "PUT", DEV_TOKEN, "plain", spec), 200);
+    CHECK(wait_site(e, "plain", "False", WAIT_MS));
+    CHECK_STR(ready_field(e, "reason"), "NotFoundPageMissing");
+    CHECK_CONTAINS(ready_field(e, "message"), "spec.notFound gone.html");
+}
+
+/* spec.hosts: the site on those Host names, at /, every path of them. */
+SV_TEST(host_routing)
+{
+    char digest[80], spec[512];
+    CHECK(web_bundle(e, digest) == 0);
+    snprintf(spec, sizeof(spec),
+             "{\"source\":{\"bundle\":\"%s\"},\"hosts\":[\"www.example.test\",\"example.test\"]}",
+             digest);
+    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "home", spec), 201);
+    CHECK(wait_site(e, "home", "True", WAIT_MS));
+    CHECK_CONTAINS(ready_field(e, "message"), "www.example.test");
+
+    raw_resp r;
+    CHECK(raw(e, "GET", "/", "Host: www.example.test\r\n", &r) == 0);
+    CHECK_INT(r.status, 200);
+    CHECK_STR(r.body, index_html);
+    raw_free(&r);
+    CHECK(raw(e, "GET", "/app.js", "Host: EXAMPLE.test:8080\r\n", &r) == 0);
+    CHECK_INT(r.status, 200);
+    CHECK_STR(r.body, app_js);
+    raw_free(&r);
+    /* Another host is the gateway's as before. */
+    CHECK(raw(e, "GET", "/", "Host: other.test\r\n", &r) == 0);
+    CHECK_INT(r.status, 404);
+    CHECK_CONTAINS(r.body, "/fn/");
+    raw_free(&r);
+    /* The site's path still works. */
+    CHECK(raw(e, "GET", "/site/default/home/app.js", "Host: other.test\r\n", &r) == 0);
+    CHECK_INT(r.status, 200);
+    raw_free(&r);
+
+    /* A host another Site serves is refused, naming it. */
+    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "copy", spec), 201);
+    CHECK(wait_site(e, "copy", "False", WAIT_MS));
+    CHECK_STR(ready_field(e, "reason"), "HostConflict");
+    CHECK_CONTAINS(ready_field(e, "message"), "default/home");
+    /* Once the first one goes, the second takes the host. */
+    CHECK_INT(env_req(e, "DELETE", SITE_PATH("home"), DEV_TOKEN, NULL), 200);
+    CHECK(wait_site(e, "copy", "True", WAIT_MS));
+    CHECK(raw(e, "GET", "/", "Host: www.example.test\r\n", &r) == 0);
+    CHECK_INT(r.status, 200);
+    raw_free(&r);
+}
+
+/* Ready only when spec.index is in the files; until then 503. */
+SV_TEST(index_missing)
+{
+    const sv_entry entries[] = {{"main.html", index_html, 0644}};
+    char digest[80], spec[512];
+    CHECK(bundle(e, entries, 1, digest) == 0);
+    snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"}}", digest);
+    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "bare", spec), 201);
+    CHECK(wait_site(e, "bare", "False", WAIT_MS));
+    CHECK_STR(ready_field(e, "reason"), "IndexMissing");
+    CHECK_CONTAINS(ready_field(e, "message"), "spec.index index.html");
+    raw_resp r;
+    CHECK(raw(e, "GET", "/site/default/bare/main.html", NULL, &r) == 0);
+    CHECK_INT(r.status, 503);
+    CHECK_CONTAINS(r.body, "Ready");
+    raw_free(&r);
+
+    snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"},\"index\":\"main.html\"}",
+             digest);
+    CHECK_INT(put_site(e, "PUT", DEV_TOKEN, "bare", spec), 200);
+    CHECK(wait_site(e, "bare", "True", WAIT_MS));
+    CHECK(raw(e, "GET", "/site/default/bare/", NULL, &r) == 0);
+    CHECK_INT(r.status, 200);
+    CHECK_STR(r.body, index_html);
+    raw_free(&r);
+
+    /* A bundle never uploaded. */
+    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "ghost",
+                       "{\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"}}"), 201);
+    CHECK(wait_site(e, "ghost", "False", WAIT_MS));
+    CHECK_STR(ready_field(e, "reason"), "ArtifactFailed");
+}
+
+/* The platform's default index (funcd_with_site_default_index). */
+SV_TEST_WITH(default_index_option, funcd_with_site_default_index("home.htm"), NULL)
+{
+    const sv_entry entries[] = {{"home.htm", "HOME\n", 0644}};
+    char digest[80], spec[512];
+    CHECK(bundle(e, entries, 1, digest) == 0);
+    snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"}}", digest);
+    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "h", spec), 201);
+    CHECK(wait_site(e, "h", "True", WAIT_MS));
+    raw_resp r;
+    CHECK(raw(e, "GET", "/site/default/h/", NULL, &r) == 0);
+    CHECK_INT(r.status, 200);
+    CHECK_STR(r.body, "HOME\n");
+    raw_free(&r);
+}
+
+static int write_file(const char *dir, const char *name, const char *content)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    fputs(content, f);
+    return fclose(f);
+}
+
+/* Paths that try to leave the site's root: "..", encoded, symbolic links
+ * out; a link inside the root is followed. A path source is read per
+ * request: a changed file is served changed. */
+SV_TEST(traversal_refused)
+{
+    char base[256], root[300], outside[300];
+    CHECK(sv_tempdir(base, sizeof(base)) == 0);
+    snprintf(root, sizeof(root), "%s/site", base);
+    snprintf(outside, sizeof(outside), "%s/secret", base);
+    CHECK(mkdir(root, 0755) == 0);
+    CHECK(mkdir(outside, 0755) == 0);
+    CHECK(write_file(root, "index.html", index_html) == 0);
+    CHECK(write_file(outside, "key.txt", "TOP-SECRET\n") == 0);
+    char link[400], sub[400];
+    snprintf(link, sizeof(link), "%s/out", root);
+    CHECK(symlink(outside, link) == 0); /* a directory link out */
+    snprintf(link, sizeof(link), "%s/key.txt", root);
+    CHECK(symlink("../secret/key.txt", link) == 0); /* a relative file link out */
+    snprintf(link, sizeof(link), "%s/abs.txt", root);
+    snprintf(sub, sizeof(sub), "%s/key.txt", outside);
+    CHECK(symlink(sub, link) == 0); /* an absolute one */
+    snprintf(link, sizeof(link), "%s/home.html", root);
+    CHECK(symlink("index.html", link) == 0); /* inside: fine */
+
+    char spec[600];
+    snprintf(spec, sizeof(spec), "{\"source\":{\"path\":\"%s\"}}", root);
+    /* A host path is the operator's. */
+    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "t", spec), 403);
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "spec.source.path");
+    CHECK_INT(put_site(e, "POST", ADMIN_TOKEN, "t", spec), 201);
+    CHECK(wait_site(e, "t", "True", WAIT_MS));
+
+    static const char *const attempts[] = {
+        "/site/default/t/../../../secret/key.txt",
+        "/site/default/t/%2e%2e/%2e%2e/%2e%2e/secret/key.txt",
+        "/site/default/t/%2E%2E%2F%2E%2E%2Fsecret%2Fkey.txt",
+        "/site/default/t/..%2f..%2fsecret/key.txt",
+        "/site/default/t/.%2e/secret/key.txt",
+        "/site/default/t/out/key.txt",
+        "/site/default/t/key.txt",
+        "/site/default/t/abs.txt",
+        "/site/default/t//out/key.txt",
+        "/site/default/t/%00/../key.txt",
+    };
+    raw_resp r;
+    for (size_t i = 0; i < sizeof(attempts) / sizeof(attempts[0]); i++) {
+        CHECK(raw(e, "GET", attempts[i], NULL, &r) == 0);
+        if (strstr(r.body, "TOP-SECRET") || r.status == 200)
+            FAILF("%s: HTTP %d: %s", attempts[i], r.status, r.body);
+        raw_free(&r);
+    }
+    /* The same by Host. */
+    snprintf(spec, sizeof(spec), "{\"source\":{\"path\":\"%s\"},\"hosts\":[\"t.test\"]}", root);
+    CHECK_INT(put_site(e, "PUT", ADMIN_TOKEN, "t", spec), 200);
+    CHECK(wait_site(e, "t", "True", WAIT_MS));
+    static const char *const by_host[] = {"/../secret/key.txt", "/%2e%2e/secret/key.txt",
+                                          "/out/key.txt", "/key.txt"};
+    for (size_t i = 0; i < sizeof(by_host) / sizeof(by_host[0]); i++) {
+        CHECK(raw(e, "GET", by_host[i], "Host: t.test\r\n", &r) == 0);
+        if (strstr(r.body, "TOP-SECRET") || r.status == 200)
+            FAILF("Host t.test %s: HTTP %d: %s", by_host[i], r.status, r.body);
+        raw_free(&r);
+    }
+    /* A link that stays inside is served. */
+    CHECK(raw(e, "GET", "/site/default/t/home.html", NULL, &r) == 0);
+    CHECK_INT(r.status, 200);
+    CHECK_STR(r.body, index_html);
+    raw_free(&r);
+    /* Read per request. */
+    CHECK(write_file(root, "index.html", "CHANGED\n") == 0);
+    CHECK(raw(e, "GET", "/site/default/t/", NULL, &r) == 0);
+    CHECK_STR(r.body, "CHANGED\n");
+    raw_free(&r);
+}
+
+/* Bad specs name their field. */
+SV_TEST(bad_specs)
+{
+    static const struct {
+        const char *spec, *field;
+    } bad[] = {
+        {"{}", "spec.source"},
+        {"{\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"},\"index\":\"../x.html\"}", "spec.index"},
+        {"{\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"},\"index\":\"/x.html\"}", "spec.index"},
+        {"{\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"},\"notFound\":7}", "spec.notFound"},
+        {"{\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"},\"spa\":\"yes\"}", "spec.spa"},
+        {"{\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"},\"hosts\":[\"Bad Host\"]}",
+         "spec.hosts[0]"},
+        {"{\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"},\"hosts\":[\"a.test\",\"a.test\"]}",
+         "spec.hosts[1]"},
+        {"{\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"},\"cache\":{\"maxAge\":-1}}",
+         "spec.cache.maxAge"},
+        {"{\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"},\"cache\":\"a\\nb\"}", "spec.cache"},
+        {"{\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"},\"other\":1}", "spec.other"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        long st = put_site(e, "POST", DEV_TOKEN, "bad", bad[i].spec);
+        if (st != 400 && st != 422)
+            FAILF("%s: HTTP %ld: %s", bad[i].spec, st, e->r.body);
+        CHECK_CONTAINS(jstr(e->r.json, "message"), bad[i].field);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *only = argc > 1 ? argv[1] : NULL;
+    int ran = 0;
+    sv_init();
+    SV_RUN(only, ran, serve_files);
+    SV_RUN(only, ran, not_found_and_spa);
+    SV_RUN(only, ran, host_routing);
+    SV_RUN(only, ran, index_missing);
+    SV_RUN(only, ran, default_index_option);
+    SV_RUN(only, ran, traversal_refused);
+    SV_RUN(only, ran, bad_specs);
+    e2e_client_global_cleanup();
+    if (only && !ran) {
+        fprintf(stderr, "no case %s\n", only);
+        return 2;
+    }
+    return HARNESS_END();
+}
