@@ -109,16 +109,9 @@ static int check_webhook(funcd__api_ctx *c, const cJSON *item, const void *unuse
     return FUNCD__API_CHECK_OBJECT(c, item, webhook_fields);
 }
 
-static int check_workflow(funcd__api_ctx *c, const cJSON *item, const void *unused)
-{
-    /* Until the Workflow kind exists nothing could run one. */
-    return funcd__api_fail(c, "workflows are not available: name a function "
-                              "(spec.target.function)");
-}
-
 static const funcd__api_field target_fields[] = {
     {"function", 0, funcd__api_check_dns_label, NULL},
-    {"workflow", 0, check_workflow, NULL},
+    {"workflow", 0, funcd__api_check_dns_label, NULL},
 };
 
 static int check_target(funcd__api_ctx *c, const cJSON *item, const void *unused)
@@ -126,8 +119,11 @@ static int check_target(funcd__api_ctx *c, const cJSON *item, const void *unused
     int rc = FUNCD__API_CHECK_OBJECT(c, item, target_fields);
     if (rc < 0)
         return rc;
-    if (!funcd__api_member(item, "function"))
-        return funcd__api_fail(c, "must name a function: {function: NAME}");
+    int fn = funcd__api_member(item, "function") != NULL;
+    int wf = funcd__api_member(item, "workflow") != NULL;
+    if (fn == wf)
+        return funcd__api_fail(c, "must name one function or one workflow: {function: NAME} or "
+                                  "{workflow: NAME}");
     return 0;
 }
 

@@ -106,7 +106,7 @@ static void start_run(funcd_cp *cp, const funcd_cp_request *req, const char *ns,
                                          "conditions"),
         0);
     const char *ready = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cond, "status"));
-    char where[128], why[256], field[160], key[300];
+    char where[128], why[256], field[160];
     if (rc == FUNCD_ENOTFOUND) {
         funcd_cp_status(resp, 404, "NotFound", NULL, "workflow %s/%s not found", ns, name);
     } else if (rc < 0) {
@@ -124,16 +124,8 @@ static void start_run(funcd_cp *cp, const funcd_cp_request *req, const char *ns,
     } else if (!(run = funcd_workflow_run_new(ns, wf, input))) {
         funcd_cp_status(resp, 500, "InternalError", NULL, "out of memory creating the run");
     } else {
-        const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(run, "metadata"), "name"));
-        char *text = cJSON_PrintUnformatted(run);
         uint64_t rev = 0;
-        rc = funcd_workflow_run_key(key, sizeof(key), FUNCD_WORKFLOW_RUNS_PREFIX, ns, id);
-        if (rc == 0)
-            rc = text ? funcd_port_store_put(cp->store, key, text, strlen(text),
-                                             FUNCD_STORE_ABSENT, &rev)
-                      : funcd_error_set(FUNCD_ENOMEM, "out of memory");
-        free(text);
+        rc = funcd_workflow_run_store(cp->store, ns, run, &rev);
         if (rc < 0) {
             store_error(resp, rc, "storing the run");
         } else {

@@ -156,11 +156,21 @@ int funcd__evs_emit(src *x, const char *id, const char *type, const char *subjec
         .timeout_ms = x->timeout_ms,
     };
     funcd_evsources *s = x->owner;
-    int rc = s->cfg.submit ? s->cfg.submit(&ev, s->cfg.submit_payload)
+    int rc;
+    if (x->workflow[0]) {
+        rc = funcd__evs_start_run(x, id, headers, body, len);
+        if (rc < 0) {
+            funcd__evs_error(x, "event %s started no run of workflow %s: %s", id, x->workflow,
+                             funcd_error_last()->message);
+            return rc;
+        }
+    } else {
+        rc = s->cfg.submit ? s->cfg.submit(&ev, s->cfg.submit_payload)
                            : funcd_error_set(FUNCD_EUNAVAILABLE, "no delivery queue");
-    if (rc < 0) {
-        funcd__evs_error(x, "event %s was not queued: %s", id, funcd_error_last()->message);
-        return rc;
+        if (rc < 0) {
+            funcd__evs_error(x, "event %s was not queued: %s", id, funcd_error_last()->message);
+            return rc;
+        }
     }
     if (id_out)
         snprintf(id_out, 64, "%s", id);
@@ -526,7 +536,9 @@ static int src_configure(funcd_evsources *s, src *x, const cJSON *obj)
     const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "type"));
     const cJSON *target = cJSON_GetObjectItemCaseSensitive(spec, "target");
     const char *fn = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(target, "function"));
+    const char *wf = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(target, "workflow"));
     snprintf(x->function, sizeof(x->function), "%s", fn ? fn : "");
+    snprintf(x->workflow, sizeof(x->workflow), "%s", wf && !fn ? wf : "");
     const cJSON *del = cJSON_GetObjectItemCaseSensitive(spec, "delivery");
     const cJSON *att = cJSON_GetObjectItemCaseSensitive(del, "attempts");
     x->attempts = cJSON_IsNumber(att) ? (unsigned)att->valuedouble : 0;

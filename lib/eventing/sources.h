@@ -68,6 +68,9 @@ typedef struct funcd_evsources_config {
     uint64_t status_ms;            /* how often status is written; 0: 1 s */
     funcd_evsources_submit_fn submit;
     void *submit_payload;
+    /* ---- added after the first version ---- */
+    size_t workflow_payload_limit; /* the largest run input an event makes; 0: 1 MiB */
+    struct funcd_metrics *metrics; /* events that start workflow runs are counted here; NULL */
 } funcd_evsources_config;
 
 int funcd_evsources_new(funcd_evsources **out, const funcd_evsources_config *cfg);

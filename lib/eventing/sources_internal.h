@@ -19,6 +19,7 @@ typedef struct src {
     double generation;
     src_type type;
     char function[64];
+    char workflow[64];    /* target.workflow: each event starts a run (sources_workflow.c) */
     unsigned attempts;
     uint64_t backoff_initial_ms, backoff_max_ms, timeout_ms;
     /* cron */
@@ -76,6 +77,14 @@ int funcd__evs_emit(src *x, const char *id, const char *type, const char *subjec
  * source's uid and the parts. */
 void funcd__evs_id(const src *x, const char *a, const char *b, char out[64]);
 void funcd__evs_error(src *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* sources_workflow.c: the event (its ce-* `headers`, name, value, ...,
+ * NULL) starts a run of x->workflow, once per event id. 0 (also when that
+ * run exists already); FUNCD_EINVAL when the event does not fit the
+ * Workflow (its input schema, the payload limit), FUNCD_ENOTFOUND when
+ * there is no such Workflow, or a store error; funcd_error_last() says
+ * which. */
+int funcd__evs_start_run(src *x, const char *id, const char *const *headers, const void *body,
+                         size_t len);
 /* On the loop: a webhook call for this component. */
 void funcd__evs_webhook_run(funcd_evsources *s, struct funcd_gw_call *call);
 

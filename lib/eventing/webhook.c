@@ -170,6 +170,10 @@ void funcd__evs_webhook_run(funcd_evsources *s, struct funcd_gw_call *call)
     int rc = funcd__evs_emit(x, sender_id ? id : NULL, type ? type : "dev.funcd.webhook",
                              subject, funcd_now_ms(), funcd_gw_call_header(call, "content-type"),
                              body, len, out_id);
+    if (rc == FUNCD_EINVAL) { /* it does not fit the target workflow: sending it again won't */
+        funcd_gw_call_answer_status(call, 400, "BadRequest", "%s", funcd_error_last()->message);
+        return;
+    }
     if (rc < 0) {
         funcd_gw_call_answer_status(call, 503, "ServiceUnavailable",
                                     "the event could not be queued: %s; send it again later",

@@ -514,6 +514,8 @@ static int make_evsources(funcd_platform *p)
         .blob_poll_ms = p->cfg.blob_poll_ms,
         .submit = funcd_evsources_queue_submit, /* their events into the delivery queue */
         .submit_payload = p->queue,
+        .workflow_payload_limit = (size_t)p->cfg.wf_payload_limit,
+        .metrics = p->metrics,
     };
     int rc = funcd_evsources_new(&p->evsources, &ec);
     if (rc == 0)

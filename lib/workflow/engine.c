@@ -43,6 +43,7 @@ struct funcd_workflows {
     funcd_store_watch *watch;
     run *runs;
     int stopping;
+    int64_t next_full_ms; /* the next scan of every run record (retention, lost index entries) */
 };
 
 struct run {
@@ -193,6 +194,15 @@ static cJSON *step_status(run *r, size_t i)
 }
 
 /* Writes the record; 0, or -1 after dropping the run. */
+/* Takes a run out of the index of unfinished runs (its record says it
+ * finished; a failure leaves the entry, which the next tick removes). */
+static void forget_active(funcd_workflows *w, const char *ns, const char *id)
+{
+    char key[300];
+    if (funcd_workflow_run_key(key, sizeof(key), FUNCD_WORKFLOW_ACTIVE_PREFIX, ns, id) == 0)
+        funcd_port_store_del(w->cfg.store, key, FUNCD_STORE_ANY, NULL);
+}
+
 static int persist(run *r)
 {
     char *text = cJSON_PrintUnformatted(r->doc);
@@ -208,6 +218,8 @@ static int persist(run *r)
         return -1;
     }
     r->rev = rev;
+    if (funcd_workflow_run_finished(r->doc)) /* no longer costs the tick anything */
+        forget_active(r->w, r->ns, r->id);
     return 0;
 }
 
@@ -819,8 +831,12 @@ static void cancel_runs(funcd_workflows *w)
                 run tmp = {.w = w, .doc = doc, .rev = sv.revision};
                 finish(&tmp, "Cancelled", "cancelled on request");
                 char *text = cJSON_PrintUnformatted(doc);
-                if (text)
-                    funcd_port_store_put(w->cfg.store, key, text, strlen(text), sv.revision, NULL);
+                if (text && funcd_port_store_put(w->cfg.store, key, text, strlen(text),
+                                                 sv.revision, NULL) == 0) {
+                    const cJSON *md = get(doc, "metadata");
+                    if (get_str(md, "namespace") && get_str(md, "name"))
+                        forget_active(w, get_str(md, "namespace"), get_str(md, "name"));
+                }
                 free(text);
             }
             cJSON_Delete(doc);
@@ -857,7 +873,11 @@ static int expired(const funcd_workflows *w, const char *value, size_t len)
     return at >= 0 && funcd_now_ms() - at >= (int64_t)w->cfg.retention_ms;
 }
 
-static void drive(funcd_workflows *w)
+/* Every run record: unfinished ones not in memory are loaded (and put
+ * back in the index if a crash left them out of it), finished ones past
+ * the retention deleted. At the start, then every minute (every half
+ * retention when that is shorter). */
+static void drive_all(funcd_workflows *w)
 {
     listing l = {0};
     if (funcd_port_store_list(w->cfg.store, FUNCD_WORKFLOW_RUNS_PREFIX, collect, &l, NULL) < 0) {
@@ -871,12 +891,72 @@ static void drive(funcd_workflows *w)
         cJSON *doc = cJSON_ParseWithLength(e->value, e->len);
         int finished = funcd_workflow_run_finished(doc);
         cJSON_Delete(doc);
-        if (!finished)
+        if (!finished) {
+            char active[300];
+            snprintf(active, sizeof(active), FUNCD_WORKFLOW_ACTIVE_PREFIX "%s",
+                     e->key + strlen(FUNCD_WORKFLOW_RUNS_PREFIX));
+            funcd_port_store_put(w->cfg.store, active, "{}", 2, FUNCD_STORE_ABSENT, NULL);
             load_run(w, e->key, e->value, e->len, e->rev);
-        else if (expired(w, e->value, e->len))
+        } else if (expired(w, e->value, e->len)) {
             funcd_port_store_del(w->cfg.store, e->key, e->rev, NULL);
+        }
     }
     listing_free(&l);
+}
+
+/* Each tick: only the index of unfinished runs, and the records it names
+ * that are not in memory yet. Entries of runs that finished or went are
+ * removed. */
+static void drive_active(funcd_workflows *w)
+{
+    listing l = {0};
+    if (funcd_port_store_list(w->cfg.store, FUNCD_WORKFLOW_ACTIVE_PREFIX, collect, &l, NULL) < 0) {
+        listing_free(&l);
+        return;
+    }
+    for (size_t i = 0; i < l.n && !w->stopping; i++) {
+        char key[300];
+        snprintf(key, sizeof(key), FUNCD_WORKFLOW_RUNS_PREFIX "%s",
+                 l.v[i].key + strlen(FUNCD_WORKFLOW_ACTIVE_PREFIX));
+        if (find_run(w, key))
+            continue;
+        funcd_store_value sv = {0};
+        int rc = funcd_port_store_get(w->cfg.store, key, &sv);
+        if (rc == FUNCD_ENOTFOUND) {
+            funcd_port_store_del(w->cfg.store, l.v[i].key, l.v[i].rev, NULL);
+            continue;
+        }
+        if (rc < 0)
+            break; /* the store: next tick */
+        cJSON *doc = cJSON_ParseWithLength(sv.value, sv.len);
+        int finished = funcd_workflow_run_finished(doc);
+        cJSON_Delete(doc);
+        if (finished)
+            funcd_port_store_del(w->cfg.store, l.v[i].key, l.v[i].rev, NULL);
+        else
+            load_run(w, key, sv.value, sv.len, sv.revision);
+        free(sv.value);
+    }
+    listing_free(&l);
+}
+
+static uint64_t full_every_ms(const funcd_workflows *w)
+{
+    uint64_t every = 60000;
+    if (w->cfg.retention_ms && w->cfg.retention_ms / 2 < every)
+        every = w->cfg.retention_ms / 2;
+    return every < w->cfg.tick_ms ? w->cfg.tick_ms : every;
+}
+
+static void drive(funcd_workflows *w)
+{
+    int64_t now = funcd_now_ms();
+    if (now >= w->next_full_ms) {
+        w->next_full_ms = now + (int64_t)full_every_ms(w);
+        drive_all(w);
+    } else {
+        drive_active(w);
+    }
 }
 
 /* ---- Workflow readiness ---------------------------------------------------------- */

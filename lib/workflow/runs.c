@@ -1,8 +1,10 @@
 /* Run records (workflow.h). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "funcd/sys/error.h"
+#include "port/store.h"
 #include "util/misc.h"
 #include "workflow/workflow.h"
 
@@ -31,11 +33,20 @@ static void random_hex(char *out, size_t digits)
 
 cJSON *funcd_workflow_run_new(const char *ns, const cJSON *workflow, const cJSON *input)
 {
+    return funcd_workflow_run_new_id(ns, workflow, input, NULL);
+}
+
+cJSON *funcd_workflow_run_new_id(const char *ns, const cJSON *workflow, const cJSON *input,
+                                 const char *given)
+{
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(workflow, "metadata");
     const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(md, "name"));
     char id[FUNCD_WORKFLOW_MAX_RUN_ID], rnd[17], now[40], trace[33], span[17], tp[64];
     random_hex(rnd, 10);
-    snprintf(id, sizeof(id), "%.63s-%s", name ? name : "run", rnd);
+    if (given)
+        snprintf(id, sizeof(id), "%s", given);
+    else
+        snprintf(id, sizeof(id), "%.63s-%s", name ? name : "run", rnd);
     random_hex(trace, 32);
     random_hex(span, 16);
     snprintf(tp, sizeof(tp), "00-%s-%s-01", trace, span);
@@ -93,4 +104,28 @@ int funcd_workflow_run_finished(const cJSON *run)
         cJSON_GetObjectItemCaseSensitive(run, "status"), "phase"));
     return phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0 ||
                      strcmp(phase, "Cancelled") == 0);
+}
+
+int funcd_workflow_run_store(funcd_store *s, const char *ns, const cJSON *run, uint64_t *rev)
+{
+    const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(run, "metadata"), "name"));
+    char key[300], active[300];
+    int rc = id ? funcd_workflow_run_key(key, sizeof(key), FUNCD_WORKFLOW_RUNS_PREFIX, ns, id)
+                : funcd_error_set(FUNCD_EINVAL, "a workflow run without an id");
+    if (rc == 0)
+        rc = funcd_workflow_run_key(active, sizeof(active), FUNCD_WORKFLOW_ACTIVE_PREFIX, ns, id);
+    if (rc < 0)
+        return rc;
+    char *text = cJSON_PrintUnformatted(run);
+    if (!text)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory storing a workflow run");
+    rc = funcd_port_store_put(s, key, text, strlen(text), FUNCD_STORE_ABSENT, rev);
+    free(text);
+    if (rc < 0)
+        return rc;
+    /* The record is what counts: without its index entry the engine still
+     * finds it at its next full scan. */
+    funcd_port_store_put(s, active, "{}", 2, FUNCD_STORE_ANY, NULL);
+    return 0;
 }

@@ -23,6 +23,10 @@
 /* A cancel asked for: its own key, so that the API never races the engine's
  * compare-and-swap on the run record. */
 #define FUNCD_WORKFLOW_CANCELS_PREFIX "/workflowcancels/"
+/* The index of unfinished runs: FUNCD_WORKFLOW_ACTIVE_PREFIX{ns}/{id} exists
+ * ("{}") from the run's creation until the engine wrote its final phase;
+ * the engine's tick lists it, not every run record. */
+#define FUNCD_WORKFLOW_ACTIVE_PREFIX "/workflowactive/"
 #define FUNCD_WORKFLOW_DEFAULT_PAYLOAD_LIMIT (1024 * 1024)
 #define FUNCD_WORKFLOW_DEFAULT_RETENTION_MS (7ull * 24 * 3600 * 1000)
 #define FUNCD_WORKFLOW_MAX_RUN_ID 96
@@ -47,6 +51,17 @@ int funcd_workflow_run_key(char *out, size_t len, const char *prefix, const char
 /* A new run record of `workflow` (a stored Workflow) with `input`
  * (borrowed JSON), in phase Pending, with a new id and traceparent. */
 cJSON *funcd_workflow_run_new(const char *ns, const cJSON *workflow, const cJSON *input);
+/* The same with the run id `id` ([a-z0-9-], at most FUNCD_WORKFLOW_MAX_RUN_ID - 1
+ * bytes; NULL: a new one). */
+cJSON *funcd_workflow_run_new_id(const char *ns, const cJSON *workflow, const cJSON *input,
+                                 const char *id);
+
+/* Stores a new run record (none of its id may exist) and then its entry in
+ * the index of unfinished runs (a crash between the two: the engine's
+ * periodic full scan adds the entry). 0 with the record's revision in
+ * *rev; FUNCD_EEXISTS when a run of that id exists; a store error. Any
+ * thread. */
+int funcd_workflow_run_store(funcd_store *s, const char *ns, const cJSON *run, uint64_t *rev);
 
 /* A stored record with metadata.resourceVersion set, or NULL. */
 cJSON *funcd_workflow_run_decode(const void *value, size_t len, uint64_t revision);

@@ -125,10 +125,11 @@ static long make_source(env *e, const char *name, const char *spec)
 
 SV_TEST_WITH(refused, NULL, NULL)
 {
-    CHECK_INT(make_source(e, "wf", "{\"type\":\"webhook\",\"target\":{\"workflow\":\"ingest\"}}"),
+    CHECK_INT(make_source(e, "wf", "{\"type\":\"webhook\",\"target\":{\"workflow\":\"ingest\","
+                          "\"function\":\"f\"}}"),
               400);
-    CHECK_STATUS(400, "BadRequest", "spec.target.workflow");
-    CHECK_CONTAINS(e->r.body, "workflows are not available");
+    CHECK_STATUS(400, "BadRequest", "spec.target");
+    CHECK_CONTAINS(e->r.body, "one function or one workflow");
     CHECK_INT(make_source(e, "tz", "{\"type\":\"cron\",\"cron\":{\"schedule\":\"0 9 * * *\","
                           "\"timezone\":\"Europe/Paris\"},\"target\":{\"function\":\"f\"}}"),
               400);

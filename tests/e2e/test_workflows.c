@@ -8,6 +8,8 @@
 #include "test_serving_common.h"
 #include "util/misc.h"
 
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define WF_PATH NS("default") "/workflows"
@@ -320,6 +322,228 @@ E2E_TEST(contracts)
     CHECK_INT(REQ("POST", RUNS("fits"), DEV_TOKEN, "{}"), 409);
 }
 
+/* ---- an EventSource targeting a workflow ------------------------------------ */
+
+static long hook(env *e, const char *ce_id, const char *body)
+{
+    char ce[128];
+    snprintf(ce, sizeof(ce), "ce-id: %s", ce_id);
+    const char *h[] = {"Content-Type: application/json", ce, "ce-type: com.example.order", NULL};
+    return e2e_http_send(e->dp, "POST", "/events/default/orders", NULL, h, body, strlen(body),
+                         &e->r);
+}
+
+/* The runs of workflow `wf` listed now (their count); e->r the list. */
+static int runs_of(env *e, const char *wf)
+{
+    if (REQ("GET", NS("default") "/workflowruns", DEV_TOKEN, NULL) != 200)
+        return -1;
+    int n = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, jget(e->r.json, "items"))
+    {
+        const char *w = jstr(item, "spec.workflow");
+        n += w && strcmp(w, wf) == 0;
+    }
+    return n;
+}
+
+static int one_run(env *e, void *arg)
+{
+    return runs_of(e, arg) == 1;
+}
+
+/* A webhook EventSource with target {workflow: ingest}: each event starts a
+ * run of the two-step workflow with the event (CloudEvents JSON: data and
+ * attributes) as input, and the run Succeeds with the event's payload; the
+ * same event (ce-id) twice starts one run; an event the input schema
+ * refuses is 400 and starts none. */
+SV_TEST(eventsource_starts_runs)
+{
+    char dir[256];
+    CHECK(sv_fixture("workflow", dir, sizeof(dir)) == 0);
+    CHECK_INT(py_function(e, dir, "echo", "echo", NULL), 201);
+    CHECK_INT(py_function(e, dir, "whoami", "whoami", NULL), 201);
+    CHECK_INT(workflow(e, "ingest",
+                       "{\"input\":{\"schema\":{\"type\":\"object\",\"required\":[\"data\"],"
+                       "\"properties\":{\"data\":{\"type\":\"object\",\"required\":[\"order\"]}}}},"
+                       "\"steps\":["
+                       "{\"name\":\"take\",\"function\":\"echo\",\"input\":\"$.input.data\"},"
+                       "{\"name\":\"show\",\"function\":\"whoami\",\"dependsOn\":[\"take\"],"
+                       "\"input\":\"$.steps.take.output\"}],"
+                       "\"output\":\"$.steps.show.output.input\"}"),
+              201);
+    CHECK_INT(REQ("POST", NS("default") "/eventsources", DEV_TOKEN,
+                  "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"EventSource\",\"metadata\":"
+                  "{\"name\":\"orders\"},\"spec\":{\"type\":\"webhook\",\"target\":"
+                  "{\"workflow\":\"ingest\"}}}"),
+              201);
+    int64_t end = e2e_now_ms() + 5000;
+    while (hook(e, "order-7", "{\"order\":7}") == 404 && e2e_now_ms() < end)
+        env_sleep_ms(20);
+    CHECK_INT(e->r.status, 202);
+    char event_id[80];
+    snprintf(event_id, sizeof(event_id), "%s", jstr(e->r.json, "id") ? jstr(e->r.json, "id") : "");
+    if (!env_poll(e, 10000, one_run, "ingest"))
+        FAILF("want one run of ingest: %.2000s", e->r.body);
+    char id[128];
+    snprintf(id, sizeof(id), "%s", jstr(cJSON_GetArrayItem(jget(e->r.json, "items"), 0),
+                                        "metadata.name"));
+    const char *phase = wait_run(e, id);
+    if (!phase || strcmp(phase, "Succeeded") != 0)
+        FAILF("run %s: %s: %.2000s", id, phase ? phase : "?", e->r.body);
+    CHECK(jnum(e->r.json, "status.output.order") == 7); /* the event's payload, through both steps */
+    CHECK(jnum(e->r.json, "spec.input.data.order") == 7);
+    CHECK_STR(jstr(e->r.json, "spec.input.id"), event_id);
+    CHECK_STR(jstr(e->r.json, "spec.input.specversion"), "1.0");
+    CHECK_STR(jstr(e->r.json, "spec.input.type"), "com.example.order");
+    CHECK_STR(jstr(e->r.json, "spec.input.source"),
+              "/apis/funcd.dev/v1/namespaces/default/eventsources/orders");
+    CHECK_STR(jstr(e->r.json, "spec.input.datacontenttype"), "application/json");
+    CHECK(jstr(e->r.json, "spec.input.time") != NULL);
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(jget(e->r.json, "metadata.labels"),
+                                                                     "funcd.dev/eventsource")),
+              "orders");
+
+    /* The sender's retry of the same event: accepted, no second run. */
+    CHECK_INT(hook(e, "order-7", "{\"order\":7}"), 202);
+    CHECK_STR(jstr(e->r.json, "id"), event_id);
+    env_sleep_ms(1500);
+    CHECK_INT(runs_of(e, "ingest"), 1);
+    /* An event the workflow's input schema refuses: 400, no run. */
+    CHECK_INT(hook(e, "order-8", "{\"no\":\"order\"}"), 400);
+    CHECK_DP_STATUS(400, "BadRequest");
+    CHECK_INT(runs_of(e, "ingest"), 1);
+    /* The source's status counts the run started as delivered. */
+    CHECK_INT(REQ("GET", NS("default") "/eventsources/orders", DEV_TOKEN, NULL), 200);
+    end = e2e_now_ms() + 5000;
+    while ((jnum(e->r.json, "status.counts.delivered") < 1 ||
+            !strstr(jstr(e->r.json, "status.lastError") ?: "", "spec.input.schema")) &&
+           e2e_now_ms() < end) {
+        env_sleep_ms(100);
+        REQ("GET", NS("default") "/eventsources/orders", DEV_TOKEN, NULL);
+    }
+    CHECK(jnum(e->r.json, "status.counts.delivered") == 1);
+    CHECK_CONTAINS(jstr(e->r.json, "status.lastError") ?: "", "spec.input.schema");
+}
+
+/* ---- the tick's cost: only unfinished runs ------------------------------- */
+
+/* A memory store that counts the run records its listings hand out. */
+typedef struct counting {
+    funcd_store base;
+    funcd_store *inner;
+} counting;
+
+static atomic_long runs_listed;
+
+#define CINNER(s) (((counting *)(s))->inner)
+
+typedef struct count_cb {
+    funcd_store_list_cb cb;
+    void *payload;
+} count_cb;
+
+static int on_counted(const funcd_store_kv *kv, void *payload)
+{
+    count_cb *c = payload;
+    if (strncmp(kv->key, "/workflowruns/", 14) == 0)
+        atomic_fetch_add(&runs_listed, 1);
+    return c->cb(kv, c->payload);
+}
+static int c_get(funcd_store *s, const char *k, funcd_store_value *o)
+{
+    return CINNER(s)->get(CINNER(s), k, o);
+}
+static int c_put(funcd_store *s, const char *k, const void *v, size_t n, uint64_t x, uint64_t *r)
+{
+    return CINNER(s)->put(CINNER(s), k, v, n, x, r);
+}
+static int c_del(funcd_store *s, const char *k, uint64_t x, uint64_t *r)
+{
+    return CINNER(s)->del(CINNER(s), k, x, r);
+}
+static int c_list(funcd_store *s, const char *p, funcd_store_list_cb cb, void *pl, uint64_t *r)
+{
+    count_cb c = {cb, pl};
+    return CINNER(s)->list(CINNER(s), p, on_counted, &c, r);
+}
+static int c_watch(funcd_store *s, const char *p, uint64_t after, funcd_store_watch_cb cb,
+                   void *pl, funcd_store_watch **out)
+{
+    return CINNER(s)->watch(CINNER(s), p, after, cb, pl, out);
+}
+static void c_unwatch(funcd_store *s, funcd_store_watch *w)
+{
+    CINNER(s)->unwatch(CINNER(s), w);
+}
+static uint64_t c_revision(funcd_store *s)
+{
+    return CINNER(s)->revision(CINNER(s));
+}
+static void c_free(funcd_store *s)
+{
+    CINNER(s)->free(CINNER(s));
+    free(s);
+}
+
+static funcd_store *counting_store(void)
+{
+    counting *c = calloc(1, sizeof(*c));
+    if (!c || funcd_store_memory_new(&c->inner, 0) < 0) {
+        free(c);
+        return NULL;
+    }
+    funcd_store base = {FUNCD_STORE_VERSION, "counting-memory", c_get, c_put, c_del,
+                        c_list, c_watch, c_unwatch, c_revision, c_free};
+    c->base = base;
+    return &c->base;
+}
+
+#define KEPT_RUNS 20
+
+/* Finished runs (kept: retention 0) cost the engine's tick nothing: over
+ * several ticks no listing reads them all once per tick (the index of
+ * unfinished runs is what the tick lists); a new run still starts at once
+ * and finishes. */
+TEST(finished_runs_cost_no_tick)
+{
+    env e_;
+    env *e = &e_;
+    funcd_store *store = counting_store();
+    if (!store || env_up_with(e, store, funcd_with_workflow(0, 0, 0, 0), NULL, NULL) < 0) {
+        env_down(e);
+        sv_cleanup();
+        FAILF("cannot start a platform: %s", funcd_error_last()->message);
+    }
+    char dir[256], id[KEPT_RUNS][128];
+    int ok = sv_fixture("workflow", dir, sizeof(dir)) == 0 &&
+             py_function(e, dir, "echo", "echo", NULL) == 201 &&
+             workflow(e, "kept", "{\"steps\":[{\"name\":\"say\",\"function\":\"echo\"}]}") == 201;
+    for (int i = 0; ok && i < KEPT_RUNS; i++)
+        ok = start(e, "kept", "\"hi\"", id[i], sizeof(id[i])) == 201;
+    for (int i = 0; ok && i < KEPT_RUNS; i++) {
+        const char *phase = wait_run(e, id[i]);
+        ok = phase && strcmp(phase, "Succeeded") == 0;
+    }
+    env_sleep_ms(1500); /* the index entries of the last ones are gone */
+    atomic_store(&runs_listed, 0);
+    env_sleep_ms(4000); /* four ticks at least */
+    long listed = atomic_load(&runs_listed);
+    char last[128] = "", phase[32] = "";
+    if (ok && start(e, "kept", "\"again\"", last, sizeof(last)) == 201)
+        snprintf(phase, sizeof(phase), "%s", wait_run(e, last) ?: "");
+    env_down(e);
+    sv_cleanup();
+    CHECK(ok);
+    fprintf(stderr, "  run records listed over 4 s with %d finished runs: %ld\n", KEPT_RUNS,
+            listed);
+    /* Before the index: KEPT_RUNS per tick. At most one full scan may fall in
+     * the window (every minute). */
+    CHECK(listed <= KEPT_RUNS);
+    CHECK_STR(phase, "Succeeded");
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
@@ -331,6 +555,8 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, payload_limits);
     SV_RUN(only, ran, retention);
     SV_RUN(only, ran, contracts);
+    SV_RUN(only, ran, finished_runs_cost_no_tick);
+    SV_RUN(only, ran, eventsource_starts_runs);
     if (only && !ran) {
         fprintf(stderr, "no case named %s\n", only);
         return 1;

@@ -56,9 +56,14 @@ TEST(invalid_sources)
     INVALID("EventSource", ES("{type: webhook, webhook: {secretRef: {name: hook}}, "
                               "target: {function: f}}"),
             "spec.webhook.secretRef.key", "required");
-    INVALID("EventSource", ES("{type: webhook, target: {workflow: w}}"), "spec.target.workflow",
-            "workflows are not available");
-    INVALID("EventSource", ES("{type: webhook, target: {}}"), "spec.target", "must name a function");
+    VALID("EventSource", ES("{type: webhook, target: {workflow: w}}"));
+    VALID("EventSource", ES("{type: cron, cron: {schedule: '@every 10s'}, target: {workflow: w}}"));
+    INVALID("EventSource", ES("{type: webhook, target: {workflow: W_1}}"), "spec.target.workflow",
+            "");
+    INVALID("EventSource", ES("{type: webhook, target: {function: f, workflow: w}}"), "spec.target",
+            "must name one function or one workflow");
+    INVALID("EventSource", ES("{type: webhook, target: {}}"), "spec.target",
+            "must name one function or one workflow");
     INVALID("EventSource", ES("{type: webhook, target: {function: F}}"), "spec.target.function",
             "DNS-1123");
     INVALID("EventSource", ES("{type: webhook}"), "spec.target", "required");
