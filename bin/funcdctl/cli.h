@@ -146,6 +146,7 @@ int cmd_describe(ctl_ctx *ctx, int argc, char **argv);
 int cmd_watch(ctl_ctx *ctx, int argc, char **argv);
 int cmd_version(ctl_ctx *ctx, int argc, char **argv);
 int cmd_deploy(ctl_ctx *ctx, int argc, char **argv);
+int cmd_deploy_site(ctl_ctx *ctx, int argc, char **argv);
 int cmd_invoke(ctl_ctx *ctx, int argc, char **argv);
 int cmd_logs(ctl_ctx *ctx, int argc, char **argv);
 int cmd_fn(ctl_ctx *ctx, int argc, char **argv);

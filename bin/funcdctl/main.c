@@ -105,6 +105,22 @@ static const ctl_command commands[] = {
      "Examples: funcdctl deploy ./hello --name hello --runtime python3 --handler main.handler\n"
      "          funcdctl deploy --image registry.example.com/team/hello:v1 --name hello\n",
      CTL_OUTS_OBJECTS},
+    {"deploy-site", cmd_deploy_site, "Upload a directory and serve it as a static Site",
+     "deploy-site DIR --name NAME [flags]",
+     "Packs DIR (regular files and directories; symlinks and .git left out) into a\n"
+     "tar.gz, uploads it as a bundle, creates or updates Site NAME to serve it, and\n"
+     "waits until it is Ready. An existing Site keeps every field these flags do not\n"
+     "set. The files are then at /site/NAMESPACE/NAME/ on the data plane.\n"
+     "  --name NAME             the Site (required)\n"
+     "  --index FILE            served for a directory (default: the server's, index.html)\n"
+     "  --not-found FILE        served with 404 for a path that is no file\n"
+     "  --spa, --no-spa         unknown paths without an extension get the index\n"
+     "  --host NAME             serve the site at / on this Host (repeatable)\n"
+     "  --cache-control VALUE   the Cache-Control header of every file\n"
+     "  --no-wait               return once the Site is written\n"
+     "  --wait-timeout DURATION how long to wait for Ready (default 60s)\n"
+     "Example: funcdctl deploy-site ./public --name docs --spa --host docs.example.com\n",
+     CTL_OUTS_OBJECTS},
     {"scale", cmd_scale, "Set a Function's minimum and maximum replicas",
      "scale [fn] NAME|fn/NAME [--replicas N] [--min N] [--max N]",
      "  --replicas N            exactly N: minReplicas and maxReplicas both N\n"
