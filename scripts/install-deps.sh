@@ -6,7 +6,8 @@
 #   test      also what the tests and benchmarks use (make test, CI): clang
 #             for the fuzz targets, wrk, docker-registry, skopeo, ab, sqlite3,
 #             nats-server, postgresql (the PostgreSQL drivers' tests start their own
-#             server), nginx-light (the cluster tests' load balancer)
+#             server), nginx-light (the cluster tests' load balancer), awscli and
+#             python3-boto3 (the S3 gateway's tests drive it with real clients)
 # Usage: install-deps.sh [runtime|test] (default: runtime).
 # Idempotent: asks apt only for what dpkg says is missing.
 set -euo pipefail
@@ -27,6 +28,7 @@ test=(
   prometheus
   postgresql
   nginx-light
+  awscli python3-boto3
 )
 
 case $set_name in

@@ -121,6 +121,11 @@ static void usage(FILE *out)
             "                             limit; docs/services.md)\n"
             "  --site-default-index FILE  a Site's index when its spec.index is not set\n"
             "                             (default index.html; docs/sites.md)\n"
+            "  --s3-listen ADDR           the S3 gateway's host listener (node-private, e.g.\n"
+            "                             127.0.0.1:9000; docs/s3.md)\n"
+            "  --s3-master-secret-file F  the secret the S3 access keys derive from (default:\n"
+            "                             generated 0600 as s3-master-secret in the state dir)\n"
+            "  --s3-max-upload BYTES      the largest S3 object or part (default 1 GiB)\n"
             "  --otlp-endpoint URL        export spans and function logs over OTLP/HTTP to\n"
             "                             URL/v1/traces and URL/v1/logs (e.g. http://127.0.0.1:4318)\n"
             "  --tls-cert FILE --tls-key FILE  TLS on the control plane, data plane and\n"
@@ -162,6 +167,8 @@ typedef struct flags {
     int dp_metrics, metrics_open;
     const char *kv_quota;
     const char *site_index;
+    const char *s3_listen, *s3_secret;
+    uint64_t s3_max_upload;
     const char *auth_file;
     const char *certs_dir;
     const char *insecure[16];
@@ -250,7 +257,7 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_BUS, O_STORE, O_BLOB, O_DP_METRICS, O_METRICS_OPEN, O_OTLP, O_TLS, O_TLS_CERT,
        O_TLS_KEY, O_NODE_NAME, O_NODE_ADDR, O_LEASE_TTL, O_BLOB_POLL, O_KV_QUOTA, O_SITE_INDEX, O_WF_TIMEOUT,
        O_WF_RETRY, O_WF_RETENTION, O_WF_PAYLOAD, O_INV_RETENTION, O_DLQ_RETENTION,
-       O_DLQ_MAX };
+       O_DLQ_MAX, O_S3_LISTEN, O_S3_SECRET, O_S3_MAX_UPLOAD };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -302,6 +309,9 @@ static const struct option long_opts[] = {
     {"metrics-open", no_argument, 0, O_METRICS_OPEN},
     {"kv-store-quota", required_argument, 0, O_KV_QUOTA},
     {"site-default-index", required_argument, 0, O_SITE_INDEX},
+    {"s3-listen", required_argument, 0, O_S3_LISTEN},
+    {"s3-master-secret-file", required_argument, 0, O_S3_SECRET},
+    {"s3-max-upload", required_argument, 0, O_S3_MAX_UPLOAD},
     {"otlp-endpoint", required_argument, 0, O_OTLP},
     {"tls", required_argument, 0, O_TLS},
     {"tls-cert", required_argument, 0, O_TLS_CERT},
@@ -363,6 +373,10 @@ static int parse_one(int c, const char *arg, flags *f)
     }
     case O_SITE_INDEX: f->site_index = arg; break;
     case O_FAVOR: f->favordynmods = 1; break;
+    case O_S3_LISTEN: f->s3_listen = arg; break;
+    case O_S3_SECRET: f->s3_secret = arg; break;
+    case O_S3_MAX_UPLOAD:
+        return parse_bytes("s3-max-upload", arg, 1, &f->s3_max_upload) ? 2 : -1;
     case O_SECCOMP:
         if (f->n_seccomp == sizeof(f->seccomp_allow) / sizeof(f->seccomp_allow[0])) {
             fprintf(stderr, "funcd: too many --seccomp-allow flags\n");
@@ -809,6 +823,9 @@ static int build_platform(const flags *f, const char *shims)
         f->kv_quota ? funcd_with_kv_store_quota(strtol(f->kv_quota, NULL, 10)) : NULL,
         f->site_index ? funcd_with_site_default_index(f->site_index) : NULL,
         f->favordynmods ? funcd_with_cgroup_favordynmods(1) : NULL,
+        f->s3_listen || f->s3_secret || f->s3_max_upload
+            ? funcd_with_s3(f->s3_listen, f->s3_secret, f->s3_max_upload)
+            : NULL,
         f->auth_file ? funcd_with_registry_auth_file(f->auth_file) : NULL,
         f->certs_dir ? funcd_with_registry_certs_dir(f->certs_dir) : NULL,
         f->node_platform ? node_platform_option(f->node_platform) : NULL,
@@ -885,6 +902,9 @@ static void announce(const flags *f)
             funcd_platform_data_plane_addr(running));
     fprintf(stderr, "funcd: function runner listening on %s%s\n", *fp ? "TLS " : "",
             funcd_platform_fn_runner_addr(running));
+    if (*funcd_platform_s3_addr(running))
+        fprintf(stderr, "funcd: S3 gateway listening on http://%s\n",
+                funcd_platform_s3_addr(running));
     if (*fp)
         fprintf(stderr, "funcd: TLS certificate %s, SHA-256 fingerprint %s\n",
                 funcd_platform_tls_cert_file(running), fp);

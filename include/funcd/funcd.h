@@ -297,6 +297,17 @@ FUNCD_EXTERN funcd_option *funcd_with_kv_store_quota(long quota);
 /** The file a Site serves for a directory when its spec.index is not set
  *  (default "index.html"; a relative path without ".."; docs/sites.md). */
 FUNCD_EXTERN funcd_option *funcd_with_site_default_index(const char *path);
+/** The S3 gateway (docs/s3.md): S3's protocol over the blob backend for
+ *  Functions with spec.bindings.blob, each signing with its own access key.
+ *  `listen_addr` ("host:port", port 0: ephemeral; NULL: none) is a host
+ *  listener for clients on the node (and workers under --no-sandbox);
+ *  sandboxed workers reach the gateway at 127.0.0.1:9000 in their own
+ *  network namespace. Keys derive from the master secret in
+ *  `master_secret_file` (NULL: generated 0600 as s3-master-secret in the
+ *  state directory, or random in memory with funcd_in_memory()).
+ *  `max_upload`: the largest object or part in bytes (0: 1 GiB). */
+FUNCD_EXTERN funcd_option *funcd_with_s3(const char *listen_addr, const char *master_secret_file,
+                                         uint64_t max_upload);
 
 /* ---- TLS ---------------------------------------------------------------- */
 
@@ -398,6 +409,8 @@ FUNCD_EXTERN const char *funcd_platform_data_plane_addr(const funcd_platform *p)
 
 /** The bound function-runner (gRPC) address, "127.0.0.1:PORT". */
 FUNCD_EXTERN const char *funcd_platform_fn_runner_addr(const funcd_platform *p);
+/** The S3 gateway's host listener ("" without one). */
+FUNCD_EXTERN const char *funcd_platform_s3_addr(const funcd_platform *p);
 
 /** The served certificate's SHA-256 fingerprint ("AB:CD:...", 95
  *  characters); "" without TLS. */

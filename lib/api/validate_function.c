@@ -425,9 +425,72 @@ static int check_function_names(funcd__api_ctx *c, const cJSON *item, const void
     return 0;
 }
 
+/* An S3 bucket name of the gateway (docs/s3.md): 3 to 63 of [a-z0-9.-],
+ * starting and ending with a letter or digit. */
+static int check_bucket(funcd__api_ctx *c, const cJSON *item, const void *unused)
+{
+    (void)unused;
+    if (!cJSON_IsString(item))
+        return funcd__api_fail(c, "must be a string");
+    const char *s = item->valuestring;
+    size_t n = strlen(s);
+    int ok = n >= 3 && n <= 63 && s[0] != '.' && s[0] != '-' && s[n - 1] != '.' &&
+             s[n - 1] != '-';
+    for (const char *p = s; ok && *p; p++)
+        ok = (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '.';
+    if (!ok)
+        return funcd__api_fail(c, "must be an S3 bucket name: 3 to 63 of [a-z0-9.-], starting "
+                                  "and ending with a letter or digit, not \"%s\"", s);
+    return 0;
+}
+
+/* A key prefix: "" (the whole bucket) or up to 512 bytes without control
+ * characters. */
+static int check_key_prefix(funcd__api_ctx *c, const cJSON *item, const void *unused)
+{
+    (void)unused;
+    if (!cJSON_IsString(item))
+        return funcd__api_fail(c, "must be a string");
+    if (strlen(item->valuestring) > 512)
+        return funcd__api_fail(c, "must be at most 512 bytes");
+    for (const char *p = item->valuestring; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            return funcd__api_fail(c, "must not hold control characters");
+    return 0;
+}
+
+static const char *const blob_access[] = {"read", "readwrite", NULL};
+
+static const funcd__api_field blob_binding_fields[] = {
+    {"bucket", 1, check_bucket, NULL},
+    {"prefix", 0, check_key_prefix, NULL},
+    {"access", 1, funcd__api_check_enum, blob_access},
+};
+
+/* [{bucket, prefix, access}]: what the Function may reach through the S3
+ * gateway. */
+static int check_blob_bindings(funcd__api_ctx *c, const cJSON *item, const void *unused)
+{
+    (void)unused;
+    if (!cJSON_IsArray(item))
+        return funcd__api_fail(c, "must be a list of {bucket, prefix, access}");
+    size_t i = 0;
+    for (const cJSON *e = item->child; e; e = e->next, i++) {
+        size_t old = funcd__api_push_index(c, i);
+        if (i >= MAX_BINDINGS)
+            return funcd__api_fail(c, "at most %d entries", MAX_BINDINGS);
+        int rc = FUNCD__API_CHECK_OBJECT(c, e, blob_binding_fields);
+        if (rc < 0)
+            return rc;
+        funcd__api_pop(c, old);
+    }
+    return 0;
+}
+
 static const funcd__api_field bindings_fields[] = {
     {"invoke", 0, check_function_names, NULL},
     {"kv", 0, check_function_names, NULL}, /* KVStore names, same rules */
+    {"blob", 0, check_blob_bindings, NULL},
 };
 
 static int check_bindings(funcd__api_ctx *c, const cJSON *item, const void *unused)

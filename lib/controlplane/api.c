@@ -12,6 +12,7 @@
 #include "objects/objects.h"
 #include "port/blob.h"
 #include "port/store.h"
+#include "s3/s3.h"
 #include "serving/serving.h"
 
 #define API_PREFIX "/apis/funcd.dev/v1/"
@@ -174,12 +175,14 @@ typedef struct route {
     const char *name; /* NULL: the collection */
     int bundles;      /* .../namespaces/{ns}/bundles */
     int logs;         /* .../functions/{name}/logs */
+    int s3_credentials; /* .../functions/{name}/s3-credentials */
 } route;
 
 static void upload_bundle(funcd_cp *cp, const funcd_cp_request *req, const route *r,
                           funcd_cp_response *resp);
 static void function_logs(funcd_cp *cp, const funcd_cp_request *req, const route *r,
                           funcd_cp_response *resp);
+static void function_s3_credentials(funcd_cp *cp, const route *r, funcd_cp_response *resp);
 
 /* The objects a list keeps: those matching `labelSelector`, and (a list
  * across namespaces by a token confined to some) the token's namespaces. */
@@ -339,6 +342,10 @@ static int parse_route(const funcd_cp_request *req, route *r, char seg[][72],
         strcmp(seg[at + 2], "logs") == 0) {
         r->logs = 1;
         n--;
+    } else if (n >= 0 && r->ns && n - at == 3 && strcmp(seg[at], "functions") == 0 &&
+               strcmp(seg[at + 2], "s3-credentials") == 0) {
+        r->s3_credentials = 1;
+        n--;
     }
     if (n < 0 || n - at > 2) {
         funcd_cp_status(resp, 404, "NotFound", NULL, "no such path: %.*s", (int)req->path_len,
@@ -482,6 +489,18 @@ void funcd_cp_handle(funcd_cp *cp, const funcd_cp_request *req, funcd_cp_respons
             funcd_cp_status(resp, 405, "MethodNotAllowed", NULL, "logs are read with GET");
         else if (authorize(t, &r, 0, resp))
             function_logs(cp, req, &r, resp);
+        return;
+    }
+    if (r.s3_credentials) {
+        if (!method_is(req, "GET"))
+            funcd_cp_status(resp, 405, "MethodNotAllowed", NULL, "S3 credentials are read with GET");
+        else if (t->role != FUNCD_ROLE_ADMIN || !funcd_token_allows(t, r.ns, 1))
+            funcd_cp_status(resp, 403, "Forbidden", NULL,
+                            "only an admin of namespace \"%s\" may read a function's S3 "
+                            "credentials",
+                            r.ns);
+        else
+            function_s3_credentials(cp, &r, resp);
         return;
     }
     if (r.name)
@@ -792,6 +811,54 @@ static int append_log_record(const char *rec, size_t len, void *payload)
 
 /* Without follow the answer comes from the logstore (lines from before a
  * restart included); with follow, server.c replays it and goes on live. */
+/* GET .../functions/{name}/s3-credentials (admins): the access key the
+ * Function's workers get, for clients on the host (docs/s3.md). */
+static void function_s3_credentials(funcd_cp *cp, const route *r, funcd_cp_response *resp)
+{
+    if (!cp->s3) {
+        funcd_cp_status(resp, 404, "NotFound", NULL,
+                        "the S3 gateway is off: start funcd with --s3-listen (funcd_with_s3)");
+        return;
+    }
+    cJSON *obj = NULL;
+    int rc = funcd_objects_get(cp->store, r->kind, r->ns, r->name, &obj, NULL);
+    cJSON_Delete(obj);
+    if (rc < 0) {
+        status_from_error(resp, rc);
+        return;
+    }
+    char akid[160], secret[48];
+    if (funcd_s3_credentials(cp->s3, r->ns, r->name, akid, secret) < 0) {
+        status_from_error(resp, FUNCD_EINVAL);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    char endpoint[160] = "";
+    if (*funcd_s3_addr(cp->s3))
+        snprintf(endpoint, sizeof(endpoint), "http://%s", funcd_s3_addr(cp->s3));
+    if (!o || !cJSON_AddStringToObject(o, "kind", "S3Credentials") ||
+        !cJSON_AddStringToObject(o, "namespace", r->ns) ||
+        !cJSON_AddStringToObject(o, "function", r->name) ||
+        !cJSON_AddStringToObject(o, "accessKeyId", akid) ||
+        !cJSON_AddStringToObject(o, "secretAccessKey", secret) ||
+        !cJSON_AddStringToObject(o, "region", FUNCD_S3_REGION) ||
+        !cJSON_AddStringToObject(o, "endpoint", endpoint)) {
+        cJSON_Delete(o);
+        funcd_cp_status(resp, 503, "ServiceUnavailable", NULL, "out of memory");
+        return;
+    }
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    memset(secret, 0, sizeof(secret));
+    if (!text) {
+        funcd_cp_status(resp, 503, "ServiceUnavailable", NULL, "out of memory");
+        return;
+    }
+    resp->status = 200;
+    funcd_buf_puts(&resp->body, text);
+    free(text);
+}
+
 static void function_logs(funcd_cp *cp, const funcd_cp_request *req, const route *r,
                           funcd_cp_response *resp)
 {

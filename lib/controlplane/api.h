@@ -36,6 +36,7 @@ typedef struct funcd_cp {
     int64_t kv_store_quota;          /* KVStores per namespace; negative: no limit (admission.c) */
     char version_json[512]; /* the body of GET /version */
     size_t workflow_payload_limit;   /* a run's input (workflows.c); 0: 1 MiB */
+    struct funcd_s3 *s3;             /* .../functions/{name}/s3-credentials; may be NULL */
 } funcd_cp;
 
 typedef struct funcd_cp_request {

@@ -130,6 +130,21 @@ funcd_option *funcd_with_tls_cert_files(const char *cert_file, const char *key_f
     return o;
 }
 
+funcd_option *funcd_with_s3(const char *listen_addr, const char *master_secret_file,
+                           uint64_t max_upload)
+{
+    funcd_option *o = string_option(OPT_S3, listen_addr);
+    if (o == &oom_option)
+        return o;
+    o->n[0] = max_upload;
+    if (master_secret_file && (!(o->namespaces = calloc(2, sizeof(char *))) ||
+                               !(o->namespaces[0] = strdup(master_secret_file)))) {
+        option_free(o);
+        return &oom_option;
+    }
+    return o;
+}
+
 funcd_option *funcd_with_tls_self_signed(const char *dir)
 {
     return string_option(OPT_TLS_SELF_SIGNED, dir);
@@ -652,6 +667,16 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
         cfg->edge.max_body_bytes = o->size;
         break;
     case OPT_EDGE_PER_CLIENT: cfg->edge.limit_per_client = (int)o->n[0]; break;
+    case OPT_S3:
+        if (o->str && !*o->str)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_s3: an empty listen address (NULL: "
+                                   "no host listener)");
+        cfg->s3 = 1;
+        replace_str(&cfg->s3_listen, &o->str);
+        if (o->namespaces && o->namespaces[0])
+            replace_str(&cfg->s3_secret_file, &o->namespaces[0]);
+        cfg->s3_max_upload = o->n[0];
+        break;
     case OPT_TLS_FILES:
         if (!o->str || !*o->str || !o->namespaces || !*o->namespaces[0])
             return funcd_error_set(FUNCD_EINVAL, "funcd_with_tls_cert_files: give both a "
@@ -785,5 +810,7 @@ void funcd_config_clear(funcd_config *cfg)
     free(cfg->tls_dir);
     free(cfg->node_name);
     free(cfg->node_address);
+    free(cfg->s3_listen);
+    free(cfg->s3_secret_file);
     memset(cfg, 0, sizeof(*cfg));
 }

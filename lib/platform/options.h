@@ -64,6 +64,7 @@ typedef enum option_kind {
     OPT_WORKFLOW, /* n: step timeout, attempts, retention; size: payload limit */
     OPT_DELIVERY_RETENTION,
     OPT_SITE_DEFAULT_INDEX,
+    OPT_S3, /* str: the host listener, namespaces[0]: the secret file; n[0]: max upload */
 } option_kind;
 
 struct funcd_option {
@@ -155,6 +156,10 @@ typedef struct funcd_config {
     uint64_t wf_retention_ms;     /* 0: forever (the default is set by the preset) */
     uint64_t wf_payload_limit;    /* 0: 1 MiB */
     uint64_t invocation_retention_ms, dlq_retention_ms, dlq_max_entries; /* 0: the queue's */
+    int s3;                       /* funcd_with_s3 was given: the S3 gateway runs */
+    char *s3_listen;              /* its host listener, or NULL */
+    char *s3_secret_file;         /* NULL: generated in the state directory (or in memory) */
+    uint64_t s3_max_upload;       /* 0: 1 GiB */
 } funcd_config;
 
 /* Applies presets first, then the rest in order; frees every option. */

@@ -44,6 +44,7 @@
 #include "sites/sites.h"
 #include "source/resolver.h"
 #include "otlp/otlp.h"
+#include "s3/s3.h"
 #include "trace/edge.h"
 #include "tls/tls.h"
 #include "util/misc.h"
@@ -66,6 +67,8 @@ struct funcd_platform {
     funcd_invoker *invoker;  /* internal invocations (lib/invoke) */
     funcd_queue *queue;      /* the delivery queue (lib/eventing/queue.h) */
     funcd_localapi *localapi; /* workers' FUNCD_API sockets (lib/localapi) */
+    funcd_s3 *s3;            /* the S3 gateway (lib/s3), or NULL */
+    char s3_addr[128];
     funcd_async *async;      /* /async/ on the data plane */
     funcd_workflows *workflows; /* runs, on the lease holder (lib/workflow) */
     funcd_sources *sources;
@@ -694,6 +697,19 @@ static int build(funcd_platform *p)
     p->cfg.edge.authorize_payload = &p->cfg.auth;
     if ((rc = funcd_localapi_new(&p->localapi, p->base, p->cfg.store, &p->cfg.logger)) < 0)
         return rc;
+    if (p->cfg.s3) {
+        /* funcd_in_memory() without a state directory of the embedder's: the
+         * master secret lives as long as the process (docs/s3.md) */
+        int volatile_secret = p->cfg.preset == OPT_IN_MEMORY && p->own_state_dir;
+        funcd_s3_config s3c = {.store = p->cfg.store, .blob = p->cfg.blob,
+                               .logger = &p->cfg.logger, .listen_addr = p->cfg.s3_listen,
+                               .master_secret_file = p->cfg.s3_secret_file,
+                               .state_dir = volatile_secret ? NULL : p->state_dir,
+                               .max_upload = p->cfg.s3_max_upload};
+        if ((rc = funcd_s3_new(&p->s3, &s3c, p->s3_addr, sizeof(p->s3_addr))) < 0)
+            return rc;
+        p->cp.s3 = p->s3;
+    }
     funcd_serving_config sc = {
         .localapi = p->localapi,
         .edge_defaults = &p->cfg.edge,
@@ -857,6 +873,8 @@ static void teardown(funcd_platform *p)
         funcd_metrics_set_gauge_source(p->metrics, NULL, NULL);
     funcd_serving_free(p->serving);
     funcd_localapi_free(p->localapi); /* after the workers whose sockets it served */
+    funcd_s3_free(p->s3); /* after the workers, whose listeners serving detached */
+    p->s3 = NULL;
     p->localapi = NULL;
     if (p->log_tick)
         event_free(p->log_tick);
@@ -1141,4 +1159,9 @@ const char *funcd_platform_tls_cert_file(const funcd_platform *p)
 const char *funcd_platform_fn_runner_addr(const funcd_platform *p)
 {
     return p ? p->fn_runner_addr : "";
+}
+
+const char *funcd_platform_s3_addr(const funcd_platform *p)
+{
+    return p ? p->s3_addr : "";
 }

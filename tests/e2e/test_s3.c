@@ -1,0 +1,372 @@
+/*
+ * The S3 gateway end to end (docs/s3.md), driven by Debian's real clients:
+ * awscli (`aws s3 cp/ls/rm`) and boto3 (tests/s3/s3_client.py: multipart
+ * upload of 64 MiB, ranged GETs, ListObjectsV2 with delimiter and
+ * continuation, a presigned GET fetched here with curl, a write outside the
+ * bound prefix denied), against the host listener (funcd_with_s3 on
+ * 127.0.0.1:0) of a funcd_in_memory() platform; S3's errors; the admin-only
+ * credentials endpoint; and the same boto3 script run as a sandboxed python3
+ * Function reaching 127.0.0.1:9000 inside its own network namespace.
+ *
+ *   test_e2e_s3 CASE
+ */
+#include "../harness.h"
+#include "test_serving_common.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "util/buf.h"
+
+#ifndef S3_CLIENT_DIR
+#error "S3_CLIENT_DIR: tests/s3"
+#endif
+
+#define AWS "/usr/bin/aws"
+#define PYTHON "/usr/bin/python3"
+#define MiB (1u << 20)
+
+extern char **environ;
+
+typedef struct creds {
+    char akid[160], secret[64], endpoint[160];
+} creds;
+
+/* Runs argv with the gateway's credentials in the environment; stdout and
+ * stderr together into `out`. Its exit status, -1 if it could not run or
+ * was killed after `timeout_s`. */
+static int run(const creds *c, const char *home, int timeout_s, funcd_buf *out, ...)
+{
+    const char *argv[32];
+    int argc = 0;
+    va_list ap;
+    va_start(ap, out);
+    for (const char *a; argc < 31 && (a = va_arg(ap, const char *)) != NULL;)
+        argv[argc++] = a;
+    va_end(ap);
+    argv[argc] = NULL;
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(p[1], 1);
+        dup2(p[1], 2);
+        close(0);
+        /* only what we give: no configuration of the developer's */
+        setenv("AWS_ACCESS_KEY_ID", c->akid, 1);
+        setenv("AWS_SECRET_ACCESS_KEY", c->secret, 1);
+        setenv("AWS_ENDPOINT_URL", c->endpoint, 1);
+        setenv("AWS_REGION", "funcd", 1);
+        setenv("AWS_CONFIG_FILE", "/nonexistent", 1);
+        setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent", 1);
+        setenv("AWS_PAGER", "", 1);
+        setenv("HOME", home, 1);
+        setenv("PYTHONDONTWRITEBYTECODE", "1", 1);
+        unsetenv("AWS_PROFILE");
+        unsetenv("AWS_SESSION_TOKEN");
+        execve(argv[0], (char *const *)argv, environ);
+        _exit(127);
+    }
+    close(p[1]);
+    if (pid < 0) {
+        close(p[0]);
+        return -1;
+    }
+    int64_t deadline = e2e_now_ms() + (int64_t)timeout_s * 1000;
+    int killed = 0;
+    for (;;) {
+        struct pollfd pf = {p[0], POLLIN, 0};
+        int64_t left = deadline - e2e_now_ms();
+        if (left <= 0) {
+            kill(pid, SIGKILL);
+            killed = 1;
+            break;
+        }
+        if (poll(&pf, 1, (int)(left > 1000 ? 1000 : left)) < 0)
+            break;
+        if (!pf.revents)
+            continue;
+        char chunk[4096];
+        ssize_t n = read(p[0], chunk, sizeof(chunk));
+        if (n <= 0)
+            break;
+        funcd_buf_append(out, chunk, (size_t)n);
+    }
+    close(p[0]);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (killed || !WIFEXITED(st))
+        return -1;
+    return WEXITSTATUS(st);
+}
+
+static int have_clients(void)
+{
+    funcd_buf out = FUNCD_BUF_INIT;
+    creds c = {"x", "x", "http://127.0.0.1:1"};
+    int ok = access(AWS, X_OK) == 0 &&
+             run(&c, "/tmp", 60, &out, PYTHON, "-c", "import boto3", NULL) == 0;
+    funcd_buf_free(&out);
+    return ok;
+}
+
+#define BINDINGS                                                                                   \
+    "\"bindings\":{\"blob\":[{\"bucket\":\"data\",\"prefix\":\"p/\",\"access\":\"readwrite\"},"    \
+    "{\"bucket\":\"data\",\"prefix\":\"ro/\",\"access\":\"read\"}]}"
+
+/* A Function with bindings (it need not run: the gateway reads its spec)
+ * and its credentials from the admin endpoint. */
+static int bound_function(env *e, const char *name, creds *c)
+{
+    if (sv_create(e, name,
+                  "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":{\"bundle\":"
+                  "\"" NO_SUCH_BUNDLE "\"}," BINDINGS "}") != 201) {
+        fprintf(stderr, "create %s: %.400s\n", name, e->r.body ? e->r.body : "");
+        return -1;
+    }
+    char path[256];
+    snprintf(path, sizeof(path), NS("default") "/functions/%s/s3-credentials", name);
+    if (REQ("GET", path, ADMIN_TOKEN, NULL) != 200 || !jstr(e->r.json, "secretAccessKey")) {
+        fprintf(stderr, "credentials of %s: %ld %.400s\n", name, e->r.status,
+                e->r.body ? e->r.body : "");
+        return -1;
+    }
+    snprintf(c->akid, sizeof(c->akid), "%s", jstr(e->r.json, "accessKeyId"));
+    snprintf(c->secret, sizeof(c->secret), "%s", jstr(e->r.json, "secretAccessKey"));
+    snprintf(c->endpoint, sizeof(c->endpoint), "%s", jstr(e->r.json, "endpoint"));
+    char want[160];
+    snprintf(want, sizeof(want), "http://%s", funcd_platform_s3_addr(e->p));
+    if (strcmp(c->endpoint, want) != 0) {
+        fprintf(stderr, "endpoint %s, the listener is %s\n", c->endpoint, want);
+        return -1;
+    }
+    return 0;
+}
+
+static int write_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "we");
+    if (!f)
+        return -1;
+    int ok = fwrite(data, 1, len, f) == len;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return NULL;
+    funcd_buf b = FUNCD_BUF_INIT;
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        funcd_buf_append(&b, chunk, n);
+    fclose(f);
+    return funcd_buf_detach(&b, len);
+}
+
+#define CHECK_RUN(rc, out)                                                                         \
+    do {                                                                                           \
+        int rc_ = (rc);                                                                            \
+        if (rc_ != 0) {                                                                            \
+            fprintf(stderr, "%.3000s\n", (out).data ? (out).data : "");                           \
+            funcd_buf_free(&(out));                                                                \
+            FAILF("exit %d", rc_);                                                                 \
+        }                                                                                          \
+    } while (0)
+
+/* aws s3 cp (up and down, small and multipart), ls, rm; a write to the
+ * read-only prefix fails with AccessDenied. */
+SV_TEST_WITH(awscli, funcd_with_s3("127.0.0.1:0", NULL, 0), NULL)
+{
+    creds c;
+    char dir[256], up[300], down[300], s3url[64];
+    CHECK(bound_function(e, "up", &c) == 0);
+    CHECK(sv_tempdir(dir, sizeof(dir)) == 0);
+    snprintf(up, sizeof(up), "%s/up.bin", dir);
+    snprintf(down, sizeof(down), "%s/down.bin", dir);
+    /* 20 MiB: awscli uploads it in 8 MiB parts */
+    size_t len = 20 * MiB + 123;
+    char *data = malloc(len);
+    CHECK(data != NULL);
+    for (size_t i = 0; i < len; i++)
+        data[i] = (char)((i * 2654435761u) >> 13);
+    int wrc = write_file(up, data, len);
+    if (wrc != 0) {
+        free(data);
+        FAILF("cannot write %s", up);
+    }
+    funcd_buf out = FUNCD_BUF_INIT;
+    snprintf(s3url, sizeof(s3url), "s3://data/p/obj.bin");
+    int rc = run(&c, dir, 300, &out, AWS, "--endpoint-url", c.endpoint, "s3", "cp", "--no-progress", up, s3url, NULL);
+    if (rc == 0)
+        rc = run(&c, dir, 300, &out, AWS, "--endpoint-url", c.endpoint, "s3", "cp", "--no-progress", s3url, down, NULL);
+    if (rc != 0) {
+        free(data);
+        CHECK_RUN(rc, out);
+    }
+    size_t got_len = 0;
+    char *got = read_file(down, &got_len);
+    int same = got && got_len == len && memcmp(got, data, len) == 0;
+    free(got);
+    free(data);
+    if (!same)
+        FAILF("the object came back different (%zu bytes, sent %zu)", got_len, len);
+
+    funcd_buf_reset(&out);
+    CHECK_RUN(run(&c, dir, 120, &out, AWS, "--endpoint-url", c.endpoint, "s3", "ls", "s3://data/p/", NULL), out);
+    CHECK_CONTAINS(out.data, "20971643 obj.bin");
+    funcd_buf_reset(&out);
+    CHECK_RUN(run(&c, dir, 120, &out, AWS, "--endpoint-url", c.endpoint, "s3", "ls", NULL), out);
+    CHECK_CONTAINS(out.data, "data");
+
+    /* read-only prefix */
+    funcd_buf_reset(&out);
+    CHECK(run(&c, dir, 120, &out, AWS, "--endpoint-url", c.endpoint, "s3", "cp", "--no-progress", up, "s3://data/ro/x", NULL) != 0);
+    CHECK_CONTAINS(out.data, "AccessDenied");
+
+    funcd_buf_reset(&out);
+    CHECK_RUN(run(&c, dir, 120, &out, AWS, "--endpoint-url", c.endpoint, "s3", "rm", s3url, NULL), out);
+    funcd_buf_reset(&out);
+    run(&c, dir, 120, &out, AWS, "--endpoint-url", c.endpoint, "s3", "ls", "s3://data/p/", NULL);
+    if (out.data && strstr(out.data, "obj.bin"))
+        FAILF("obj.bin still listed after rm: %s", out.data);
+    funcd_buf_free(&out);
+}
+
+/* The boto3 script against the host listener; its presigned URL fetched
+ * with curl. */
+SV_TEST_WITH(boto3, funcd_with_s3("127.0.0.1:0", NULL, 0), NULL)
+{
+    creds c;
+    CHECK(bound_function(e, "up", &c) == 0);
+    funcd_buf out = FUNCD_BUF_INIT;
+    int rc = run(&c, "/tmp", 600, &out, PYTHON, S3_CLIENT_DIR "/s3_client.py", "full", "data",
+                 "p/", NULL);
+    CHECK_RUN(rc, out);
+    CHECK_CONTAINS(out.data, "OK full");
+    char url[1024] = "", expect[80] = "";
+    const char *u = strstr(out.data, "PRESIGNED "), *x = strstr(out.data, "EXPECT ");
+    CHECK(u && x);
+    sscanf(u + 10, "%1023s", url);
+    sscanf(x + 7, "%79s", expect);
+    funcd_buf body = FUNCD_BUF_INIT, err = FUNCD_BUF_INIT;
+    CHECK(sv_curl(&body, &err, -1, "-f", url, NULL) == 0);
+    CHECK(body.len == 5 && memcmp(body.data, "dir/c", 5) == 0);
+    /* the same URL with its signature changed is refused */
+    funcd_buf_reset(&body);
+    char bad[1024];
+    snprintf(bad, sizeof(bad), "%s", url);
+    char *sig = strstr(bad, "X-Amz-Signature=");
+    CHECK(sig != NULL);
+    sig[16] = sig[16] == '0' ? '1' : '0';
+    CHECK(sv_curl(&body, &err, -1, bad, NULL) == 0);
+    CHECK_CONTAINS(body.data, "<Code>SignatureDoesNotMatch</Code>");
+    funcd_buf_free(&body);
+    funcd_buf_free(&err);
+    funcd_buf_free(&out);
+}
+
+/* S3's errors with a 1 MiB cap; anonymous requests; who may read
+ * credentials; bindings validated naming the field. */
+SV_TEST_WITH(errors, funcd_with_s3("127.0.0.1:0", NULL, MiB), NULL)
+{
+    creds c;
+    CHECK(bound_function(e, "up", &c) == 0);
+    funcd_buf out = FUNCD_BUF_INIT;
+    int rc = run(&c, "/tmp", 300, &out, PYTHON, S3_CLIENT_DIR "/s3_client.py", "errors", "data",
+                 "p/", NULL);
+    CHECK_RUN(rc, out);
+    CHECK_CONTAINS(out.data, "OK errors");
+    funcd_buf_free(&out);
+
+    /* unsigned: AccessDenied, as S3's XML */
+    char url[256];
+    funcd_buf body = FUNCD_BUF_INIT, err = FUNCD_BUF_INIT;
+    snprintf(url, sizeof(url), "%s/data/p/small", c.endpoint);
+    CHECK(sv_curl(&body, &err, -1, "-w", "\n%{http_code}", url, NULL) == 0);
+    CHECK_CONTAINS(body.data, "<Code>AccessDenied</Code>");
+    CHECK_CONTAINS(body.data, "\n403");
+    funcd_buf_reset(&body);
+    /* a malformed request line */
+    snprintf(url, sizeof(url), "%s/data/p/%%zz", c.endpoint);
+    CHECK(sv_curl(&body, &err, -1, "-w", "\n%{http_code}", url, NULL) == 0);
+    CHECK_CONTAINS(body.data, "\n400");
+    funcd_buf_free(&body);
+    funcd_buf_free(&err);
+
+    /* credentials: admins only; an absent Function is 404 */
+    REQ("GET", FN_PATH("up") "/s3-credentials", DEV_TOKEN, NULL);
+    CHECK_STATUS(403, "Forbidden", NULL);
+    REQ("GET", FN_PATH("absent") "/s3-credentials", ADMIN_TOKEN, NULL);
+    CHECK_STATUS(404, "NotFound", NULL);
+    REQ("POST", FN_PATH("up") "/s3-credentials", ADMIN_TOKEN, "{}");
+    CHECK_STATUS(405, "MethodNotAllowed", NULL);
+
+    /* bindings.blob is validated, naming the field */
+    static const struct {
+        const char *blob, *field;
+    } bad[] = {
+        {"[{\"bucket\":\"Bad_Name\",\"access\":\"read\"}]", "spec.bindings.blob[0].bucket"},
+        {"[{\"bucket\":\"data\",\"access\":\"write\"}]", "spec.bindings.blob[0].access"},
+        {"[{\"bucket\":\"data\"}]", "spec.bindings.blob[0].access"},
+        {"{\"bucket\":\"data\"}", "spec.bindings.blob"},
+        {"[{\"bucket\":\"data\",\"access\":\"read\",\"prefix\":7}]", "spec.bindings.blob[0].prefix"},
+        {"[{\"bucket\":\"data\",\"access\":\"read\",\"extra\":1}]", "spec.bindings.blob[0]"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "bad%zu", i);
+        CHECK(sv_create(e, name,
+                        "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":"
+                        "{\"bundle\":\"" NO_SUCH_BUNDLE "\"},\"bindings\":{\"blob\":%s}}",
+                        bad[i].blob) == 400);
+        CHECK_CONTAINS(jstr(e->r.json, "message"), bad[i].field);
+    }
+}
+
+/* Without funcd_with_s3 there are no credentials to read. */
+SV_TEST(off)
+{
+    creds c;
+    CHECK(sv_create(e, "up",
+                    "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":{\"bundle\":"
+                    "\"" NO_SUCH_BUNDLE "\"}," BINDINGS "}") == 201);
+    (void)c;
+    REQ("GET", FN_PATH("up") "/s3-credentials", ADMIN_TOKEN, NULL);
+    CHECK_STATUS(404, "NotFound", NULL);
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "--s3-listen");
+}
+
+int main(int argc, char **argv)
+{
+    const char *only = argc > 1 ? argv[1] : NULL;
+    int ran = 0;
+    if (!have_clients()) {
+        fprintf(stderr, "skipped: needs Debian's awscli (" AWS ") and python3-boto3 "
+                        "(scripts/install-deps.sh)\n");
+        return 77;
+    }
+    sv_init();
+    SV_RUN(only, ran, awscli);
+    SV_RUN(only, ran, boto3);
+    SV_RUN(only, ran, errors);
+    SV_RUN(only, ran, off);
+    e2e_client_global_cleanup();
+    if (only && !ran) {
+        fprintf(stderr, "no case %s\n", only);
+        return 2;
+    }
+    return HARNESS_END();
+}
