@@ -1,0 +1,1 @@
+document.getElementById('route').textContent = 'route: ' + location.pathname;
