@@ -68,6 +68,7 @@ struct funcd_platform {
     funcd_queue *queue;      /* the delivery queue (lib/eventing/queue.h) */
     funcd_localapi *localapi; /* workers' FUNCD_API sockets (lib/localapi) */
     funcd_s3 *s3;            /* the S3 gateway (lib/s3), or NULL */
+    funcd_netsvc *s3_netsvc; /* its listeners in workers' namespaces */
     char s3_addr[128];
     funcd_async *async;      /* /async/ on the data plane */
     funcd_workflows *workflows; /* runs, on the lease holder (lib/workflow) */
@@ -709,6 +710,8 @@ static int build(funcd_platform *p)
         if ((rc = funcd_s3_new(&p->s3, &s3c, p->s3_addr, sizeof(p->s3_addr))) < 0)
             return rc;
         p->cp.s3 = p->s3;
+        if (!(p->s3_netsvc = funcd_s3_netsvc_new(p->s3)))
+            return funcd_error_set(FUNCD_ENOMEM, "out of memory");
     }
     funcd_serving_config sc = {
         .localapi = p->localapi,
@@ -729,6 +732,8 @@ static int build(funcd_platform *p)
         .metrics = p->metrics,
         .sandboxed = p->cfg.sandboxed_runtime,
     };
+    if (p->s3_netsvc)
+        sc.netsvc[sc.n_netsvc++] = p->s3_netsvc;
     if ((rc = funcd_serving_new(&p->serving, &sc)) < 0)
         return rc;
     funcd_metrics_set_gauge_source(p->metrics, funcd_serving_gauges, p->serving);
@@ -873,6 +878,8 @@ static void teardown(funcd_platform *p)
         funcd_metrics_set_gauge_source(p->metrics, NULL, NULL);
     funcd_serving_free(p->serving);
     funcd_localapi_free(p->localapi); /* after the workers whose sockets it served */
+    funcd_s3_netsvc_free(p->s3_netsvc); /* serving, its user, is gone */
+    p->s3_netsvc = NULL;
     funcd_s3_free(p->s3); /* after the workers, whose listeners serving detached */
     p->s3 = NULL;
     p->localapi = NULL;

@@ -53,4 +53,11 @@ int funcd_s3_credentials(const funcd_s3 *s, const char *ns, const char *name, ch
 void *funcd_s3_listen_fd(funcd_s3 *s, int fd, const char *ns, const char *name);
 void funcd_s3_unlisten(funcd_s3 *s, void *handle);
 
+/* The gateway as serving's plug-in (netsvc.c): 127.0.0.1:9000 in each
+ * sandboxed worker of a Function with spec.bindings.blob, and the AWS_*
+ * variables. Free after serving. */
+struct funcd_netsvc;
+struct funcd_netsvc *funcd_s3_netsvc_new(funcd_s3 *s3);
+void funcd_s3_netsvc_free(struct funcd_netsvc *svc);
+
 #endif
