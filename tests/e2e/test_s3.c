@@ -349,6 +349,62 @@ SV_TEST(off)
     CHECK_CONTAINS(jstr(e->r.json, "message"), "--s3-listen");
 }
 
+/* A python3 Function running the boto3 script (tests/s3/s3_client.py) as its
+ * handler, bound like BINDINGS; 0 once it is Ready. */
+static int script_function(env *e, const char *name, int64_t wait_ms)
+{
+    size_t len = 0;
+    char *code = read_file(S3_CLIENT_DIR "/s3_client.py", &len);
+    char dir[256];
+    int rc = code ? sv_code_dir(dir, sizeof(dir), "s3_client.py", code) : -1;
+    free(code);
+    if (rc != 0)
+        return -1;
+    if (sv_create(e, name,
+                  "{\"runtime\":\"python3\",\"handler\":\"s3_client.handler\",\"timeout\":\"600s\","
+                  "\"source\":{\"path\":\"%s\"}," BINDINGS "}",
+                  dir) != 201) {
+        fprintf(stderr, "create %s: %.400s\n", name, e->r.body ? e->r.body : "");
+        return -1;
+    }
+    if (wait_ms && !sv_wait_ready(e, name, (int)wait_ms)) {
+        fprintf(stderr, "%s is not ready: %.600s\n", name, e->r.body ? e->r.body : "");
+        return -1;
+    }
+    return 0;
+}
+
+/* The boto3 script as a sandboxed python3 Function: it reaches the gateway
+ * at 127.0.0.1:9000 inside its own network namespace (there is no host
+ * listener here) with the credentials funcd put in its environment; a
+ * write outside its prefix is denied. */
+SV_TEST_WITH(sandboxed, funcd_with_s3(NULL, NULL, 0), NULL)
+{
+    CHECK(script_function(e, "s3fn", 30000) == 0);
+    long code = sv_invoke(e, "GET", DP_PATH("s3fn") "/?bucket=data&prefix=p/", NULL);
+    if (code != 200 || !e->r.body || !strstr(e->r.body, "OK full"))
+        FAILF("the function answered %ld: %.2000s", code, e->r.body ? e->r.body : "");
+}
+
+/* Without the sandbox the workers are told the host listener; with no host
+ * listener the Function cannot run and says why. */
+SV_TEST_WITH(no_sandbox, funcd_with_s3("127.0.0.1:0", NULL, 0), funcd_with_sandbox(0))
+{
+    CHECK(script_function(e, "s3fn", 30000) == 0);
+    long code = sv_invoke(e, "GET", DP_PATH("s3fn") "/?bucket=data&prefix=p/", NULL);
+    if (code != 200 || !e->r.body || !strstr(e->r.body, "OK full"))
+        FAILF("the function answered %ld: %.2000s", code, e->r.body ? e->r.body : "");
+}
+
+SV_TEST_WITH(no_sandbox_no_listener, funcd_with_s3(NULL, NULL, 0), funcd_with_sandbox(0))
+{
+    CHECK(script_function(e, "s3fn", 0) == 0);
+    CHECK(sv_wait_condition(e, "s3fn", "False", 30000));
+    const cJSON *ready = sv_ready_condition(e->r.json);
+    CHECK_STR(jstr(ready, "reason"), "S3Unavailable");
+    CHECK_CONTAINS(jstr(ready, "message"), "--s3-listen");
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
@@ -363,6 +419,9 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, boto3);
     SV_RUN(only, ran, errors);
     SV_RUN(only, ran, off);
+    SV_RUN(only, ran, sandboxed);
+    SV_RUN(only, ran, no_sandbox);
+    SV_RUN(only, ran, no_sandbox_no_listener);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no case %s\n", only);
