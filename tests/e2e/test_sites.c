@@ -13,6 +13,7 @@
 #include "test_serving_common.h"
 
 #include <arpa/inet.h>
+#include <stdarg.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
@@ -568,6 +569,61 @@ SV_TEST(traversal_refused)
     raw_free(&r);
 }
 
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+/* A git source, resolved by the source resolver as a Function's is: the
+ * Site serves the branch's commit, and a new commit pushed to the branch
+ * (polled every 300 ms) is served once fetched. */
+SV_TEST_WITH(git_source, funcd_with_source_refresh(0, 300), NULL)
+{
+    if (system("git --version >/dev/null 2>&1") != 0) {
+        printf("  skipped: git is not installed\n");
+        return;
+    }
+    char tmp[256], repo[300], work[300], spec[800];
+    CHECK(sv_tempdir(tmp, sizeof(tmp)) == 0);
+    snprintf(repo, sizeof(repo), "%s/repo.git", tmp);
+    snprintf(work, sizeof(work), "%s/work", tmp);
+    CHECK(sh("git init -q --bare %s && git clone -q %s %s 2>/dev/null && mkdir -p %s/www && "
+             "echo GIT-V1 >%s/www/index.html && cd %s && git add -A && "
+             "git -c user.name=t -c user.email=t@e commit -qm v1 && "
+             "git push -q origin HEAD:refs/heads/main 2>/dev/null",
+             repo, repo, work, work, work, work) == 0);
+    snprintf(spec, sizeof(spec),
+             "{\"source\":{\"git\":{\"url\":\"%s\",\"ref\":\"main\",\"path\":\"www\"}}}", repo);
+    CHECK_INT(put_site(e, "POST", ADMIN_TOKEN, "g", spec), 201);
+    CHECK(wait_site(e, "g", "True", WAIT_MS));
+    raw_resp r;
+    CHECK(raw(e, "GET", "/site/default/g/", NULL, &r) == 0);
+    CHECK_INT(r.status, 200);
+    CHECK_STR(r.body, "GIT-V1\n");
+    raw_free(&r);
+
+    CHECK(sh("cd %s && echo GIT-V2 >www/index.html && git add -A && "
+             "git -c user.name=t -c user.email=t@e commit -qm v2 && "
+             "git push -q origin HEAD:refs/heads/main 2>/dev/null",
+             work) == 0);
+    int64_t deadline = e2e_now_ms() + WAIT_MS;
+    int seen = 0;
+    while (!seen && e2e_now_ms() < deadline) {
+        CHECK(raw(e, "GET", "/site/default/g/", NULL, &r) == 0);
+        seen = r.status == 200 && strcmp(r.body, "GIT-V2\n") == 0;
+        raw_free(&r);
+        if (!seen)
+            env_sleep_ms(50);
+    }
+    CHECK(seen);
+}
+
 /* Bad specs name their field. */
 SV_TEST(bad_specs)
 {
@@ -607,6 +663,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, index_missing);
     SV_RUN(only, ran, default_index_option);
     SV_RUN(only, ran, traversal_refused);
+    SV_RUN(only, ran, git_source);
     SV_RUN(only, ran, bad_specs);
     e2e_client_global_cleanup();
     if (only && !ran) {
