@@ -414,7 +414,8 @@ static void pull_assemble(funcd_oci_pull_handle *p)
         img->env = vec_take(&cfg.env);
         img->working_dir = cfg.working_dir;
         img->user = cfg.user;
-        cfg.working_dir = cfg.user = NULL;
+        img->contract = cfg.contract;
+        cfg.working_dir = cfg.user = cfg.contract = NULL;
         img->n_layers = n;
         img->layer_digests = calloc(n + 1, sizeof(char *));
         img->layer_media_types = calloc(n + 1, sizeof(char *));
@@ -1097,6 +1098,7 @@ void funcd_oci_image_free(funcd_oci_image *img)
     vec_free(img->env);
     free(img->working_dir);
     free(img->user);
+    free(img->contract);
     for (size_t i = 0; i < img->n_layers; i++) {
         free(img->layer_digests ? img->layer_digests[i] : NULL);
         free(img->layer_media_types ? img->layer_media_types[i] : NULL);

@@ -257,6 +257,10 @@ int funcd_oci_config_parse(funcd_oci_config *out, const char *json, size_t len)
             rc = dup_opt(&out->working_dir, json_str(cfg, "WorkingDir"));
         if (rc == 0)
             rc = dup_opt(&out->user, json_str(cfg, "User"));
+        if (rc == 0) /* Labels: only funcd's own is kept */
+            rc = dup_opt(&out->contract,
+                         json_str(cJSON_GetObjectItemCaseSensitive(cfg, "Labels"),
+                                  FUNCD_OCI_CONTRACT_LABEL));
     }
     cJSON_Delete(root);
     if (rc < 0)
@@ -275,5 +279,6 @@ void funcd_oci_config_free(funcd_oci_config *c)
     vector_free(c->env);
     free(c->working_dir);
     free(c->user);
+    free(c->contract);
     memset(c, 0, sizeof(*c));
 }

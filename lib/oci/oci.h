@@ -89,7 +89,11 @@ typedef struct funcd_oci_config {
     char *os, *arch;
     char **entrypoint, **cmd, **env; /* NULL-terminated, or NULL when absent */
     char *working_dir, *user;
+    char *contract; /* the label dev.funcd.contract as it is (JSON text), or NULL */
 } funcd_oci_config;
+
+/* The image config label holding a Function's typed contract (docs/workflows.md). */
+#define FUNCD_OCI_CONTRACT_LABEL "dev.funcd.contract"
 
 int funcd_oci_config_parse(funcd_oci_config *out, const char *json, size_t len);
 void funcd_oci_config_free(funcd_oci_config *c);
@@ -124,6 +128,7 @@ typedef struct funcd_oci_image {
     char *os, *arch;
     char **entrypoint, **cmd, **env; /* NULL-terminated, or NULL */
     char *working_dir, *user;
+    char *contract; /* the dev.funcd.contract label (JSON text), or NULL */
     size_t n_layers;
     char **layer_digests, **layer_media_types;
     char **layer_paths; /* verified files in the cache, in layer order */

@@ -333,6 +333,11 @@ static void remember_image(funcd_sources *s, const char *ref, const funcd_oci_im
         cJSON_AddStringToObject(m, "workingDir", img->working_dir);
     if (img->user)
         cJSON_AddStringToObject(m, "user", img->user);
+    cJSON *contract = img->contract ? cJSON_Parse(img->contract) : NULL;
+    if (cJSON_IsObject(contract)) /* the typed edges' checks read it (funcd_sources_image_contract) */
+        cJSON_AddItemToObject(m, "contract", contract);
+    else
+        cJSON_Delete(contract);
     uint64_t size = 0;
     cJSON *layers = cJSON_AddArrayToObject(m, "layers");
     for (size_t i = 0; layers && i < img->n_layers; i++) {
@@ -1515,4 +1520,26 @@ void funcd_sources_free(funcd_sources *s)
     pthread_cond_destroy(&s->idle);
     pthread_mutex_destroy(&s->lock);
     free(s);
+}
+
+cJSON *funcd_sources_image_contract(funcd_store *store, const char *digest)
+{
+    if (!digest || strncmp(digest, "sha256:", 7) != 0)
+        return NULL;
+    funcd_buf key = FUNCD_BUF_INIT;
+    funcd_store_value v = {0};
+    cJSON *m = NULL;
+    if (funcd_buf_printf(&key, "%s%s", IMAGE_META_PREFIX, digest) == 0 &&
+        funcd_port_store_get(store, key.data, &v) == 0) {
+        m = cJSON_ParseWithLength(v.value, v.len);
+        free(v.value);
+    }
+    funcd_buf_free(&key);
+    cJSON *c = cJSON_DetachItemFromObjectCaseSensitive(m, "contract");
+    cJSON_Delete(m);
+    if (!cJSON_IsObject(c)) {
+        cJSON_Delete(c);
+        return NULL;
+    }
+    return c;
 }

@@ -134,4 +134,11 @@ void funcd_sources_pull_list(funcd_sources *s, const char *ns,
                                            const funcd_pull_state *st, void *payload),
                              void *payload);
 
+/* The typed contract ({input, output} JSON Schemas) that the image of
+ * manifest `digest` declares in its config label dev.funcd.contract, as
+ * recorded in the store (/images/) when a node pulled it: a new object, or
+ * NULL (not pulled yet, no label, or a label that is not a JSON object).
+ * Any thread. */
+cJSON *funcd_sources_image_contract(funcd_store *store, const char *digest);
+
 #endif

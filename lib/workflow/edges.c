@@ -12,6 +12,7 @@
 #include "api/jsonschema.h"
 #include "funcd/sys/error.h"
 #include "objects/objects.h"
+#include "source/resolver.h"
 #include "workflow/workflow.h"
 
 #define MAX_STEPS 64
@@ -31,6 +32,25 @@ static const cJSON *contract(const edge_ctx *e, size_t i, const char *which)
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(spec, "contract"), which);
     return cJSON_IsObject(s) ? s : NULL;
+}
+
+/* An image Function without spec.contract takes its image's label
+ * dev.funcd.contract, once a node pulled the image (status.source.digest
+ * names it): put in the copy's spec.contract, it counts exactly the same. */
+static void image_contract(funcd_store *s, cJSON *function)
+{
+    cJSON *spec = cJSON_GetObjectItemCaseSensitive(function, "spec");
+    if (!cJSON_IsObject(spec) || cJSON_GetObjectItemCaseSensitive(spec, "contract") ||
+        !cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(spec, "source"), "image")))
+        return;
+    const char *digest = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(function, "status"),
+                                         "source"),
+        "digest"));
+    cJSON *c = funcd_sources_image_contract(s, digest);
+    if (c)
+        cJSON_AddItemToObject(spec, "contract", c);
 }
 
 static int step_index(const edge_ctx *e, const char *name)
@@ -139,6 +159,8 @@ int funcd_workflow_check(funcd_store *s, const char *ns, const cJSON *workflow, 
         e.step[e.n] = st;
         rc = name ? funcd_objects_get(s, fn, ns, name, &e.function[e.n], NULL) : FUNCD_EINVAL;
         e.n++;
+        if (rc == 0)
+            image_contract(s, e.function[e.n - 1]);
         if (rc == FUNCD_ENOTFOUND || rc == FUNCD_EINVAL) {
             snprintf(field, field_len, "spec.steps[%zu].function", e.n - 1);
             snprintf(why, why_len, "function \"%s\" does not exist in namespace \"%s\"",

@@ -9,6 +9,7 @@
 #   krm     a static KRM function (bench/krm-cat.c) at /bin/krm-cat
 #   big     8 layers of 4 MiB random data (for bench/pull.sh)
 #   multi   an index: linux/amd64 → the worker image, linux/arm64 → another
+#   contract  the worker image with the config label dev.funcd.contract
 #
 # Each lands in OUT_DIR/<name> as an OCI layout whose image is tagged "1"
 # (skopeo: oci:OUT_DIR/<name>:1).
@@ -23,6 +24,7 @@ aarch64) arch=arm64 ;;
 *) arch=$(uname -m) ;;
 esac
 mkdir -p "$out"
+labels=
 tmp=$(mktemp -d "$out/.build-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
@@ -50,8 +52,8 @@ image() {
         lhex=$(add_blob "$layout" "$tmp/layer.tar.gz")
         layers="$layers${layers:+,}{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar+gzip\",\"digest\":\"sha256:$lhex\",\"size\":$lsize}"
     done
-    printf '{"architecture":"%s","os":"linux","config":{"Entrypoint":%s,"Env":["PATH=/bin"],"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":[%s]}}' \
-        "$iarch" "$entry" "$diffs" >"$tmp/config.json"
+    printf '{"architecture":"%s","os":"linux","config":{"Entrypoint":%s,"Env":["PATH=/bin"],"WorkingDir":"/"%s},"rootfs":{"type":"layers","diff_ids":[%s]}}' \
+        "$iarch" "$entry" "${labels:+,\"Labels\":$labels}" "$diffs" >"$tmp/config.json"
     csize=$(size "$tmp/config.json")
     chex=$(add_blob "$layout" "$tmp/config.json")
     printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[%s]}' \
@@ -86,6 +88,15 @@ for what in "$@"; do
         mkdir -p "$tmp/worker/bin"
         static_program "$src/tests/e2e/fixtures/native/worker.c" "$tmp/worker/bin/worker"
         single worker '["/bin/worker"]' "$tmp/worker"
+        ;;
+    contract)
+        # the worker, with the label dev.funcd.contract: it takes {"n": integer} and
+        # answers {"total": number}
+        mkdir -p "$tmp/contract/bin"
+        static_program "$src/tests/e2e/fixtures/native/worker.c" "$tmp/contract/bin/worker"
+        labels='{"dev.funcd.contract":"{\"input\":{\"type\":\"object\",\"required\":[\"n\"],\"properties\":{\"n\":{\"type\":\"integer\"}}},\"output\":{\"type\":\"object\",\"required\":[\"total\"],\"properties\":{\"total\":{\"type\":\"number\"}}}}"}'
+        single contract '["/bin/worker"]' "$tmp/contract"
+        labels=
         ;;
     krm)
         mkdir -p "$tmp/krm/bin"

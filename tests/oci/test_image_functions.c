@@ -1012,6 +1012,84 @@ static void allow_list(void)
 
 /* ---- main ---------------------------------------------------------------------- */
 
+/* ---- the image config label dev.funcd.contract ---------------------------------- */
+
+#define TYPED_FN(name, contract)                                                                   \
+    "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":\"" name        \
+    "\"},\"spec\":{\"runtime\":\"native\",\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"},"        \
+    "\"contract\":" contract "}}"
+
+static long typed_workflow(env *e, const char *name, const char *steps)
+{
+    char body[2048];
+    snprintf(body, sizeof(body),
+             "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Workflow\",\"metadata\":{\"name\":"
+             "\"%s\"},\"spec\":{\"steps\":%s}}",
+             name, steps);
+    return REQ("POST", NS("default") "/workflows", DEV_TOKEN, body);
+}
+
+/* An image Function without spec.contract whose image declares one in the
+ * label dev.funcd.contract (input {n: integer}, output {total: number}):
+ * once pulled, admission checks its edges with it like a spec.contract: a
+ * producer of {n: string} and a consumer of {total: string} are refused
+ * naming the edge and the property, a producer of {n: integer} admitted. */
+static void typed_by_label(env *e)
+{
+    char ref[256];
+    image_ref(ref, sizeof(ref), "contract:1");
+    CHECK_INT(sv_create(e, "labeled", "{\"runtime\":\"native\",\"source\":{\"image\":\"%s\"}}",
+                        ref),
+              201);
+    CHECK(wait_ready_verbose(e, "labeled"));
+    CHECK(jstr(e->r.json, "status.source.digest") != NULL);
+    CHECK(jget(e->r.json, "spec.contract") == NULL);
+    CHECK_INT(REQ("POST", NS("default") "/functions", DEV_TOKEN,
+                  TYPED_FN("gives-text", "{\"output\":{\"type\":\"object\",\"required\":[\"n\"],"
+                                         "\"properties\":{\"n\":{\"type\":\"string\"}}}}")),
+              201);
+    CHECK_INT(REQ("POST", NS("default") "/functions", DEV_TOKEN,
+                  TYPED_FN("gives-int", "{\"output\":{\"type\":\"object\",\"required\":[\"n\"],"
+                                        "\"properties\":{\"n\":{\"type\":\"integer\"}}}}")),
+              201);
+    CHECK_INT(REQ("POST", NS("default") "/functions", DEV_TOKEN,
+                  TYPED_FN("takes-text", "{\"input\":{\"type\":\"object\",\"required\":[\"total\"],"
+                                         "\"properties\":{\"total\":{\"type\":\"string\"}}}}")),
+              201);
+    /* The label's input refuses what gives-text produces. */
+    CHECK_INT(typed_workflow(e, "bad-in",
+                             "[{\"name\":\"p\",\"function\":\"gives-text\"},"
+                             "{\"name\":\"c\",\"function\":\"labeled\",\"dependsOn\":[\"p\"],"
+                             "\"input\":\"$.steps.p.output\"}]"),
+              400);
+    CHECK(!status_problem(&e->r, 400, "BadRequest", "spec.steps[1].input"));
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "edge p -> c");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "n");
+    /* The label's output does not fit takes-text. */
+    CHECK_INT(typed_workflow(e, "bad-out",
+                             "[{\"name\":\"p\",\"function\":\"labeled\"},"
+                             "{\"name\":\"c\",\"function\":\"takes-text\",\"dependsOn\":[\"p\"],"
+                             "\"input\":\"$.steps.p.output\"}]"),
+              400);
+    CHECK(!status_problem(&e->r, 400, "BadRequest", "spec.steps[1].input"));
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "total");
+    /* A fitting producer: admitted. */
+    CHECK_INT(typed_workflow(e, "good",
+                             "[{\"name\":\"p\",\"function\":\"gives-int\"},"
+                             "{\"name\":\"c\",\"function\":\"labeled\",\"dependsOn\":[\"p\"],"
+                             "\"input\":\"$.steps.p.output\"}]"),
+              201);
+}
+
+static void contract_label(void)
+{
+    char layout[400];
+    snprintf(layout, sizeof(layout), "%s/contract", layouts);
+    CHECK(registry_env_push(&reg, layout, "contract:1", 0) == 0);
+    on_platform(NULL, NULL, NULL, typed_by_label);
+}
+
+
 typedef struct image_case {
     const char *name;
     registry_kind kind;
@@ -1034,6 +1112,7 @@ static const image_case cases[] = {
     {"private-cache", REGISTRY_HTPASSWD, private_cache},
     {"public-cache", REGISTRY_PLAIN, public_cache},
     {"allow-list", REGISTRY_PLAIN, allow_list},
+    {"contract-label", REGISTRY_PLAIN, contract_label},
 };
 
 /* A registry of its own per case; after the case no process may be left. */
@@ -1072,7 +1151,7 @@ int main(int argc, char **argv)
     if (!mkdtemp(work))
         return 1;
     snprintf(layouts, sizeof(layouts), "%s/layouts", work);
-    if (registry_env_build_fixtures(layouts, "worker krm") < 0) {
+    if (registry_env_build_fixtures(layouts, "worker krm contract") < 0) {
         fprintf(stderr, "FAIL cannot build the OCI layouts\n");
         harness_failed++;
         n = 0;
