@@ -1,7 +1,8 @@
 /*
  * The workflow engine (docs/adr/0047-workflow-runs.md): on the platform
- * loop of the lease holder, every unfinished run record is loaded and
- * driven. Each pass over a run (advance) works out what changed: steps whose
+ * loop of the lease holder, every unfinished run record (found through the
+ * index FUNCD_WORKFLOW_ACTIVE_PREFIX each tick, and a full list of the
+ * records every minute) is loaded and driven. Each pass over a run (advance) works out what changed: steps whose
  * dependencies finished become Running (or Skipped by `when`), items are
  * launched up to maxConcurrency, finished steps gather their outputs, and
  * the run ends. The record is written (compare-and-swap on its revision)
