@@ -152,6 +152,7 @@ int cmd_logs(ctl_ctx *ctx, int argc, char **argv);
 int cmd_fn(ctl_ctx *ctx, int argc, char **argv);
 int cmd_pull(ctl_ctx *ctx, int argc, char **argv);
 int cmd_scale(ctl_ctx *ctx, int argc, char **argv);
+int cmd_s3_credentials(ctl_ctx *ctx, int argc, char **argv);
 int cmd_create(ctl_ctx *ctx, int argc, char **argv);
 int cmd_completion(ctl_ctx *ctx, int argc, char **argv);
 

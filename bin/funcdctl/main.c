@@ -127,6 +127,14 @@ static const ctl_command commands[] = {
      "  --min N, --max N        spec.scaling.minReplicas / maxReplicas\n"
      "Example: funcdctl scale hello --min 1 --max 4\n",
      CTL_OUTS_OBJECTS},
+    {"s3-credentials", cmd_s3_credentials, "Print a Function's S3 access key (admins)",
+     "s3-credentials NAME",
+     "The key the Function's workers get for the S3 gateway (docs/s3.md), as shell\n"
+     "exports (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION and, with\n"
+     "--s3-listen, AWS_ENDPOINT_URL); -o json|yaml prints the server's object.\n"
+     "Example: eval \"$(funcdctl s3-credentials thumbnails)\"\n"
+     "         aws --endpoint-url \"$AWS_ENDPOINT_URL\" s3 ls s3://photos/in/\n",
+     OUT(TABLE) | OUT(JSON) | OUT(YAML)},
     {"create", cmd_create, "Create a Secret from literals and files",
      "create secret generic NAME [--from-literal=K=V]... [--from-file=[K=]PATH]... [--type T]",
      "  --from-literal K=V      a key and its value (repeatable)\n"

@@ -1745,8 +1745,10 @@ static void *acceptor_main(void *arg)
             pthread_mutex_lock(&s->mu);
             listener copy = {0};
             int live = 0;
+            /* the same object on the same fd: a removed listener's fd stays
+             * open until the top of this loop, so no new one reuses it */
             for (listener *l = s->listeners; l; l = l->next)
-                if (l == who[i]) {
+                if (l == who[i] && l->fd == pf[i].fd) {
                     copy = *l;
                     live = 1;
                 }

@@ -306,6 +306,23 @@ SV_TEST_WITH(errors, funcd_with_s3("127.0.0.1:0", NULL, MiB), NULL)
     funcd_buf_free(&body);
     funcd_buf_free(&err);
 
+    /* funcdctl s3-credentials prints them as shell exports, for admins only */
+    const char *root = getenv("FUNCD_BUILD_ROOT");
+    char ctl[512], line[160];
+    snprintf(ctl, sizeof(ctl), "%s/bin/funcdctl/funcdctl", root ? root : ".");
+    out = (funcd_buf)FUNCD_BUF_INIT;
+    rc = run(&c, "/tmp", 60, &out, ctl, "--server", e->base, "--token", ADMIN_TOKEN,
+             "s3-credentials", "up", NULL);
+    CHECK_RUN(rc, out);
+    snprintf(line, sizeof(line), "export AWS_SECRET_ACCESS_KEY='%s'\n", c.secret);
+    CHECK_CONTAINS(out.data, line);
+    CHECK_CONTAINS(out.data, "export AWS_ACCESS_KEY_ID='default.up'\n");
+    funcd_buf_reset(&out);
+    CHECK(run(&c, "/tmp", 60, &out, ctl, "--server", e->base, "--token", DEV_TOKEN,
+              "s3-credentials", "up", NULL) != 0);
+    CHECK_CONTAINS(out.data, "only an admin");
+    funcd_buf_free(&out);
+
     /* credentials: admins only; an absent Function is 404 */
     REQ("GET", FN_PATH("up") "/s3-credentials", DEV_TOKEN, NULL);
     CHECK_STATUS(403, "Forbidden", NULL);
