@@ -86,6 +86,8 @@ static void usage(FILE *out)
             "                             (default: the host name; docs/cluster.md)\n"
             "  --node-address HOST:PORT   where this node's data plane is reached, shown in\n"
             "                             `funcdctl get nodes` (default: its listen address)\n"
+            "  --egress-dns-upstream ADDR the resolver of the egress gateway (default: the\n"
+            "                             first nameserver of /etc/resolv.conf; docs/egress.md)\n"
             "  --lease-ttl DURATION       node heartbeats and the cluster lease (default 10s)\n"
             "  --invocation-retention DURATION  how long finished async invocations stay\n"
             "                             readable (default 1h)\n"
@@ -188,6 +190,7 @@ typedef struct flags {
     int edge_set, edge_per_client;
     const char *otlp_endpoint;
     const char *node_name, *node_address;
+    const char *egress_dns; /* --egress-dns-upstream */
     uint64_t lease_ttl;
     uint64_t blob_poll;
     uint64_t wf_step_timeout, wf_retry, wf_retention, wf_payload;
@@ -257,7 +260,7 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_BUS, O_STORE, O_BLOB, O_DP_METRICS, O_METRICS_OPEN, O_OTLP, O_TLS, O_TLS_CERT,
        O_TLS_KEY, O_NODE_NAME, O_NODE_ADDR, O_LEASE_TTL, O_BLOB_POLL, O_KV_QUOTA, O_SITE_INDEX, O_WF_TIMEOUT,
        O_WF_RETRY, O_WF_RETENTION, O_WF_PAYLOAD, O_INV_RETENTION, O_DLQ_RETENTION,
-       O_DLQ_MAX, O_S3_LISTEN, O_S3_SECRET, O_S3_MAX_UPLOAD };
+       O_DLQ_MAX, O_S3_LISTEN, O_S3_SECRET, O_S3_MAX_UPLOAD, O_EGRESS_DNS };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -318,6 +321,7 @@ static const struct option long_opts[] = {
     {"tls-key", required_argument, 0, O_TLS_KEY},
     {"node-name", required_argument, 0, O_NODE_NAME},
     {"node-address", required_argument, 0, O_NODE_ADDR},
+    {"egress-dns-upstream", required_argument, 0, O_EGRESS_DNS},
     {"lease-ttl", required_argument, 0, O_LEASE_TTL},
     {"blob-poll-interval", required_argument, 0, O_BLOB_POLL},
     {"workflow-step-timeout", required_argument, 0, O_WF_TIMEOUT},
@@ -471,6 +475,7 @@ static int parse_one(int c, const char *arg, flags *f)
     case O_OTLP: f->otlp_endpoint = arg; break;
     case O_NODE_NAME: f->node_name = arg; break;
     case O_NODE_ADDR: f->node_address = arg; break;
+    case O_EGRESS_DNS: f->egress_dns = arg; break;
     case O_LEASE_TTL: return parse_duration("lease-ttl", arg, &f->lease_ttl) ? 2 : -1;
     case O_BLOB_POLL: return parse_duration("blob-poll-interval", arg, &f->blob_poll) ? 2 : -1;
     case O_WF_TIMEOUT:
@@ -847,6 +852,7 @@ static int build_platform(const flags *f, const char *shims)
         f->otlp_endpoint ? funcd_with_otlp_endpoint(f->otlp_endpoint) : NULL,
         f->node_name ? funcd_with_node_name(f->node_name) : NULL,
         f->node_address ? funcd_with_node_address(f->node_address) : NULL,
+        f->egress_dns ? funcd_with_egress_dns_upstream(f->egress_dns) : NULL,
         f->lease_ttl ? funcd_with_lease_ttl(f->lease_ttl) : NULL,
         f->blob_poll ? funcd_with_blob_poll_interval(f->blob_poll) : NULL,
         f->wf_set ? funcd_with_workflow(f->wf_step_timeout, (unsigned)f->wf_retry, f->wf_retention,

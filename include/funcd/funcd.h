@@ -215,6 +215,11 @@ FUNCD_EXTERN funcd_option *funcd_with_node_name(const char *name);
  *  (default: the data plane's listen address). */
 FUNCD_EXTERN funcd_option *funcd_with_node_address(const char *addr);
 
+/** The DNS server the egress gateway resolves with and forwards workers'
+ *  questions to: "ip", "ip:port" or "[ipv6]:port" (default: the first
+ *  nameserver of the host's /etc/resolv.conf). See docs/egress.md. */
+FUNCD_EXTERN funcd_option *funcd_with_egress_dns_upstream(const char *addr);
+
 /** The TTL of the node heartbeats and of the cluster lease (default 10 s,
  *  at least 300 ms): renewed every third of it; a leader that cannot renew
  *  stops leading before it is over, and another node takes over after. */

@@ -182,6 +182,11 @@ funcd_option *funcd_with_node_address(const char *addr)
     return string_option(OPT_NODE_ADDRESS, addr);
 }
 
+funcd_option *funcd_with_egress_dns_upstream(const char *addr)
+{
+    return string_option(OPT_EGRESS_DNS_UPSTREAM, addr);
+}
+
 funcd_option *funcd_with_state_dir(const char *dir) { return string_option(OPT_STATE_DIR, dir); }
 
 static funcd_option *number_option(option_kind kind, uint64_t a, uint64_t b, uint64_t c)
@@ -711,6 +716,11 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
             return funcd_error_set(FUNCD_EINVAL, "funcd_with_node_name: no name");
         replace_str(&cfg->node_name, &o->str);
         break;
+    case OPT_EGRESS_DNS_UPSTREAM:
+        if (!o->str || !*o->str)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_egress_dns_upstream: no address");
+        replace_str(&cfg->egress_dns_upstream, &o->str);
+        break;
     case OPT_NODE_ADDRESS:
         if (!o->str || !*o->str)
             return funcd_error_set(FUNCD_EINVAL, "funcd_with_node_address: no address");
@@ -812,5 +822,6 @@ void funcd_config_clear(funcd_config *cfg)
     free(cfg->node_address);
     free(cfg->s3_listen);
     free(cfg->s3_secret_file);
+    free(cfg->egress_dns_upstream);
     memset(cfg, 0, sizeof(*cfg));
 }

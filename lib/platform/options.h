@@ -65,6 +65,7 @@ typedef enum option_kind {
     OPT_DELIVERY_RETENTION,
     OPT_SITE_DEFAULT_INDEX,
     OPT_S3, /* str: the host listener, namespaces[0]: the secret file; n[0]: max upload */
+    OPT_EGRESS_DNS_UPSTREAM,
 } option_kind;
 
 struct funcd_option {
@@ -160,6 +161,7 @@ typedef struct funcd_config {
     char *s3_listen;              /* its host listener, or NULL */
     char *s3_secret_file;         /* NULL: generated in the state directory (or in memory) */
     uint64_t s3_max_upload;       /* 0: 1 GiB */
+    char *egress_dns_upstream;    /* NULL: the host's resolv.conf (docs/egress.md) */
 } funcd_config;
 
 /* Applies presets first, then the rest in order; frees every option. */

@@ -23,6 +23,7 @@
 #include "controller/controller.h"
 #include "controlplane/api.h"
 #include "controlplane/server.h"
+#include "egress/netsvc.h"
 #include "eventing/sources.h"
 #include "funcd/funcd.h"
 #include "funcd/sys/error.h"
@@ -32,6 +33,7 @@
 #include "invoke/invoke.h"
 #include "gateway/prefix.h"
 #include "localapi/localapi.h"
+#include "metrics/egress.h"
 #include "platform/options.h"
 #include "port/gateway.h"
 #include "port/runtime.h"
@@ -78,6 +80,8 @@ struct funcd_platform {
     funcd_fnrunner *fnrunner;
     funcd_edge_recorder *edge; /* access log and spans, or NULL */
     funcd_metrics *metrics;
+    funcd_netsvc *egress;      /* the egress gateway's plug-in (docs/egress.md) */
+    funcd_metrics_egress *egress_metrics;
     funcd_otlp *otlp;          /* OTLP export, or NULL */
     funcd_logstore *logstore; /* persistent function logs, on the blob */
     struct event *log_tick;
@@ -577,6 +581,13 @@ static int make_cluster(funcd_platform *p)
     return funcd_cluster_new(&p->cluster, &cc);
 }
 
+/* A Function's log ring, for the egress gateway's denials (any thread). */
+static funcd_log_ring *egress_logs_of(void *payload, const char *ns, const char *fn)
+{
+    funcd_platform *p = payload;
+    return funcd_serving_logs(p->serving, ns, fn);
+}
+
 static int build(funcd_platform *p)
 {
     int rc = complete_config(&p->cfg);
@@ -713,6 +724,17 @@ static int build(funcd_platform *p)
         if (!(p->s3_netsvc = funcd_s3_netsvc_new(p->s3)))
             return funcd_error_set(FUNCD_ENOMEM, "out of memory");
     }
+    funcd_egress_netsvc_config egc = {
+        .dns_upstream = p->cfg.egress_dns_upstream,
+        .state_dir = p->state_dir,
+        .store = p->cfg.store,
+        .logger = &p->cfg.logger,
+        .metrics = p->egress_metrics = funcd_metrics_egress_new(),
+        .platform_addrs = {p->addr, p->data_plane_addr, p->fn_runner_addr, p->s3_addr},
+    };
+    if (!p->egress_metrics || !(p->egress = funcd_egress_netsvc_new(&egc)))
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the egress gateway");
+    funcd_metrics_set_egress(p->metrics, p->egress_metrics);
     funcd_serving_config sc = {
         .localapi = p->localapi,
         .edge_defaults = &p->cfg.edge,
@@ -734,8 +756,10 @@ static int build(funcd_platform *p)
     };
     if (p->s3_netsvc)
         sc.netsvc[sc.n_netsvc++] = p->s3_netsvc;
+    sc.netsvc[sc.n_netsvc++] = p->egress;
     if ((rc = funcd_serving_new(&p->serving, &sc)) < 0)
         return rc;
+    funcd_egress_netsvc_set_logs(p->egress, egress_logs_of, p);
     funcd_metrics_set_gauge_source(p->metrics, funcd_serving_gauges, p->serving);
     if ((rc = funcd_invoker_new(&p->invoker, p->base, p->serving, &p->cfg.logger)) < 0)
         return rc;
@@ -876,7 +900,15 @@ static void teardown(funcd_platform *p)
     funcd_otlp_stop_metrics(p->otlp); /* its collections read serving's gauges too */
     if (p->metrics) /* the gateway has stopped: nothing collects any more */
         funcd_metrics_set_gauge_source(p->metrics, NULL, NULL);
+    if (p->egress) /* its denials stop going into the functions' logs */
+        funcd_egress_netsvc_set_logs(p->egress, NULL, NULL);
     funcd_serving_free(p->serving);
+    funcd_egress_netsvc_free(p->egress); /* after serving let go of every worker */
+    p->egress = NULL;
+    if (p->metrics)
+        funcd_metrics_set_egress(p->metrics, NULL);
+    funcd_metrics_egress_free(p->egress_metrics);
+    p->egress_metrics = NULL;
     funcd_localapi_free(p->localapi); /* after the workers whose sockets it served */
     funcd_s3_netsvc_free(p->s3_netsvc); /* serving, its user, is gone */
     p->s3_netsvc = NULL;
