@@ -45,6 +45,7 @@
 
 typedef struct conn conn;
 typedef struct dns_tcp dns_tcp;
+typedef struct splice_dir splice_dir;
 
 struct funcd_egress_client {
     funcd_egress *eg;
@@ -147,14 +148,16 @@ struct conn {
     funcd_egress_request req;
     uint64_t start_ms, last_ms;
     uint64_t bytes_up, bytes_down;
-    int down_eof, up_eof;         /* that side sent its last byte */
-    int down_shut, up_shut;       /* we shut down writing to that side */
+    int down_fd, up_fd;           /* the sockets once spliced (-1 before) */
+    struct splice_dir *dirs;      /* [0] up (worker -> destination), [1] down */
     int in_gai;                   /* inside evdns_getaddrinfo (its callback may run at once) */
     int gai_done, gai_result;
     struct evutil_addrinfo *gai_ai;
     char addr[INET6_ADDRSTRLEN + 8];
     char rule[160];
 };
+
+static void dir_close(splice_dir *d);
 
 static void conn_free(conn *c)
 {
@@ -172,6 +175,14 @@ static void conn_free(conn *c)
         bufferevent_free(c->up);
     if (c->idle)
         event_free(c->idle);
+    if (c->dirs) {
+        dir_close(c->dirs);
+        free(c->dirs);
+    }
+    if (c->down_fd >= 0)
+        close(c->down_fd);
+    if (c->up_fd >= 0)
+        close(c->up_fd);
     funcd_buf_free(&c->req.head);
     if (c->prev)
         c->prev->next = c->next;
@@ -287,92 +298,144 @@ static void fail_upstream(conn *c, int status, const char *what)
 
 /* ---- splicing ------------------------------------------------------------ */
 
+/* One direction of a spliced connection: bytes go src -> pipe -> dst with
+ * splice(2), never through user space; what was already read into a
+ * bufferevent (a body after the head, our own 200) goes first. Reading src
+ * pauses while dst cannot take what the pipe holds. */
+struct splice_dir {
+    conn *c;
+    int src, dst;
+    int pipe[2];
+    size_t in_pipe;
+    funcd_buf pending; /* written to dst before anything from the pipe */
+    size_t pending_off;
+    struct event *rd, *wr;
+    int eof, shut;
+    uint64_t *count;
+};
+
 static void maybe_done(conn *c)
 {
-    if (c->down_shut && c->up_shut)
+    if (c->dirs[0].shut && c->dirs[1].shut)
         finish(c);
 }
 
-/* All `dst` had to write is written: resume `src`, or pass on its EOF. */
-static void on_drained(conn *c, struct bufferevent *dst, struct bufferevent *src, int src_eof,
-                       int *dst_shut)
+static void dir_close_one(splice_dir *d)
 {
-    if (evbuffer_get_length(bufferevent_get_output(dst)) > 0)
-        return;
-    if (src_eof && !*dst_shut) {
-        shutdown(bufferevent_getfd(dst), SHUT_WR);
-        *dst_shut = 1;
-        maybe_done(c);
-        return;
-    }
-    if (!src_eof)
-        bufferevent_enable(src, EV_READ);
+    if (d->rd)
+        event_free(d->rd);
+    if (d->wr)
+        event_free(d->wr);
+    d->rd = d->wr = NULL;
+    for (int i = 0; i < 2; i++)
+        if (d->pipe[i] >= 0)
+            close(d->pipe[i]);
+    d->pipe[0] = d->pipe[1] = -1;
+    funcd_buf_free(&d->pending);
 }
 
-static void relay(conn *c, struct bufferevent *src, struct bufferevent *dst, uint64_t *count)
+/* Both directions of a connection (`d` points at two). */
+static void dir_close(splice_dir *d)
 {
-    struct evbuffer *in = bufferevent_get_input(src);
-    struct evbuffer *out = bufferevent_get_output(dst);
-    size_t n = evbuffer_get_length(in);
-    *count += n;
-    evbuffer_add_buffer(out, in);
+    dir_close_one(&d[0]);
+    dir_close_one(&d[1]);
+}
+
+/* Writes what waits for dst. 1: all of it, 0: dst is full, -1: an error. */
+static int dir_flush(splice_dir *d)
+{
+    while (d->pending_off < d->pending.len) {
+        ssize_t n = write(d->dst, d->pending.data + d->pending_off, d->pending.len - d->pending_off);
+        if (n < 0)
+            return errno == EAGAIN || errno == EINTR ? 0 : -1;
+        d->pending_off += (size_t)n;
+    }
+    while (d->in_pipe > 0) {
+        ssize_t n = splice(d->pipe[0], NULL, d->dst, NULL, d->in_pipe,
+                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (n < 0)
+            return errno == EAGAIN || errno == EINTR ? 0 : -1;
+        if (n == 0)
+            return -1;
+        d->in_pipe -= (size_t)n;
+    }
+    return 1;
+}
+
+/* After a flush: resume reading, pass on the EOF, or wait for dst. */
+static void dir_step(splice_dir *d, int flushed)
+{
+    conn *c = d->c;
+    if (flushed < 0) {
+        finish(c);
+        return;
+    }
+    if (flushed == 0) {
+        event_del(d->rd);
+        event_add(d->wr, NULL);
+        return;
+    }
+    event_del(d->wr);
+    if (d->eof) {
+        if (!d->shut) {
+            shutdown(d->dst, SHUT_WR);
+            d->shut = 1;
+            maybe_done(c);
+        }
+        return;
+    }
+    event_add(d->rd, NULL);
+}
+
+static void on_splice_read(evutil_socket_t fd, short what, void *arg)
+{
+    splice_dir *d = arg;
+    conn *c = d->c;
     c->last_ms = now_ms();
-    if (evbuffer_get_length(out) >= SPLICE_HIGH)
-        bufferevent_disable(src, EV_READ);
-}
-
-static void on_down_read(struct bufferevent *bev, void *arg)
-{
-    conn *c = arg;
-    relay(c, c->down, c->up, &c->bytes_up);
-}
-
-static void on_up_read(struct bufferevent *bev, void *arg)
-{
-    conn *c = arg;
-    relay(c, c->up, c->down, &c->bytes_down);
-}
-
-static void on_up_written(struct bufferevent *bev, void *arg)
-{
-    conn *c = arg;
-    on_drained(c, c->up, c->down, c->down_eof, &c->up_shut);
-}
-
-static void on_down_written(struct bufferevent *bev, void *arg)
-{
-    conn *c = arg;
-    on_drained(c, c->down, c->up, c->up_eof, &c->down_shut);
-}
-
-static void on_splice_event(conn *c, int from_down, short what)
-{
-    if (what & BEV_EVENT_EOF) {
-        struct bufferevent *src = from_down ? c->down : c->up;
-        struct bufferevent *dst = from_down ? c->up : c->down;
-        relay(c, src, dst, from_down ? &c->bytes_up : &c->bytes_down);
-        if (from_down)
-            c->down_eof = 1;
-        else
-            c->up_eof = 1;
-        bufferevent_disable(src, EV_READ);
-        if (from_down)
-            on_up_written(c->up, c);
-        else
-            on_down_written(c->down, c);
+    ssize_t n = splice(d->src, NULL, d->pipe[1], NULL, 1 << 20, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EINTR)
+            return;
+        finish(c); /* a reset or an error on either side ends both */
         return;
     }
-    finish(c); /* an error or a reset on either side ends both */
+    if (n == 0)
+        d->eof = 1;
+    d->in_pipe += (size_t)n;
+    *d->count += (uint64_t)n;
+    dir_step(d, dir_flush(d));
 }
 
-static void on_down_splice_event(struct bufferevent *bev, short what, void *arg)
+static void on_splice_write(evutil_socket_t fd, short what, void *arg)
 {
-    on_splice_event(arg, 1, what);
+    splice_dir *d = arg;
+    d->c->last_ms = now_ms();
+    dir_step(d, dir_flush(d));
 }
 
-static void on_up_splice_event(struct bufferevent *bev, short what, void *arg)
+static int dir_open(conn *c, splice_dir *d, int src, int dst, struct evbuffer *pending,
+                    const funcd_buf *first, uint64_t *count)
 {
-    on_splice_event(arg, 0, what);
+    funcd_egress *eg = c->cl->eg;
+    d->c = c;
+    d->src = src;
+    d->dst = dst;
+    d->count = count;
+    if (pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) < 0) {
+        d->pipe[0] = d->pipe[1] = -1;
+        return -1;
+    }
+    (void)fcntl(d->pipe[1], F_SETPIPE_SZ, 256 << 10); /* a bigger pipe where allowed */
+    if (first && funcd_buf_append(&d->pending, first->data, first->len) < 0)
+        return -1;
+    size_t len = pending ? evbuffer_get_length(pending) : 0;
+    if (len && (funcd_buf_grow(&d->pending, len) < 0 ||
+                evbuffer_remove(pending, d->pending.data + d->pending.len, len) != (int)len))
+        return -1;
+    d->pending.len += len;
+    d->rd = event_new(eg->base, src, EV_READ | EV_PERSIST, on_splice_read, d);
+    d->wr = event_new(eg->base, dst, EV_WRITE | EV_PERSIST, on_splice_write, d);
+    return d->rd && d->wr ? 0 : -1;
 }
 
 static void on_idle(evutil_socket_t fd, short what, void *arg)
@@ -389,27 +452,38 @@ static void on_idle(evutil_socket_t fd, short what, void *arg)
     event_add(c->idle, &tv);
 }
 
+/* Connected: the bufferevents hand over their sockets (and whatever they
+ * hold) to the splice. */
 static void start_splice(conn *c)
 {
     funcd_egress *eg = c->cl->eg;
     c->state = S_SPLICE;
     c->last_ms = now_ms();
-    bufferevent_set_timeouts(c->up, NULL, NULL);
-    bufferevent_set_timeouts(c->down, NULL, NULL);
-    if (c->req.connect)
-        evbuffer_add_printf(bufferevent_get_output(c->down),
-                            "HTTP/1.1 200 Connection established\r\n\r\n");
-    else
-        bufferevent_write(c->up, c->req.head.data, c->req.head.len);
-    bufferevent_setwatermark(c->up, EV_WRITE, SPLICE_LOW, 0);
-    bufferevent_setwatermark(c->down, EV_WRITE, SPLICE_LOW, 0);
-    bufferevent_setcb(c->down, on_down_read, on_down_written, on_down_splice_event, c);
-    bufferevent_setcb(c->up, on_up_read, on_up_written, on_up_splice_event, c);
-    /* What the worker sent after its head (a body, a TLS hello) goes on. */
-    relay(c, c->down, c->up, &c->bytes_up);
-    bufferevent_enable(c->up, EV_READ | EV_WRITE);
-    if (evbuffer_get_length(bufferevent_get_output(c->up)) < SPLICE_HIGH)
-        bufferevent_enable(c->down, EV_READ | EV_WRITE);
+    c->down_fd = dup(bufferevent_getfd(c->down));
+    c->up_fd = dup(bufferevent_getfd(c->up));
+    c->dirs = calloc(2, sizeof(splice_dir));
+    int ok = c->down_fd >= 0 && c->up_fd >= 0 && c->dirs;
+    for (int i = 0; ok && i < 2; i++)
+        c->dirs[i].pipe[0] = c->dirs[i].pipe[1] = -1;
+    /* Up: the origin's head (plain HTTP), then what the worker sent after
+     * its head; down: our 200 (CONNECT). (A socket bufferevent's output
+     * cannot be drained by others, so nothing goes through those.) */
+    ok = ok && dir_open(c, &c->dirs[0], c->down_fd, c->up_fd, bufferevent_get_input(c->down),
+                        c->req.connect ? NULL : &c->req.head, &c->bytes_up) == 0;
+    static const char established[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+    funcd_buf est = {(char *)established, sizeof(established) - 1, 0};
+    ok = ok && dir_open(c, &c->dirs[1], c->up_fd, c->down_fd, NULL, c->req.connect ? &est : NULL,
+                        &c->bytes_down) == 0;
+    bufferevent_free(c->down);
+    bufferevent_free(c->up);
+    c->down = c->up = NULL;
+    if (!ok) {
+        finish(c);
+        return;
+    }
+    c->bytes_up = 0; /* counted from the splice on: the head is not the payload */
+    for (int i = 0; i < 2; i++) /* each flushes what it holds, then reads */
+        event_add(c->dirs[i].wr, NULL);
     struct timeval tv = tv_ms(eg->cfg.idle_timeout_ms);
     c->idle = event_new(eg->base, -1, 0, on_idle, c);
     if (c->idle)
@@ -638,6 +712,7 @@ static void on_proxy_accept(struct evconnlistener *l, evutil_socket_t fd, struct
     }
     c->cl = cl;
     cl->refs++;
+    c->down_fd = c->up_fd = -1;
     c->start_ms = c->last_ms = now_ms();
     c->next = eg->conns;
     if (eg->conns)
