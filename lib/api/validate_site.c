@@ -34,6 +34,17 @@ static int check_hosts(funcd__api_ctx *c, const cJSON *item, const void *unused)
             return funcd__api_fail(c, "must be a lowercase DNS name (\"www.example.com\"), "
                                       "without a port");
         }
+        /* A name of the machine itself (an address, localhost, a single
+         * label) is how every tenant reaches the platform: no Site takes it. */
+        const char *last = strrchr(h, '.');
+        int numeric = last && last[1] >= '0' && last[1] <= '9';
+        if (!last || numeric || strcmp(h, "localhost") == 0 ||
+            (strlen(h) > 10 && strcmp(h + strlen(h) - 10, ".localhost") == 0)) {
+            funcd__api_push_index(c, i);
+            return funcd__api_fail(c, "must be a DNS name with a domain (\"www.example.com\"): "
+                                      "%s names the machine itself (an address, localhost or a "
+                                      "single label), which serves every namespace", h);
+        }
         for (const cJSON *d = item->child; d != e; d = d->next)
             if (strcmp(d->valuestring, h) == 0) {
                 funcd__api_push_index(c, i);

@@ -233,15 +233,16 @@ static int on_req(void *payload, h2o_req_t *req)
         funcd_gw_send_metrics(req, g->metrics);
         return 0;
     }
-    /* A site's host is the site's, every path of it. */
-    if (g->file_hosts && atomic_load_explicit(g->file_hosts, memory_order_relaxed) &&
-        g->files(g->files_payload, req, 1))
-        return 0;
     if (n < 4 || memcmp(p, "/fn/", 4) != 0) {
         if (g->files && n >= 6 && memcmp(p, "/site/", 6) == 0 &&
             g->files(g->files_payload, req, 0))
             return 0;
         if (g->prefixes.n && funcd_gw_prefixes_dispatch(&g->prefixes, req))
+            return 0;
+        /* Any other path on a site's host is the site's: the platform's own
+         * paths above stay the platform's, whatever the Host header says. */
+        if (g->file_hosts && atomic_load_explicit(g->file_hosts, memory_order_relaxed) &&
+            g->files(g->files_payload, req, 1))
             return 0;
         add_invocation_id(req);
         funcd_gw_send_status(req, 404, "NotFound",

@@ -51,8 +51,10 @@ void funcd__site_ver_unref(site_ver *v);
 
 /* Opens `rel` (relative, no leading '/') below `root_fd`, never leaving it
  * (no "..", no symbolic link out, no magic link): fd (O_RDONLY) and its
- * stat; -1 with errno (ENOENT, EXDEV/ELOOP: it would leave the root). */
-int funcd__site_open(int root_fd, const char *rel, struct stat *st);
+ * stat; -1 with errno (ENOENT, EXDEV/ELOOP: it would leave the root).
+ * `public_only` (a host path's Site, read by funcd as it runs, often root):
+ * only what any user of the host may read, else EACCES. */
+int funcd__site_open(int root_fd, const char *rel, int public_only, struct stat *st);
 
 
 

@@ -64,7 +64,29 @@ static int open_walk(int root_fd, const char *rel)
     return -1;
 }
 
-int funcd__site_open(int root_fd, const char *rel, struct stat *st)
+/* 1 when any user of the host may read what `fd` is (st: its stat): the
+ * file readable (a directory searchable) by others, and every directory
+ * above it searchable by others. */
+static int readable_by_anyone(int fd, const struct stat *st)
+{
+    if (!(st->st_mode & (S_ISDIR(st->st_mode) ? S_IXOTH : S_IROTH)))
+        return 0;
+    char link[64], real[4096];
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, real, sizeof(real) - 1);
+    if (n <= 0 || real[0] != '/')
+        return 0;
+    real[n] = '\0';
+    for (char *slash = strrchr(real, '/'); slash; slash = strrchr(real, '/')) {
+        *slash = '\0';
+        struct stat up;
+        if (stat(real[0] ? real : "/", &up) != 0 || !(up.st_mode & S_IXOTH))
+            return 0;
+    }
+    return 1;
+}
+
+int funcd__site_open(int root_fd, const char *rel, int public_only, struct stat *st)
 {
     static atomic_int no_openat2;
     int fd;
@@ -87,6 +109,11 @@ int funcd__site_open(int root_fd, const char *rel, struct stat *st)
         int saved = errno;
         close(fd);
         errno = saved;
+        return -1;
+    }
+    if (public_only && !readable_by_anyone(fd, st)) {
+        close(fd);
+        errno = EACCES;
         return -1;
     }
     return fd;
@@ -182,15 +209,39 @@ static void maybe_keep(site_ver *v, site_file *f, int fd)
     }
 }
 
+/* 301 to the same path with a '/' added (and the query kept). The path is
+ * the normalized one, never the raw bytes, with one leading '/': a raw
+ * "/\\host/.." or "//host/.." would send the browser to another site. */
+static const char *reason_of(int code);
+
+static void redirect_to_dir(h2o_req_t *req)
+{
+    const char *p = req->path_normalized.base;
+    size_t pl = req->path_normalized.len;
+    while (pl > 1 && (p[1] == '/' || p[1] == '\\'))
+        p++, pl--;
+    const char *q = memchr(req->path.base, '?', req->path.len);
+    size_t ql = q ? req->path.len - (size_t)(q - req->path.base) : 0;
+    char *to = h2o_mem_alloc_pool(&req->pool, pl + ql + 2);
+    memcpy(to, p, pl);
+    to[pl] = '/';
+    if (ql)
+        memcpy(to + pl + 1, q, ql);
+    for (size_t i = 0; i < pl; i++)
+        if (to[i] == '\\' || to[i] == '\r' || to[i] == '\n')
+            to[i] = '_'; /* never a header split or a scheme-relative hop */
+    h2o_send_redirect(req, 301, reason_of(301), to, pl + ql + 1);
+}
+
 enum { LOOK_FILE = 0, LOOK_MISSING = 1, LOOK_DIR = 2, LOOK_REFUSED = 3 };
 
 /* A new description of `rel` (with its .gz sibling), or NULL with *how. */
 static site_file *load(site_ver *v, const char *rel, int *how)
 {
     struct stat st;
-    int fd = funcd__site_open(v->root_fd, rel, &st);
+    int fd = funcd__site_open(v->root_fd, rel, !v->immutable, &st);
     if (fd < 0) {
-        *how = errno == EXDEV || errno == ELOOP ? LOOK_REFUSED : LOOK_MISSING;
+        *how = errno == EXDEV || errno == ELOOP || errno == EACCES ? LOOK_REFUSED : LOOK_MISSING;
         return NULL;
     }
     if (!S_ISREG(st.st_mode)) {
@@ -214,7 +265,7 @@ static site_file *load(site_ver *v, const char *rel, int *how)
     if (gz && !(n > 3 && strcmp(rel + n - 3, ".gz") == 0)) {
         memcpy(gz, rel, n);
         memcpy(gz + n, ".gz", 4);
-        int gfd = funcd__site_open(v->root_fd, gz, &st);
+        int gfd = funcd__site_open(v->root_fd, gz, !v->immutable, &st);
         if (gfd >= 0 && S_ISREG(st.st_mode) && (f->gz = calloc(1, sizeof(*f->gz)))) {
             f->gz->rel = gz;
             gz = NULL;
@@ -369,7 +420,7 @@ static void send_body(site_ver *v, h2o_req_t *req, const site_file *f, uint64_t 
         return;
     }
     struct stat st;
-    int fd = funcd__site_open(v->root_fd, f->rel, &st);
+    int fd = funcd__site_open(v->root_fd, f->rel, !v->immutable, &st);
     if (fd < 0 || (uint64_t)st.st_size < off + len) {
         if (fd >= 0)
             close(fd);
@@ -658,14 +709,7 @@ static void serve_path(site_ver *v, h2o_req_t *req, const char *path, size_t len
         return;
     }
     if (how == LOOK_DIR) { /* a directory named without its '/': where its index is */
-        const char *q = memchr(req->path.base, '?', req->path.len);
-        size_t pl = q ? (size_t)(q - req->path.base) : req->path.len;
-        size_t ql = req->path.len - pl;
-        char *to = h2o_mem_alloc_pool(&req->pool, pl + ql + 2);
-        memcpy(to, req->path.base, pl);
-        to[pl] = '/';
-        memcpy(to + pl + 1, req->path.base + pl, ql);
-        h2o_send_redirect(req, 301, reason_of(301), to, pl + ql + 1);
+        redirect_to_dir(req);
         return;
     }
     if (how == LOOK_MISSING && v->spa && !dir && looks_like_route(rel) &&
@@ -741,14 +785,7 @@ int funcd_sites_serve(void *payload, h2o_req_t *req, int by_host)
     }
     *(site_ver **)h2o_mem_alloc_shared(&req->pool, sizeof(site_ver *), drop_ver) = v;
     if (!rest) { /* the site's root is its directory: /site/ns/name/ */
-        const char *q = memchr(req->path.base, '?', req->path.len);
-        size_t pl = q ? (size_t)(q - req->path.base) : req->path.len;
-        size_t ql = req->path.len - pl;
-        char *to = h2o_mem_alloc_pool(&req->pool, pl + ql + 2);
-        memcpy(to, req->path.base, pl);
-        to[pl] = '/';
-        memcpy(to + pl + 1, req->path.base + pl, ql);
-        h2o_send_redirect(req, 301, reason_of(301), to, pl + ql + 1);
+        redirect_to_dir(req);
         return 1;
     }
     serve_path(v, req, rest, (size_t)(end - rest));

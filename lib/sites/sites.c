@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -197,6 +199,43 @@ static const char *str_at(const cJSON *obj, const char *key)
     return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(obj, key));
 }
 
+/* `sub` looked up inside `root` as if `root` were "/" (openat2
+ * RESOLVE_IN_ROOT): the host path it names (malloc), always `root` or below
+ * it; NULL with `r` failed. */
+static char *dir_in_root(site_rec *r, const char *root, const char *sub)
+{
+    int root_fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+    int fd = root_fd < 0 ? -1 : (int)syscall(SYS_openat2, root_fd, sub, &how, sizeof(how));
+    int err = errno;
+    char link[64], real[FUNCD_HOSTPATH_MAX];
+    ssize_t n = -1;
+    if (fd >= 0) {
+        snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+        n = readlink(link, real, sizeof(real) - 1);
+        close(fd);
+    }
+    if (root_fd >= 0)
+        close(root_fd);
+    if (n <= 0) {
+        fail(r, "ArtifactFailed", "the image's working directory %s is not a directory in the "
+             "image: %s", sub, strerror(fd < 0 ? err : errno));
+        return NULL;
+    }
+    real[n] = '\0';
+    char root_real[FUNCD_HOSTPATH_MAX];
+    if (!realpath(root, root_real) || !funcd_hostpath_under(real, root_real)) {
+        /* cannot happen: RESOLVE_IN_ROOT */
+        fail(r, "ArtifactFailed", "the image's working directory %s leaves the image", sub);
+        return NULL;
+    }
+    char *dir = strdup(real);
+    if (!dir)
+        fail(r, "InternalError", "out of memory");
+    return dir;
+}
+
 /* The directory the Site's files are in (malloc), and whether they never
  * change; NULL with `r` failed (or pending). */
 static char *materialize(funcd_sites *s, site_rec *r, const cJSON *spec, int user_write,
@@ -256,14 +295,14 @@ static char *materialize(funcd_sites *s, site_rec *r, const cJSON *spec, int use
         return NULL;
     }
     char *dir = NULL;
-    /* An image's files are below its working directory (WORKDIR), else its root. */
+    /* An image's files are below its working directory (WORKDIR), else its
+     * root. The image says what its WORKDIR is: it is looked up with the
+     * image's root as "/", so neither ".." nor a link climbs out of it. */
     if (res.is_image && res.working_dir && res.working_dir[0] == '/' && res.working_dir[1])
-        dir = asprintf(&dir, "%s%s", res.dir, res.working_dir) < 0 ? NULL : dir;
-    else
-        dir = strdup(res.dir);
-    funcd_source_result_clear(&res);
-    if (!dir)
+        dir = dir_in_root(r, res.dir, res.working_dir);
+    else if (!(dir = strdup(res.dir)))
         fail(r, "InternalError", "out of memory");
+    funcd_source_result_clear(&res);
     return dir;
 }
 
@@ -292,10 +331,10 @@ static char *cache_control_of(const cJSON *cache)
 }
 
 /* 1 when `rel` is a regular file below the root. */
-static int has_file(int root_fd, const char *rel)
+static int has_file(int root_fd, const char *rel, int public_only)
 {
     struct stat st;
-    int fd = funcd__site_open(root_fd, rel, &st);
+    int fd = funcd__site_open(root_fd, rel, public_only, &st);
     if (fd < 0)
         return 0;
     close(fd);
@@ -359,14 +398,15 @@ static site_ver *build(funcd_sites *s, site_rec *r, const cJSON *spec, int user_
         funcd__site_ver_unref(v);
         return NULL;
     }
-    if (!has_file(v->root_fd, v->index)) {
+    if (!has_file(v->root_fd, v->index, !v->immutable)) {
         fail(r, "IndexMissing", "spec.index %s is not a file in the site's files%s%s", v->index,
              index ? "" : " (the default index; set spec.index or funcd --site-default-index)",
-             "");
+             v->immutable ? "" : " that any user of the host may read (a host path's files "
+                                 "must be readable by others, in directories others may enter)");
         funcd__site_ver_unref(v);
         return NULL;
     }
-    if (v->not_found && !has_file(v->root_fd, v->not_found)) {
+    if (v->not_found && !has_file(v->root_fd, v->not_found, !v->immutable)) {
         fail(r, "NotFoundPageMissing", "spec.notFound %s is not a file in the site's files",
              v->not_found);
         funcd__site_ver_unref(v);

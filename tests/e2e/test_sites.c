@@ -432,6 +432,35 @@ SV_TEST(host_routing)
     CHECK(raw(e, "GET", "/", "Host: www.example.test\r\n", &r) == 0);
     CHECK_INT(r.status, 200);
     raw_free(&r);
+    /* The platform's own paths stay the platform's on a site's host: a
+     * Site never answers for another namespace's functions. */
+    CHECK(raw(e, "GET", "/fn/default/nothing/x", "Host: www.example.test\r\n", &r) == 0);
+    CHECK_INT(r.status, 404);
+    CHECK_CONTAINS(r.body, "nothing");
+    CHECK(!strstr(r.body, "site"));
+    raw_free(&r);
+    /* The machine's own names are no Site's to take. */
+    static const char *const machine[] = {"127.0.0.1", "localhost", "funcd", "10.1.2.3",
+                                          "app.localhost"};
+    for (size_t i = 0; i < sizeof(machine) / sizeof(machine[0]); i++) {
+        char bad[512];
+        snprintf(bad, sizeof(bad), "{\"source\":{\"bundle\":\"%s\"},\"hosts\":[\"%s\"]}",
+                 digest, machine[i]);
+        if (put_site(e, "POST", DEV_TOKEN, "hijack", bad) != 400)
+            FAILF("hosts [%s]: HTTP %ld, not 400", machine[i], e->r.status);
+        CHECK_CONTAINS(jstr(e->r.json, "message"), "spec.hosts[0]");
+    }
+    /* A directory's redirect names the normalized path, never a raw
+     * "/\\host" or "//host" a browser would follow to another site. */
+    CHECK(raw(e, "GET", "/\\evil.example/%2e%2e/site/default/copy", "Host: x.test\r\n", &r) ==
+          0);
+    CHECK_INT(r.status, 301);
+    CHECK_STR(hdr(&r, "location"), "/site/default/copy/");
+    raw_free(&r);
+    CHECK(raw(e, "GET", "//evil.example/%2e%2e/docs", "Host: www.example.test\r\n", &r) == 0);
+    CHECK_INT(r.status, 301);
+    CHECK_STR(hdr(&r, "location"), "/docs/");
+    raw_free(&r);
 }
 
 /* Ready only when spec.index is in the files; until then 503. */
@@ -501,6 +530,7 @@ SV_TEST(traversal_refused)
 {
     char base[256], root[300], outside[300];
     CHECK(sv_tempdir(base, sizeof(base)) == 0);
+    CHECK(chmod(base, 0755) == 0); /* a host path's files are served only if anyone may read them */
     snprintf(root, sizeof(root), "%s/site", base);
     snprintf(outside, sizeof(outside), "%s/secret", base);
     CHECK(mkdir(root, 0755) == 0);
@@ -566,6 +596,28 @@ SV_TEST(traversal_refused)
     CHECK(write_file(root, "index.html", "CHANGED\n") == 0);
     CHECK(raw(e, "GET", "/site/default/t/", NULL, &r) == 0);
     CHECK_STR(r.body, "CHANGED\n");
+    raw_free(&r);
+    /* funcd reads a host path as it runs (often root): it serves only what
+     * any user of the host may read, so a root swapped for a link to /etc
+     * or /root publishes nothing a local user could not read already. */
+    char closed[400];
+    snprintf(closed, sizeof(closed), "%s/closed", root);
+    CHECK(mkdir(closed, 0700) == 0);
+    CHECK(write_file(closed, "open.txt", "TOP-SECRET\n") == 0);
+    CHECK(write_file(root, "private.txt", "TOP-SECRET\n") == 0);
+    snprintf(sub, sizeof(sub), "%s/private.txt", root);
+    CHECK(chmod(sub, 0600) == 0);
+    CHECK(write_file(root, "public.txt", "PUBLIC\n") == 0);
+    static const char *const unreadable[] = {"/site/default/t/private.txt",
+                                             "/site/default/t/closed/open.txt"};
+    for (size_t i = 0; i < sizeof(unreadable) / sizeof(unreadable[0]); i++) {
+        CHECK(raw(e, "GET", unreadable[i], NULL, &r) == 0);
+        if (strstr(r.body, "TOP-SECRET") || r.status == 200)
+            FAILF("%s: HTTP %d: %s", unreadable[i], r.status, r.body);
+        raw_free(&r);
+    }
+    CHECK(raw(e, "GET", "/site/default/t/public.txt", NULL, &r) == 0);
+    CHECK_INT(r.status, 200);
     raw_free(&r);
 }
 

@@ -10,6 +10,9 @@
 #   big     8 layers of 4 MiB random data (for bench/pull.sh)
 #   multi   an index: linux/amd64 → the worker image, linux/arm64 → another
 #   contract  the worker image with the config label dev.funcd.contract
+#   escape  a site's files (/etc/hostname in the image) whose config says
+#           WorkingDir "/../../../../../../etc": a way out of the image, if
+#           WorkingDir were taken as a host path below the image's root
 #
 # Each lands in OUT_DIR/<name> as an OCI layout whose image is tagged "1"
 # (skopeo: oci:OUT_DIR/<name>:1).
@@ -25,6 +28,7 @@ aarch64) arch=arm64 ;;
 esac
 mkdir -p "$out"
 labels=
+workdir=/
 tmp=$(mktemp -d "$out/.build-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
@@ -52,8 +56,8 @@ image() {
         lhex=$(add_blob "$layout" "$tmp/layer.tar.gz")
         layers="$layers${layers:+,}{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar+gzip\",\"digest\":\"sha256:$lhex\",\"size\":$lsize}"
     done
-    printf '{"architecture":"%s","os":"linux","config":{"Entrypoint":%s,"Env":["PATH=/bin"],"WorkingDir":"/"%s},"rootfs":{"type":"layers","diff_ids":[%s]}}' \
-        "$iarch" "$entry" "${labels:+,\"Labels\":$labels}" "$diffs" >"$tmp/config.json"
+    printf '{"architecture":"%s","os":"linux","config":{"Entrypoint":%s,"Env":["PATH=/bin"],"WorkingDir":"%s"%s},"rootfs":{"type":"layers","diff_ids":[%s]}}' \
+        "$iarch" "$entry" "$workdir" "${labels:+,\"Labels\":$labels}" "$diffs" >"$tmp/config.json"
     csize=$(size "$tmp/config.json")
     chex=$(add_blob "$layout" "$tmp/config.json")
     printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[%s]}' \
@@ -97,6 +101,13 @@ for what in "$@"; do
         labels='{"dev.funcd.contract":"{\"input\":{\"type\":\"object\",\"required\":[\"n\"],\"properties\":{\"n\":{\"type\":\"integer\"}}},\"output\":{\"type\":\"object\",\"required\":[\"total\"],\"properties\":{\"total\":{\"type\":\"number\"}}}}"}'
         single contract '["/bin/worker"]' "$tmp/contract"
         labels=
+        ;;
+    escape)
+        mkdir -p "$tmp/escape/etc"
+        echo image-hostname >"$tmp/escape/etc/hostname"
+        workdir=/../../../../../../etc
+        single escape '["/bin/true"]' "$tmp/escape"
+        workdir=/
         ;;
     krm)
         mkdir -p "$tmp/krm/bin"

@@ -1089,6 +1089,43 @@ static void contract_label(void)
     on_platform(NULL, NULL, NULL, typed_by_label);
 }
 
+/* ---- a Site from an image whose WorkingDir climbs ---------------------------- */
+
+/* The image "escape" holds /etc/hostname ("image-hostname") and says
+ * WorkingDir "/../../../../../../etc". A developer's Site from it is served
+ * from the image's /etc: its WorkingDir is looked up with the image as "/",
+ * never as a host path that ".." could climb out of (the host's
+ * /etc/hostname, /etc/shadow). */
+static void site_escape_body(env *e)
+{
+    char ref[256], body[600];
+    image_ref(ref, sizeof(ref), "escape:1");
+    snprintf(body, sizeof(body),
+             "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Site\",\"metadata\":{\"name\":"
+             "\"esc\"},\"spec\":{\"source\":{\"image\":\"%s\"},\"index\":\"hostname\"}}",
+             ref);
+    CHECK_INT(REQ("POST", NS("default") "/sites", DEV_TOKEN, body), 201);
+    const char *st = NULL;
+    for (int i = 0; i < 600; i++, usleep(50 * 1000)) {
+        REQ("GET", NS("default") "/sites/esc", DEV_TOKEN, NULL);
+        st = jstr(sv_ready_condition(e->r.json), "status");
+        if (st && strcmp(st, "True") == 0)
+            break;
+    }
+    if (!st || strcmp(st, "True") != 0)
+        FAILF("site esc is not ready: %.600s", e->r.body ? e->r.body : "");
+    CHECK_INT(sv_invoke(e, "GET", "/site/default/esc/hostname", NULL), 200);
+    CHECK_STR(e->r.body, "image-hostname\n");
+    CHECK_INT(sv_invoke(e, "GET", "/site/default/esc/shadow", NULL), 404);
+}
+
+static void site_workdir_escape(void)
+{
+    char layout[400];
+    snprintf(layout, sizeof(layout), "%s/escape", layouts);
+    CHECK(registry_env_push(&reg, layout, "escape:1", 0) == 0);
+    on_platform(NULL, NULL, NULL, site_escape_body);
+}
 
 typedef struct image_case {
     const char *name;
@@ -1113,6 +1150,7 @@ static const image_case cases[] = {
     {"public-cache", REGISTRY_PLAIN, public_cache},
     {"allow-list", REGISTRY_PLAIN, allow_list},
     {"contract-label", REGISTRY_PLAIN, contract_label},
+    {"site-workdir-escape", REGISTRY_PLAIN, site_workdir_escape},
 };
 
 /* A registry of its own per case; after the case no process may be left. */
@@ -1151,7 +1189,7 @@ int main(int argc, char **argv)
     if (!mkdtemp(work))
         return 1;
     snprintf(layouts, sizeof(layouts), "%s/layouts", work);
-    if (registry_env_build_fixtures(layouts, "worker krm contract") < 0) {
+    if (registry_env_build_fixtures(layouts, "worker krm contract escape") < 0) {
         fprintf(stderr, "FAIL cannot build the OCI layouts\n");
         harness_failed++;
         n = 0;
