@@ -7,11 +7,13 @@
  * feature. Admin may name any; other roles only directories that resolve
  * under a source root the operator allows (funcd_with_source_root).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "controlplane/api.h"
 #include "objects/objects.h"
 #include "port/store.h"
+#include "egress/policy.h"
 #include "util/hostpath.h"
 
 /* 1 when allowed; 0 with `resp` set to 403 naming `field`. */
@@ -31,11 +33,45 @@ static int admit_host_path(const funcd_cp *cp, const funcd_token *t, const char 
     return 0;
 }
 
+/* An EgressPolicy rule that opens loopback (where funcd's own listeners
+ * are), link-local (cloud metadata) or the like is the operator's: 1 when
+ * none does; 0 with `resp` set to 403 naming the rule. */
+static int admit_egress(const funcd_token *t, const cJSON *obj, funcd_cp_response *resp)
+{
+    const cJSON *allow = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(obj, "spec"), "allow");
+    int i = 0;
+    const cJSON *rule;
+    cJSON_ArrayForEach(rule, allow)
+    {
+        const char *text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rule, "cidr"));
+        funcd_egress_cidr c;
+        const char *word = text && funcd_egress_parse_cidr(text, &c) == 0
+                               ? funcd_egress_cidr_special(&c)
+                               : NULL;
+        if (word) {
+            char field[48];
+            snprintf(field, sizeof(field), "spec.allow[%d].cidr", i);
+            funcd_cp_status(resp, 403, "Forbidden", field,
+                            "%s: %s opens %s addresses, where the platform's own listeners or "
+                            "a cloud's metadata service answer; only an admin may allow them "
+                            "(role %s)",
+                            field, text, word, funcd_role_name(t->role));
+            return 0;
+        }
+        i++;
+    }
+    return 1;
+}
+
 int funcd_cp_admit(const funcd_cp *cp, const funcd_kind *kind, const funcd_token *t,
                    const cJSON *obj, funcd_cp_response *resp)
 {
-    if (t->role == FUNCD_ROLE_ADMIN ||
-        (strcmp(kind->kind, "Function") != 0 && strcmp(kind->kind, "Site") != 0))
+    if (t->role == FUNCD_ROLE_ADMIN)
+        return 1;
+    if (strcmp(kind->kind, "EgressPolicy") == 0)
+        return admit_egress(t, obj, resp);
+    if (strcmp(kind->kind, "Function") != 0 && strcmp(kind->kind, "Site") != 0)
         return 1;
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
     const cJSON *source = cJSON_GetObjectItemCaseSensitive(spec, "source");

@@ -151,6 +151,9 @@ static const struct special {
     {"255.255.255.255", "broadcast"}, {"::1", "loopback"},
     {"::", "unspecified"},            {"fe80::/10", "link-local"},
     {"ff00::/8", "multicast"},
+    /* Where clouds put their metadata services besides 169.254.169.254:
+     * Alibaba's 100.100.100.200, AWS's fd00:ec2::254. */
+    {"100.64.0.0/10", "shared (cloud metadata)"}, {"fc00::/7", "unique-local (cloud metadata)"},
 };
 #define N_SPECIALS (sizeof(specials) / sizeof(specials[0]))
 
@@ -164,6 +167,20 @@ static const struct special *special_of(const funcd_egress_addr *a, funcd_egress
                 *range = c;
             return &specials[i];
         }
+    }
+    return NULL;
+}
+
+const char *funcd_egress_cidr_special(const funcd_egress_cidr *c)
+{
+    for (size_t i = 0; i < N_SPECIALS; i++) {
+        funcd_egress_cidr sp;
+        if (funcd_egress_parse_cidr(specials[i].cidr, &sp) < 0 || sp.family != c->family)
+            continue;
+        /* Two ranges overlap when one holds the other's first address. */
+        if (funcd_egress_cidr_contains(&sp, c->family, c->addr) ||
+            funcd_egress_cidr_contains(c, sp.family, sp.addr))
+            return specials[i].word;
     }
     return NULL;
 }

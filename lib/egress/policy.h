@@ -63,6 +63,10 @@ void funcd_egress_addr_str(const funcd_egress_addr *a, char *out, size_t len);
  * unspecified, multicast; and the platform's own listeners (see below).
  * Returns a short word for the log ("loopback", "link-local", ...) or NULL. */
 const char *funcd_egress_special(const funcd_egress_addr *a);
+/* The same word when range `c` overlaps such addresses (the platform's own
+ * listeners are on loopback), else NULL: only an admin may write a rule
+ * that opens them (lib/controlplane/admission.c). */
+const char *funcd_egress_cidr_special(const funcd_egress_cidr *c);
 
 typedef struct funcd_egress_policies funcd_egress_policies;
 

@@ -262,11 +262,18 @@ static const char policy_fmt[] =
     "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"EgressPolicy\",\"metadata\":{\"name\":\"%s\"},"
     "\"spec\":{\"allow\":%s,\"defaultAction\":\"deny\"}}";
 
-static long put_policy(env *e, const char *name, const char *allow)
+/* As admin: the test's outside servers are on loopback (127.0.0.2, .3),
+ * which only an admin's CIDR rule may open. */
+static long put_policy_as(env *e, const char *token, const char *name, const char *allow)
 {
     char body[1024];
     snprintf(body, sizeof(body), policy_fmt, name, allow);
-    return REQ("POST", NS("default") "/egresspolicies", DEV_TOKEN, body);
+    return REQ("POST", NS("default") "/egresspolicies", token, body);
+}
+
+static long put_policy(env *e, const char *name, const char *allow)
+{
+    return put_policy_as(e, ADMIN_TOKEN, name, allow);
 }
 
 /* Deploys `name` (python3 or node) with network: egress and waits for it. */
@@ -335,6 +342,16 @@ static void check_policy(env *e, const char *fn)
     snprintf(allow, sizeof(allow),
              "[{\"host\":\"allowed.test\",\"ports\":[%u]},{\"cidr\":\"127.0.0.2/32\",\"ports\":[%u]}]",
              o2.port, o2.port);
+    /* A developer may not open loopback (the platform's own listeners) or
+     * link-local (cloud metadata) with a CIDR rule; a host rule is fine. */
+    CHECK_INT(put_policy_as(e, DEV_TOKEN, "outside", allow), 403);
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "spec.allow[1].cidr");
+    CHECK_INT(put_policy_as(e, DEV_TOKEN, "meta", "[{\"cidr\":\"169.254.0.0/16\"}]"), 403);
+    CHECK_INT(put_policy_as(e, DEV_TOKEN, "meta", "[{\"cidr\":\"0.0.0.0/0\"}]"), 403);
+    CHECK_INT(put_policy_as(e, DEV_TOKEN, "ok", "[{\"cidr\":\"192.0.2.0/24\"},"
+                                                "{\"host\":\"x.example\"}]"),
+              201);
+    CHECK_INT(REQ("DELETE", NS("default") "/egresspolicies/ok", DEV_TOKEN, NULL), 200);
     CHECK_INT(put_policy(e, "outside", allow), 201);
 
     /* the allowed host:port: 200 through the proxy */
