@@ -41,6 +41,7 @@
 #define MAX_READ (256u << 10)    /* per read() */
 #define HEAD_TIMEOUT_S 30        /* to send a request head */
 #define DNS_TIMEOUT_S 3          /* an upstream DNS answer */
+#define DNS_MAX_WAITING 32       /* per worker: questions waiting for the upstream */
 #define DNS_MAX 4096             /* a DNS message we relay */
 
 typedef struct conn conn;
@@ -55,6 +56,7 @@ struct funcd_egress_client {
     struct evconnlistener *proxy, *dns_tcp;
     struct event *dns_udp;
     int refs; /* the attachment, each connection and DNS query (gateway thread) */
+    unsigned queries; /* DNS questions waiting for the upstream (gateway thread) */
 };
 
 typedef enum cmd_type { CMD_ATTACH, CMD_DETACH } cmd_type;
@@ -800,6 +802,7 @@ static void query_free(dns_query *q)
         q->tcp->pending--;
         dns_tcp_release(q->tcp);
     }
+    q->cl->queries--;
     client_unref(q->cl);
     free(q);
 }
@@ -861,7 +864,9 @@ static void dns_handle(funcd_egress_client *cl, dns_tcp *tcp, const struct socka
                   funcd_egress_dns_error(msg, len, &q, 3, out, sizeof(out)));
         return;
     }
-    dns_query *x = calloc(1, sizeof(*x));
+    /* A worker's questions each hold a socket until answered: a bounded
+     * number of them, the rest SERVFAIL (a flood costs the worker, not funcd). */
+    dns_query *x = cl->queries < DNS_MAX_WAITING ? calloc(1, sizeof(*x)) : NULL;
     if (!x) {
         dns_reply(cl, tcp, peer, peer_len, out,
                   funcd_egress_dns_error(msg, len, &q, 2, out, sizeof(out)));
@@ -869,6 +874,7 @@ static void dns_handle(funcd_egress_client *cl, dns_tcp *tcp, const struct socka
     }
     x->cl = cl;
     cl->refs++;
+    cl->queries++;
     x->tcp = tcp;
     if (tcp)
         tcp->pending++;

@@ -30,7 +30,7 @@ uint64_t funcd_kv_expiry(const void *value, size_t len);
 
 /* The sweeper (kv_sweep.c) removes expired keys, and the keys of deleted
  * KVStores, from the store: a minute after its last sweep, or soon after a
- * noted expiry, never twice within a second. Platform loop only. */
+ * noted expiry, never twice within five seconds. Platform loop only. */
 int funcd_kv_sweeper_new(funcd_kv_sweeper **out, struct event_base *loop, funcd_store *store);
 /* Sweeps run only while `may_sweep` says 1 (the lease holder). */
 void funcd_kv_sweeper_set_gate(funcd_kv_sweeper *sw, int (*may_sweep)(void *), void *payload);

@@ -6,7 +6,7 @@
  * saw, so a key written again meanwhile stays.
  *
  * When: a minute after the last sweep, or as soon as a key noted by a put
- * on this node expires, but never within a second of the last sweep.
+ * on this node expires, but never within five seconds of the last sweep.
  */
 #include <cjson/cJSON.h>
 #include <event2/event.h>
@@ -22,7 +22,7 @@
 #include "util/misc.h"
 
 #define SWEEP_EVERY_MS 60000
-#define SWEEP_GAP_MS 1000
+#define SWEEP_GAP_MS 5000 /* a full walk of the KV keys: not more often */
 #define SWEEP_BATCH 1000 /* keys removed per sweep; more: another sweep a gap later */
 
 struct funcd_kv_sweeper {

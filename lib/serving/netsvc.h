@@ -42,8 +42,9 @@ struct funcd_netsvc {
     /* A version of Function ns/name is being prepared. 0: it does not use
      * the service; 1: it does, `out` filled; -1: it cannot run: funcd_error
      * set (the Function's Ready=False message) and `reason` filled
-     * (CamelCase). `sandboxed` is 0 under --no-sandbox: then the workers
-     * have no namespace of their own, and `out` must ask for no socket. */
+     * (CamelCase). `sandboxed` is 0 when the workers have no network
+     * namespace of their own (--no-sandbox, or spec.network: host): then
+     * `out` must ask for no socket. */
     int (*plan)(funcd_netsvc *svc, const char *ns, const char *name, const cJSON *spec,
                 int sandboxed, funcd_netsvc_plan *out, char reason[64]);
     /* A worker of that version started: its sockets, in the order of the

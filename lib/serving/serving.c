@@ -608,12 +608,15 @@ static int plan_services(funcd_serving *s, const char *ns, const char *name, con
                          launch *ln, strv *env, funcd_serving_status *st)
 {
     size_t n_listen = 0;
+    /* A worker on the host network has no namespace of its own to hold sockets. */
+    const char *network = str_at(spec, "network");
+    int own_ns = s->cfg.sandboxed && !(network && strcmp(network, "host") == 0);
     for (size_t i = 0; i < s->cfg.n_netsvc; i++) {
         funcd_netsvc *svc = s->cfg.netsvc[i];
         funcd_netsvc_plan *pl = &ln->svc[ln->n_svc].plan;
         memset(pl, 0, sizeof(*pl));
         char reason[64] = "";
-        int rc = svc->plan(svc, ns, name, spec, s->cfg.sandboxed, pl, reason);
+        int rc = svc->plan(svc, ns, name, spec, own_ns, pl, reason);
         if (rc < 0) {
             fail(st, reason[0] ? reason : "ServiceUnavailable", "%s", funcd_error_last()->message);
             unplan_services(ln);
