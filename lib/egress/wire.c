@@ -152,7 +152,6 @@ int funcd_egress_parse_request(const char *data, size_t len, funcd_egress_reques
     funcd_buf_puts(h, " ");
     funcd_buf_append(h, version, vl);
     funcd_buf_puts(h, "\r\n");
-    int have_host = 0;
     const char *p = eol + 2, *end = data + len;
     for (;;) {
         const char *e = NULL;
@@ -173,20 +172,20 @@ int funcd_egress_parse_request(const char *data, size_t len, funcd_egress_reques
             return fail(why, why_len, 400, "malformed header line");
         }
         size_t nl = (size_t)(colon - p);
-        if (nl == 4 && strncasecmp(p, "host", 4) == 0)
-            have_host = 1;
-        if (!hop_header(p, nl)) {
+        /* The origin hears the host the policy checked, whatever the
+         * worker's own Host says (RFC 9112 3.2.2: the proxy replaces it). */
+        int is_host = nl == 4 && strncasecmp(p, "host", 4) == 0;
+        if (!is_host && !hop_header(p, nl)) {
             funcd_buf_append(h, p, (size_t)(e - p));
             funcd_buf_puts(h, "\r\n");
         }
         p = e + 2;
     }
-    if (!have_host) {
-        if (req->port == 80)
-            funcd_buf_printf(h, "Host: %s\r\n", req->host);
-        else
-            funcd_buf_printf(h, "Host: %s:%u\r\n", req->host, req->port);
-    }
+    int v6 = strchr(req->host, ':') != NULL; /* an IPv6 literal goes in brackets */
+    funcd_buf_printf(h, "Host: %s%s%s", v6 ? "[" : "", req->host, v6 ? "]" : "");
+    if (req->port != 80)
+        funcd_buf_printf(h, ":%u", req->port);
+    funcd_buf_puts(h, "\r\n");
     if (funcd_buf_puts(h, "Connection: close\r\n\r\n") < 0) {
         funcd_buf_reset(h);
         return fail(why, why_len, 400, "out of memory");

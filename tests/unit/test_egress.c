@@ -202,14 +202,19 @@ TEST(test_parse_request)
     CHECK_STR(r.host, "example.com");
     CHECK_INT(r.port, 8080);
     funcd_buf_puts(&r.head, ""); /* NUL-terminated */
-    CHECK_STR(r.head.data, "GET /a/b?c=d HTTP/1.1\r\nHost: example.com:8080\r\nAccept: */*\r\n"
+    CHECK_STR(r.head.data, "GET /a/b?c=d HTTP/1.1\r\nAccept: */*\r\nHost: example.com:8080\r\n"
                            "Connection: close\r\n\r\n");
+    /* The origin hears the host the policy checked, not the worker's Host. */
+    const char *lie = "GET http://allowed.test/admin HTTP/1.1\r\nHost: internal-only.corp\r\n\r\n";
+    CHECK_INT(funcd_egress_parse_request(lie, strlen(lie), &r, why, sizeof(why)), 0);
+    funcd_buf_puts(&r.head, "");
+    CHECK_STR(r.head.data, "GET /admin HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n");
     const char *q = "POST http://[::1]?x HTTP/1.0\r\n\r\n";
     CHECK_INT(funcd_egress_parse_request(q, strlen(q), &r, why, sizeof(why)), 0);
     CHECK_STR(r.host, "::1");
     CHECK_INT(r.port, 80);
     funcd_buf_puts(&r.head, "");
-    CHECK_STR(r.head.data, "POST /?x HTTP/1.0\r\nHost: ::1\r\nConnection: close\r\n\r\n");
+    CHECK_STR(r.head.data, "POST /?x HTTP/1.0\r\nHost: [::1]\r\nConnection: close\r\n\r\n");
     static const struct {
         const char *head;
         int status;
