@@ -26,6 +26,7 @@
 #include "util/misc.h"
 
 #define MAX_CONNS 512
+#define MAX_CONNS_PER_FUNCTION 64 /* through the listeners in its workers */
 #define IO_TIMEOUT_S 120   /* a connection silent this long is closed */
 #define CLOCK_SKEW_S 900   /* SigV4: X-Amz-Date within 15 minutes */
 #define MIN_PART (5u << 20) /* every part but the last */
@@ -1652,7 +1653,12 @@ static void start_conn(funcd_s3 *s, int fd, const listener *l)
     c->s3 = s;
     c->fd = fd;
     pthread_mutex_lock(&s->mu);
-    if (s->stopping || s->n_conns >= MAX_CONNS) {
+    /* A worker's own listener may hold only its share of the connections,
+     * so one function cannot take them all from the others. */
+    unsigned mine = 0;
+    for (const conn *o = s->conns; o && c->ns; o = o->next)
+        mine += o->ns && strcmp(o->ns, c->ns) == 0 && strcmp(o->name, c->name) == 0;
+    if (s->stopping || s->n_conns >= MAX_CONNS || mine >= MAX_CONNS_PER_FUNCTION) {
         pthread_mutex_unlock(&s->mu);
         close(fd);
         free(c->ns);
