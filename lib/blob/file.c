@@ -226,6 +226,103 @@ static int file_put(funcd_blob *b, const char *key, const void *data, size_t len
     return 0;
 }
 
+/* ---- put_open: the temp file grows with each write; commit is put's tail ---- */
+
+typedef struct file_writer {
+    funcd_blob_writer base;
+    file_blob *f;
+    char *key;
+    file_name name;
+    char tmp[TEMP_NAME_MAX];
+    int fd;
+    int err; /* the first write error: commit refuses to publish */
+} file_writer;
+
+static void fw_free(file_writer *w)
+{
+    free(w->key);
+    free(w);
+}
+
+static int fw_write(funcd_blob_writer *base, const void *data, size_t len)
+{
+    file_writer *w = (file_writer *)base;
+    if (!len)
+        return 0;
+    if (!data)
+        return funcd_error_set(FUNCD_EINVAL, "blob file %s: write to \"%s\" has no data but %zu "
+                                             "bytes",
+                               w->f->dir, w->key, len);
+    if (!w->err && funcd_write_all(w->fd, data, len) < 0)
+        w->err = errno ? errno : EIO;
+    return w->err ? put_failed(w->f, w->key, w->err) : 0;
+}
+
+static int fw_commit(funcd_blob_writer *base)
+{
+    file_writer *w = (file_writer *)base;
+    file_blob *f = w->f;
+    int err = w->err;
+    if (!err && fsync(w->fd) < 0)
+        err = errno;
+    /* Renamed while still locked, as put does. */
+    if (!err && renameat(f->dirfd, w->tmp, f->dirfd, w->name) < 0)
+        err = errno;
+    if (err)
+        unlinkat(f->dirfd, w->tmp, 0);
+    close(w->fd);
+    int rc = 0;
+    if (err)
+        rc = put_failed(f, w->key, err);
+    else if (fsync(f->dirfd) < 0)
+        rc = funcd_error_set(FUNCD_EIO,
+                             "blob file %s: stored \"%s\" but could not sync the directory (%s): "
+                             "the object may be lost on a crash; check the disk",
+                             f->dir, w->key, strerror(errno));
+    fw_free(w);
+    return rc;
+}
+
+static void fw_abort(funcd_blob_writer *base)
+{
+    file_writer *w = (file_writer *)base;
+    unlinkat(w->f->dirfd, w->tmp, 0);
+    close(w->fd);
+    fw_free(w);
+}
+
+static int file_put_open(funcd_blob *b, const char *key, funcd_blob_writer **out)
+{
+    file_blob *f = fb(b);
+    file_name name;
+    int rc = key_name(f, key, "put", name);
+    if (rc < 0)
+        return rc;
+    if (!out)
+        return funcd_error_set(FUNCD_EINVAL, "blob file %s: put_open of \"%s\" needs an out "
+                                             "pointer",
+                               f->dir, key);
+    file_writer *w = calloc(1, sizeof(*w));
+    if (!w || !(w->key = strdup(key))) {
+        free(w);
+        return funcd_error_set(FUNCD_ENOMEM, "blob file %s: out of memory opening a writer for "
+                                             "\"%s\"",
+                               f->dir, key);
+    }
+    memcpy(w->name, name, sizeof(name));
+    if ((w->fd = open_temp(f, w->tmp)) < 0) {
+        rc = put_failed(f, key, errno);
+        fw_free(w);
+        return rc;
+    }
+    w->base.write = fw_write;
+    w->base.commit = fw_commit;
+    w->base.abort = fw_abort;
+    w->f = f;
+    *out = &w->base;
+    return 0;
+}
+
 /* ---- get, stat ------------------------------------------------------------------------- */
 
 static int read_range(const file_blob *f, const char *key, int fd, uint64_t offset, size_t n,
@@ -538,6 +635,7 @@ FUNCD_EXTERN int funcd_blob_file_new(funcd_blob **out, const char *dir)
     f->base.list = file_list;
     f->base.del = file_del;
     f->base.free = file_free;
+    f->base.put_open = file_put_open;
     *out = &f->base;
     return 0;
 }

@@ -18,10 +18,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "blob/shared.h"
 #include "funcd/sys/blob.h"
 #include "funcd/sys/error.h"
+#include "util/misc.h"
 #include "store/pg_conn.h"
 #include "store/watchers.h" /* funcd_prefix_upper_bound */
 
@@ -30,7 +32,7 @@
 #define SCHEMA_LOCK "7305318472290482"
 
 enum stmt_id { S_HEAD_UPSERT, S_CHUNKS_DELETE, S_CHUNK_INSERT, S_GET, S_STAT, S_LIST, S_LIST_ALL,
-               S_DELETE, S_COUNT };
+               S_DELETE, S_STAGE_MOVE, S_STAGE_SWEEP, S_COUNT };
 
 static const struct {
     const char *name, *sql;
@@ -70,7 +72,25 @@ static const struct {
                     {FUNCD_PG_BYTEA}},
     [S_DELETE] = {"funcd_blob_delete", "DELETE FROM funcd_blobs WHERE key = $1 RETURNING 1", 1,
                   {FUNCD_PG_BYTEA}},
+    /* A writer's staged chunks become the object's (the bytes are not copied). */
+    [S_STAGE_MOVE] = {"funcd_blob_stage_move",
+                      "UPDATE funcd_blob_chunks SET key = $1 WHERE key = $2", 2,
+                      {FUNCD_PG_BYTEA, FUNCD_PG_BYTEA}},
+    [S_STAGE_SWEEP] = {"funcd_blob_stage_sweep",
+                       "DELETE FROM funcd_blob_chunks WHERE key >= $1 AND key < $2", 2,
+                       {FUNCD_PG_BYTEA, FUNCD_PG_BYTEA}},
 };
+
+/*
+ * A put_open writer's chunks wait under a staging key: "\0" (no object key
+ * can hold a NUL byte, and chunks without a funcd_blobs row are never
+ * read), STAGE, the writer's start in epoch milliseconds as 16 hex digits
+ * (so staging keys sort by age), '/', 16 random hex digits.
+ */
+#define STAGE "funcd-staging/"
+#define STAGE_LEN (1 + sizeof(STAGE) - 1)
+#define STAGE_KEY_LEN (STAGE_LEN + 16 + 1 + 16)
+#define STAGE_MAX_AGE_MS (24 * 3600 * 1000LL)
 
 static const char schema_sql[] =
     "BEGIN;"
@@ -171,6 +191,182 @@ static int pg_put(funcd_blob *b, const char *key, const void *data, size_t len)
     rc = put_locked(p, key, data, len);
     pthread_mutex_unlock(&p->lock);
     return rc;
+}
+
+static void put_i32(char out[4], int32_t v);
+
+/* ---- put_open: chunks staged as they fill, moved under the key at commit ---- */
+
+typedef struct pg_writer {
+    funcd_blob_writer base;
+    pg_blob *p;
+    char *key;
+    char skey[STAGE_KEY_LEN];
+    unsigned char *buf; /* the chunk being filled */
+    size_t fill;
+    uint64_t size;  /* bytes written */
+    int32_t chunks; /* chunks staged */
+    int failed;
+} pg_writer;
+
+static void stage_prefix(char *out, int64_t ms)
+{
+    out[0] = '\0';
+    memcpy(out + 1, STAGE, sizeof(STAGE) - 1);
+    snprintf(out + STAGE_LEN, 17, "%016llx", (unsigned long long)ms);
+}
+
+static int stage_chunk(pg_writer *w)
+{
+    pg_blob *p = w->p;
+    if (w->chunks == INT32_MAX)
+        return funcd_error_set(FUNCD_EINVAL, "blob: \"%s\" is too large", w->key);
+    char idx[4];
+    put_i32(idx, w->chunks);
+    const char *cv[] = {w->skey, idx, (const char *)w->buf};
+    int cl[] = {(int)STAGE_KEY_LEN, 4, (int)w->fill};
+    pthread_mutex_lock(&p->lock);
+    int rc = funcd_pg_conn_ready(&p->db);
+    if (rc == 0)
+        rc = run(p, S_CHUNK_INSERT, 3, cv, cl, "put", w->key);
+    pthread_mutex_unlock(&p->lock);
+    if (rc == 0) {
+        w->chunks++;
+        w->fill = 0;
+    }
+    return rc;
+}
+
+static int pw_write(funcd_blob_writer *base, const void *data, size_t len)
+{
+    pg_writer *w = (pg_writer *)base;
+    if (w->failed)
+        return funcd_error_set(FUNCD_EINVAL, "blob: write to \"%s\" after a failed write: abort "
+                                             "the writer",
+                               w->key);
+    if (len && !data)
+        return funcd_error_set(FUNCD_EINVAL, "blob: write to \"%s\" has no data but %zu bytes",
+                               w->key, len);
+    const unsigned char *d = data;
+    while (len) {
+        size_t n = CHUNK - w->fill < len ? CHUNK - w->fill : len;
+        memcpy(w->buf + w->fill, d, n);
+        w->fill += n;
+        w->size += n;
+        d += n;
+        len -= n;
+        int rc;
+        if (w->fill == CHUNK && (rc = stage_chunk(w)) < 0) {
+            w->failed = 1;
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* Removes the writer's staged chunks (best effort: a sweep gets them later). */
+static void unstage(pg_writer *w)
+{
+    if (!w->chunks)
+        return;
+    pg_blob *p = w->p;
+    const char *v[] = {w->skey};
+    int l[] = {(int)STAGE_KEY_LEN};
+    pthread_mutex_lock(&p->lock);
+    if (funcd_pg_conn_ready(&p->db) == 0)
+        run(p, S_CHUNKS_DELETE, 1, v, l, "put", w->key);
+    pthread_mutex_unlock(&p->lock);
+}
+
+static void pw_free(pg_writer *w)
+{
+    free(w->key);
+    free(w->buf);
+    free(w);
+}
+
+static int commit_locked(pg_writer *w)
+{
+    pg_blob *p = w->p;
+    int rc = funcd_pg_conn_ready(&p->db);
+    if (rc < 0 || (rc = funcd_pg_conn_exec(&p->db, "BEGIN", "put", w->key)) < 0)
+        return rc;
+    char size[8];
+    funcd_pg_put_u64(size, w->size);
+    const char *v[] = {w->key, size};
+    int l[] = {(int)strlen(w->key), 8};
+    const char *mv[] = {w->key, w->skey};
+    int ml[] = {(int)strlen(w->key), (int)STAGE_KEY_LEN};
+    if ((rc = run(p, S_HEAD_UPSERT, 2, v, l, "put", w->key)) < 0 ||
+        (rc = run(p, S_CHUNKS_DELETE, 1, v, l, "put", w->key)) < 0 ||
+        (rc = run(p, S_STAGE_MOVE, 2, mv, ml, "put", w->key)) < 0 ||
+        (rc = funcd_pg_conn_exec(&p->db, "COMMIT", "put", w->key)) < 0) {
+        rollback(p);
+        return rc;
+    }
+    return 0;
+}
+
+static int pw_commit(funcd_blob_writer *base)
+{
+    pg_writer *w = (pg_writer *)base;
+    int rc = 0;
+    if (w->failed)
+        rc = funcd_error_set(FUNCD_EINVAL, "blob: commit of \"%s\" after a failed write: "
+                                           "nothing was stored",
+                             w->key);
+    else if (w->fill)
+        rc = stage_chunk(w);
+    if (rc == 0) {
+        pthread_mutex_lock(&w->p->lock);
+        rc = commit_locked(w);
+        pthread_mutex_unlock(&w->p->lock);
+    }
+    if (rc < 0) {
+        char why[512];
+        snprintf(why, sizeof(why), "%s", funcd_error_last()->message);
+        unstage(w);
+        funcd_error_set(rc, "%s", why);
+    }
+    pw_free(w);
+    return rc;
+}
+
+static void pw_abort(funcd_blob_writer *base)
+{
+    pg_writer *w = (pg_writer *)base;
+    unstage(w);
+    pw_free(w);
+}
+
+static int pg_put_open(funcd_blob *b, const char *key, funcd_blob_writer **out)
+{
+    int rc = funcd_blob_check_key(key, "put");
+    if (rc < 0)
+        return rc;
+    if (!out)
+        return funcd_error_set(FUNCD_EINVAL, "blob: put_open of \"%s\" needs an out pointer", key);
+    uint8_t rnd[8];
+    if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+        return funcd_error_set(FUNCD_EIO, "blob: no randomness for a staging key");
+    pg_writer *w = calloc(1, sizeof(*w));
+    if (!w || !(w->key = strdup(key)) || !(w->buf = malloc(CHUNK))) {
+        if (w)
+            free(w->key);
+        free(w);
+        return funcd_error_set(FUNCD_ENOMEM, "blob: out of memory opening a writer for \"%s\"",
+                               key);
+    }
+    stage_prefix(w->skey, funcd_now_ms());
+    w->skey[STAGE_LEN + 16] = '/';
+    for (int i = 0; i < 8; i++)
+        snprintf(w->skey + STAGE_LEN + 17 + 2 * i, 3, "%02x", rnd[i]);
+    w->base.write = pw_write;
+    w->base.commit = pw_commit;
+    w->base.abort = pw_abort;
+    w->p = pb(b);
+    *out = &w->base;
+    return 0;
 }
 
 static void put_i32(char out[4], int32_t v)
@@ -370,9 +566,18 @@ static int bootstrap(pg_blob *p)
         rollback(p);
         return rc;
     }
-    if ((rc = setup(p->db.conn, NULL)) < 0)
+    if ((rc = setup(p->db.conn, NULL)) < 0) {
         funcd_pg_conn_lost(&p->db, funcd_error_last()->message);
-    return rc;
+        return rc;
+    }
+    /* Chunks a writer staged a day ago belong to a crashed funcd. */
+    char lo[STAGE_KEY_LEN], hi[STAGE_KEY_LEN];
+    stage_prefix(lo, 0);
+    stage_prefix(hi, funcd_now_ms() - STAGE_MAX_AGE_MS);
+    const char *v[] = {lo, hi};
+    int l[] = {(int)STAGE_LEN, (int)(STAGE_LEN + 16)};
+    run(p, S_STAGE_SWEEP, 2, v, l, "the sweep of staged chunks", NULL);
+    return 0;
 }
 
 FUNCD_EXTERN int funcd_blob_postgres_new(funcd_blob **out, const char *conninfo)
@@ -395,6 +600,7 @@ FUNCD_EXTERN int funcd_blob_postgres_new(funcd_blob **out, const char *conninfo)
     p->base.list = pg_list;
     p->base.del = pg_del;
     p->base.free = pg_free;
+    p->base.put_open = pg_put_open;
     int rc;
     if ((rc = funcd_pg_conn_init(&p->db, conninfo, "blob", setup, NULL)) < 0 ||
         (rc = bootstrap(p)) < 0) {

@@ -32,6 +32,25 @@ static inline int funcd_port_blob_del(funcd_blob *b, const char *key)
     return b->del(b, key);
 }
 
+/* The fallback of put_open for a driver without it (version 1, or the slot
+ * unset): a writer that buffers the whole object and calls put at commit. */
+int funcd_port_blob_buffered_writer(funcd_blob *b, const char *key, funcd_blob_writer **out);
+
+/* A streaming writer for `key`: the driver's own (version 2), else the
+ * buffering fallback. */
+static inline int funcd_port_blob_put_open(funcd_blob *b, const char *key, funcd_blob_writer **out)
+{
+    if (FUNCD_PORT_HAS(b, 2, put_open))
+        return b->put_open(b, key, out);
+    return funcd_port_blob_buffered_writer(b, key, out);
+}
+
+/* 1 when put_open streams (the driver has its own), 0 when it buffers. */
+static inline int funcd_port_blob_streams(const funcd_blob *b)
+{
+    return FUNCD_PORT_HAS(b, 2, put_open);
+}
+
 static inline void funcd_port_blob_free(funcd_blob *b)
 {
     b->free(b);

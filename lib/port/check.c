@@ -26,6 +26,7 @@ TABLE(store, funcd_store, FUNCD_STORE_VERSION, store_slots);
 static const funcd_port_slot blob_slots[] = {
     SLOT(funcd_blob, put, 1, 1),  SLOT(funcd_blob, get, 1, 1), SLOT(funcd_blob, stat, 1, 1),
     SLOT(funcd_blob, list, 1, 1), SLOT(funcd_blob, del, 1, 1), SLOT(funcd_blob, free, 1, 1),
+    SLOT(funcd_blob, put_open, 2, 0),
 };
 TABLE(blob, funcd_blob, FUNCD_BLOB_VERSION, blob_slots);
 

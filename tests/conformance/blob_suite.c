@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "conformance.h"
+#include "port/blob.h"
 
 #define TO_END FUNCD_BLOB_TO_END
 
@@ -341,6 +342,130 @@ done:
                   THREADS * PUTS);
 }
 
+/* ---- version 2: put_open -------------------------------------------------------------- *
+ * Through the port's wrapper: the driver's own writer when it has one, else
+ * the buffering fallback a version 1 driver gets (port/blob.h). */
+
+static size_t count_prefix(funcd_blob *b, const char *prefix)
+{
+    size_t n = 0;
+    return b->list(b, prefix, count_cb, &n) < 0 ? (size_t)-1 : n;
+}
+
+/* Pieces of uneven sizes, across the 1 MiB chunk boundaries of drivers that
+ * keep chunks; invisible until commit. */
+static void case_writer_streams(conf_case *cc, funcd_blob *b)
+{
+    const size_t total = (5u << 19) + 4321; /* 2.5 MiB and a bit */
+    unsigned char *want = malloc(total);
+    funcd_blob_writer *w = NULL;
+    funcd_blob_stat st;
+    EXPECT(want != NULL);
+    for (size_t i = 0; i < total; i++)
+        want[i] = (unsigned char)((i * 2654435761u) >> 11);
+    EXPECT_OK(funcd_port_blob_put_open(b, "w/obj", &w));
+    static const size_t steps[] = {1, 1000, 65536, 1u << 20, 3, 777777};
+    for (size_t off = 0, i = 0; off < total; i++) {
+        size_t n = steps[i % 6] < total - off ? steps[i % 6] : total - off;
+        EXPECT_OK(w->write(w, want + off, n));
+        off += n;
+        if (i == 2)
+            EXPECT_RC(b->stat(b, "w/obj", &st), FUNCD_ENOTFOUND);
+    }
+    EXPECT_OK(w->write(w, NULL, 0));
+    EXPECT_RC(b->stat(b, "w/obj", &st), FUNCD_ENOTFOUND);
+    EXPECT_INT(count_prefix(b, ""), 0);
+    funcd_blob_writer *done_w = w;
+    w = NULL;
+    EXPECT_OK(done_w->commit(done_w));
+    EXPECT_OK(b->stat(b, "w/obj", &st));
+    EXPECT_INT(st.size, total);
+    EXPECT_GET("w/obj", 0, TO_END, want, total);
+    EXPECT_GET("w/obj", (1u << 20) - 5, 10, want + (1u << 20) - 5, 10);
+    EXPECT_GET("w/obj", total - 3, TO_END, want + total - 3, 3);
+    EXPECT_INT(count_prefix(b, ""), 1);
+done:
+    if (w)
+        w->abort(w);
+    free(want);
+}
+
+/* Readers see the previous object until commit; then the new one whole. */
+static void case_writer_replaces(conf_case *cc, funcd_blob *b)
+{
+    funcd_blob_writer *w = NULL;
+    EXPECT_OK(put_str(b, "w/r", "the old version"));
+    EXPECT_OK(funcd_port_blob_put_open(b, "w/r", &w));
+    EXPECT_OK(w->write(w, "new", 3));
+    EXPECT_GET("w/r", 0, TO_END, "the old version", 15);
+    funcd_blob_writer *done_w = w;
+    w = NULL;
+    EXPECT_OK(done_w->commit(done_w));
+    EXPECT_GET("w/r", 0, TO_END, "new", 3);
+    /* an empty writer makes an empty object */
+    EXPECT_OK(funcd_port_blob_put_open(b, "w/r", &w));
+    done_w = w;
+    w = NULL;
+    EXPECT_OK(done_w->commit(done_w));
+    EXPECT_GET("w/r", 0, TO_END, "", 0);
+done:
+    if (w)
+        w->abort(w);
+}
+
+/* An aborted writer leaves the previous object, and no key behind. */
+static void case_writer_abort(conf_case *cc, funcd_blob *b)
+{
+    funcd_blob_writer *w = NULL;
+    funcd_blob_stat st;
+    char *big = calloc(1, (3u << 19));
+    EXPECT(big != NULL);
+    EXPECT_OK(put_str(b, "w/a", "kept"));
+    EXPECT_OK(funcd_port_blob_put_open(b, "w/a", &w));
+    EXPECT_OK(w->write(w, big, 3u << 19));
+    w->abort(w);
+    w = NULL;
+    EXPECT_GET("w/a", 0, TO_END, "kept", 4);
+    EXPECT_OK(funcd_port_blob_put_open(b, "w/new", &w));
+    EXPECT_OK(w->write(w, "x", 1));
+    w->abort(w);
+    w = NULL;
+    EXPECT_RC(b->stat(b, "w/new", &st), FUNCD_ENOTFOUND);
+    EXPECT_INT(count_prefix(b, ""), 1);
+    EXPECT_RC(funcd_port_blob_put_open(b, "", &w), FUNCD_EINVAL);
+    EXPECT(w == NULL);
+done:
+    if (w)
+        w->abort(w);
+    free(big);
+}
+
+/* Two writers of one key, committed in turn: the last commit wins whole. */
+static void case_writer_interleaved(conf_case *cc, funcd_blob *b)
+{
+    funcd_blob_writer *w1 = NULL, *w2 = NULL;
+    EXPECT_OK(funcd_port_blob_put_open(b, "w/i", &w1));
+    EXPECT_OK(funcd_port_blob_put_open(b, "w/i", &w2));
+    EXPECT_OK(w1->write(w1, "first-", 6));
+    EXPECT_OK(w2->write(w2, "second-", 7));
+    EXPECT_OK(w1->write(w1, "one", 3));
+    EXPECT_OK(w2->write(w2, "two", 3));
+    funcd_blob_writer *x = w2;
+    w2 = NULL;
+    EXPECT_OK(x->commit(x));
+    EXPECT_GET("w/i", 0, TO_END, "second-two", 10);
+    x = w1;
+    w1 = NULL;
+    EXPECT_OK(x->commit(x));
+    EXPECT_GET("w/i", 0, TO_END, "first-one", 9);
+    EXPECT_INT(count_prefix(b, ""), 1);
+done:
+    if (w1)
+        w1->abort(w1);
+    if (w2)
+        w2->abort(w2);
+}
+
 /* ---- the runner ------------------------------------------------------------------------ */
 
 typedef void (*blob_case_fn)(conf_case *cc, funcd_blob *b);
@@ -358,12 +483,16 @@ static const struct {
     {"binary_data_with_nul_bytes", case_binary},
     {"delete", case_delete},
     {"concurrent_puts", case_concurrent_puts},
+    {"writer_streams", case_writer_streams},
+    {"writer_replaces", case_writer_replaces},
+    {"writer_abort", case_writer_abort},
+    {"writer_interleaved", case_writer_interleaved},
 };
 
 static int vtable_complete(const funcd_blob *b)
 {
-    return b->version == FUNCD_BLOB_VERSION && b->name && b->put && b->get && b->stat && b->list &&
-           b->del && b->free;
+    return b->version >= 1 && b->version <= FUNCD_BLOB_VERSION && b->name && b->put && b->get &&
+           b->stat && b->list && b->del && b->free;
 }
 
 int funcd_blob_conformance_run(funcd_blob *(*make)(void *payload), void *payload, int verbose)
@@ -377,8 +506,8 @@ int funcd_blob_conformance_run(funcd_blob *(*make)(void *payload), void *payload
                       funcd_error_last()->message);
         else if (!vtable_complete(b))
             conf_fail(&cc, __FILE__, __LINE__,
-                      "the driver's vtable is not version %d or has NULL "
-                      "slots",
+                      "the driver's vtable is not version 1 to %d or has NULL "
+                      "required slots",
                       FUNCD_BLOB_VERSION);
         else
             cases[i].fn(&cc, b);

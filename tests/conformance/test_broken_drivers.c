@@ -207,7 +207,7 @@ static funcd_blob *make_broken_blob(void *payload)
         return NULL;
     }
     b->brk = *(enum breakage *)payload;
-    b->base = (funcd_blob){.version = FUNCD_BLOB_VERSION,
+    b->base = (funcd_blob){.version = 1, /* the buffering put_open fallback */
                            .name = "broken",
                            .put = bb_put,
                            .get = bb_get,

@@ -29,12 +29,13 @@
 extern "C" {
 #endif
 
-#define FUNCD_BLOB_VERSION 1
+#define FUNCD_BLOB_VERSION 2
 
 /** `length` for get: read to the end of the object. */
 #define FUNCD_BLOB_TO_END UINT64_MAX
 
 typedef struct funcd_blob funcd_blob;
+typedef struct funcd_blob_writer funcd_blob_writer;
 
 typedef struct funcd_blob_stat {
     uint64_t size;
@@ -73,6 +74,36 @@ struct funcd_blob {
     int (*del)(funcd_blob *b, const char *key);
 
     void (*free)(funcd_blob *b);
+
+    /* ---- version 2: optional ---- */
+
+    /**
+     * Opens a writer that streams a new object under `key` (see
+     * funcd_blob_writer): nothing is visible under `key` until its commit,
+     * which replaces any previous object atomically, as put does. Errors as
+     * put's (FUNCD_EINVAL for a key the driver cannot hold). Without it the
+     * platform buffers the whole object and calls put.
+     */
+    int (*put_open)(funcd_blob *b, const char *key, funcd_blob_writer **out);
+};
+
+/**
+ * A streaming write (blob version 2), made by put_open and used by one
+ * thread at a time. Every writer ends with exactly one commit or abort,
+ * which frees it, whatever they return; after a failed write only abort is
+ * allowed. A driver may embed this struct first in its own.
+ */
+struct funcd_blob_writer {
+    /** Appends `len` bytes (`data` borrowed for the call). FUNCD_ENOSPC,
+     *  FUNCD_EIO, FUNCD_EUNAVAILABLE, ... */
+    int (*write)(funcd_blob_writer *w, const void *data, size_t len);
+    /** Publishes what was written under the key, replacing any previous
+     *  object atomically; on failure nothing was stored and the previous
+     *  object is unchanged. Frees the writer. */
+    int (*commit)(funcd_blob_writer *w);
+    /** Discards what was written (the previous object stays) and frees the
+     *  writer. */
+    void (*abort)(funcd_blob_writer *w);
 };
 
 #define FUNCD_BLOB_INIT {FUNCD_BLOB_VERSION}
@@ -82,8 +113,8 @@ FUNCD_EXTERN int funcd_blob_memory_new(funcd_blob **out);
 
 /**
  * A blob store in the directory `dir` (created, with parents, if absent):
- * one file per object, written to a temp file, fsync()ed and renamed into
- * place, so a crash or a full disk leaves the previous object intact. A key
+ * one file per object, written (by put, or streamed by put_open) to a temp
+ * file, fsync()ed and renamed into place, so a crash or a full disk leaves the previous object intact. A key
  * becomes a file name with bytes outside [A-Za-z0-9._-] (and '/') as %XX;
  * that name may be at most 255 bytes, else put/get fail with FUNCD_EINVAL.
  * A full disk or quota gives FUNCD_ENOSPC. Temp files left by a crash are
@@ -97,7 +128,11 @@ FUNCD_EXTERN int funcd_blob_file_new(funcd_blob **out, const char *dir);
  * keyword=value pairs), shared by every funcd that names it: objects are
  * rows of up to 1 MiB chunks in funcd_blobs and funcd_blob_chunks (created
  * if absent in the first schema of the search path). A put replaces an
- * object atomically; a get reads one snapshot. The name is "postgres".
+ * object atomically; a get reads one snapshot. A put_open writer stores
+ * each 1 MiB chunk as it fills, under a staging key no object can have,
+ * and its commit moves them under the key in one transaction (staging rows
+ * a crash left are removed a day later, when a store opens). The name is
+ * "postgres".
  *
  * Fails with FUNCD_EINVAL (a malformed connection string) or
  * FUNCD_EUNAVAILABLE (the server cannot be reached now). Once open, calls
