@@ -5,9 +5,13 @@
  * its namespace; names resolved through a DNS server on 127.0.0.4), rounds
  * alternating: a large download (MB/s, median of the rounds) and small
  * requests, each on a new connection like a function's urllib (requests/s).
+ * With the download, figures that hold on a loaded machine too: CPU time and
+ * timeslices (about: wakeups) per MiB of every thread, of the gateway's
+ * thread and of the client's, from /proc/self/task/<tid>/schedstat (medians).
  *
  *   egress-bench [BYTES] [ROUNDS] [SMALL_REQUESTS]
  */
+#include <dirent.h>
 #include <event2/thread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +38,63 @@ static int dial(uint16_t port, const char *ip)
         return -1;
     }
     return fd;
+}
+
+/* CPU time (ns) and timeslices (times put on a CPU: about its wakeups) of
+ * this process's threads, all of them or those named `comm`, from
+ * /proc/self/task/<tid>/schedstat: figures of work done, not of waiting,
+ * so they hold also on a loaded machine. */
+typedef struct cpu_use {
+    double ns, slices;
+} cpu_use;
+
+static cpu_use cpu_of(const char *comm)
+{
+    cpu_use u = {0, 0};
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[300], name[64] = "";
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "re");
+        if (f) {
+            if (fgets(name, sizeof(name), f))
+                name[strcspn(name, "\n")] = '\0';
+            fclose(f);
+        }
+        if (comm && strcmp(name, comm) != 0)
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", e->d_name);
+        unsigned long long run = 0, wait = 0, slices = 0;
+        if ((f = fopen(path, "re"))) {
+            if (fscanf(f, "%llu %llu %llu", &run, &wait, &slices) == 3) {
+                u.ns += (double)run;
+                u.slices += (double)slices;
+            }
+            fclose(f);
+        }
+    }
+    if (d)
+        closedir(d);
+    return u;
+}
+
+/* The calling thread's (the client's). */
+static cpu_use cpu_self(void)
+{
+    cpu_use u = {0, 0};
+    unsigned long long run = 0, wait = 0, slices = 0;
+    FILE *f = fopen("/proc/thread-self/schedstat", "re");
+    if (f) {
+        if (fscanf(f, "%llu %llu %llu", &run, &wait, &slices) == 3) {
+            u.ns = (double)run;
+            u.slices = (double)slices;
+        }
+        fclose(f);
+    }
+    return u;
 }
 
 /* One request; the bytes of the whole answer, or -1. */
@@ -103,13 +164,30 @@ int main(int argc, char **argv)
              "GET http://origin.bench:%u/small HTTP/1.1\r\nHost: origin.bench\r\n\r\n",
              origin.port);
     double d_mb[100], p_mb[100], d_rps[100], p_rps[100];
+    /* Per round and MiB: CPU time and timeslices of every thread (origin,
+     * client, gateway) going direct, the same through the gateway, and the
+     * gateway's thread alone. */
+    double d_us[100], p_us[100], g_us[100], d_sl[100], p_sl[100], g_sl[100], dc_us[100],
+        pc_us[100];
+    double per_mib = (double)(1 << 20) / (double)bytes;
     for (int r = 0; r < rounds; r++) {
+        cpu_use a = cpu_of(NULL), ca = cpu_self();
         double t = now_s();
         long long n = fetch("127.0.0.2", origin.port, direct_big);
         d_mb[r] = (double)n / (now_s() - t) / 1e6;
+        cpu_use b = cpu_of(NULL), gb = cpu_of("funcd-egress"), cb = cpu_self();
         t = now_s();
         long long m = fetch("127.0.0.1", proxy_port, proxied_big);
         p_mb[r] = (double)m / (now_s() - t) / 1e6;
+        cpu_use c = cpu_of(NULL), gc = cpu_of("funcd-egress"), cc = cpu_self();
+        dc_us[r] = (cb.ns - ca.ns) * per_mib / 1e3;
+        pc_us[r] = (cc.ns - cb.ns) * per_mib / 1e3;
+        d_us[r] = (b.ns - a.ns) * per_mib / 1e3;
+        d_sl[r] = (b.slices - a.slices) * per_mib;
+        p_us[r] = (c.ns - b.ns) * per_mib / 1e3;
+        p_sl[r] = (c.slices - b.slices) * per_mib;
+        g_us[r] = (gc.ns - gb.ns) * per_mib / 1e3;
+        g_sl[r] = (gc.slices - gb.slices) * per_mib;
         if (n < bytes || m < bytes) {
             fprintf(stderr, "short download: direct %lld, through the gateway %lld\n", n, m);
             return 1;
@@ -132,6 +210,14 @@ int main(int argc, char **argv)
     int mid = rounds / 2;
     printf("download %lld bytes: direct %.0f MB/s, through the egress gateway %.0f MB/s (%.2fx)\n",
            bytes, d_mb[mid], p_mb[mid], p_mb[mid] / d_mb[mid]);
+    double *sorted[] = {d_us, p_us, g_us, d_sl, p_sl, g_sl, dc_us, pc_us};
+    for (size_t i = 0; i < sizeof(sorted) / sizeof(sorted[0]); i++)
+        qsort(sorted[i], (size_t)rounds, sizeof(double), cmp);
+    printf("  per MiB, CPU time of all threads: direct %.0f us, through the egress gateway %.0f us "
+           "(the gateway's thread %.0f us, the client's %.0f us vs %.0f us direct); timeslices: "
+           "direct %.1f, through the gateway %.1f (the gateway's thread %.1f)\n",
+           d_us[mid], p_us[mid], g_us[mid], pc_us[mid], dc_us[mid], d_sl[mid], p_sl[mid],
+           g_sl[mid]);
     printf("small requests (a connection each, %d per round): direct %.0f/s, through the egress "
            "gateway %.0f/s (%.2fx)\n",
            small, d_rps[mid], p_rps[mid], p_rps[mid] / d_rps[mid]);

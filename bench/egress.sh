@@ -4,7 +4,8 @@
 # the host going direct and the same client through the gateway's proxy (names resolved by
 # the gateway through a DNS server on 127.0.0.4), in the same run, rounds alternating.
 # Prints the medians: MB/s and requests/s for each, and the ratio (aim: >= 0.8x for the
-# download).
+# download); and, for the download, CPU time and timeslices per MiB of all threads, of the
+# gateway's thread and of the client's, which hold also on a loaded machine.
 #
 #   bash bench/egress.sh [BUILD_DIR]   (default: build-rel; BYTES=104857600 ROUNDS=5 SMALL=1000)
 # Run it on a quiet machine.

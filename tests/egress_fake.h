@@ -161,7 +161,15 @@ static int fake_send_all(int fd, const void *data, size_t len)
     return 0;
 }
 
-/* Answers one request: GET /bytes/N sends N bytes, anything else a line
+/* Byte `i` of a /bytes/N body (a pattern with a period of 64 KiB, so that
+ * a byte lost, doubled or moved shows). */
+static inline char fake_body_byte(size_t i)
+{
+    i %= 65536;
+    return (char)(i * 131 + (i >> 8));
+}
+
+/* Answers one request: GET /bytes/N sends N bytes (fake_body_byte), anything else a line
  * naming the origin and the request line. */
 static void fake_origin_serve(fake_origin *o, int fd)
 {
@@ -191,6 +199,8 @@ static void fake_origin_serve(fake_origin *o, int fd)
         if (fake_send_all(fd, out, (size_t)n) < 0)
             return;
         static char chunk[65536];
+        for (size_t i = 0; i < sizeof(chunk); i++)
+            chunk[i] = fake_body_byte(i);
         while (bytes) {
             size_t k = bytes < sizeof(chunk) ? (size_t)bytes : sizeof(chunk);
             if (fake_send_all(fd, chunk, k) < 0)

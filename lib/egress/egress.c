@@ -4,7 +4,7 @@
  *
  * A proxy connection goes HEAD (reading the request head) -> RESOLVING
  * (evdns, never blocking) -> CONNECTING (a non-blocking connect with a
- * timeout) -> SPLICE (bufferevent pair, bytes moved without copying, each
+ * timeout) -> RELAY (read(2)/write(2) through a buffer each way, each
  * side's reading paused while the other side's output is full) -> done;
  * or, at any decision, DENIED (a 403 with a body, then closed). Each ends
  * in one audit line.
@@ -36,9 +36,9 @@
 #include "port/store.h"
 #include "util/buf.h"
 
-#define SPLICE_HIGH (1u << 20)   /* pause reading a side once the other has this much to write */
-#define SPLICE_LOW (256u << 10)  /* and resume below this */
-#define MAX_READ (256u << 10)    /* per read() */
+#define RELAY_MIN (64u << 10)    /* a relay buffer's first size, each way */
+#define RELAY_MAX (4u << 20)     /* and its largest (a bulk transfer) */
+#define MAX_READ (256u << 10)    /* per read() of a bufferevent (before relaying) */
 #define HEAD_TIMEOUT_S 30        /* to send a request head */
 #define DNS_TIMEOUT_S 3          /* an upstream DNS answer */
 #define DNS_MAX_WAITING 32       /* per worker: questions waiting for the upstream */
@@ -46,7 +46,7 @@
 
 typedef struct conn conn;
 typedef struct dns_tcp dns_tcp;
-typedef struct splice_dir splice_dir;
+typedef struct relay_dir relay_dir;
 
 struct funcd_egress_client {
     funcd_egress *eg;
@@ -137,7 +137,7 @@ static void fn_log(funcd_egress *eg, funcd_egress_client *c, const char *fmt, ..
 
 /* ---- proxy connections --------------------------------------------------- */
 
-typedef enum conn_state { S_HEAD, S_RESOLVING, S_CONNECTING, S_SPLICE, S_DENIED } conn_state;
+typedef enum conn_state { S_HEAD, S_RESOLVING, S_CONNECTING, S_RELAY, S_DENIED } conn_state;
 
 struct conn {
     conn *prev, *next;
@@ -150,8 +150,8 @@ struct conn {
     funcd_egress_request req;
     uint64_t start_ms, last_ms;
     uint64_t bytes_up, bytes_down;
-    int down_fd, up_fd;           /* the sockets once spliced (-1 before) */
-    struct splice_dir *dirs;      /* [0] up (worker -> destination), [1] down */
+    int down_fd, up_fd;           /* the sockets once relayed (-1 before) */
+    relay_dir *dirs;              /* [0] up (worker -> destination), [1] down */
     int in_gai;                   /* inside evdns_getaddrinfo (its callback may run at once) */
     int gai_done, gai_result;
     struct evutil_addrinfo *gai_ai;
@@ -159,7 +159,7 @@ struct conn {
     char rule[160];
 };
 
-static void dir_close(splice_dir *d);
+static void dir_close(relay_dir *d);
 
 static void conn_free(conn *c)
 {
@@ -216,7 +216,7 @@ static void audit(conn *c, int allowed)
 
 static void finish(conn *c)
 {
-    if (c->state == S_SPLICE)
+    if (c->state == S_RELAY)
         audit(c, 1);
     conn_free(c);
 }
@@ -298,19 +298,22 @@ static void fail_upstream(conn *c, int status, const char *what)
     answer(c, status, status == 504 ? "Gateway Timeout" : "Bad Gateway", body);
 }
 
-/* ---- splicing ------------------------------------------------------------ */
+/* ---- relaying ------------------------------------------------------------ */
 
-/* One direction of a spliced connection: bytes go src -> pipe -> dst with
- * splice(2), never through user space; what was already read into a
- * bufferevent (a body after the head, our own 200) goes first. Reading src
- * pauses while dst cannot take what the pipe holds. */
-struct splice_dir {
+/* One direction of a connected connection: bytes go src -> buffer -> dst
+ * with read(2) and write(2). Not splice(2): spliced pages reach the
+ * receiving socket as many small page fragments, and on loopback that made
+ * the worker's own reads cost three times as much CPU as these two copies
+ * (docs/adr/0051-egress-relay-copies.md). What a bufferevent already read
+ * (a body after the head) or our own 200 goes first. The buffer starts at
+ * RELAY_MIN and doubles, up to RELAY_MAX, each time a read fills it (a bulk
+ * transfer); reading src pauses while dst cannot take what it holds. */
+struct relay_dir {
     conn *c;
     int src, dst;
-    int pipe[2];
-    size_t in_pipe;
-    funcd_buf pending; /* written to dst before anything from the pipe */
-    size_t pending_off;
+    char *buf;
+    size_t cap, off, len; /* buf[off..len) waits for dst */
+    size_t grow_to;       /* the next capacity, once the buffer is empty */
     struct event *rd, *wr;
     int eof, shut;
     uint64_t *count;
@@ -322,50 +325,47 @@ static void maybe_done(conn *c)
         finish(c);
 }
 
-static void dir_close_one(splice_dir *d)
+static void dir_close_one(relay_dir *d)
 {
     if (d->rd)
         event_free(d->rd);
     if (d->wr)
         event_free(d->wr);
     d->rd = d->wr = NULL;
-    for (int i = 0; i < 2; i++)
-        if (d->pipe[i] >= 0)
-            close(d->pipe[i]);
-    d->pipe[0] = d->pipe[1] = -1;
-    funcd_buf_free(&d->pending);
+    free(d->buf);
+    d->buf = NULL;
 }
 
 /* Both directions of a connection (`d` points at two). */
-static void dir_close(splice_dir *d)
+static void dir_close(relay_dir *d)
 {
     dir_close_one(&d[0]);
     dir_close_one(&d[1]);
 }
 
 /* Writes what waits for dst. 1: all of it, 0: dst is full, -1: an error. */
-static int dir_flush(splice_dir *d)
+static int dir_flush(relay_dir *d)
 {
-    while (d->pending_off < d->pending.len) {
-        ssize_t n = write(d->dst, d->pending.data + d->pending_off, d->pending.len - d->pending_off);
+    while (d->off < d->len) {
+        ssize_t n = write(d->dst, d->buf + d->off, d->len - d->off);
         if (n < 0)
             return errno == EAGAIN || errno == EINTR ? 0 : -1;
-        d->pending_off += (size_t)n;
+        d->off += (size_t)n;
     }
-    while (d->in_pipe > 0) {
-        ssize_t n = splice(d->pipe[0], NULL, d->dst, NULL, d->in_pipe,
-                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-        if (n < 0)
-            return errno == EAGAIN || errno == EINTR ? 0 : -1;
-        if (n == 0)
-            return -1;
-        d->in_pipe -= (size_t)n;
+    d->off = d->len = 0;
+    if (d->grow_to > d->cap) { /* empty: a new buffer, nothing to copy */
+        char *bigger = malloc(d->grow_to);
+        if (bigger) {
+            free(d->buf);
+            d->buf = bigger;
+            d->cap = d->grow_to;
+        }
     }
     return 1;
 }
 
 /* After a flush: resume reading, pass on the EOF, or wait for dst. */
-static void dir_step(splice_dir *d, int flushed)
+static void dir_step(relay_dir *d, int flushed)
 {
     conn *c = d->c;
     if (flushed < 0) {
@@ -389,12 +389,13 @@ static void dir_step(splice_dir *d, int flushed)
     event_add(d->rd, NULL);
 }
 
-static void on_splice_read(evutil_socket_t fd, short what, void *arg)
+static void on_relay_read(evutil_socket_t fd, short what, void *arg)
 {
-    splice_dir *d = arg;
+    relay_dir *d = arg;
     conn *c = d->c;
     c->last_ms = now_ms();
-    ssize_t n = splice(d->src, NULL, d->pipe[1], NULL, 1 << 20, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    size_t room = d->cap - d->len; /* reading runs only once the buffer is empty */
+    ssize_t n = read(d->src, d->buf + d->len, room);
     if (n < 0) {
         if (errno == EAGAIN || errno == EINTR)
             return;
@@ -403,19 +404,22 @@ static void on_splice_read(evutil_socket_t fd, short what, void *arg)
     }
     if (n == 0)
         d->eof = 1;
-    d->in_pipe += (size_t)n;
+    if ((size_t)n == room && d->cap < RELAY_MAX)
+        d->grow_to = d->cap * 2;
+    d->len += (size_t)n;
     *d->count += (uint64_t)n;
     dir_step(d, dir_flush(d));
 }
 
-static void on_splice_write(evutil_socket_t fd, short what, void *arg)
+static void on_relay_write(evutil_socket_t fd, short what, void *arg)
 {
-    splice_dir *d = arg;
+    relay_dir *d = arg;
     d->c->last_ms = now_ms();
     dir_step(d, dir_flush(d));
 }
 
-static int dir_open(conn *c, splice_dir *d, int src, int dst, struct evbuffer *pending,
+/* `first` then `pending` (both may be NULL) go to dst before anything read. */
+static int dir_open(conn *c, relay_dir *d, int src, int dst, struct evbuffer *pending,
                     const funcd_buf *first, uint64_t *count)
 {
     funcd_egress *eg = c->cl->eg;
@@ -423,20 +427,19 @@ static int dir_open(conn *c, splice_dir *d, int src, int dst, struct evbuffer *p
     d->src = src;
     d->dst = dst;
     d->count = count;
-    if (pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) < 0) {
-        d->pipe[0] = d->pipe[1] = -1;
+    size_t head = first ? first->len : 0, rest = pending ? evbuffer_get_length(pending) : 0;
+    d->cap = RELAY_MIN;
+    while (d->cap < head + rest)
+        d->cap *= 2;
+    if (!(d->buf = malloc(d->cap)))
         return -1;
-    }
-    (void)fcntl(d->pipe[1], F_SETPIPE_SZ, 256 << 10); /* a bigger pipe where allowed */
-    if (first && funcd_buf_append(&d->pending, first->data, first->len) < 0)
+    if (head)
+        memcpy(d->buf, first->data, head);
+    if (rest && evbuffer_remove(pending, d->buf + head, rest) != (int)rest)
         return -1;
-    size_t len = pending ? evbuffer_get_length(pending) : 0;
-    if (len && (funcd_buf_grow(&d->pending, len) < 0 ||
-                evbuffer_remove(pending, d->pending.data + d->pending.len, len) != (int)len))
-        return -1;
-    d->pending.len += len;
-    d->rd = event_new(eg->base, src, EV_READ | EV_PERSIST, on_splice_read, d);
-    d->wr = event_new(eg->base, dst, EV_WRITE | EV_PERSIST, on_splice_write, d);
+    d->len = head + rest;
+    d->rd = event_new(eg->base, src, EV_READ | EV_PERSIST, on_relay_read, d);
+    d->wr = event_new(eg->base, dst, EV_WRITE | EV_PERSIST, on_relay_write, d);
     return d->rd && d->wr ? 0 : -1;
 }
 
@@ -455,18 +458,16 @@ static void on_idle(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Connected: the bufferevents hand over their sockets (and whatever they
- * hold) to the splice. */
-static void start_splice(conn *c)
+ * hold) to the relay. */
+static void start_relay(conn *c)
 {
     funcd_egress *eg = c->cl->eg;
-    c->state = S_SPLICE;
+    c->state = S_RELAY;
     c->last_ms = now_ms();
     c->down_fd = dup(bufferevent_getfd(c->down));
     c->up_fd = dup(bufferevent_getfd(c->up));
-    c->dirs = calloc(2, sizeof(splice_dir));
+    c->dirs = calloc(2, sizeof(relay_dir));
     int ok = c->down_fd >= 0 && c->up_fd >= 0 && c->dirs;
-    for (int i = 0; ok && i < 2; i++)
-        c->dirs[i].pipe[0] = c->dirs[i].pipe[1] = -1;
     /* Up: the origin's head (plain HTTP), then what the worker sent after
      * its head; down: our 200 (CONNECT). (A socket bufferevent's output
      * cannot be drained by others, so nothing goes through those.) */
@@ -483,7 +484,7 @@ static void start_splice(conn *c)
         finish(c);
         return;
     }
-    c->bytes_up = 0; /* counted from the splice on: the head is not the payload */
+    c->bytes_up = 0; /* counted from the relay on: the head is not the payload */
     for (int i = 0; i < 2; i++) /* each flushes what it holds, then reads */
         event_add(c->dirs[i].wr, NULL);
     struct timeval tv = tv_ms(eg->cfg.idle_timeout_ms);
@@ -496,7 +497,7 @@ static void on_up_connect_event(struct bufferevent *bev, short what, void *arg)
 {
     conn *c = arg;
     if (what & BEV_EVENT_CONNECTED) {
-        start_splice(c);
+        start_relay(c);
         return;
     }
     if (what & BEV_EVENT_TIMEOUT)
@@ -596,7 +597,7 @@ static void decide(conn *c)
     funcd_egress *eg = c->cl->eg;
     funcd_egress_addr ad;
     funcd_egress_decision d;
-    bufferevent_disable(c->down, EV_READ); /* what follows the head waits for the splice */
+    bufferevent_disable(c->down, EV_READ); /* what follows the head waits for the relay */
     bufferevent_set_timeouts(c->down, NULL, NULL);
     if (funcd_egress_addr_parse(c->req.host, &ad) == 0) {
         funcd_egress_check_addr(eg->policies, c->cl->ns, &ad, c->req.port, 0, &d);
@@ -1274,6 +1275,7 @@ int funcd_egress_new(funcd_egress **out, const funcd_egress_config *cfg)
         goto fail;
     }
     eg->started = 1;
+    (void)pthread_setname_np(eg->thread, "funcd-egress"); /* for top -H, perf, the bench */
     funcd_log(cfg->logger, FUNCD_LOG_INFO, "egress: gateway up; DNS upstream %s", up);
     *out = eg;
     return 0;

@@ -7,7 +7,7 @@
  * (funcd_egress_attach), decides every connection and every DNS question
  * against the EgressPolicies of the Function's namespace (policy.h),
  * resolves names itself (never the worker's answer), connects with a
- * timeout and splices bytes both ways until both sides are done or the
+ * timeout and relays bytes both ways until both sides are done or the
  * connection is idle too long. A denial is a 403 with a body saying why,
  * one audit line, a metric and a line in the Function's own logs.
  *
