@@ -16,12 +16,18 @@
 #define SITES_CACHE_FILE_MAX (8u << 20)
 #define SITES_CACHE_BYTES (256u << 20)
 #define SITES_CACHE_FILES 20000
+/* Plain HTTP/1 bodies from this size go out with sendfile (serve.c); an
+ * immutable source's file this big keeps its descriptor open, up to
+ * SITES_KEPT_FDS descriptors in the process (beyond: opened per request). */
+#define SITES_SENDFILE_MIN (64u << 10)
+#define SITES_KEPT_FDS 1024u
 
 typedef struct site_file {
     struct site_file *next;
     char *rel;             /* relative to the root, no leading '/' */
     uint64_t size;
     char *data;            /* the contents, or NULL: read per request */
+    int fd;                /* kept open for sendfile, or -1 */
     int64_t mtime;         /* seconds */
     const char *type;      /* Content-Type (static) */
     char etag[48];         /* "\"<mtime hex>-<size hex>\"" */
@@ -47,6 +53,8 @@ typedef struct site_ver {
 } site_ver;
 
 void funcd__site_ver_ref(site_ver *v);
+/* Frees a file's description and its .gz sibling's. */
+void funcd__site_file_free(site_file *f);
 void funcd__site_ver_unref(site_ver *v);
 
 /* Opens `rel` (relative, no leading '/') below `root_fd`, never leaving it

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/sendfile.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -165,14 +166,38 @@ static void describe(site_file *f, const struct stat *st)
     h2o_time2str_rfc1123(f->last_modified, &gmt);
 }
 
-static void file_free(site_file *f)
+/* Descriptors kept open for sendfile, process-wide (beyond: opened per
+ * request). */
+static atomic_uint kept_fds;
+
+void funcd__site_file_free(site_file *f)
 {
     if (!f)
         return;
-    file_free(f->gz);
+    funcd__site_file_free(f->gz);
+    if (f->fd >= 0) {
+        close(f->fd);
+        atomic_fetch_sub(&kept_fds, 1);
+    }
     free(f->rel);
     free(f->data);
     free(f);
+}
+
+#define file_free funcd__site_file_free
+
+/* Keeps `fd` (of a file of an immutable source, big enough to go out with
+ * sendfile) with the file; 1 when kept (the caller must not close it). */
+static int maybe_keep_fd(site_ver *v, site_file *f, int fd)
+{
+    if (!v->immutable || f->size < SITES_SENDFILE_MIN)
+        return 0;
+    if (atomic_fetch_add(&kept_fds, 1) >= SITES_KEPT_FDS) {
+        atomic_fetch_sub(&kept_fds, 1);
+        return 0;
+    }
+    f->fd = fd;
+    return 1;
 }
 
 static uint64_t fnv(const char *s)
@@ -250,6 +275,8 @@ static site_file *load(site_ver *v, const char *rel, int *how)
         return NULL;
     }
     site_file *f = calloc(1, sizeof(*f));
+    if (f)
+        f->fd = -1;
     if (!f || !(f->rel = strdup(rel))) {
         close(fd);
         free(f);
@@ -259,7 +286,8 @@ static site_file *load(site_ver *v, const char *rel, int *how)
     f->type = type_of(rel);
     describe(f, &st);
     maybe_keep(v, f, fd);
-    close(fd);
+    if (!maybe_keep_fd(v, f, fd))
+        close(fd);
     size_t n = strlen(rel);
     char *gz = malloc(n + 4);
     if (gz && !(n > 3 && strcmp(rel + n - 3, ".gz") == 0)) {
@@ -267,11 +295,14 @@ static site_file *load(site_ver *v, const char *rel, int *how)
         memcpy(gz + n, ".gz", 4);
         int gfd = funcd__site_open(v->root_fd, gz, !v->immutable, &st);
         if (gfd >= 0 && S_ISREG(st.st_mode) && (f->gz = calloc(1, sizeof(*f->gz)))) {
+            f->gz->fd = -1;
             f->gz->rel = gz;
             gz = NULL;
             f->gz->type = f->type;
             describe(f->gz, &st);
             maybe_keep(v, f->gz, gfd);
+            if (maybe_keep_fd(v, f->gz, gfd))
+                gfd = -1;
         }
         if (gfd >= 0)
             close(gfd);
@@ -403,6 +434,123 @@ static void gen_dispose(void *p)
 
 static h2o_generator_t no_generator = {NULL, NULL};
 
+/* Plain HTTP/1 bodies of SITES_SENDFILE_MIN bytes or more go out with
+ * sendfile(2) straight from the page cache to the connection's socket (no
+ * copy through user space), as nginx sends them. h2o writes the headers;
+ * once that write completed (the generator's proceed, so h2o has nothing
+ * pending on the socket), the body is sent here; when the socket takes no
+ * more, h2o_socket_notify_write says when it does. TLS and HTTP/2 keep
+ * h2o's own path (their bytes must go through h2o's framing). */
+typedef struct sf_gen {
+    h2o_generator_t super;
+    h2o_req_t *req;
+    h2o_socket_t *sock;
+    int fd, own_fd;
+    uint64_t off, left;
+    struct sf_gen *next_waiting; /* on this thread's sf_waiting list */
+    int waiting;
+} sf_gen;
+
+/* Generators waiting for their socket to take more, on this gateway thread
+ * (each socket has at most one). */
+static __thread sf_gen *sf_waiting;
+
+static void sf_unwait(sf_gen *g)
+{
+    if (!g->waiting)
+        return;
+    for (sf_gen **pp = &sf_waiting; *pp; pp = &(*pp)->next_waiting)
+        if (*pp == g) {
+            *pp = g->next_waiting;
+            break;
+        }
+    g->waiting = 0;
+}
+
+static void sf_pump(sf_gen *g);
+
+static void sf_on_writable(h2o_socket_t *sock, const char *err)
+{
+    sf_gen *g = sf_waiting;
+    while (g && g->sock != sock)
+        g = g->next_waiting;
+    if (!g)
+        return; /* the request went meanwhile */
+    sf_unwait(g);
+    if (err) {
+        h2o_send(g->req, NULL, 0, H2O_SEND_STATE_ERROR);
+        return;
+    }
+    sf_pump(g);
+}
+
+/* At most this much per turn, so one fast reader of a big file does not
+ * hold the thread: then it waits for its turn like a full socket. */
+#define SF_TURN (8u << 20)
+
+static void sf_pump(sf_gen *g)
+{
+    int sfd = h2o_socket_get_fd(g->sock);
+    uint64_t turn = 0;
+    while (g->left) {
+        off_t off = (off_t)g->off;
+        size_t want = g->left < SF_TURN - turn ? (size_t)g->left : (size_t)(SF_TURN - turn);
+        ssize_t n = want ? sendfile(sfd, g->fd, &off, want) : -1;
+        if (n > 0) {
+            g->off += (uint64_t)n;
+            g->left -= (uint64_t)n;
+            turn += (uint64_t)n;
+            g->req->bytes_sent += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (!want || (n < 0 && errno == EAGAIN)) {
+            g->waiting = 1;
+            g->next_waiting = sf_waiting;
+            sf_waiting = g;
+            h2o_socket_notify_write(g->sock, sf_on_writable);
+            return;
+        }
+        /* 0: the file shrank under us; an error: the peer went. Either way
+         * the answer cannot be completed: the connection is closed. */
+        h2o_send(g->req, NULL, 0, H2O_SEND_STATE_ERROR);
+        return;
+    }
+    h2o_send(g->req, NULL, 0, H2O_SEND_STATE_FINAL);
+}
+
+static void sf_proceed(h2o_generator_t *self, h2o_req_t *req)
+{
+    sf_pump((sf_gen *)self);
+}
+
+static void sf_stop(h2o_generator_t *self, h2o_req_t *req)
+{
+    sf_unwait((sf_gen *)self);
+}
+
+static void sf_dispose(void *p)
+{
+    sf_gen *g = p;
+    sf_unwait(g);
+    if (g->own_fd && g->fd >= 0)
+        close(g->fd);
+}
+
+/* The socket a body of `len` bytes may be sendfile'd to, or NULL: plain
+ * HTTP/1 only, with nothing (a filter, TLS) between the answer and it. */
+static h2o_socket_t *sendfile_socket(h2o_req_t *req, uint64_t len)
+{
+    if (len < SITES_SENDFILE_MIN || req->version >= 0x200 || req->prefilters ||
+        !req->conn->callbacks->get_socket)
+        return NULL;
+    h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+    if (!sock || sock->ssl)
+        return NULL;
+    return sock;
+}
+
 /* Sends `len` bytes of `f` from `off` (HEAD: none). */
 static void send_body(site_ver *v, h2o_req_t *req, const site_file *f, uint64_t off, uint64_t len)
 {
@@ -411,6 +559,21 @@ static void send_body(site_ver *v, h2o_req_t *req, const site_file *f, uint64_t 
     if (head || len == 0) {
         h2o_start_response(req, &no_generator);
         h2o_send(req, NULL, 0, H2O_SEND_STATE_FINAL);
+        return;
+    }
+    h2o_socket_t *sock = sendfile_socket(req, len);
+    if (sock && f->fd >= 0) { /* the version, and so f->fd, lives until the request is gone */
+        sf_gen *g = h2o_mem_alloc_shared(&req->pool, sizeof(*g), sf_dispose);
+        memset(g, 0, sizeof(*g));
+        g->super.proceed = sf_proceed;
+        g->super.stop = sf_stop;
+        g->req = req;
+        g->sock = sock;
+        g->fd = f->fd;
+        g->off = off;
+        g->left = len;
+        h2o_start_response(req, &g->super);
+        h2o_send(req, NULL, 0, H2O_SEND_STATE_IN_PROGRESS); /* the headers; then sf_proceed */
         return;
     }
     if (f->data) { /* the site's version lives until the request is gone */
@@ -427,6 +590,21 @@ static void send_body(site_ver *v, h2o_req_t *req, const site_file *f, uint64_t 
         req->res.content_length = SIZE_MAX;
         funcd_gw_send_status(req, 503, "ServiceUnavailable", "file %s changed while it was "
                              "being served; try again", f->rel);
+        return;
+    }
+    if (sock) {
+        sf_gen *g = h2o_mem_alloc_shared(&req->pool, sizeof(*g), sf_dispose);
+        memset(g, 0, sizeof(*g));
+        g->super.proceed = sf_proceed;
+        g->super.stop = sf_stop;
+        g->req = req;
+        g->sock = sock;
+        g->fd = fd;
+        g->own_fd = 1;
+        g->off = off;
+        g->left = len;
+        h2o_start_response(req, &g->super);
+        h2o_send(req, NULL, 0, H2O_SEND_STATE_IN_PROGRESS);
         return;
     }
     file_gen *g = h2o_mem_alloc_shared(&req->pool, sizeof(*g), gen_dispose);

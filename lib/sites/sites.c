@@ -81,15 +81,7 @@ void funcd__site_ver_unref(site_ver *v)
         while (v->files[i]) {
             site_file *f = v->files[i];
             v->files[i] = f->next;
-            site_file *gz = f->gz;
-            if (gz) {
-                free(gz->rel);
-                free(gz->data);
-                free(gz);
-            }
-            free(f->rel);
-            free(f->data);
-            free(f);
+            funcd__site_file_free(f);
         }
     if (v->root_fd >= 0)
         close(v->root_fd);
