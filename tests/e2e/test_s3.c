@@ -18,6 +18,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -436,6 +438,108 @@ SV_TEST_WITH(no_sandbox_no_listener, funcd_with_s3(NULL, NULL, 0), funcd_with_sa
     CHECK_CONTAINS(jstr(ready, "message"), "--s3-listen");
 }
 
+/* ---- memory: a 256 MiB object through the gateway ---------------------------------- */
+
+/* The sanitizers' quarantine of freed memory would count a bounded buffer
+ * reused per MiB as growth; keep it small so RSS shows what funcd holds. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+    return "quarantine_size_mb=16";
+}
+
+/* kB of field `name` ("VmRSS", "VmHWM") in /proc/self/status, -1 if absent. */
+static long proc_status_kb(const char *name)
+{
+    FILE *f = fopen("/proc/self/status", "re");
+    char line[256];
+    long kb = -1;
+    size_t n = strlen(name);
+    while (f && fgets(line, sizeof(line), f))
+        if (strncmp(line, name, n) == 0 && line[n] == ':')
+            kb = strtol(line + n + 1, NULL, 10);
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* Resets VmHWM to the current RSS (proc(5), clear_refs "5"); 0 or -1. */
+static int reset_peak_rss(void)
+{
+    int fd = open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int ok = write(fd, "5", 1) == 1;
+    close(fd);
+    return ok ? 0 : -1;
+}
+
+static char big_dir[256];
+
+/* A file blob store in a temp dir: the object must not live in memory. */
+static funcd_option *file_blob(void)
+{
+    funcd_blob *b = NULL;
+    if (sv_tempdir(big_dir, sizeof(big_dir)) != 0)
+        return NULL;
+    char dir[300];
+    snprintf(dir, sizeof(dir), "%s/blobs", big_dir);
+    if (funcd_blob_file_new(&b, dir) < 0)
+        return NULL;
+    return funcd_with_blob(b);
+}
+
+#define BIG (256u * MiB)
+
+/* A 256 MiB PutObject and GetObject through the gateway, by curl (another
+ * process, signing with --aws-sigv4 and streaming from and to files):
+ * funcd's peak RSS (this process) grows by less than 64 MiB over the pair. */
+SV_TEST_WITH(rss_bounded, funcd_with_s3("127.0.0.1:0", NULL, 0), file_blob())
+{
+    creds c;
+    char up[300], down[300], url[256], user[256];
+    CHECK(bound_function(e, "big", &c) == 0);
+    snprintf(up, sizeof(up), "%s/up.bin", big_dir);
+    snprintf(down, sizeof(down), "%s/down.bin", big_dir);
+    FILE *f = fopen(up, "we");
+    CHECK(f != NULL);
+    static unsigned char chunk[1u << 20];
+    int wrote = 1;
+    for (unsigned i = 0; i < BIG / sizeof(chunk); i++) {
+        for (size_t j = 0; j < sizeof(chunk); j += 8) {
+            uint64_t v = ((uint64_t)i << 32 | j) * 0x9E3779B97F4A7C15ull;
+            memcpy(chunk + j, &v, 8);
+        }
+        wrote &= fwrite(chunk, 1, sizeof(chunk), f) == sizeof(chunk);
+    }
+    wrote &= fclose(f) == 0;
+    CHECK(wrote);
+    snprintf(url, sizeof(url), "%s/data/p/big.bin", c.endpoint);
+    snprintf(user, sizeof(user), "%s:%s", c.akid, c.secret);
+    long base_kb = proc_status_kb("VmRSS");
+    CHECK(base_kb > 0);
+    CHECK(reset_peak_rss() == 0);
+    funcd_buf out = FUNCD_BUF_INIT;
+    int rc = run(&c, big_dir, 600, &out, "/usr/bin/curl", "-sS", "-f", "--aws-sigv4",
+                 "aws:amz:" "funcd" ":s3", "--user", user, "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-T", up, url, NULL);
+    CHECK_RUN(rc, out);
+    rc = run(&c, big_dir, 600, &out, "/usr/bin/curl", "-sS", "-f", "--aws-sigv4",
+             "aws:amz:" "funcd" ":s3", "--user", user, "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-o", down, url, NULL);
+    CHECK_RUN(rc, out);
+    long peak_kb = proc_status_kb("VmHWM");
+    funcd_buf_reset(&out);
+    rc = run(&c, big_dir, 120, &out, "/usr/bin/cmp", up, down, NULL);
+    CHECK_RUN(rc, out);
+    funcd_buf_free(&out);
+    fprintf(stderr, "  RSS before %ld kB, peak during the 256 MiB PUT+GET %ld kB (+%ld kB)\n",
+            base_kb, peak_kb, peak_kb - base_kb);
+    CHECK(peak_kb > 0);
+    if (peak_kb - base_kb >= 64 * 1024)
+        FAILF("funcd's RSS grew by %ld kB moving a 256 MiB object: the gateway holds objects in "
+              "memory",
+              peak_kb - base_kb);
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
@@ -453,6 +557,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, sandboxed);
     SV_RUN(only, ran, no_sandbox);
     SV_RUN(only, ran, no_sandbox_no_listener);
+    SV_RUN(only, ran, rss_bounded);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no case %s\n", only);
