@@ -34,6 +34,29 @@ static int fill(funcd_s3_reader *rd)
     return 1;
 }
 
+long funcd_s3_read_upto(funcd_s3_reader *rd, void *out, size_t cap)
+{
+    if (!cap)
+        return 0;
+    if (rd->pos == rd->len && cap >= sizeof(rd->buf) && !rd->eof && !rd->failed) {
+        /* nothing buffered and a large read: straight into `out` */
+        long n = rd->read(rd->ctx, out, cap);
+        if (n < 0)
+            rd->failed = 1;
+        else if (n == 0)
+            rd->eof = 1;
+        return n > 0 ? n : -1;
+    }
+    if (!fill(rd))
+        return -1;
+    size_t k = rd->len - rd->pos;
+    if (k > cap)
+        k = cap;
+    memcpy(out, rd->buf + rd->pos, k);
+    rd->pos += k;
+    return (long)k;
+}
+
 int funcd_s3_read_exact(funcd_s3_reader *rd, void *out, size_t len)
 {
     char *o = out;

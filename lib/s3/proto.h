@@ -53,6 +53,9 @@ const char *funcd_s3_header(const funcd_s3_req *r, const char *lname);
 /* The decoded value of the query parameter, NULL if absent ("" if valueless). */
 const char *funcd_s3_param_get(const funcd_s3_req *r, const char *name);
 
+/* Reads 1 to `cap` bytes (what is buffered, else one read; a large read
+ * skips the buffer); the count, or -1 at the end or on an error. */
+long funcd_s3_read_upto(funcd_s3_reader *rd, void *out, size_t cap);
 /* Reads exactly `len` bytes; 0 or -1. */
 int funcd_s3_read_exact(funcd_s3_reader *rd, void *out, size_t len);
 

@@ -21,6 +21,7 @@
 #include "api/api.h"
 #include "funcd/sys/error.h"
 #include "objects/objects.h"
+#include "port/blob.h"
 #include "s3/proto.h"
 #include "util/buf.h"
 #include "util/misc.h"
@@ -31,6 +32,8 @@
 #define CLOCK_SKEW_S 900   /* SigV4: X-Amz-Date within 15 minutes */
 #define MIN_PART (5u << 20) /* every part but the last */
 #define MAX_LIST 1000
+#define BODY_BUF (256u << 10) /* per connection while a body streams in */
+#define GET_CHUNK (1u << 20)  /* per connection while an object streams out */
 
 typedef struct listener {
     int fd;
@@ -231,10 +234,9 @@ static void iso_date(int64_t epoch_ms, char *out, size_t len)
     snprintf(out, len, "%s.%03dZ", b, (int)(epoch_ms % 1000));
 }
 
-/* Sends a whole answer: status, `extra` header lines ("Name: v\r\n"...),
- * a body (not for HEAD, but its length is announced). */
-static int respond(request *q, int status, const char *extra, const char *type, const void *body,
-                   size_t len)
+/* Sends an answer's head: status, `extra` header lines ("Name: v\r\n"...)
+ * and a Content-Length of `len` (the body follows, not for HEAD). */
+static int send_head(request *q, int status, const char *extra, const char *type, uint64_t len)
 {
     funcd_buf h = FUNCD_BUF_INIT;
     char date[64];
@@ -243,13 +245,25 @@ static int respond(request *q, int status, const char *extra, const char *type, 
         q->close = 1; /* the body we did not read is still on the wire */
     int rc = funcd_buf_printf(&h,
                               "HTTP/1.1 %d %s\r\nDate: %s\r\nServer: funcd\r\n"
-                              "x-amz-request-id: %s\r\nContent-Length: %zu\r\n%s%s%s%s%s",
-                              status, status_text(status), date, q->request_id, len,
-                              type ? "Content-Type: " : "", type ? type : "", type ? "\r\n" : "",
-                              extra ? extra : "", q->close ? "Connection: close\r\n\r\n" : "\r\n");
+                              "x-amz-request-id: %s\r\nContent-Length: %llu\r\n%s%s%s%s%s",
+                              status, status_text(status), date, q->request_id,
+                              (unsigned long long)len, type ? "Content-Type: " : "",
+                              type ? type : "", type ? "\r\n" : "", extra ? extra : "",
+                              q->close ? "Connection: close\r\n\r\n" : "\r\n");
     if (rc == 0)
         rc = send_all(q->c->fd, h.data, h.len);
     funcd_buf_free(&h);
+    if (rc < 0)
+        q->close = 1;
+    return rc;
+}
+
+/* Sends a whole answer: the head, then a body (not for HEAD, but its length
+ * is announced). */
+static int respond(request *q, int status, const char *extra, const char *type, const void *body,
+                   size_t len)
+{
+    int rc = send_head(q, status, extra, type, len);
     if (rc == 0 && body && len && !q->head)
         rc = send_all(q->c->fd, body, len);
     if (rc < 0)
@@ -477,144 +491,214 @@ static int parse_len(const char *v, uint64_t *out)
     return 0;
 }
 
-/* Reads the request body (up to `cap` bytes) into *out, checking what the
- * signature says of it. 0, or -1 answered. */
-static int read_body(request *q, uint64_t cap, char **out, size_t *out_len)
+/* What the head says of a request body, checked (body_check). */
+typedef struct body_info {
+    uint64_t len;      /* the object's bytes (decoded, for aws-chunked) */
+    int streaming;     /* aws-chunked */
+    int signed_chunks; /* STREAMING-AWS4-HMAC-SHA256-PAYLOAD */
+    int trailers;      /* STREAMING-UNSIGNED-PAYLOAD-TRAILER */
+    int hashed;        /* x-amz-content-sha256 is the body's SHA-256 */
+} body_info;
+
+/* Checks what the head and the signature say of the body (at most `cap`
+ * bytes) and sends 100 Continue if asked. 0, or -1 answered. */
+static int body_check(request *q, uint64_t cap, body_info *bi)
 {
     funcd_s3_req *r = q->r;
-    const char *te = funcd_s3_header(r, "transfer-encoding");
     const char *ph = q->auth.payload_hash;
-    int streaming = strncmp(ph, "STREAMING-", 10) == 0;
-    int signed_chunks = strcmp(ph, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD") == 0;
-    int trailer_chunks = strcmp(ph, "STREAMING-UNSIGNED-PAYLOAD-TRAILER") == 0;
-    int hashed = strlen(ph) == 64;
-    if (te)
+    memset(bi, 0, sizeof(*bi));
+    bi->streaming = strncmp(ph, "STREAMING-", 10) == 0;
+    bi->signed_chunks = strcmp(ph, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD") == 0;
+    bi->trailers = strcmp(ph, "STREAMING-UNSIGNED-PAYLOAD-TRAILER") == 0;
+    bi->hashed = strlen(ph) == 64;
+    if (funcd_s3_header(r, "transfer-encoding"))
         return s3_error(q, "NotImplemented", "Transfer-Encoding is not accepted: send a "
                                              "Content-Length");
-    if (streaming && !signed_chunks && !trailer_chunks)
+    if (bi->streaming && !bi->signed_chunks && !bi->trailers)
         return s3_error(q, "InvalidArgument", "x-amz-content-sha256 %s is not supported", ph);
-    if (!streaming && !hashed && strcmp(ph, "UNSIGNED-PAYLOAD") != 0)
+    if (!bi->streaming && !bi->hashed && strcmp(ph, "UNSIGNED-PAYLOAD") != 0)
         return s3_error(q, "InvalidArgument", "x-amz-content-sha256 must be a SHA-256, "
                                               "UNSIGNED-PAYLOAD or STREAMING-...");
-    uint64_t wire = 0, len = 0;
+    uint64_t wire = 0;
     const char *cl = funcd_s3_header(r, "content-length");
     if (!cl)
         return s3_error(q, "MissingContentLength", "You must provide the Content-Length HTTP "
                                                    "header.");
     if (parse_len(cl, &wire) < 0)
         return s3_error(q, "InvalidArgument", "a malformed Content-Length");
-    if (streaming) {
-        if (parse_len(funcd_s3_header(r, "x-amz-decoded-content-length"), &len) < 0)
-            return s3_error(q, "MissingContentLength",
-                            "an aws-chunked body needs x-amz-decoded-content-length");
-    } else {
-        len = wire;
-    }
-    if (len > cap)
+    if (!bi->streaming)
+        bi->len = wire;
+    else if (parse_len(funcd_s3_header(r, "x-amz-decoded-content-length"), &bi->len) < 0)
+        return s3_error(q, "MissingContentLength",
+                        "an aws-chunked body needs x-amz-decoded-content-length");
+    if (bi->len > cap)
         return s3_error(q, "EntityTooLarge",
                         "Your proposed upload exceeds the maximum allowed size: %llu bytes > "
                         "%llu (--s3-max-upload)",
-                        (unsigned long long)len, (unsigned long long)cap);
+                        (unsigned long long)bi->len, (unsigned long long)cap);
     if (send_continue(q) < 0) {
         q->close = 1;
         return -1;
     }
-    char *buf = malloc(len ? (size_t)len : 1);
-    if (!buf)
-        return s3_error(q, "ServiceUnavailable", "out of memory for a %llu-byte body",
-                        (unsigned long long)len);
-    funcd_s3_reader *rd = q->rd;
-    if (!streaming) {
-        mbedtls_sha256_context sha;
-        mbedtls_sha256_init(&sha);
-        mbedtls_sha256_starts_ret(&sha, 0);
-        size_t got = 0;
-        while (got < len) {
-            size_t step = len - got > (1u << 20) ? (1u << 20) : (size_t)(len - got);
-            if (funcd_s3_read_exact(rd, buf + got, step) < 0) {
-                mbedtls_sha256_free(&sha);
-                free(buf);
-                q->close = 1;
-                return -1; /* the peer went away: no one to answer */
-            }
-            if (hashed)
-                mbedtls_sha256_update_ret(&sha, (unsigned char *)buf + got, step);
-            got += step;
-        }
-        q->body_read = 1;
-        if (hashed) {
-            uint8_t sum[32];
-            char hex[65];
-            mbedtls_sha256_finish_ret(&sha, sum);
-            funcd_s3_hex(sum, 32, hex);
-            mbedtls_sha256_free(&sha);
-            if (strcasecmp(hex, ph) != 0) {
-                free(buf);
-                return s3_error(q, "XAmzContentSHA256Mismatch",
-                                "The provided 'x-amz-content-sha256' header does not match what "
-                                "was computed.");
-            }
-        } else {
-            mbedtls_sha256_free(&sha);
-        }
-        *out = buf;
-        *out_len = (size_t)len;
-        return 0;
-    }
-    /* aws-chunked */
-    char prev[65];
-    snprintf(prev, sizeof(prev), "%s", q->auth.signature);
-    size_t got = 0;
-    for (;;) {
-        uint64_t n;
-        char sig[65];
-        if (funcd_s3_chunk_header(rd, &n, sig) < 0 || (signed_chunks && !sig[0]) ||
-            n > len - got) {
-            free(buf);
-            q->close = 1;
-            return s3_error(q, "IncompleteBody", "a malformed aws-chunked body");
-        }
-        if (n && funcd_s3_read_exact(rd, buf + got, (size_t)n) < 0) {
-            free(buf);
-            q->close = 1;
-            return -1;
-        }
-        if (signed_chunks) {
-            char hex[65], want[65];
-            funcd_s3_sha256_hex(buf + got, (size_t)n, hex);
-            funcd_s3_sign_chunk(&q->auth, q->key, prev, hex, want);
-            if (!funcd_s3_streq_ct(want, sig)) {
-                free(buf);
-                q->close = 1;
-                return s3_error(q, "SignatureDoesNotMatch",
-                                "a chunk's signature does not match the payload");
-            }
-            snprintf(prev, sizeof(prev), "%s", sig);
-        }
-        got += (size_t)n;
-        if (n == 0)
-            break;
-        if (funcd_s3_chunk_end(rd) < 0) {
-            free(buf);
-            q->close = 1;
-            return s3_error(q, "IncompleteBody", "a malformed aws-chunked body");
-        }
-    }
-    if ((trailer_chunks ? funcd_s3_chunk_trailers(rd) : funcd_s3_chunk_end(rd)) < 0 || got != len) {
-        free(buf);
-        q->close = 1;
-        return s3_error(q, "IncompleteBody",
-                        "the aws-chunked body holds %zu bytes, x-amz-decoded-content-length says "
-                        "%llu",
-                        got, (unsigned long long)len);
-    }
-    q->body_read = 1;
-    *out = buf;
-    *out_len = (size_t)len;
     return 0;
 }
 
-/* Reads a small body (XML documents). */
+/* Where a body goes: 0, or a funcd error. */
+typedef int (*body_sink)(void *ctx, const void *data, size_t len);
+
+static int sink_writer(void *ctx, const void *data, size_t len)
+{
+    funcd_blob_writer *w = ctx;
+    return w->write(w, data, len);
+}
+
+static int sink_buf(void *ctx, const void *data, size_t len)
+{
+    return funcd_buf_append(ctx, data, len) < 0 ? FUNCD_ENOMEM : 0;
+}
+
+/* Moves `n` bytes from the wire into the sink through `buf` (BODY_BUF),
+ * hashing them into each non-NULL context. 0; -1 the peer went away; -2 the
+ * sink failed (*sink_rc). */
+static int pump(request *q, uint64_t n, char *buf, mbedtls_sha256_context *h1,
+                mbedtls_sha256_context *h2, body_sink sink, void *ctx, int *sink_rc)
+{
+    while (n) {
+        long got = funcd_s3_read_upto(q->rd, buf, n < BODY_BUF ? (size_t)n : BODY_BUF);
+        if (got <= 0)
+            return -1;
+        if (h1)
+            mbedtls_sha256_update_ret(h1, (unsigned char *)buf, (size_t)got);
+        if (h2)
+            mbedtls_sha256_update_ret(h2, (unsigned char *)buf, (size_t)got);
+        if ((*sink_rc = sink(ctx, buf, (size_t)got)) < 0)
+            return -2;
+        n -= (uint64_t)got;
+    }
+    return 0;
+}
+
+static int hash_matches(mbedtls_sha256_context *h, const char *want_hex)
+{
+    uint8_t sum[32];
+    char hex[65];
+    mbedtls_sha256_finish_ret(h, sum);
+    funcd_s3_hex(sum, 32, hex);
+    return strcasecmp(hex, want_hex) == 0;
+}
+
+/* The body: plain, or aws-chunked (each chunk's signature checked when
+ * signed), streamed into `sink` through one BODY_BUF buffer, never more;
+ * a signed x-amz-content-sha256 is checked at the end. The sink has every
+ * byte when this returns 0; else the answer was sent (-1) and what the sink
+ * got must be discarded. Shared by PutObject, UploadPart and the XML bodies. */
+static int body_stream(request *q, const body_info *bi, body_sink sink, void *ctx)
+{
+    char *buf = malloc(BODY_BUF);
+    if (!buf)
+        return s3_error(q, "ServiceUnavailable", "out of memory for a body buffer");
+    mbedtls_sha256_context whole, chunk;
+    mbedtls_sha256_init(&whole);
+    mbedtls_sha256_init(&chunk);
+    mbedtls_sha256_starts_ret(&whole, 0);
+    int rc = 0, sink_rc = 0, pr = 0;
+    if (!bi->streaming) {
+        pr = pump(q, bi->len, buf, bi->hashed ? &whole : NULL, NULL, sink, ctx, &sink_rc);
+        if (pr == 0) {
+            q->body_read = 1;
+            if (bi->hashed && !hash_matches(&whole, q->auth.payload_hash))
+                rc = s3_error(q, "XAmzContentSHA256Mismatch",
+                              "The provided 'x-amz-content-sha256' header does not match what "
+                              "was computed.");
+        }
+        goto out;
+    }
+    char prev[65];
+    snprintf(prev, sizeof(prev), "%s", q->auth.signature);
+    uint64_t got = 0;
+    for (;;) {
+        uint64_t n;
+        char sig[65];
+        if (funcd_s3_chunk_header(q->rd, &n, sig) < 0 || (bi->signed_chunks && !sig[0]) ||
+            n > bi->len - got) {
+            q->close = 1;
+            rc = s3_error(q, "IncompleteBody", "a malformed aws-chunked body");
+            goto out;
+        }
+        if (bi->signed_chunks)
+            mbedtls_sha256_starts_ret(&chunk, 0);
+        if ((pr = pump(q, n, buf, bi->signed_chunks ? &chunk : NULL, NULL, sink, ctx,
+                       &sink_rc)) != 0)
+            goto out;
+        if (bi->signed_chunks) {
+            uint8_t sum[32];
+            char hex[65], want[65];
+            mbedtls_sha256_finish_ret(&chunk, sum);
+            funcd_s3_hex(sum, 32, hex);
+            funcd_s3_sign_chunk(&q->auth, q->key, prev, hex, want);
+            if (!funcd_s3_streq_ct(want, sig)) {
+                q->close = 1;
+                rc = s3_error(q, "SignatureDoesNotMatch",
+                              "a chunk's signature does not match the payload");
+                goto out;
+            }
+            snprintf(prev, sizeof(prev), "%s", sig);
+        }
+        got += n;
+        if (n == 0)
+            break;
+        if (funcd_s3_chunk_end(q->rd) < 0) {
+            q->close = 1;
+            rc = s3_error(q, "IncompleteBody", "a malformed aws-chunked body");
+            goto out;
+        }
+    }
+    if ((bi->trailers ? funcd_s3_chunk_trailers(q->rd) : funcd_s3_chunk_end(q->rd)) < 0 ||
+        got != bi->len) {
+        q->close = 1;
+        rc = s3_error(q, "IncompleteBody",
+                      "the aws-chunked body holds %llu bytes, x-amz-decoded-content-length says "
+                      "%llu",
+                      (unsigned long long)got, (unsigned long long)bi->len);
+        goto out;
+    }
+    q->body_read = 1;
+out:
+    if (pr == -1) {
+        q->close = 1;
+        rc = -1; /* the peer went away: no one to answer */
+    } else if (pr == -2) {
+        q->close = 1;
+        rc = blob_error(q, sink_rc);
+    }
+    mbedtls_sha256_free(&whole);
+    mbedtls_sha256_free(&chunk);
+    free(buf);
+    return rc;
+}
+
+/* Streams the body (at most `cap` bytes) into a new object under blob key
+ * `k`, published only when the whole body arrived and checked. 0, or -1
+ * answered. */
+static int body_to_blob(request *q, uint64_t cap, const char *k)
+{
+    body_info bi;
+    if (body_check(q, cap, &bi) < 0)
+        return -1;
+    funcd_blob_writer *w = NULL;
+    int rc = funcd_port_blob_put_open(q->c->s3->blob, k, &w);
+    if (rc < 0)
+        return blob_error(q, rc);
+    if (body_stream(q, &bi, sink_writer, w) < 0) {
+        w->abort(w);
+        return -1;
+    }
+    if ((rc = w->commit(w)) < 0)
+        return blob_error(q, rc);
+    return 0;
+}
+
+/* Reads a small body (XML documents), NUL-terminated. */
 static int read_small_body(request *q, char **out, size_t *len)
 {
     if (!funcd_s3_header(q->r, "content-length")) {
@@ -623,15 +707,18 @@ static int read_small_body(request *q, char **out, size_t *len)
         *len = 0;
         return *out ? 0 : s3_error(q, "ServiceUnavailable", "out of memory");
     }
-    if (read_body(q, 4u << 20, out, len) < 0)
+    body_info bi;
+    funcd_buf b = FUNCD_BUF_INIT;
+    if (body_check(q, 4u << 20, &bi) < 0 || body_stream(q, &bi, sink_buf, &b) < 0) {
+        funcd_buf_free(&b);
         return -1;
-    char *z = realloc(*out, *len + 1);
-    if (!z) {
-        free(*out);
+    }
+    if (funcd_buf_append(&b, "", 1) < 0) {
+        funcd_buf_free(&b);
         return s3_error(q, "ServiceUnavailable", "out of memory");
     }
-    z[*len] = '\0';
-    *out = z;
+    *out = funcd_buf_detach(&b, len);
+    (*len)--;
     return 0;
 }
 
@@ -678,6 +765,18 @@ static int valid_upload_id(const char *id)
 
 /* ---- operations ------------------------------------------------------------------ */
 
+/* Whether the object changed since `st` (its ETag would differ). */
+static int changed_since(funcd_blob *b, const char *k, const funcd_blob_stat *st)
+{
+    funcd_blob_stat now;
+    return b->stat(b, k, &now) < 0 || now.size != st->size || now.mtime_ms != st->mtime_ms;
+}
+
+/* The object's bytes [off, off+len) in GET_CHUNK reads: each is sent
+ * (a blocking send: the socket took it) before the next is read, so one
+ * chunk per connection is all it holds. The head goes out after the first
+ * read, so a failure there is still answered. If the object is replaced
+ * mid-way the connection is closed short, never mixing two versions. */
 static int op_get(request *q)
 {
     funcd_blob *b = q->c->s3->blob;
@@ -709,15 +808,16 @@ static int op_get(request *q)
     void *data = NULL;
     size_t got = 0;
     if (!q->head && len) {
-        rc = b->get(b, k, off, len, &data, &got);
+        rc = b->get(b, k, off, len < GET_CHUNK ? len : GET_CHUNK, &data, &got);
+        if (rc == 0 && got < (len < GET_CHUNK ? len : GET_CHUNK) && changed_since(b, k, &st))
+            rc = FUNCD_ECONFLICT;
         if (rc < 0) {
             free(k);
-            return blob_error(q, rc);
+            return rc == FUNCD_ECONFLICT ? s3_error(q, "ServiceUnavailable",
+                                                    "the object was replaced while read; retry")
+                                         : blob_error(q, rc);
         }
-        if (got < len) /* replaced by a shorter object since the stat */
-            len = got;
     }
-    free(k);
     char etag[35], lm[64], extra[512];
     object_etag(&st, etag);
     http_date(st.mtime_ms / 1000, lm, sizeof(lm));
@@ -728,8 +828,33 @@ static int op_get(request *q)
                  (unsigned long long)off, (unsigned long long)(off + len - 1),
                  (unsigned long long)st.size);
     /* HEAD announces the length a GET would send */
-    rc = respond(q, ranged > 0 ? 206 : 200, extra, "application/octet-stream", data, (size_t)len);
+    rc = send_head(q, ranged > 0 ? 206 : 200, extra, "application/octet-stream", len);
+    uint64_t sent = 0;
+    while (rc == 0 && !q->head && sent < len) {
+        if (got && (rc = send_all(q->c->fd, data, got)) < 0)
+            break;
+        sent += got;
+        free(data);
+        data = NULL;
+        got = 0;
+        if (sent == len)
+            break;
+        uint64_t want = len - sent < GET_CHUNK ? len - sent : GET_CHUNK;
+        /* a read of a replaced object, or one cut short: the client sees a
+         * short body (we close), not a mix of two versions */
+        if (b->get(b, k, off + sent, want, &data, &got) < 0 || got != want ||
+            changed_since(b, k, &st)) {
+            funcd_log(q->c->s3->logger, FUNCD_LOG_WARN,
+                      "s3: GET %s: the object changed or failed mid-way after %llu bytes; the "
+                      "connection is closed",
+                      q->r->path, (unsigned long long)sent);
+            rc = -1;
+        }
+    }
     free(data);
+    free(k);
+    if (rc < 0)
+        q->close = 1;
     return rc;
 }
 
@@ -738,16 +863,15 @@ static int op_put(request *q)
     funcd_s3 *s = q->c->s3;
     if (funcd_s3_header(q->r, "x-amz-copy-source"))
         return s3_error(q, "NotImplemented", "CopyObject is not implemented");
-    char *data;
-    size_t len;
-    if (read_body(q, s->max_upload, &data, &len) < 0)
-        return -1;
     char *k = obj_key(q, q->okey);
-    int rc = k ? s->blob->put(s->blob, k, data, len) : FUNCD_ENOMEM;
-    free(data);
+    if (!k)
+        return s3_error(q, "ServiceUnavailable", "out of memory");
+    if (body_to_blob(q, s->max_upload, k) < 0) {
+        free(k);
+        return -1;
+    }
     funcd_blob_stat st = {0};
-    if (rc == 0)
-        rc = s->blob->stat(s->blob, k, &st);
+    int rc = s->blob->stat(s->blob, k, &st);
     free(k);
     if (rc < 0)
         return blob_error(q, rc);
@@ -913,12 +1037,9 @@ static int op_upload_part(request *q, const char *id, const char *num)
     char *pre;
     if (check_upload(q, id, &pre) < 0)
         return -1;
-    char *data;
-    size_t len;
-    if (read_body(q, s->max_upload, &data, &len) < 0) {
-        free(pre);
-        return -1;
-    }
+    /* The part's ETag names its blob key, which the writer needs first: a
+     * signed SHA-256 of the body when there is one, else random (clients
+     * only echo part ETags back). */
     char etag[33];
     if (strlen(q->auth.payload_hash) == 64) {
         snprintf(etag, sizeof(etag), "%.32s", q->auth.payload_hash);
@@ -926,22 +1047,29 @@ static int op_upload_part(request *q, const char *id, const char *num)
             if (*c >= 'A' && *c <= 'F')
                 *c = (char)(*c - 'A' + 'a');
     } else {
-        char hex[65];
-        funcd_s3_sha256_hex(data, len, hex);
-        snprintf(etag, sizeof(etag), "%.32s", hex);
+        uint8_t raw[16];
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) {
+            free(pre);
+            return s3_error(q, "InternalError", "no randomness for a part ETag");
+        }
+        funcd_s3_hex(raw, 16, etag);
+    }
+    char *pk = NULL;
+    if (asprintf(&pk, "%sp/%05ld.%s", pre, n, etag) < 0) {
+        free(pre);
+        return s3_error(q, "ServiceUnavailable", "out of memory");
+    }
+    if (body_to_blob(q, s->max_upload, pk) < 0) {
+        free(pk);
+        free(pre);
+        return -1;
     }
     /* a part uploaded again replaces the earlier one */
     part_list l = {0};
     int rc = list_parts(q, pre, &l);
-    char *pk = NULL;
-    if (rc == 0 && asprintf(&pk, "%sp/%05ld.%s", pre, n, etag) < 0)
-        rc = FUNCD_ENOMEM;
-    if (rc == 0)
-        rc = s->blob->put(s->blob, pk, data, len);
     for (size_t i = 0; rc == 0 && i < l.n; i++)
         if (l.v[i].number == (unsigned)n && strcmp(l.v[i].key, pk) != 0)
             s->blob->del(s->blob, l.v[i].key);
-    free(data);
     free(pk);
     free(pre);
     free_parts(&l);
@@ -1043,6 +1171,34 @@ static int op_abort(request *q, const char *id)
     return respond(q, 204, NULL, NULL, NULL, 0);
 }
 
+/* Writes the parts, in order, into a new object `k` by ranged reads of
+ * GET_CHUNK each: one chunk in memory, whatever the object's size. */
+static int compose(funcd_blob *b, const char *k, part_info *const *use, size_t n)
+{
+    funcd_blob_writer *w = NULL;
+    int rc = funcd_port_blob_put_open(b, k, &w);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        for (uint64_t at = 0; rc == 0 && at < use[i]->size;) {
+            uint64_t want = use[i]->size - at < GET_CHUNK ? use[i]->size - at : GET_CHUNK;
+            void *d = NULL;
+            size_t dl = 0;
+            rc = b->get(b, use[i]->key, at, want, &d, &dl);
+            if (rc == 0 && dl != want)
+                rc = funcd_error_set(FUNCD_ECONFLICT, "part %u changed while completing",
+                                     use[i]->number);
+            if (rc == 0)
+                rc = w->write(w, d, dl);
+            free(d);
+            at += dl;
+        }
+    }
+    if (rc == 0)
+        return w->commit(w);
+    if (w)
+        w->abort(w);
+    return rc;
+}
+
 static int op_complete(request *q, const char *id)
 {
     funcd_s3 *s = q->c->s3;
@@ -1104,22 +1260,6 @@ static int op_complete(request *q, const char *id)
                                    "(--s3-max-upload)",
                  (unsigned long long)total, (unsigned long long)s->max_upload);
     }
-    char *all = NULL;
-    if (!bad && use && !(all = malloc(total ? (size_t)total : 1)))
-        rc = FUNCD_ENOMEM;
-    size_t at = 0;
-    for (size_t i = 0; !bad && rc == 0 && all && i < nrefs; i++) {
-        void *d = NULL;
-        size_t dl = 0;
-        rc = s->blob->get(s->blob, use[i]->key, 0, FUNCD_BLOB_TO_END, &d, &dl);
-        if (rc == 0 && dl != use[i]->size)
-            rc = funcd_error_set(FUNCD_ECONFLICT, "part %u changed while completing",
-                                 use[i]->number);
-        if (rc == 0)
-            memcpy(all + at, d, dl);
-        at += dl;
-        free(d);
-    }
     char *k = NULL;
     funcd_blob_stat st = {0};
     if (!bad && rc == 0 && !use)
@@ -1127,8 +1267,7 @@ static int op_complete(request *q, const char *id)
     if (!bad && rc == 0 && !(k = obj_key(q, q->okey)))
         rc = FUNCD_ENOMEM;
     if (!bad && rc == 0)
-        rc = s->blob->put(s->blob, k, all, (size_t)total);
-    free(all);
+        rc = compose(s->blob, k, use, nrefs);
     if (!bad && rc == 0)
         rc = s->blob->stat(s->blob, k, &st);
     if (!bad && rc == 0)
