@@ -13,17 +13,18 @@ ratio() { python3 -c "print(f'{float($1)/float($2):.2f}')"; }
 # Starts funcd (--dev, ephemeral ports; extra flags appended) on the stores
 # the array funcd_store names (default: in memory; a script may set it, e.g.
 # funcd_store=(--data-dir "$work/data")) and sets funcd_pid, api, dp and fns
-# from its log.
+# from its log. The array funcd_wrap, when set, is the command funcd runs
+# under (e.g. funcd_wrap=(valgrind --tool=callgrind)).
 start_funcd() {
   # --allow-host-network: a warm worker may also listen on a TCP port of the host
   # (spec.network: host) so that the same process can be measured directly.
-  [ ${#funcd_store[@]} -gt 0 ] || funcd_store=(--memory)
-  "$build/bin/funcd/funcd" "${funcd_store[@]}" --dev --source-root "$work" --allow-host-network --listen 127.0.0.1:0 \
+  declare -p funcd_store &>/dev/null && [ ${#funcd_store[@]} -gt 0 ] || funcd_store=(--memory)
+  ${funcd_wrap[@]+"${funcd_wrap[@]}"} "$build/bin/funcd/funcd" "${funcd_store[@]}" --dev --source-root "$work" --allow-host-network --listen 127.0.0.1:0 \
     --data-plane-listen 127.0.0.1:0 --fn-runner-listen 127.0.0.1:0 \
     --shims "$build/shims" --state-dir "$work/s" "$@" 2>"$work/funcd.log" &
   pids+=($!)
   funcd_pid=$!
-  for _ in $(seq 200); do grep -q 'data plane listening' "$work/funcd.log" && break; sleep 0.05; done
+  for _ in $(seq "${funcd_start_polls:-200}"); do grep -q 'data plane listening' "$work/funcd.log" && break; sleep 0.05; done
   api="http://$(sed -n 's/.*control plane listening on //p' "$work/funcd.log")"
   dp="http://$(sed -n 's/.*data plane listening on //p' "$work/funcd.log")"
   fns="$api/apis/funcd.dev/v1/namespaces/default/functions"
