@@ -300,7 +300,7 @@ static int on_req(void *payload, h2o_req_t *req)
     if (shape) {
         if (preflight)
             add_invocation_id(req);
-        if (funcd_shape_request(req, shape)) { /* (takes the reference) */
+        if (funcd_shape_request(req, shape, preflight)) { /* (takes the reference) */
             funcd_fn_target_unref(target); /* a CORS preflight, answered here */
             funcd_gw_track_end(&track, req->res.status);
             return 0;

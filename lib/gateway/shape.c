@@ -28,9 +28,17 @@
 
 typedef struct set_header {
     h2o_iovec_t name; /* lowercase */
+    const h2o_token_t *token; /* h2o's token of the name, or NULL */
     char *orig;       /* as configured, for HTTP/1 */
     h2o_iovec_t value;
 } set_header;
+
+/* A response header name the answer loses: h2o's token, or (none) the
+ * lowercase name. */
+typedef struct strip_name {
+    const h2o_token_t *token;
+    h2o_iovec_t name;
+} strip_name;
 
 struct funcd_shape {
     atomic_uint refs;
@@ -46,6 +54,13 @@ struct funcd_shape {
     size_t n_set;
     h2o_iovec_t *remove; /* lowercase */
     size_t n_remove;
+    /* every name removed from an answer, in one pass: the CORS header the
+     * configuration answers for, headers.remove and headers.set's names */
+    strip_name *strip;
+    size_t n_strip;
+    /* headers.remove or .set names a header the gateway adds (Vary, or
+     * Access-Control-Allow-Origin): they go again after it added them */
+    int restrip;
 };
 
 /* ---- the configuration ------------------------------------------------ */
@@ -128,6 +143,7 @@ static void shape_free(funcd_shape *s)
     }
     free(s->set);
     free_list(s->remove, s->n_remove);
+    free(s->strip);
     free(s);
 }
 
@@ -202,6 +218,22 @@ int funcd_shape_new(funcd_shape **out, const funcd_edge *edge)
         if (!owned_by_gateway(edge->headers_remove[i]) &&
             dup_iov(&s->remove[s->n_remove++], edge->headers_remove[i], 1) < 0)
             goto oom;
+    s->strip = calloc(1 + s->n_remove + s->n_set, sizeof(*s->strip));
+    if (!s->strip)
+        goto oom;
+    if (s->cors)
+        s->strip[s->n_strip++] = (strip_name){H2O_TOKEN_ACCESS_CONTROL_ALLOW_ORIGIN,
+                                              H2O_TOKEN_ACCESS_CONTROL_ALLOW_ORIGIN->buf};
+    for (size_t i = 0; i < s->n_remove; i++)
+        s->strip[s->n_strip++] = (strip_name){h2o_lookup_token(s->remove[i].base, s->remove[i].len),
+                                              s->remove[i]};
+    for (size_t i = 0; i < s->n_set; i++) {
+        s->set[i].token = h2o_lookup_token(s->set[i].name.base, s->set[i].name.len);
+        s->strip[s->n_strip++] = (strip_name){s->set[i].token, s->set[i].name};
+    }
+    for (size_t i = s->cors; i < s->n_strip; i++)
+        s->restrip |= s->strip[i].token == H2O_TOKEN_VARY ||
+                      s->strip[i].token == H2O_TOKEN_ACCESS_CONTROL_ALLOW_ORIGIN;
     *out = s;
     return 0;
 oom:
@@ -365,20 +397,40 @@ int funcd_shape_preflight_allowed(const funcd_shape *s, h2o_iovec_t origin, h2o_
 
 /* ---- headers of the answer --------------------------------------------- */
 
-/* The answer's headers by name, in any case (a worker's names keep theirs). */
-static ssize_t find_res(const h2o_headers_t *hs, const char *lower, size_t len, ssize_t after)
+/* Whether an answer's header is `token` (h2o's) or else `lower`, in any
+ * case (over HTTP/1 a worker's names keep theirs). A name h2o made its
+ * token is that token's string; any other is compared as text. */
+static int res_is(const h2o_header_t *h, const h2o_token_t *token, const char *lower, size_t len)
+{
+    /* h2o_iovec_is_token, without a call into libh2o per header */
+    const h2o_token_t *t = (const h2o_token_t *)(uintptr_t)h->name;
+    if (t >= h2o__tokens && t < h2o__tokens + H2O_MAX_TOKENS)
+        return token && h->name == &token->buf;
+    return h2o_lcstris(h->name->base, h->name->len, lower, len);
+}
+
+/* The answer's headers named `token`, in any case (a worker's names keep theirs). */
+static ssize_t find_tok(const h2o_headers_t *hs, const h2o_token_t *token, ssize_t after)
 {
     for (size_t i = (size_t)(after + 1); i < hs->size; i++)
-        if (h2o_lcstris(hs->entries[i].name->base, hs->entries[i].name->len, lower, len))
+        if (res_is(&hs->entries[i], token, token->buf.base, token->buf.len))
             return (ssize_t)i;
     return -1;
 }
 
-static void delete_res(h2o_headers_t *hs, const char *lower, size_t len)
+/* Removes every header of the `n` names, in one pass over the answer. */
+static void strip_res(h2o_headers_t *hs, const strip_name *names, size_t n)
 {
-    ssize_t i = -1;
-    while ((i = find_res(hs, lower, len, i)) >= 0)
-        i = h2o_delete_header(hs, i) - 1; /* the next entry moved to i */
+    for (size_t i = 0; i < hs->size;) {
+        const h2o_header_t *h = &hs->entries[i];
+        size_t k = 0;
+        while (k < n && !res_is(h, names[k].token, names[k].name.base, names[k].name.len))
+            k++;
+        if (k < n)
+            h2o_delete_header(hs, (ssize_t)i); /* the next entry moved to i */
+        else
+            i++;
+    }
 }
 
 static h2o_iovec_t req_header(h2o_req_t *req, const char *lower, size_t len)
@@ -391,7 +443,7 @@ static h2o_iovec_t req_header(h2o_req_t *req, const char *lower, size_t len)
 static void add_vary(h2o_req_t *req, const char *what, size_t len)
 {
     h2o_headers_t *hs = &req->res.headers;
-    ssize_t i = find_res(hs, H2O_STRLIT("vary"), -1);
+    ssize_t i = find_tok(hs, H2O_TOKEN_VARY, -1);
     if (i < 0) {
         h2o_add_header(&req->pool, hs, H2O_TOKEN_VARY, NULL, what, len);
         return;
@@ -567,7 +619,7 @@ static void gz_decide(gz_ostream *g, h2o_req_t *req, h2o_iovec_t *in, size_t n,
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_ENCODING, NULL,
                    H2O_STRLIT("gzip"));
     /* Other bytes than the worker's: a strong validator no longer holds. */
-    ssize_t e = find_res(&req->res.headers, H2O_STRLIT("etag"), -1);
+    ssize_t e = find_tok(&req->res.headers, H2O_TOKEN_ETAG, -1);
     if (e >= 0) {
         h2o_iovec_t *v = &req->res.headers.entries[e].value;
         if (!(v->len >= 2 && v->base[0] == 'W' && v->base[1] == '/'))
@@ -608,18 +660,19 @@ static int worth_compressing(h2o_req_t *req)
         return 0;
     if (h2o_memis(req->input.method.base, req->input.method.len, H2O_STRLIT("HEAD")))
         return 0;
+    /* the length first: it needs no look at the headers */
+    if (req->res.content_length != SIZE_MAX && req->res.content_length < GZIP_MIN_BYTES)
+        return 0;
     const h2o_headers_t *hs = &req->res.headers;
-    ssize_t ct = find_res(hs, H2O_STRLIT("content-type"), -1);
+    ssize_t ct = find_tok(hs, H2O_TOKEN_CONTENT_TYPE, -1);
     if (ct < 0 || !funcd_shape_compressible_type(hs->entries[ct].value.base,
                                                  hs->entries[ct].value.len))
         return 0;
-    if (req->res.content_length != SIZE_MAX && req->res.content_length < GZIP_MIN_BYTES)
-        return 0;
-    if (find_res(hs, H2O_STRLIT("content-encoding"), -1) >= 0 ||
-        find_res(hs, H2O_STRLIT("content-range"), -1) >= 0)
+    if (find_tok(hs, H2O_TOKEN_CONTENT_ENCODING, -1) >= 0 ||
+        find_tok(hs, H2O_TOKEN_CONTENT_RANGE, -1) >= 0)
         return 0;
     ssize_t cc = -1;
-    while ((cc = find_res(hs, H2O_STRLIT("cache-control"), cc)) >= 0) {
+    while ((cc = find_tok(hs, H2O_TOKEN_CACHE_CONTROL, cc)) >= 0) {
         h2o_iovec_t v = hs->entries[cc].value;
         const char *p = v.base, *end = p + v.len;
         h2o_iovec_t el;
@@ -649,8 +702,12 @@ static void on_setup_ostream(h2o_req_prefilter_t *pf, h2o_req_t *req, h2o_ostrea
     shape_req *sr = (shape_req *)pf;
     const funcd_shape *s = sr->s;
     h2o_headers_t *hs = &req->res.headers;
-    if (s->cors) { /* the configuration answers for CORS, not the worker */
-        delete_res(hs, H2O_STRLIT("access-control-allow-origin"));
+    /* The worker's Access-Control-Allow-Origin (the configuration answers
+     * for CORS, not the worker), headers.remove and the names headers.set
+     * replaces, in one pass; nothing added below is one of them but what
+     * headers.set adds last, so the operator's word stays final. */
+    strip_res(hs, s->strip, s->n_strip);
+    if (s->cors) {
         if (funcd_shape_origin_allowed(s, sr->origin)) {
             h2o_iovec_t v = s->any_origin ? h2o_iovec_init(H2O_STRLIT("*")) : sr->origin;
             h2o_add_header(&req->pool, hs, H2O_TOKEN_ACCESS_CONTROL_ALLOW_ORIGIN, NULL, v.base,
@@ -672,13 +729,15 @@ static void on_setup_ostream(h2o_req_prefilter_t *pf, h2o_req_t *req, h2o_ostrea
             req->res.content_length = SIZE_MAX; /* decided on the first piece */
         }
     }
-    for (size_t i = 0; i < s->n_remove; i++)
-        delete_res(hs, s->remove[i].base, s->remove[i].len);
+    if (s->restrip) /* headers.remove and .set's names, again */
+        strip_res(hs, s->strip + s->cors, s->n_strip - (size_t)s->cors);
     for (size_t i = 0; i < s->n_set; i++) {
         const set_header *h = &s->set[i];
-        delete_res(hs, h->name.base, h->name.len);
-        h2o_add_header_by_str(&req->pool, hs, h->name.base, h->name.len, 1, h->orig,
-                              h->value.base, h->value.len);
+        if (h->token)
+            h2o_add_header(&req->pool, hs, h->token, h->orig, h->value.base, h->value.len);
+        else
+            h2o_add_header_by_str(&req->pool, hs, h->name.base, h->name.len, 0, h->orig,
+                                  h->value.base, h->value.len);
     }
     h2o_setup_next_prefilter(pf, req, slot);
 }
@@ -719,7 +778,7 @@ static void answer_preflight(h2o_req_t *req, shape_req *sr, h2o_iovec_t method)
     h2o_send_inline(req, "", 0);
 }
 
-int funcd_shape_request(h2o_req_t *req, funcd_shape *s)
+int funcd_shape_request(h2o_req_t *req, funcd_shape *s, int preflight)
 {
     shape_req *sr = h2o_mem_alloc_shared(&req->pool, sizeof(*sr), dispose_shape_req);
     memset(sr, 0, sizeof(*sr));
@@ -734,7 +793,7 @@ int funcd_shape_request(h2o_req_t *req, funcd_shape *s)
     if (!s->cors)
         return 0;
     sr->origin = req_header(req, H2O_STRLIT("origin"));
-    if (!funcd_shape_is_preflight(s, req))
+    if (!preflight)
         return 0;
     answer_preflight(req, sr, req_header(req, H2O_STRLIT("access-control-request-method")));
     return 1;

@@ -43,9 +43,10 @@ void funcd_shape_unref(funcd_shape *s); /* NULL is fine */
  * request (the worker's, and funcd's own JSON Status) then passes through
  * the shaping; the request holds a reference to `s` until it ends. Returns
  * 1 when it answered the request itself (a CORS preflight: 204, or 403 for
- * one the configuration does not allow), else 0: go on.
+ * one the configuration does not allow), else 0: go on. `preflight` is
+ * funcd_shape_is_preflight(s, req), which the gateway has already asked.
  */
-int funcd_shape_request(h2o_req_t *req, funcd_shape *s);
+int funcd_shape_request(h2o_req_t *req, funcd_shape *s, int preflight);
 
 /* 1 when `req` is a CORS preflight that `s` answers (funcd_shape_request
  * will): the gateway lets it pass its authentication and limits, which a

@@ -234,6 +234,32 @@ SV_TEST(cors_and_headers)
     CHECK_STR(sv_header(&e->r, "Access-Control-Allow-Origin"), ORIGIN);
 }
 
+/*
+ * headers.remove and .set come last, over what the gateway itself adds:
+ * a Vary of the operator's replaces the gateway's "Origin", a removed
+ * Access-Control-Allow-Origin goes though CORS allowed the origin, and a
+ * name matches whatever its case (the worker sends "X-Remove-Me").
+ */
+SV_TEST(headers_over_the_gateways)
+{
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    CHECK_INT(sv_create(e, "own",
+                        "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"
+                        "\"edge\":{\"cors\":{\"allowOrigins\":[\"" ORIGIN "\"]},"
+                        "\"headers\":{\"set\":{\"Vary\":\"Cookie\"},"
+                        "\"remove\":[\"ACCESS-CONTROL-ALLOW-ORIGIN\",\"x-remove-me\"]}}}",
+                        dir),
+              201);
+    CHECK(sv_wait_ready(e, "own", 10000));
+    static const char *const allowed[] = {"Origin: " ORIGIN, NULL};
+    CHECK_INT(dp(e, "GET", DP_PATH("own") "/shape?kb=1", allowed), 200);
+    CHECK_STR(sv_header(&e->r, "Vary"), "Cookie");
+    CHECK_STR(sv_header(&e->r, "Access-Control-Allow-Origin"), "");
+    CHECK(!strstr(e->r.headers, "X-Remove-Me"));
+    CHECK(!strstr(e->r.headers, "Access-Control-Allow-Origin"));
+}
+
 /* A /shape answer of `kb` KiB with `query` and the request headers, its
  * body (inflated when gzip'd) compared with the fixture's. */
 static const char *check_body(env *e, const char *query, size_t kb, const char *const *headers,
@@ -334,6 +360,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, preflight);
     SV_RUN(only, ran, preflight_before_edge);
     SV_RUN(only, ran, cors_and_headers);
+    SV_RUN(only, ran, headers_over_the_gateways);
     SV_RUN(only, ran, gzip);
     e2e_client_global_cleanup();
     if (only && !ran) {
