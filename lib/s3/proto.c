@@ -325,24 +325,76 @@ int funcd_s3_uri_encode(funcd_buf *out, const char *s, size_t len, int keep_slas
     return 0;
 }
 
+/* The length of the UTF-8 sequence at `s` (shortest form, no surrogates,
+ * at most U+10FFFF) and its code point, or 0 if there is none. */
+static size_t utf8_seq(const unsigned char *s, uint32_t *cp)
+{
+    unsigned char c = s[0];
+    size_t n;
+    uint32_t v, min;
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    } else if ((c & 0xE0) == 0xC0) {
+        n = 2, v = c & 0x1F, min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+        n = 3, v = c & 0x0F, min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+        n = 4, v = c & 0x07, min = 0x10000;
+    } else {
+        return 0;
+    }
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) /* also stops at the NUL */
+            return 0;
+        v = v << 6 | (s[i] & 0x3F);
+    }
+    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+        return 0;
+    *cp = v;
+    return n;
+}
+
+int funcd_s3_utf8_valid(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    uint32_t cp;
+    for (size_t n; *p; p += n)
+        if (!(n = utf8_seq(p, &cp)))
+            return 0;
+    return 1;
+}
+
 int funcd_s3_xml_escape(funcd_buf *out, const char *s)
 {
-    for (; *s; s++) {
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        uint32_t cp = 0;
+        size_t n = utf8_seq(p, &cp);
         int rc;
-        switch (*s) {
-        case '&': rc = funcd_buf_puts(out, "&amp;"); break;
-        case '<': rc = funcd_buf_puts(out, "&lt;"); break;
-        case '>': rc = funcd_buf_puts(out, "&gt;"); break;
-        case '"': rc = funcd_buf_puts(out, "&quot;"); break;
-        case '\'': rc = funcd_buf_puts(out, "&apos;"); break;
-        default:
-            if ((unsigned char)*s < 0x20 && *s != '\t' && *s != '\n' && *s != '\r')
-                rc = funcd_buf_printf(out, "&#x%X;", (unsigned)(unsigned char)*s);
-            else
-                rc = funcd_buf_append(out, s, 1);
+        if (!n) { /* not UTF-8: the replacement character, byte by byte */
+            rc = funcd_buf_puts(out, "&#xFFFD;");
+            n = 1;
+        } else if (cp == '&') {
+            rc = funcd_buf_puts(out, "&amp;");
+        } else if (cp == '<') {
+            rc = funcd_buf_puts(out, "&lt;");
+        } else if (cp == '>') {
+            rc = funcd_buf_puts(out, "&gt;");
+        } else if (cp == '"') {
+            rc = funcd_buf_puts(out, "&quot;");
+        } else if (cp == '\'') {
+            rc = funcd_buf_puts(out, "&apos;");
+        } else if (cp < 0x20 || cp == 0xFFFE || cp == 0xFFFF) {
+            /* as S3 writes them; TAB, LF and CR too, or XML's end-of-line
+             * handling would change them */
+            rc = funcd_buf_printf(out, "&#x%X;", (unsigned)cp);
+        } else {
+            rc = funcd_buf_append(out, p, n);
         }
         if (rc < 0)
             return -1;
+        p += n;
     }
     return 0;
 }

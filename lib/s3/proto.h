@@ -133,8 +133,13 @@ int funcd_s3_parse_delete(const char *xml, size_t len, char ***keys, int *quiet)
  * `keep_slash`, everything else %XX. Appends to a funcd_buf. */
 struct funcd_buf;
 int funcd_s3_uri_encode(struct funcd_buf *out, const char *s, size_t len, int keep_slash);
-/* XML text escaping. */
+/* XML text escaping: markup characters as entities; C0 controls (TAB, LF
+ * and CR included) and U+FFFE/U+FFFF as character references "&#xN;", as
+ * S3 writes them (a strict XML 1.0 parser refuses all but TAB, LF and CR:
+ * list with encoding-type=url); a byte that is not UTF-8 as "&#xFFFD;". */
 int funcd_s3_xml_escape(struct funcd_buf *out, const char *s);
+/* 1 if `s` is UTF-8 (shortest forms, no surrogates, at most U+10FFFF). */
+int funcd_s3_utf8_valid(const char *s);
 /* Percent-decoding in place ("+" kept); -1 on a bad escape or a NUL. */
 int funcd_s3_uri_decode(char *s);
 

@@ -858,11 +858,24 @@ static int op_get(request *q)
     return rc;
 }
 
+/* S3's object keys are UTF-8; XML could not carry another key. 0, or -1
+ * answered. */
+static int key_is_utf8(request *q)
+{
+    if (funcd_s3_utf8_valid(q->okey))
+        return 0;
+    return s3_error(q, "InvalidArgument", "object keys are UTF-8: this key holds a byte sequence "
+                                          "that is not (percent-encode the key's UTF-8 bytes in "
+                                          "the path)");
+}
+
 static int op_put(request *q)
 {
     funcd_s3 *s = q->c->s3;
     if (funcd_s3_header(q->r, "x-amz-copy-source"))
         return s3_error(q, "NotImplemented", "CopyObject is not implemented");
+    if (key_is_utf8(q) < 0)
+        return -1;
     char *k = obj_key(q, q->okey);
     if (!k)
         return s3_error(q, "ServiceUnavailable", "out of memory");
@@ -899,6 +912,8 @@ static int op_delete(request *q)
 static int op_create_upload(request *q)
 {
     funcd_blob *b = q->c->s3->blob;
+    if (key_is_utf8(q) < 0)
+        return -1;
     uint8_t raw[16];
     char id[33];
     if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))

@@ -287,8 +287,44 @@ TEST(complete_document)
         }
 }
 
+/* Keys in XML answers: every C0 control (TAB, LF and CR too, which XML
+ * would otherwise normalize) and U+FFFE/U+FFFF as character references, as
+ * S3 writes them; bytes that are not UTF-8 as U+FFFD; the rest as is. */
+TEST(xml_escape_keys)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"a<b>&\"'", "a&lt;b&gt;&amp;&quot;&apos;"},
+        {"ctl\x01\x1f", "ctl&#x1;&#x1F;"},
+        {"t\tl\nc\r", "t&#x9;l&#xA;c&#xD;"},
+        {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
+        {"nc\xef\xbf\xbe\xef\xbf\xbf", "nc&#xFFFE;&#xFFFF;"},
+        {"bad\xff\xc3", "bad&#xFFFD;&#xFFFD;"},
+        {"over\xc0\xaf", "over&#xFFFD;&#xFFFD;"},
+        {"sur\xed\xa0\x80", "sur&#xFFFD;&#xFFFD;&#xFFFD;"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        funcd_buf b = FUNCD_BUF_INIT;
+        CHECK_INT(funcd_s3_xml_escape(&b, cases[i].in), 0);
+        funcd_buf_append(&b, "", 1);
+        int same = strcmp(b.data, cases[i].out) == 0;
+        if (!same)
+            fprintf(stderr, "  case %zu: got \"%s\"\n", i, b.data);
+        funcd_buf_free(&b);
+        CHECK(same);
+    }
+    CHECK_INT(funcd_s3_utf8_valid("caf\xc3\xa9 \x01\r\xf0\x9f\x98\x80"), 1);
+    CHECK_INT(funcd_s3_utf8_valid("bad\xff"), 0);
+    CHECK_INT(funcd_s3_utf8_valid("\xc0\xaf"), 0);
+    CHECK_INT(funcd_s3_utf8_valid("\xed\xa0\x80"), 0);
+    CHECK_INT(funcd_s3_utf8_valid("\xf4\x90\x80\x80"), 0);
+    CHECK_INT(funcd_s3_utf8_valid("cut\xe2\x82"), 0);
+}
+
 int main(void)
 {
+    RUN(xml_escape_keys);
     RUN(get_object_with_range);
     RUN(put_object);
     RUN(get_bucket_lifecycle);
