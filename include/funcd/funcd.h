@@ -302,6 +302,10 @@ FUNCD_EXTERN funcd_option *funcd_with_kv_store_quota(long quota);
 /** The file a Site serves for a directory when its spec.index is not set
  *  (default "index.html"; a relative path without ".."; docs/sites.md). */
 FUNCD_EXTERN funcd_option *funcd_with_site_default_index(const char *path);
+/** How many bytes of Sites' files are kept in memory, all Sites together
+ *  (default 256 MiB; 0: none, every request reads its file). When a file
+ *  would pass it, the least recently used ones go first (docs/sites.md). */
+FUNCD_EXTERN funcd_option *funcd_with_site_cache_bytes(uint64_t bytes);
 /** The S3 gateway (docs/s3.md): S3's protocol over the blob backend for
  *  Functions with spec.bindings.blob, each signing with its own access key.
  *  `listen_addr` ("host:port", port 0: ephemeral; NULL: none) is a host

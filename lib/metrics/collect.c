@@ -17,6 +17,9 @@ enum {
     F_REPLICAS,
     F_QUEUE,
     F_IN_FLIGHT,
+    F_SITE_CACHE_BYTES,
+    F_SITE_CACHE_FILES,
+    F_SITE_CACHE_LIMIT,
     F_CPU,
     F_RSS,
     F_VSIZE,
@@ -50,6 +53,14 @@ static const funcd_metric_family families[F_COUNT] = {
                  ""},
     [F_IN_FLIGHT] = {"funcd_requests_in_flight", "Requests holding a worker slot.",
                      FUNCD_METRIC_GAUGE, ""},
+    [F_SITE_CACHE_BYTES] = {"funcd_site_cache_bytes",
+                            "Bytes of Sites' files kept in memory, all Sites together.",
+                            FUNCD_METRIC_GAUGE, "bytes"},
+    [F_SITE_CACHE_FILES] = {"funcd_site_cache_files", "Sites' files kept in memory.",
+                            FUNCD_METRIC_GAUGE, ""},
+    [F_SITE_CACHE_LIMIT] = {"funcd_site_cache_limit_bytes",
+                            "The budget of funcd_site_cache_bytes (funcd --site-cache-bytes).",
+                            FUNCD_METRIC_GAUGE, "bytes"},
     [F_CPU] = {"process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
                FUNCD_METRIC_COUNTER, "seconds"},
     [F_RSS] = {"process_resident_memory_bytes", "Resident memory size in bytes.",
@@ -196,6 +207,12 @@ int funcd_metrics_collect(funcd_metrics *m, funcd_metrics_ns_filter allow, void 
     walk_gauges(&s, v);
     funcd_metrics_egress_walk(funcd_metrics_egress_of(m), allow, allow_payload, v);
     funcd_metrics__events_walk(m, allow, allow_payload, v);
+    uint64_t site[3];
+    if (funcd_metrics__sites_read(m, &site[0], &site[2], &site[1]))
+        for (int f = F_SITE_CACHE_BYTES; f <= F_SITE_CACHE_LIMIT; f++) {
+            family(v, f);
+            value(v, f, NULL, 0, (double)site[f - F_SITE_CACHE_BYTES]);
+        }
     walk_process(&s.process, v);
     funcd_metrics_snapshot_free(&s);
     return 0;

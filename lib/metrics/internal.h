@@ -63,6 +63,9 @@ void funcd_metrics_snapshot_free(funcd_metrics_snapshot *s);
 /* The egress gateway's counters set with funcd_metrics_set_egress, or NULL. */
 typedef struct funcd_metrics_egress funcd_metrics_egress;
 funcd_metrics_egress *funcd_metrics_egress_of(funcd_metrics *m);
+/* The Sites' cache gauges: 1 with them, 0 when no source is set. */
+int funcd_metrics__sites_read(funcd_metrics *m, uint64_t *bytes, uint64_t *limit,
+                              uint64_t *files);
 
 /* events.c: eventing's series, kept apart from the functions' (their own
  * locks); the registry holds one. */

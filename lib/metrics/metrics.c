@@ -52,7 +52,29 @@ struct funcd_metrics {
     void *gauges_payload;
     funcd_metrics_egress *egress; /* lib/egress's counters, or NULL (egress.h) */
     funcd_metrics_events *events; /* events.c */
+    funcd_metrics_sites_source sites; /* lib/sites's cache gauges, or NULL */
+    void *sites_payload;
 };
+
+void funcd_metrics_set_sites_source(funcd_metrics *m, funcd_metrics_sites_source src,
+                                    void *payload)
+{
+    pthread_mutex_lock(&m->lock);
+    m->sites = src;
+    m->sites_payload = payload;
+    pthread_mutex_unlock(&m->lock);
+}
+
+int funcd_metrics__sites_read(funcd_metrics *m, uint64_t *bytes, uint64_t *limit,
+                              uint64_t *files)
+{
+    pthread_mutex_lock(&m->lock);
+    int have = m->sites != NULL;
+    if (have)
+        m->sites(m->sites_payload, bytes, limit, files);
+    pthread_mutex_unlock(&m->lock);
+    return have;
+}
 
 void funcd_metrics_set_egress(funcd_metrics *m, funcd_metrics_egress *e)
 {

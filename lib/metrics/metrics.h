@@ -99,6 +99,17 @@ typedef void (*funcd_metrics_gauge_source)(void *payload, funcd_metrics_gauge_pu
 void funcd_metrics_set_gauge_source(funcd_metrics *m, funcd_metrics_gauge_source src,
                                     void *payload);
 
+/* ---- Sites (lib/sites) ---------------------------------------------------- */
+
+/* The Sites' files kept in memory now and their budget (docs/sites.md):
+ * funcd_site_cache_bytes, funcd_site_cache_files, funcd_site_cache_limit_bytes.
+ * Called under the registry's lock: it must only read (atomics). */
+typedef void (*funcd_metrics_sites_source)(void *payload, uint64_t *bytes, uint64_t *limit,
+                                           uint64_t *files);
+/* Sets (NULL: clears) where those come from; clear before the source goes. */
+void funcd_metrics_set_sites_source(funcd_metrics *m, funcd_metrics_sites_source src,
+                                    void *payload);
+
 /* ---- eventing (events.c) ------------------------------------------------ */
 
 typedef enum funcd_metrics_event_outcome {

@@ -230,6 +230,11 @@ funcd_option *funcd_with_site_default_index(const char *path)
     return string_option(OPT_SITE_DEFAULT_INDEX, path);
 }
 
+funcd_option *funcd_with_site_cache_bytes(uint64_t bytes)
+{
+    return number_option(OPT_SITE_CACHE_BYTES, bytes, 0, 0);
+}
+
 funcd_option *funcd_with_host_network_allowed(int allowed)
 {
     return number_option(OPT_HOST_NETWORK, allowed != 0, 0, 0);
@@ -585,6 +590,13 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
     case OPT_KV_STORE_QUOTA:
         cfg->kv_quota_set = 1;
         cfg->kv_store_quota = (int64_t)o->n[0];
+        break;
+    case OPT_SITE_CACHE_BYTES:
+        if (o->n[0] > (uint64_t)INT64_MAX)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_site_cache_bytes: %llu bytes is too "
+                                   "many", (unsigned long long)o->n[0]);
+        cfg->site_cache_set = 1;
+        cfg->site_cache_bytes = o->n[0];
         break;
     case OPT_SITE_DEFAULT_INDEX: {
         const char *s = o->str;

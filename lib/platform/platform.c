@@ -552,12 +552,15 @@ static int make_sites(funcd_platform *p)
         .cluster = p->cluster,
         .bundle_cache = cache,
         .default_index = p->cfg.site_default_index,
+        .cache_bytes = p->cfg.site_cache_set ? (int64_t)p->cfg.site_cache_bytes : -1,
         .logger = &p->cfg.logger,
     };
     int rc = funcd_sites_new(&p->sites, &sc);
     if (rc == 0) /* the embedded gateway answers them on its threads */
         funcd_gw_set_files(p->cfg.gateway, funcd_sites_serve, p->sites,
                            funcd_sites_host_count(p->sites));
+    if (rc == 0 && p->metrics)
+        funcd_metrics_set_sites_source(p->metrics, funcd_sites_cache_stats, p->sites);
     return rc;
 }
 
@@ -893,6 +896,8 @@ static void teardown(funcd_platform *p)
     p->controller = NULL;
     funcd_evsources_free(p->evsources);
     p->evsources = NULL;
+    if (p->metrics) /* before the sites go: the control plane is gone, nothing collects */
+        funcd_metrics_set_sites_source(p->metrics, NULL, NULL);
     funcd_sites_free(p->sites); /* the gateway has stopped: no thread reads the table */
     p->sites = NULL;
     funcd_cluster_free(p->cluster);

@@ -10,23 +10,50 @@
 #include "sites/sites.h"
 
 #define SITES_FILE_BUCKETS 256
-/* Files of an immutable source up to this size are kept in memory, up to
- * SITES_CACHE_BYTES per site and SITES_CACHE_FILES entries; larger ones
- * (and a full cache) are read from the file per request. */
+/* Files of an immutable source up to this size are kept in memory, within
+ * the process-wide budget (sites_cache); larger ones are read from the file
+ * per request. A version describes up to SITES_CACHE_FILES files (their
+ * headers; the contents count against the budget). */
 #define SITES_CACHE_FILE_MAX (8u << 20)
-#define SITES_CACHE_BYTES (256u << 20)
 #define SITES_CACHE_FILES 20000
+/* The default of funcd --site-cache-bytes. */
+#define SITES_CACHE_DEFAULT_BYTES (256u << 20)
 /* Plain HTTP/1 bodies from this size go out with sendfile (serve.c); an
  * immutable source's file this big keeps its descriptor open, up to
  * SITES_KEPT_FDS descriptors in the process (beyond: opened per request). */
 #define SITES_SENDFILE_MIN (64u << 10)
 #define SITES_KEPT_FDS 1024u
 
+/* A file's contents in memory: a request sending them holds a reference,
+ * so the cache may let them go meanwhile. */
+typedef struct site_blob {
+    atomic_uint refs;
+    size_t size;
+    char bytes[];
+} site_blob;
+
+struct site_ver;
+
+/* The contents kept in memory by every Site of the process, within one
+ * budget: when a new file would pass it, the least recently used contents
+ * go first (a clock: a file read since the hand last passed it gets a
+ * second chance). Lock order: the cache's lock, then a version's. */
+typedef struct sites_cache {
+    pthread_mutex_t lock;
+    uint64_t limit;              /* bytes; 0: nothing is kept */
+    atomic_uint_fast64_t bytes;  /* kept now */
+    atomic_uint_fast64_t files;
+    struct site_file *hand;      /* the clock's ring of files with contents, or NULL */
+} sites_cache;
+
 typedef struct site_file {
     struct site_file *next;
     char *rel;             /* relative to the root, no leading '/' */
     uint64_t size;
-    char *data;            /* the contents, or NULL: read per request */
+    site_blob *blob;       /* the contents, or NULL (under the version's lock) */
+    atomic_uchar used;     /* read since the clock's hand passed */
+    struct site_file *ring_next, *ring_prev; /* on the cache's ring (its lock) */
+    struct site_ver *ver;  /* whose file this is */
     int fd;                /* kept open for sendfile, or -1 */
     int64_t mtime;         /* seconds */
     const char *type;      /* Content-Type (static) */
@@ -48,9 +75,13 @@ typedef struct site_ver {
     int immutable;       /* contents may be kept */
     pthread_rwlock_t lock; /* the file table */
     site_file *files[SITES_FILE_BUCKETS];
-    atomic_uint_fast64_t cached_bytes;
     unsigned n_files;
+    sites_cache *cache;
 } site_ver;
+
+void funcd__site_blob_unref(site_blob *b);
+/* Lets go of every content `v` keeps (when `v` goes). */
+void funcd__sites_cache_forget(sites_cache *c, site_ver *v);
 
 void funcd__site_ver_ref(site_ver *v);
 /* Frees a file's description and its .gz sibling's. */

@@ -175,12 +175,12 @@ void funcd__site_file_free(site_file *f)
     if (!f)
         return;
     funcd__site_file_free(f->gz);
+    funcd__site_blob_unref(f->blob);
     if (f->fd >= 0) {
         close(f->fd);
         atomic_fetch_sub(&kept_fds, 1);
     }
     free(f->rel);
-    free(f->data);
     free(f);
 }
 
@@ -208,30 +208,156 @@ static uint64_t fnv(const char *s)
     return h;
 }
 
-/* Reads the whole file when the cache has room for it. */
-static void maybe_keep(site_ver *v, site_file *f, int fd)
+/* ---- contents in memory (sites_cache) ------------------------------------------- */
+
+void funcd__site_blob_unref(site_blob *b)
 {
-    if (!v->immutable || f->size > SITES_CACHE_FILE_MAX)
-        return;
-    uint64_t had = atomic_fetch_add(&v->cached_bytes, f->size);
-    if (had + f->size > SITES_CACHE_BYTES || !(f->data = malloc(f->size ? f->size : 1))) {
-        atomic_fetch_sub(&v->cached_bytes, f->size);
-        return;
+    if (b && atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1)
+        free(b);
+}
+
+static void drop_blob(void *p)
+{
+    funcd__site_blob_unref(*(site_blob **)p);
+}
+
+/* The contents of `f` kept in memory (a reference), or NULL. */
+static site_blob *take_blob(site_ver *v, site_file *f)
+{
+    pthread_rwlock_rdlock(&v->lock);
+    site_blob *b = f->blob;
+    if (b)
+        atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+    pthread_rwlock_unlock(&v->lock);
+    if (b && !atomic_load_explicit(&f->used, memory_order_relaxed))
+        atomic_store_explicit(&f->used, 1, memory_order_relaxed);
+    return b;
+}
+
+/* Under c->lock. */
+static void ring_unlink(sites_cache *c, site_file *f)
+{
+    if (f->ring_next == f) {
+        c->hand = NULL;
+    } else {
+        f->ring_prev->ring_next = f->ring_next;
+        f->ring_next->ring_prev = f->ring_prev;
+        if (c->hand == f)
+            c->hand = f->ring_next;
     }
+    f->ring_next = f->ring_prev = NULL;
+}
+
+/* Under c->lock, no version's lock held: f's contents leave the cache. */
+static void evict(sites_cache *c, site_file *f)
+{
+    pthread_rwlock_wrlock(&f->ver->lock);
+    site_blob *b = f->blob;
+    f->blob = NULL;
+    pthread_rwlock_unlock(&f->ver->lock);
+    ring_unlink(c, f);
+    atomic_fetch_sub(&c->bytes, b->size);
+    atomic_fetch_sub(&c->files, 1);
+    funcd__site_blob_unref(b); /* requests sending it hold their own references */
+}
+
+/* Under c->lock: lets contents go, least recently used first, until `need`
+ * more bytes fit in the budget. 0 when they fit. */
+static int make_room(sites_cache *c, uint64_t need)
+{
+    /* Each file is passed at most twice: once to clear its mark, once to go. */
+    uint64_t turns = 2 * atomic_load(&c->files) + 2;
+    while (atomic_load(&c->bytes) + need > c->limit && c->hand && turns--) {
+        site_file *f = c->hand;
+        c->hand = f->ring_next;
+        if (atomic_exchange_explicit(&f->used, 0, memory_order_relaxed))
+            continue; /* a second chance */
+        evict(c, f);
+    }
+    return atomic_load(&c->bytes) + need <= c->limit ? 0 : -1;
+}
+
+/* Reads `f` (of an immutable source) into memory and keeps it in the cache
+ * when the budget allows, letting older contents go: a reference for the
+ * request (kept or not), or NULL (read per request). */
+static site_blob *fill_blob(site_ver *v, site_file *f)
+{
+    sites_cache *c = v->cache;
+    if (!v->immutable || !f->ver || !c || f->size > SITES_CACHE_FILE_MAX || f->size > c->limit)
+        return NULL;
+    site_blob *b = malloc(sizeof(*b) + (f->size ? (size_t)f->size : 1));
+    if (!b)
+        return NULL;
+    atomic_init(&b->refs, 1);
+    b->size = (size_t)f->size;
+    struct stat st;
+    int fd = f->fd >= 0 ? f->fd : funcd__site_open(v->root_fd, f->rel, 0, &st);
     uint64_t got = 0;
-    while (got < f->size) {
-        ssize_t n = pread(fd, f->data + got, f->size - got, (off_t)got);
+    while (fd >= 0 && got < f->size) {
+        ssize_t n = pread(fd, b->bytes + got, f->size - got, (off_t)got);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
             break;
         got += (uint64_t)n;
     }
-    if (got != f->size) { /* changed under us: read per request instead */
-        free(f->data);
-        f->data = NULL;
-        atomic_fetch_sub(&v->cached_bytes, f->size);
+    if (fd >= 0 && fd != f->fd)
+        close(fd);
+    if (fd < 0 || got != f->size) { /* changed under us: read per request instead */
+        free(b);
+        return NULL;
     }
+    pthread_mutex_lock(&c->lock);
+    site_blob *had = take_blob(v, f);
+    if (had) { /* another request was first */
+        pthread_mutex_unlock(&c->lock);
+        free(b);
+        return had;
+    }
+    if (make_room(c, b->size) == 0) {
+        atomic_fetch_add(&b->refs, 1); /* the file's */
+        pthread_rwlock_wrlock(&v->lock);
+        f->blob = b;
+        pthread_rwlock_unlock(&v->lock);
+        atomic_store_explicit(&f->used, 0, memory_order_relaxed);
+        if (!c->hand) { /* the newest goes right behind the hand: the last to be looked at */
+            f->ring_next = f->ring_prev = f;
+            c->hand = f;
+        } else {
+            f->ring_next = c->hand;
+            f->ring_prev = c->hand->ring_prev;
+            c->hand->ring_prev->ring_next = f;
+            c->hand->ring_prev = f;
+        }
+        atomic_fetch_add(&c->bytes, b->size);
+        atomic_fetch_add(&c->files, 1);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return b;
+}
+
+static void forget_file(sites_cache *c, site_file *f)
+{
+    if (!f || !f->blob)
+        return;
+    ring_unlink(c, f);
+    atomic_fetch_sub(&c->bytes, f->blob->size);
+    atomic_fetch_sub(&c->files, 1);
+    funcd__site_blob_unref(f->blob);
+    f->blob = NULL;
+}
+
+void funcd__sites_cache_forget(sites_cache *c, site_ver *v)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    for (unsigned i = 0; i < SITES_FILE_BUCKETS; i++)
+        for (site_file *f = v->files[i]; f; f = f->next) {
+            forget_file(c, f);
+            forget_file(c, f->gz);
+        }
+    pthread_mutex_unlock(&c->lock);
 }
 
 /* 301 to the same path with a '/' added (and the query kept). The path is
@@ -285,7 +411,6 @@ static site_file *load(site_ver *v, const char *rel, int *how)
     }
     f->type = type_of(rel);
     describe(f, &st);
-    maybe_keep(v, f, fd);
     if (!maybe_keep_fd(v, f, fd))
         close(fd);
     size_t n = strlen(rel);
@@ -300,7 +425,6 @@ static site_file *load(site_ver *v, const char *rel, int *how)
             gz = NULL;
             f->gz->type = f->type;
             describe(f->gz, &st);
-            maybe_keep(v, f->gz, gfd);
             if (maybe_keep_fd(v, f->gz, gfd))
                 gfd = -1;
         }
@@ -348,6 +472,9 @@ static site_file *lookup(site_ver *v, h2o_req_t *req, const char *rel, int *how)
             had = had->next;
         int kept = 0;
         if (!had && v->n_files < SITES_CACHE_FILES) {
+            f->ver = v; /* its contents may be kept now */
+            if (f->gz)
+                f->gz->ver = v;
             f->next = v->files[b];
             v->files[b] = f;
             v->n_files++;
@@ -355,19 +482,12 @@ static site_file *lookup(site_ver *v, h2o_req_t *req, const char *rel, int *how)
         }
         pthread_rwlock_unlock(&v->lock);
         if (had) { /* another thread was first */
-            if (f->data)
-                atomic_fetch_sub(&v->cached_bytes, f->size);
-            if (f->gz && f->gz->data)
-                atomic_fetch_sub(&v->cached_bytes, f->gz->size);
             file_free(f);
             return had;
         }
         if (kept)
             return f;
-        if (f->data) /* the table is full: this one goes with the request */
-            atomic_fetch_sub(&v->cached_bytes, f->size);
-        if (f->gz && f->gz->data)
-            atomic_fetch_sub(&v->cached_bytes, f->gz->size);
+        /* the table is full: this one goes with the request */
     }
     *(site_file **)h2o_mem_alloc_shared(&req->pool, sizeof(site_file *), drop_file) = f;
     return f;
@@ -552,7 +672,7 @@ static h2o_socket_t *sendfile_socket(h2o_req_t *req, uint64_t len)
 }
 
 /* Sends `len` bytes of `f` from `off` (HEAD: none). */
-static void send_body(site_ver *v, h2o_req_t *req, const site_file *f, uint64_t off, uint64_t len)
+static void send_body(site_ver *v, h2o_req_t *req, site_file *f, uint64_t off, uint64_t len)
 {
     req->res.content_length = (size_t)len;
     int head = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"));
@@ -576,9 +696,13 @@ static void send_body(site_ver *v, h2o_req_t *req, const site_file *f, uint64_t 
         h2o_send(req, NULL, 0, H2O_SEND_STATE_IN_PROGRESS); /* the headers; then sf_proceed */
         return;
     }
-    if (f->data) { /* the site's version lives until the request is gone */
+    site_blob *b = NULL;
+    if (!sock && v->immutable && !(b = take_blob(v, f)))
+        b = fill_blob(v, f);
+    if (b) { /* held until the request is gone, whatever the cache does */
+        *(site_blob **)h2o_mem_alloc_shared(&req->pool, sizeof(site_blob *), drop_blob) = b;
         h2o_start_response(req, &no_generator);
-        h2o_iovec_t iov = h2o_iovec_init(f->data + off, (size_t)len);
+        h2o_iovec_t iov = h2o_iovec_init(b->bytes + off, (size_t)len);
         h2o_send(req, &iov, 1, H2O_SEND_STATE_FINAL);
         return;
     }
@@ -763,7 +887,7 @@ static void serve_file(site_ver *v, h2o_req_t *req, site_file *f, int status)
                 range = h2o_iovec_init(NULL, 0);
         }
     }
-    const site_file *body = f;
+    site_file *body = f;
     if (f->gz && !range.base && accepts_gzip(req))
         body = f->gz;
     if (body->type)

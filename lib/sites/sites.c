@@ -59,6 +59,7 @@ struct funcd_sites {
     int closed;
     struct event *wake, *resync;
     funcd_store_watch *watch;
+    sites_cache cache; /* contents in memory, every Site's */
 };
 
 static const funcd_kind *site_kind(void)
@@ -77,6 +78,7 @@ void funcd__site_ver_unref(site_ver *v)
 {
     if (!v || atomic_fetch_sub_explicit(&v->refs, 1, memory_order_acq_rel) != 1)
         return;
+    funcd__sites_cache_forget(v->cache, v);
     for (unsigned i = 0; i < SITES_FILE_BUCKETS; i++)
         while (v->files[i]) {
             site_file *f = v->files[i];
@@ -144,6 +146,14 @@ site_ver *funcd__sites_find_host(funcd_sites *s, const char *host, size_t len)
                 }
     pthread_rwlock_unlock(&s->lock);
     return found;
+}
+
+void funcd_sites_cache_stats(void *sites, uint64_t *bytes, uint64_t *limit, uint64_t *files)
+{
+    funcd_sites *s = sites;
+    *bytes = atomic_load(&s->cache.bytes);
+    *files = atomic_load(&s->cache.files);
+    *limit = s->cache.limit;
 }
 
 const atomic_uint *funcd_sites_host_count(funcd_sites *s)
@@ -358,6 +368,7 @@ static site_ver *build(funcd_sites *s, site_rec *r, const cJSON *spec, int user_
     }
     atomic_init(&v->refs, 1);
     pthread_rwlock_init(&v->lock, NULL);
+    v->cache = &s->cache;
     snprintf(v->ns, sizeof(v->ns), "%s", r->ns);
     snprintf(v->name, sizeof(v->name), "%s", r->name);
     v->root = root;
@@ -655,6 +666,8 @@ int funcd_sites_new(funcd_sites **out, const funcd_sites_config *cfg)
     pthread_rwlock_init(&s->lock, NULL);
     pthread_mutex_init(&s->inbox_lock, NULL);
     s->inbox_tail = &s->inbox;
+    pthread_mutex_init(&s->cache.lock, NULL);
+    s->cache.limit = cfg->cache_bytes < 0 ? SITES_CACHE_DEFAULT_BYTES : (uint64_t)cfg->cache_bytes;
     s->default_index = strdup(cfg->default_index ? cfg->default_index : "index.html");
     char *cache = cfg->bundle_cache ? strdup(cfg->bundle_cache) : NULL;
     s->cfg.bundle_cache = cache;
@@ -726,5 +739,6 @@ void funcd_sites_free(funcd_sites *s)
     free((char *)s->cfg.bundle_cache);
     pthread_rwlock_destroy(&s->lock);
     pthread_mutex_destroy(&s->inbox_lock);
+    pthread_mutex_destroy(&s->cache.lock);
     free(s);
 }

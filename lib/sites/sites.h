@@ -41,6 +41,8 @@ typedef struct funcd_sites_config {
     struct funcd_cluster *cluster;  /* its leader writes status; NULL: this node does */
     const char *bundle_cache;       /* where bundles are extracted (shared with serving) */
     const char *default_index;      /* NULL: "index.html" */
+    int64_t cache_bytes;            /* files kept in memory, all Sites together;
+                                     * negative: the default (256 MiB); 0: none */
     const funcd_logger *logger;
 } funcd_sites_config;
 
@@ -63,6 +65,9 @@ void funcd_sites_source_changed(funcd_sites *s, const char *ns, const char *name
  * answered (1 returned). `by_host` 1: the request is answered (1) when its
  * Host names a site's host, else 0 and nothing was done. */
 int funcd_sites_serve(void *sites, struct st_h2o_req_t *req, int by_host);
+/* The contents kept in memory now (bytes, files) and the budget; any
+ * thread (funcd_site_cache_bytes and friends on /metrics). */
+void funcd_sites_cache_stats(void *sites, uint64_t *bytes, uint64_t *limit, uint64_t *files);
 /* How many hosts the published sites declare (the gateway asks
  * funcd_sites_serve by host only while this is not 0). */
 const atomic_uint *funcd_sites_host_count(funcd_sites *s);

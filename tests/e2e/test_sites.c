@@ -839,6 +839,97 @@ SV_TEST(big_files)
     free(huge_head);
 }
 
+/* A gauge of the control plane's /metrics (a series without labels), or -1. */
+static double metric(env *e, const char *name)
+{
+    if (env_req(e, "GET", "/metrics", ADMIN_TOKEN, NULL) != 200 || !e->r.body)
+        return -1;
+    size_t nl = strlen(name);
+    for (const char *p = e->r.body; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, name, nl) == 0 && p[nl] == ' ')
+            return strtod(p + nl + 1, NULL);
+    return -1;
+}
+
+/* Every Site's files in memory stay within one budget
+ * (funcd_with_site_cache_bytes): eight Sites of three 40 KiB files each
+ * (960 KiB) under a 200 KiB budget keep at most 200 KiB (the
+ * funcd_site_cache_bytes gauge), older contents going for newer ones, and
+ * every answer has the right bytes, kept, let go or read again. */
+SV_TEST_WITH(cache_budget, funcd_with_site_cache_bytes(200 << 10), NULL)
+{
+    enum { SITES = 8, FILES = 3, SIZE = 40 << 10 };
+    char *content[SITES][FILES];
+    for (int i = 0; i < SITES; i++)
+        for (int j = 0; j < FILES; j++)
+            content[i][j] = big_content(SIZE, (unsigned)(i * FILES + j + 7));
+    CHECK_INT((long long)metric(e, "funcd_site_cache_limit_bytes"), 200 << 10);
+    for (int i = 0; i < SITES; i++) {
+        const sv_entry entries[] = {{"index.html", index_html, 0644},
+                                    {"a.txt", content[i][0], 0644},
+                                    {"b.txt", content[i][1], 0644},
+                                    {"c.txt", content[i][2], 0644}};
+        char digest[80], spec[300], name[16];
+        CHECK(bundle(e, entries, 4, digest) == 0);
+        snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"}}", digest);
+        snprintf(name, sizeof(name), "s%d", i);
+        CHECK_INT(put_site(e, "POST", DEV_TOKEN, name, spec), 201);
+        CHECK(wait_site(e, name, "True", WAIT_MS));
+    }
+    double most = 0;
+    for (int round = 0; round < 2; round++)
+        for (int i = 0; i < SITES; i++)
+            for (int j = 0; j < FILES; j++) {
+                char path[64];
+                snprintf(path, sizeof(path), "/site/default/s%d/%c.txt", i, 'a' + j);
+                raw_resp r;
+                CHECK(raw(e, "GET", path, NULL, &r) == 0);
+                CHECK_INT(r.status, 200);
+                CHECK(same_bytes(&r, content[i][j], SIZE));
+                raw_free(&r);
+                double now = metric(e, "funcd_site_cache_bytes");
+                CHECK(now >= 0 && now <= 200 << 10);
+                if (now > most)
+                    most = now;
+            }
+    CHECK(most >= 4 * SIZE); /* it does keep files: as many as fit */
+    CHECK(metric(e, "funcd_site_cache_files") >= 4);
+    /* A Site that goes lets its files go. */
+    for (int i = 0; i < SITES; i++) {
+        char path[64];
+        snprintf(path, sizeof(path), NS("default") "/sites/s%d", i);
+        CHECK_INT(env_req(e, "DELETE", path, DEV_TOKEN, NULL), 200);
+    }
+    int64_t deadline = e2e_now_ms() + WAIT_MS;
+    while (metric(e, "funcd_site_cache_bytes") != 0 && e2e_now_ms() < deadline)
+        env_sleep_ms(20);
+    CHECK_INT((long long)metric(e, "funcd_site_cache_bytes"), 0);
+    for (int i = 0; i < SITES; i++)
+        for (int j = 0; j < FILES; j++)
+            free(content[i][j]);
+}
+
+/* A budget of 0 keeps nothing: every answer is read from its file. */
+SV_TEST_WITH(cache_off, funcd_with_site_cache_bytes(0), NULL)
+{
+    char *a = big_content(1000, 3);
+    const sv_entry entries[] = {{"index.html", index_html, 0644}, {"a.txt", a, 0644}};
+    char digest[80], spec[300];
+    CHECK(bundle(e, entries, 2, digest) == 0);
+    snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"}}", digest);
+    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "z", spec), 201);
+    CHECK(wait_site(e, "z", "True", WAIT_MS));
+    for (int i = 0; i < 3; i++) {
+        raw_resp r;
+        CHECK(raw(e, "GET", "/site/default/z/a.txt", NULL, &r) == 0);
+        CHECK(same_bytes(&r, a, 1000));
+        raw_free(&r);
+    }
+    CHECK_INT((long long)metric(e, "funcd_site_cache_bytes"), 0);
+    CHECK_INT((long long)metric(e, "funcd_site_cache_limit_bytes"), 0);
+    free(a);
+}
+
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int sh(const char *fmt, ...)
 {
@@ -936,6 +1027,8 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, git_source);
     SV_RUN(only, ran, bad_specs);
     SV_RUN(only, ran, big_files);
+    SV_RUN(only, ran, cache_budget);
+    SV_RUN(only, ran, cache_off);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no case %s\n", only);
