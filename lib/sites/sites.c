@@ -42,6 +42,14 @@ typedef struct site_rec {
     char message[512];
 } site_rec;
 
+/* The hosts of the published versions, by name: open addressing, rebuilt
+ * (under the table's writer lock) whenever a version is published or goes. */
+typedef struct host_slot {
+    const char *host; /* the version's own string; NULL: an empty slot */
+    size_t len;
+    site_rec *rec;
+} host_slot;
+
 struct inbox_item {
     struct inbox_item *next;
     char *key;    /* a store key to look at again */
@@ -53,6 +61,8 @@ struct funcd_sites {
     char *default_index;
     pthread_rwlock_t lock; /* the gateway threads read recs' ver and the host list */
     site_rec *buckets[SITE_BUCKETS];
+    host_slot *hosts;   /* hosts_cap slots (a power of two), or NULL: none */
+    size_t hosts_cap;
     atomic_uint n_hosts;
     pthread_mutex_t inbox_lock;
     struct inbox_item *inbox, **inbox_tail;
@@ -132,20 +142,76 @@ site_ver *funcd__sites_find(funcd_sites *s, const char *ns, size_t nsl, const ch
     return v;
 }
 
+static uint64_t host_hash(const char *h, size_t n)
+{
+    uint64_t x = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        x = (x ^ (unsigned char)h[i]) * 1099511628211ull;
+    return x;
+}
+
+/* The Site whose published version serves `host`, or NULL. Under the table's
+ * lock (either side), or on the loop (its only writer). */
+static site_rec *host_find(const funcd_sites *s, const char *host, size_t len)
+{
+    if (!s->hosts_cap)
+        return NULL;
+    size_t mask = s->hosts_cap - 1;
+    for (size_t i = host_hash(host, len) & mask;; i = (i + 1) & mask) {
+        const host_slot *h = &s->hosts[i];
+        if (!h->host)
+            return NULL;
+        if (h->len == len && memcmp(h->host, host, len) == 0)
+            return h->rec;
+    }
+}
+
+/* Under the writer lock: the map of the published versions' hosts, anew.
+ * Out of memory: no host is served until the next change (logged). */
+static void hosts_rebuild(funcd_sites *s)
+{
+    size_t n = 0;
+    for (unsigned b = 0; b < SITE_BUCKETS; b++)
+        for (site_rec *r = s->buckets[b]; r; r = r->next)
+            for (size_t i = 0; r->ver && r->ver->hosts && r->ver->hosts[i]; i++)
+                n++;
+    free(s->hosts);
+    s->hosts = NULL;
+    s->hosts_cap = 0;
+    if (!n)
+        return;
+    size_t cap = 16;
+    while (cap < 2 * n)
+        cap *= 2;
+    if (!(s->hosts = calloc(cap, sizeof(*s->hosts)))) {
+        funcd_log(s->cfg.logger, FUNCD_LOG_ERROR, "sites: out of memory: no Site is served by "
+                  "its hosts until the next change of a Site");
+        return;
+    }
+    s->hosts_cap = cap;
+    for (unsigned b = 0; b < SITE_BUCKETS; b++)
+        for (site_rec *r = s->buckets[b]; r; r = r->next)
+            for (size_t i = 0; r->ver && r->ver->hosts && r->ver->hosts[i]; i++) {
+                const char *h = r->ver->hosts[i];
+                size_t len = strlen(h);
+                size_t j = host_hash(h, len) & (cap - 1);
+                while (s->hosts[j].host && !(s->hosts[j].len == len &&
+                                             memcmp(s->hosts[j].host, h, len) == 0))
+                    j = (j + 1) & (cap - 1);
+                if (!s->hosts[j].host) /* a host is one Site's (HostConflict): the first */
+                    s->hosts[j] = (host_slot){h, len, r};
+            }
+}
+
 site_ver *funcd__sites_find_host(funcd_sites *s, const char *host, size_t len)
 {
-    site_ver *found = NULL;
     pthread_rwlock_rdlock(&s->lock);
-    for (unsigned b = 0; b < SITE_BUCKETS && !found; b++)
-        for (site_rec *r = s->buckets[b]; r && !found; r = r->next)
-            for (size_t i = 0; r->ver && r->ver->hosts && r->ver->hosts[i]; i++)
-                if (strlen(r->ver->hosts[i]) == len && memcmp(r->ver->hosts[i], host, len) == 0) {
-                    found = r->ver;
-                    funcd__site_ver_ref(found);
-                    break;
-                }
+    site_rec *r = host_find(s, host, len);
+    site_ver *v = r ? r->ver : NULL;
+    if (v)
+        funcd__site_ver_ref(v);
     pthread_rwlock_unlock(&s->lock);
-    return found;
+    return v;
 }
 
 void funcd_sites_cache_stats(void *sites, uint64_t *bytes, uint64_t *limit, uint64_t *files)
@@ -177,6 +243,8 @@ static void publish(funcd_sites *s, site_rec *r, site_ver *v)
     r->ver = v;
     atomic_fetch_add(&s->n_hosts, (unsigned)count_hosts(v));
     atomic_fetch_sub(&s->n_hosts, (unsigned)count_hosts(old));
+    if (count_hosts(v) || count_hosts(old))
+        hosts_rebuild(s);
     pthread_rwlock_unlock(&s->lock);
     funcd__site_ver_unref(old);
 }
@@ -343,15 +411,11 @@ static int has_file(int root_fd, const char *rel, int public_only)
     return S_ISREG(st.st_mode);
 }
 
-/* The Site that serves `host` other than `self`, or NULL. */
+/* The Site that serves `host` other than `self`, or NULL (the loop). */
 static const site_rec *host_owner(funcd_sites *s, const site_rec *self, const char *host)
 {
-    for (unsigned b = 0; b < SITE_BUCKETS; b++)
-        for (const site_rec *r = s->buckets[b]; r; r = r->next)
-            for (size_t i = 0; r != self && r->ver && r->ver->hosts && r->ver->hosts[i]; i++)
-                if (strcmp(r->ver->hosts[i], host) == 0)
-                    return r;
-    return NULL;
+    const site_rec *r = host_find(s, host, strlen(host));
+    return r != self ? r : NULL;
 }
 
 static site_ver *build(funcd_sites *s, site_rec *r, const cJSON *spec, int user_write)
@@ -501,6 +565,8 @@ static void remove_rec(funcd_sites *s, site_rec **pp)
     pthread_rwlock_wrlock(&s->lock);
     *pp = r->next;
     atomic_fetch_sub(&s->n_hosts, (unsigned)count_hosts(r->ver));
+    if (had_hosts)
+        hosts_rebuild(s);
     pthread_rwlock_unlock(&s->lock);
     if (r->uses_resolver && s->cfg.sources) {
         char as[128];
@@ -735,6 +801,7 @@ void funcd_sites_free(funcd_sites *s)
         event_free(s->wake);
     if (s->resync)
         event_free(s->resync);
+    free(s->hosts);
     free(s->default_index);
     free((char *)s->cfg.bundle_cache);
     pthread_rwlock_destroy(&s->lock);

@@ -524,6 +524,77 @@ SV_TEST(host_routing)
     raw_free(&r);
 }
 
+/* Many Sites with hosts: each Host finds its own Site (one lookup in a map
+ * rebuilt when Sites change), a changed host list moves, a deleted Site's
+ * hosts go, the others stay. */
+SV_TEST(many_hosts)
+{
+    enum { SITES = 24 };
+    char pages[SITES][32];
+    for (int i = 0; i < SITES; i++) {
+        snprintf(pages[i], sizeof(pages[i]), "SITE-%d\n", i);
+        const sv_entry entries[] = {{"index.html", pages[i], 0644}};
+        char digest[80], spec[512], name[16];
+        CHECK(bundle(e, entries, 1, digest) == 0);
+        snprintf(spec, sizeof(spec),
+                 "{\"source\":{\"bundle\":\"%s\"},\"hosts\":[\"s%d.example.test\","
+                 "\"www.s%d.example.test\"]}",
+                 digest, i, i);
+        snprintf(name, sizeof(name), "m%d", i);
+        CHECK_INT(put_site(e, "POST", DEV_TOKEN, name, spec), 201);
+    }
+    for (int i = 0; i < SITES; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "m%d", i);
+        CHECK(wait_site(e, name, "True", WAIT_MS));
+    }
+    raw_resp r;
+    char h[128];
+    for (int i = 0; i < SITES; i++) {
+        snprintf(h, sizeof(h), "Host: %ss%d.example.test\r\n", i % 2 ? "www." : "", i);
+        CHECK(raw(e, "GET", "/", h, &r) == 0);
+        CHECK_INT(r.status, 200);
+        CHECK_STR(r.body, pages[i]);
+        raw_free(&r);
+    }
+    /* Site 5 moves to another host. */
+    const sv_entry five[] = {{"index.html", pages[5], 0644}};
+    char digest[80], spec[512];
+    CHECK(bundle(e, five, 1, digest) == 0);
+    snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"},\"hosts\":[\"moved.test\"]}",
+             digest);
+    CHECK_INT(put_site(e, "PUT", DEV_TOKEN, "m5", spec), 200);
+    CHECK(wait_site(e, "m5", "True", WAIT_MS));
+    CHECK(raw(e, "GET", "/", "Host: moved.test\r\n", &r) == 0);
+    CHECK_STR(r.body, pages[5]);
+    raw_free(&r);
+    CHECK(raw(e, "GET", "/", "Host: s5.example.test\r\n", &r) == 0);
+    CHECK_INT(r.status, 404);
+    raw_free(&r);
+    /* Site 7 goes: its hosts with it, the others stay. */
+    char path[128];
+    snprintf(path, sizeof(path), NS("default") "/sites/m7");
+    CHECK_INT(env_req(e, "DELETE", path, DEV_TOKEN, NULL), 200);
+    int64_t deadline = e2e_now_ms() + WAIT_MS;
+    int gone = 0;
+    while (!gone && e2e_now_ms() < deadline) {
+        CHECK(raw(e, "GET", "/", "Host: s7.example.test\r\n", &r) == 0);
+        gone = r.status == 404;
+        raw_free(&r);
+        if (!gone)
+            env_sleep_ms(20);
+    }
+    CHECK(gone);
+    for (int i = 0; i < SITES; i++) {
+        if (i == 5 || i == 7)
+            continue;
+        snprintf(h, sizeof(h), "Host: www.s%d.example.test\r\n", i);
+        CHECK(raw(e, "GET", "/", h, &r) == 0);
+        CHECK_STR(r.body, pages[i]);
+        raw_free(&r);
+    }
+}
+
 /* Ready only when spec.index is in the files; until then 503. */
 SV_TEST(index_missing)
 {
@@ -1021,6 +1092,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, serve_files);
     SV_RUN(only, ran, not_found_and_spa);
     SV_RUN(only, ran, host_routing);
+    SV_RUN(only, ran, many_hosts);
     SV_RUN(only, ran, index_missing);
     SV_RUN(only, ran, default_index_option);
     SV_RUN(only, ran, traversal_refused);
