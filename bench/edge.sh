@@ -7,16 +7,19 @@
 #                to reject), CORS, a header set and one removed, gzip;
 #   funcd-plain  the same worker code with none (spec.edge absent);
 #   nginx-edge   nginx proxy_pass (keep-alive) to funcd-edge's own worker socket with
-#                limit_req + gzip + add_header/proxy_hide_header doing the same work;
+#                limit_req + gzip + add_header/proxy_hide_header doing the same work,
+#                with as many worker processes as funcd has gateway threads;
 #   the floor    the same worker code called directly over TCP (no proxy, no edge),
 #                once per size before the rounds: what no proxy can beat.
 # wrk sends Accept-Encoding: gzip and an allowed Origin to all three. They run in
 # BENCH_ROUNDS (5) rounds, the order rotated each round, with the ratios
-# funcd-edge / funcd-plain (the edge's cost) and funcd-edge / nginx-edge per round;
+# funcd-edge / funcd-plain (the edge's cost) and funcd-edge / nginx-edge per round,
+# then each ratio of every round and their median;
 # CPUs and the load average are printed with the figures.
 # Usage: bench/edge.sh [BUILD_DIR]   e.g. bash bench/edge.sh build-rel
 #   BENCH_SECONDS (5) per wrk run, BENCH_CONNECTIONS (50), BENCH_ROUNDS (5),
-#   BENCH_BODY_SIZES ("6 2048"), BENCH_GATEWAY_THREADS (default: funcd's)
+#   BENCH_BODY_SIZES ("6 2048"), BENCH_GATEWAY_THREADS (default: funcd's default,
+#   one per usable CPU, at most 4; nginx gets as many worker processes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -24,7 +27,11 @@ duration=${BENCH_SECONDS:-5}
 conns=${BENCH_CONNECTIONS:-50}
 rounds=${BENCH_ROUNDS:-5}
 sizes=${BENCH_BODY_SIZES:-6 2048}
-[ -n "${BENCH_GATEWAY_THREADS:-}" ] && export FUNCD_GATEWAY_THREADS=$BENCH_GATEWAY_THREADS
+# funcd's gateway threads and nginx's worker processes are the same number:
+# BENCH_GATEWAY_THREADS, else funcd's default (one per usable CPU, at most 4).
+threads=${BENCH_GATEWAY_THREADS:-$(n=$(nproc); echo $((n > 4 ? 4 : n)))}
+export FUNCD_GATEWAY_THREADS=$threads
+nginx_workers=$threads
 work=$(mktemp -d /tmp/fe.XXXX) # short: worker socket paths must fit in 108 bytes
 pids=()
 cleanup() {
@@ -88,7 +95,10 @@ done
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 targets=(funcd-edge funcd-plain nginx-edge)
-summary() { printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {printf "min %s, median %s, max %s", v[1], v[int((NR+1)/2)], v[NR]}'; }
+summary() { # the ratios in round order, then their median
+  printf '%s; median %s' "$*" "$(printf '%s\n' "$@" | sort -n |
+    awk '{v[NR]=$1} END {m = NR % 2 ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "%.2f", m}')"
+}
 report=""
 for size in $sizes; do
   res=$(wrk -t1 -c"$conns" -d"${duration}s" --latency "http://127.0.0.1:${FPORT[$size]}/")
@@ -122,5 +132,5 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 printf '\n%s\n' "edge cost (wrk -t1 -c$conns, ${duration}s per run, loopback, Accept-Encoding: gzip)"
 printf '%-44s %s\n' "CPUs; load average before / after" "$(nproc); $load_before / $load_after"
-printf '%-44s %s\n' "gateway threads (FUNCD_GATEWAY_THREADS)" "${FUNCD_GATEWAY_THREADS:-default}"
+printf '%-44s %s\n' "funcd gateway threads / nginx worker processes" "$threads / $nginx_workers"
 printf '%s' "$report"

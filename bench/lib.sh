@@ -41,7 +41,7 @@ create() { # name runtime handler dir scaling-json [env-json [network [more-spec
 # nothing else (the only one when one function runs).
 first_worker_socket() { ls -d "$work"/s/run/w*/worker.sock | head -n 1; }
 
-# nginx with one worker process on 127.0.0.1:PORT proxying / to UPSTREAMS (nginx
+# nginx with one worker process (or $nginx_workers) on 127.0.0.1:PORT proxying / to UPSTREAMS (nginx
 # `server` addresses, e.g. "unix:/path/worker.sock" or "127.0.0.1:8081 127.0.0.1:8082")
 # over keep-alive connections; HTTP_EXTRA goes in http {}, LOCATION_EXTRA in
 # location / {}; it is ready when WAIT_PATH (default /) answers.
@@ -55,7 +55,7 @@ start_nginx_upstreams() {
   for u in $upstreams; do servers+="server $u; "; done
   cat >"$dir/nginx.conf" <<CONF
 $nginx_user
-worker_processes 1;
+worker_processes ${nginx_workers:-1};
 daemon off;
 pid $dir/nginx.pid;
 error_log $dir/error.log;
