@@ -170,6 +170,8 @@ int main(int argc, char **argv)
     double d_us[100], p_us[100], g_us[100], d_sl[100], p_sl[100], g_sl[100], dc_us[100],
         pc_us[100];
     double per_mib = (double)(1 << 20) / (double)bytes;
+    /* and per small request: CPU time, and questions the gateway sent the upstream */
+    double ds_us[100], ps_us[100], gs_us[100], dns_per[100];
     for (int r = 0; r < rounds; r++) {
         cpu_use a = cpu_of(NULL), ca = cpu_self();
         double t = now_s();
@@ -192,16 +194,24 @@ int main(int argc, char **argv)
             fprintf(stderr, "short download: direct %lld, through the gateway %lld\n", n, m);
             return 1;
         }
+        cpu_use sa = cpu_of(NULL);
         t = now_s();
         for (int i = 0; i < small; i++)
             if (fetch("127.0.0.2", origin.port, direct_small) <= 0)
                 return 1;
         d_rps[r] = small / (now_s() - t);
+        cpu_use sb = cpu_of(NULL), gsb = cpu_of("funcd-egress");
+        int asked = atomic_load(&dns.queries);
         t = now_s();
         for (int i = 0; i < small; i++)
             if (fetch("127.0.0.1", proxy_port, proxied_small) <= 0)
                 return 1;
         p_rps[r] = small / (now_s() - t);
+        cpu_use sc = cpu_of(NULL), gsc = cpu_of("funcd-egress");
+        ds_us[r] = (sb.ns - sa.ns) / small / 1e3;
+        ps_us[r] = (sc.ns - sb.ns) / small / 1e3;
+        gs_us[r] = (gsc.ns - gsb.ns) / small / 1e3;
+        dns_per[r] = (double)(atomic_load(&dns.queries) - asked) / small;
     }
     qsort(d_mb, (size_t)rounds, sizeof(double), cmp);
     qsort(p_mb, (size_t)rounds, sizeof(double), cmp);
@@ -210,7 +220,8 @@ int main(int argc, char **argv)
     int mid = rounds / 2;
     printf("download %lld bytes: direct %.0f MB/s, through the egress gateway %.0f MB/s (%.2fx)\n",
            bytes, d_mb[mid], p_mb[mid], p_mb[mid] / d_mb[mid]);
-    double *sorted[] = {d_us, p_us, g_us, d_sl, p_sl, g_sl, dc_us, pc_us};
+    double *sorted[] = {d_us, p_us, g_us, d_sl, p_sl, g_sl, dc_us, pc_us, ds_us, ps_us, gs_us,
+                        dns_per};
     for (size_t i = 0; i < sizeof(sorted) / sizeof(sorted[0]); i++)
         qsort(sorted[i], (size_t)rounds, sizeof(double), cmp);
     printf("  per MiB, CPU time of all threads: direct %.0f us, through the egress gateway %.0f us "
@@ -221,6 +232,9 @@ int main(int argc, char **argv)
     printf("small requests (a connection each, %d per round): direct %.0f/s, through the egress "
            "gateway %.0f/s (%.2fx)\n",
            small, d_rps[mid], p_rps[mid], p_rps[mid] / d_rps[mid]);
+    printf("  per request, CPU time of all threads: direct %.0f us, through the egress gateway "
+           "%.0f us (the gateway's thread %.0f us); DNS questions to the upstream: %.2f\n",
+           ds_us[mid], ps_us[mid], gs_us[mid], dns_per[mid]);
     funcd_egress_free(eg);
     fake_origin_stop(&origin);
     fake_dns_stop(&dns);

@@ -7,7 +7,10 @@
  *   - a proxy request that parses names a host and a port, and a plain
  *     HTTP one gives a complete origin-form head without proxy headers;
  *   - a DNS question that parses lies inside the message, its name in
- *     lowercase, and an error answer to it is no longer than the query.
+ *     lowercase, and an error answer to it is no longer than the query;
+ *   - an upstream's answer (the same bytes, read as the answer to the
+ *     question a query for "api.example.com" asks) parses within bounds,
+ *     and lowering its TTLs leaves it an answer with no larger a TTL.
  */
 #include <ctype.h>
 #include <stdint.h>
@@ -15,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 
 #include "api/api.h"
 #include "egress/policy.h"
@@ -85,10 +89,35 @@ static void question(const uint8_t *data, size_t size)
     check(n <= size && (n == 0 || (out[3] & 0xf) == 3), "an error answer echoes the question");
 }
 
+static void answer(const uint8_t *data, size_t size)
+{
+    funcd_egress_question q = {.qtype = 1, .qclass = 1};
+    snprintf(q.name, sizeof(q.name), "api.example.com");
+    if (size >= 2)
+        q.id = (uint16_t)(data[0] << 8 | data[1]);
+    funcd_egress_answer a;
+    if (funcd_egress_parse_answer(data, size, &q, &a) < 0)
+        return;
+    check(a.n_addrs <= FUNCD_EGRESS_MAX_ADDRS, "addresses fit");
+    for (size_t i = 0; i < a.n_addrs; i++)
+        check(a.addrs[i].family == AF_INET || a.addrs[i].family == AF_INET6, "an address family");
+    check(a.cacheable || a.ttl == 0, "an answer not to keep has no TTL");
+    uint8_t *copy = malloc(size);
+    if (!copy)
+        return;
+    memcpy(copy, data, size);
+    funcd_egress_dns_cap_ttl(copy, size, 3);
+    funcd_egress_answer b;
+    check(funcd_egress_parse_answer(copy, size, &q, &b) == 0, "a capped answer still parses");
+    check(b.n_addrs == a.n_addrs && (!b.cacheable || b.ttl <= 3), "capping lowers TTLs only");
+    free(copy);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     policy(data, size);
     request(data, size);
     question(data, size);
+    answer(data, size);
     return 0;
 }

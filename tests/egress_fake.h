@@ -94,9 +94,18 @@ static void *fake_dns_main(void *arg)
             if (strcasecmp(d->names[i], name) == 0)
                 addr = d->addrs[i];
         size_t len = off;
-        if (!addr) {
-            a[3] |= 3; /* NXDOMAIN */
-        } else if (qtype == 1) {
+        /* No such name, or no record of that type: an SOA says how long
+         * the answer holds (RFC 2308: min(its TTL, its MINIMUM) = 30 s). */
+        static const uint8_t soa[] = {0xc0, 12, 0, 6, 0, 1, 0, 0, 0, 60, 0, 22, 0, 0,
+                                      0,    0,  0, 1, 0, 0, 0, 60, 0, 0, 0, 60, 0, 0,
+                                      0x0e, 0x10, 0, 0, 0, 30};
+        if (!addr || qtype != 1) {
+            if (!addr)
+                a[3] |= 3; /* NXDOMAIN */
+            memcpy(a + len, soa, sizeof(soa));
+            len += sizeof(soa);
+            a[9] = 1;
+        } else {
             static const uint8_t rr[] = {0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4};
             memcpy(a + len, rr, sizeof(rr));
             len += sizeof(rr);

@@ -3,7 +3,8 @@
  * every attached worker's proxy and DNS sockets.
  *
  * A proxy connection goes HEAD (reading the request head) -> RESOLVING
- * (evdns, never blocking) -> CONNECTING (a non-blocking connect with a
+ * (A, and AAAA when the host has IPv6, from the DNS cache or the upstream,
+ * never blocking) -> CONNECTING (a non-blocking connect with a
  * timeout) -> RELAY (read(2)/write(2) through a buffer each way, each
  * side's reading paused while the other side's output is full) -> done;
  * or, at any decision, DENIED (a 403 with a body, then closed). Each ends
@@ -13,7 +14,6 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
-#include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <event2/util.h>
@@ -24,10 +24,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "egress/dnscache.h"
 #include "egress/egress.h"
 #include "egress/wire.h"
 #include "funcd/sys/error.h"
@@ -74,7 +76,8 @@ struct funcd_egress {
     socklen_t upstream_len;
     funcd_egress_policies *policies;
     struct event_base *base;
-    struct evdns_base *dns;
+    funcd_egress_dns_cache *cache; /* gateway thread */
+    int have_v6;                   /* the host reaches IPv6: names are asked for AAAA too */
     struct event *wake;
     pthread_t thread;
     int started;
@@ -145,32 +148,28 @@ struct conn {
     conn_state state;
     struct bufferevent *down; /* the worker's side */
     struct bufferevent *up;   /* the destination's side */
-    struct evdns_getaddrinfo_request *gai;
+    struct dns_query *lookups[2]; /* A, AAAA: waiting for the upstream */
+    int lookups_left;
+    funcd_egress_answer answers[2];
+    int answered[2];              /* 1: answers[i] holds the upstream's word */
     struct event *idle;
     funcd_egress_request req;
     uint64_t start_ms, last_ms;
     uint64_t bytes_up, bytes_down;
     int down_fd, up_fd;           /* the sockets once relayed (-1 before) */
     relay_dir *dirs;              /* [0] up (worker -> destination), [1] down */
-    int in_gai;                   /* inside evdns_getaddrinfo (its callback may run at once) */
-    int gai_done, gai_result;
-    struct evutil_addrinfo *gai_ai;
     char addr[INET6_ADDRSTRLEN + 8];
     char rule[160];
 };
 
 static void dir_close(relay_dir *d);
+static void lookup_start(conn *c);
+static void lookups_cancel(conn *c);
 
 static void conn_free(conn *c)
 {
     funcd_egress *eg = c->cl->eg;
-    if (c->gai) {
-        struct evdns_getaddrinfo_request *g = c->gai;
-        c->gai = NULL;
-        evdns_getaddrinfo_cancel(g); /* runs the callback with EVUTIL_EAI_CANCEL */
-    }
-    if (c->gai_ai)
-        evutil_freeaddrinfo(c->gai_ai);
+    lookups_cancel(c);
     if (c->down)
         bufferevent_free(c->down);
     if (c->up)
@@ -379,6 +378,7 @@ static void dir_step(relay_dir *d, int flushed)
     }
     event_del(d->wr);
     if (d->eof) {
+        event_del(d->rd); /* an ended socket stays readable: do not wake for it again */
         if (!d->shut) {
             shutdown(d->dst, SHUT_WR);
             d->shut = 1;
@@ -464,8 +464,11 @@ static void start_relay(conn *c)
     funcd_egress *eg = c->cl->eg;
     c->state = S_RELAY;
     c->last_ms = now_ms();
-    c->down_fd = dup(bufferevent_getfd(c->down));
-    c->up_fd = dup(bufferevent_getfd(c->up));
+    /* the sockets leave their bufferevents (which then close nothing) */
+    c->down_fd = bufferevent_getfd(c->down);
+    c->up_fd = bufferevent_getfd(c->up);
+    bufferevent_setfd(c->down, -1);
+    bufferevent_setfd(c->up, -1);
     c->dirs = calloc(2, sizeof(relay_dir));
     int ok = c->down_fd >= 0 && c->up_fd >= 0 && c->dirs;
     /* Up: the origin's head (plain HTTP), then what the worker sent after
@@ -485,8 +488,15 @@ static void start_relay(conn *c)
         return;
     }
     c->bytes_up = 0; /* counted from the relay on: the head is not the payload */
-    for (int i = 0; i < 2; i++) /* each flushes what it holds, then reads */
-        event_add(c->dirs[i].wr, NULL);
+    for (int i = 0; i < 2; i++) { /* each flushes what it holds (at once: a new
+                                     * socket has room), then reads */
+        int flushed = dir_flush(&c->dirs[i]);
+        if (flushed < 0) {
+            finish(c);
+            return;
+        }
+        dir_step(&c->dirs[i], flushed);
+    }
     struct timeval tv = tv_ms(eg->cfg.idle_timeout_ms);
     c->idle = event_new(eg->base, -1, 0, on_idle, c);
     if (c->idle)
@@ -504,6 +514,24 @@ static void on_up_connect_event(struct bufferevent *bev, short what, void *arg)
         fail_upstream(c, 504, "the destination did not accept the connection in time");
     else
         fail_upstream(c, 502, "the destination refused the connection");
+}
+
+/* `a` and `port` as a sockaddr in `ss`; its length. */
+static socklen_t sockaddr_of(const funcd_egress_addr *a, uint16_t port, struct sockaddr_storage *ss)
+{
+    memset(ss, 0, sizeof(*ss));
+    if (a->family == AF_INET) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons(port);
+        memcpy(&sin->sin_addr, a->addr, 4);
+        return sizeof(*sin);
+    }
+    struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)ss;
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_port = htons(port);
+    memcpy(&sin6->sin6_addr, a->addr, 16);
+    return sizeof(*sin6);
 }
 
 static void connect_to(conn *c, const struct sockaddr *sa, socklen_t len)
@@ -524,41 +552,38 @@ static void connect_to(conn *c, const struct sockaddr *sa, socklen_t len)
         fail_upstream(c, 502, "cannot connect to the destination");
 }
 
-/* The name resolved: every address must pass, then connect to the first. */
-static void resolved(conn *c, int result, struct evutil_addrinfo *ai)
+/* The name resolved (c->answers): every address must pass, then connect to
+ * the first (IPv4 before IPv6). */
+static void resolved(conn *c)
 {
     funcd_egress *eg = c->cl->eg;
-    if (result != 0 || !ai) {
-        if (ai)
-            evutil_freeaddrinfo(ai);
-        fail_upstream(c, 502, "the name does not resolve");
-        return;
-    }
     char name_rule[sizeof(c->rule)];
     snprintf(name_rule, sizeof(name_rule), "%s", c->rule);
-    struct evutil_addrinfo *first = NULL;
-    for (struct evutil_addrinfo *a = ai; a; a = a->ai_next) {
-        funcd_egress_addr ad;
-        if (funcd_egress_addr_from_sockaddr(a->ai_addr, &ad) < 0)
-            continue;
-        funcd_egress_decision d;
-        funcd_egress_check_addr(eg->policies, c->cl->ns, &ad, c->req.port, 1, &d);
-        if (!d.allowed) {
-            funcd_egress_addr_str(&ad, c->addr, sizeof(c->addr));
-            snprintf(c->rule, sizeof(c->rule), "%s resolves to %s", c->req.host, d.rule);
-            evutil_freeaddrinfo(ai);
-            deny(c);
-            return;
-        }
-        if (!first) {
-            first = a;
-            if (strcmp(d.rule, "resolved") != 0)
-                snprintf(c->rule, sizeof(c->rule), "%s", d.rule);
+    funcd_egress_addr first;
+    int have_first = 0;
+    for (int i = 0; i < 2; i++) {
+        const funcd_egress_answer *an = &c->answers[i];
+        for (size_t k = 0; c->answered[i] && k < an->n_addrs; k++) {
+            funcd_egress_addr ad = {.family = an->addrs[k].family};
+            memcpy(ad.addr, an->addrs[k].addr, 16);
+            funcd_egress_decision d;
+            funcd_egress_check_addr(eg->policies, c->cl->ns, &ad, c->req.port, 1, &d);
+            if (!d.allowed) {
+                funcd_egress_addr_str(&ad, c->addr, sizeof(c->addr));
+                snprintf(c->rule, sizeof(c->rule), "%s resolves to %s", c->req.host, d.rule);
+                deny(c);
+                return;
+            }
+            if (!have_first) {
+                first = ad;
+                have_first = 1;
+                if (strcmp(d.rule, "resolved") != 0)
+                    snprintf(c->rule, sizeof(c->rule), "%s", d.rule);
+            }
         }
     }
-    if (!first) {
-        evutil_freeaddrinfo(ai);
-        fail_upstream(c, 502, "the name has no usable address");
+    if (!have_first) {
+        fail_upstream(c, 502, "the name does not resolve");
         return;
     }
     if (strcmp(c->rule, name_rule) != 0 && strlen(name_rule) + strlen(c->rule) + 3 < sizeof(c->rule)) {
@@ -566,29 +591,10 @@ static void resolved(conn *c, int result, struct evutil_addrinfo *ai)
         snprintf(both, sizeof(both), "%s + %s", name_rule, c->rule);
         snprintf(c->rule, sizeof(c->rule), "%s", both);
     }
-    funcd_egress_addr ad;
-    funcd_egress_addr_from_sockaddr(first->ai_addr, &ad);
-    funcd_egress_addr_str(&ad, c->addr, sizeof(c->addr));
-    connect_to(c, first->ai_addr, (socklen_t)first->ai_addrlen);
-    evutil_freeaddrinfo(ai);
-}
-
-static void on_resolved(int result, struct evutil_addrinfo *ai, void *arg)
-{
-    conn *c = arg;
-    if (result == EVUTIL_EAI_CANCEL) {
-        if (ai)
-            evutil_freeaddrinfo(ai);
-        return; /* conn_free cancelled it */
-    }
-    c->gai = NULL;
-    if (c->in_gai) { /* answered at once: the caller goes on */
-        c->gai_done = 1;
-        c->gai_result = result;
-        c->gai_ai = ai;
-        return;
-    }
-    resolved(c, result, ai);
+    funcd_egress_addr_str(&first, c->addr, sizeof(c->addr));
+    struct sockaddr_storage ss;
+    socklen_t len = sockaddr_of(&first, c->req.port, &ss);
+    connect_to(c, (struct sockaddr *)&ss, len);
 }
 
 /* The head is parsed: decide, then resolve or connect. */
@@ -608,21 +614,7 @@ static void decide(conn *c)
             return;
         }
         struct sockaddr_storage ss;
-        memset(&ss, 0, sizeof(ss));
-        socklen_t len;
-        if (ad.family == AF_INET) {
-            struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
-            sin->sin_family = AF_INET;
-            sin->sin_port = htons(c->req.port);
-            memcpy(&sin->sin_addr, ad.addr, 4);
-            len = sizeof(*sin);
-        } else {
-            struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
-            sin6->sin6_family = AF_INET6;
-            sin6->sin6_port = htons(c->req.port);
-            memcpy(&sin6->sin6_addr, ad.addr, 16);
-            len = sizeof(*sin6);
-        }
+        socklen_t len = sockaddr_of(&ad, c->req.port, &ss);
         connect_to(c, (struct sockaddr *)&ss, len);
         return;
     }
@@ -633,23 +625,7 @@ static void decide(conn *c)
         return;
     }
     c->state = S_RESOLVING;
-    struct evutil_addrinfo hints;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_protocol = IPPROTO_TCP;
-    hints.ai_flags = EVUTIL_AI_ADDRCONFIG;
-    char port[8];
-    snprintf(port, sizeof(port), "%u", c->req.port);
-    c->in_gai = 1;
-    c->gai = evdns_getaddrinfo(eg->dns, c->req.host, port, &hints, on_resolved, c);
-    c->in_gai = 0;
-    if (c->gai_done) {
-        struct evutil_addrinfo *ai = c->gai_ai;
-        c->gai_ai = NULL;
-        c->gai = NULL;
-        resolved(c, c->gai_result, ai);
-    }
+    lookup_start(c);
 }
 
 static void on_head_event(struct bufferevent *bev, short what, void *arg)
@@ -739,14 +715,20 @@ struct dns_tcp {
     int closed;  /* the worker's side is gone: free once pending is 0 */
 };
 
+/* A question waiting for the upstream: a worker's (answered to it) or one
+ * of a proxy connection's lookups (`conn` set). */
 typedef struct dns_query {
     struct dns_query *prev, *next;
     funcd_egress_client *cl;
+    conn *conn;                    /* a lookup of this connection, or NULL */
+    int slot;                      /* its index in conn->lookups */
+    int counted;                   /* in cl->queries (a worker's question) */
     dns_tcp *tcp;                  /* NULL: answer over UDP to `peer` */
     struct sockaddr_storage peer;
     socklen_t peer_len;
     int fd;                        /* our socket to the upstream */
     struct event *ev;
+    int sent;                      /* times sent (one more after a timeout) */
     uint8_t query[DNS_MAX];
     size_t query_len;
     funcd_egress_question q;
@@ -803,39 +785,174 @@ static void query_free(dns_query *q)
         q->tcp->pending--;
         dns_tcp_release(q->tcp);
     }
-    q->cl->queries--;
+    if (q->conn)
+        q->conn->lookups[q->slot] = NULL;
+    if (q->counted)
+        q->cl->queries--;
     client_unref(q->cl);
     free(q);
+}
+
+static void lookup_done(conn *c, int slot, const funcd_egress_answer *a);
+
+/* The upstream's answer `msg` (NULL: none came, or not a valid one) to `q`:
+ * to the worker that asked or to the connection looking the name up. */
+static void query_done(dns_query *q, const uint8_t *msg, size_t len, const funcd_egress_answer *a)
+{
+    if (q->conn) {
+        conn *c = q->conn;
+        int slot = q->slot;
+        query_free(q); /* first: lookup_done may end the connection */
+        lookup_done(c, slot, msg ? a : NULL);
+        return;
+    }
+    uint8_t buf[DNS_MAX];
+    if (!msg) {
+        len = funcd_egress_dns_error(q->query, q->query_len, &q->q, 2, buf, sizeof(buf));
+        msg = buf;
+    }
+    dns_reply(q->cl, q->tcp, (struct sockaddr *)&q->peer, q->peer_len, msg, len);
+    query_free(q);
+}
+
+static int query_send(dns_query *q)
+{
+    struct timeval tv = {DNS_TIMEOUT_S, 0};
+    q->sent++;
+    return send(q->fd, q->query, q->query_len, MSG_DONTWAIT) < 0 || event_add(q->ev, &tv) < 0
+               ? -1
+               : 0;
 }
 
 static void on_upstream_answer(evutil_socket_t fd, short what, void *arg)
 {
     dns_query *q = arg;
-    uint8_t buf[DNS_MAX];
     if (what & EV_TIMEOUT) {
-        size_t n = funcd_egress_dns_error(q->query, q->query_len, &q->q, 2, buf, sizeof(buf));
-        dns_reply(q->cl, q->tcp, (struct sockaddr *)&q->peer, q->peer_len, buf, n);
-        query_free(q);
-        return;
-    }
-    ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-    if (n < 12 || buf[0] != q->query[0] || buf[1] != q->query[1]) {
-        if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-            struct timeval tv = {DNS_TIMEOUT_S, 0};
-            event_add(q->ev, &tv);
+        if (q->sent < 2 && query_send(q) == 0) /* one more try, as a resolver would */
             return;
-        }
-        size_t m = funcd_egress_dns_error(q->query, q->query_len, &q->q, 2, buf, sizeof(buf));
-        dns_reply(q->cl, q->tcp, (struct sockaddr *)&q->peer, q->peer_len, buf, m);
-        query_free(q);
+        query_done(q, NULL, 0, NULL);
         return;
     }
-    dns_reply(q->cl, q->tcp, (struct sockaddr *)&q->peer, q->peer_len, buf, (size_t)n);
-    query_free(q);
+    uint8_t buf[DNS_MAX];
+    ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        struct timeval tv = {DNS_TIMEOUT_S, 0};
+        event_add(q->ev, &tv);
+        return;
+    }
+    funcd_egress_answer a;
+    if (n < 12 || funcd_egress_parse_answer(buf, (size_t)n, &q->q, &a) < 0) {
+        query_done(q, NULL, 0, NULL);
+        return;
+    }
+    if (a.cacheable)
+        funcd_egress_dns_cache_put(q->cl->eg->cache, q->q.name, q->q.qtype, q->q.qclass, buf,
+                                   (size_t)n, a.ttl, now_ms());
+    query_done(q, buf, (size_t)n, &a);
 }
 
+/* Sends `msg` (question `qq`) to the upstream for client `cl`: a new query
+ * on eg->queries, or NULL (nothing kept) when it cannot be sent. */
+static dns_query *upstream_ask(funcd_egress_client *cl, const uint8_t *msg, size_t len,
+                               const funcd_egress_question *qq)
+{
+    funcd_egress *eg = cl->eg;
+    dns_query *x = len <= DNS_MAX ? calloc(1, sizeof(*x)) : NULL;
+    if (!x)
+        return NULL;
+    x->cl = cl;
+    cl->refs++;
+    x->fd = -1;
+    memcpy(x->query, msg, len);
+    x->query_len = len;
+    x->q = *qq;
+    x->next = eg->queries;
+    if (eg->queries)
+        eg->queries->prev = x;
+    eg->queries = x;
+    x->fd = socket(eg->upstream.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (x->fd < 0 || connect(x->fd, (struct sockaddr *)&eg->upstream, eg->upstream_len) < 0 ||
+        !(x->ev = event_new(eg->base, x->fd, EV_READ, on_upstream_answer, x)) ||
+        query_send(x) < 0) {
+        query_free(x);
+        return NULL;
+    }
+    return x;
+}
+
+/* ---- the proxy's lookups ------------------------------------------------- */
+
+static void lookups_cancel(conn *c)
+{
+    for (int i = 0; i < 2; i++)
+        if (c->lookups[i]) {
+            c->lookups[i]->conn = NULL;
+            query_free(c->lookups[i]);
+            c->lookups[i] = NULL;
+        }
+}
+
+static void lookup_done(conn *c, int slot, const funcd_egress_answer *a)
+{
+    if (a) {
+        c->answers[slot] = *a;
+        c->answered[slot] = 1;
+    }
+    if (--c->lookups_left == 0)
+        resolved(c);
+}
+
+/* Asks for the name's A (slot 0) and, when the host has IPv6, AAAA (slot 1)
+ * records: from the cache, else from the upstream. */
+static void lookup_start(conn *c)
+{
+    funcd_egress *eg = c->cl->eg;
+    static const uint16_t qtypes[2] = {1, 28};
+    int n = eg->have_v6 ? 2 : 1;
+    c->lookups_left = n + 1; /* held until every lookup started */
+    for (int i = 0; i < n; i++) {
+        funcd_egress_question q = {0};
+        snprintf(q.name, sizeof(q.name), "%s", c->req.host);
+        size_t nl = strlen(q.name);
+        if (nl && q.name[nl - 1] == '.')
+            q.name[nl - 1] = '\0';
+        q.qtype = qtypes[i];
+        q.qclass = 1;
+        size_t len;
+        uint32_t left;
+        const uint8_t *hit =
+            funcd_egress_dns_cache_get(eg->cache, q.name, q.qtype, 1, now_ms(), &len, &left);
+        funcd_egress_answer a;
+        if (hit) {
+            q.id = (uint16_t)(hit[0] << 8 | hit[1]);
+            if (funcd_egress_parse_answer(hit, len, &q, &a) == 0) {
+                lookup_done(c, i, &a);
+                continue;
+            }
+        }
+        uint16_t id = 0;
+        if (getrandom(&id, sizeof(id), GRND_NONBLOCK) != (ssize_t)sizeof(id))
+            id = (uint16_t)(now_ms() * 2654435761u >> 16);
+        uint8_t msg[DNS_MAX];
+        size_t ml = funcd_egress_dns_query(q.name, q.qtype, id, msg, sizeof(msg));
+        q.id = id;
+        dns_query *x = ml ? upstream_ask(c->cl, msg, ml, &q) : NULL;
+        if (!x) {
+            lookup_done(c, i, NULL);
+            continue;
+        }
+        x->conn = c;
+        x->slot = i;
+        c->lookups[i] = x;
+    }
+    lookup_done(c, 0, NULL); /* every lookup started: the last one answered resolves */
+}
+
+/* ---- the DNS server ------------------------------------------------------ */
+
 /* One DNS message from a worker: NXDOMAIN unless a rule allows the name,
- * else forwarded to the upstream and its answer relayed. */
+ * else answered from the cache or forwarded to the upstream and its answer
+ * relayed. The policy decides every question; only answers are cached. */
 static void dns_handle(funcd_egress_client *cl, dns_tcp *tcp, const struct sockaddr *peer,
                        socklen_t peer_len, const uint8_t *msg, size_t len)
 {
@@ -865,16 +982,30 @@ static void dns_handle(funcd_egress_client *cl, dns_tcp *tcp, const struct socka
                   funcd_egress_dns_error(msg, len, &q, 3, out, sizeof(out)));
         return;
     }
+    size_t hl = 0;
+    uint32_t left = 0;
+    const uint8_t *hit =
+        funcd_egress_dns_cache_get(eg->cache, q.name, q.qtype, q.qclass, now_ms(), &hl, &left);
+    /* Over UDP without EDNS (no additional record) an answer must fit 512 bytes. */
+    int fits = tcp || hl <= 512 || (msg[10] | msg[11]) != 0;
+    if (hit && hl <= sizeof(out) && fits) {
+        memcpy(out, hit, hl);
+        out[0] = msg[0]; /* the worker's id and RD */
+        out[1] = msg[1];
+        out[2] = (uint8_t)((out[2] & ~1) | (msg[2] & 1));
+        funcd_egress_dns_cap_ttl(out, hl, left);
+        dns_reply(cl, tcp, peer, peer_len, out, hl);
+        return;
+    }
     /* A worker's questions each hold a socket until answered: a bounded
      * number of them, the rest SERVFAIL (a flood costs the worker, not funcd). */
-    dns_query *x = cl->queries < DNS_MAX_WAITING ? calloc(1, sizeof(*x)) : NULL;
+    dns_query *x = cl->queries < DNS_MAX_WAITING ? upstream_ask(cl, msg, len, &q) : NULL;
     if (!x) {
         dns_reply(cl, tcp, peer, peer_len, out,
                   funcd_egress_dns_error(msg, len, &q, 2, out, sizeof(out)));
         return;
     }
-    x->cl = cl;
-    cl->refs++;
+    x->counted = 1;
     cl->queries++;
     x->tcp = tcp;
     if (tcp)
@@ -882,23 +1013,6 @@ static void dns_handle(funcd_egress_client *cl, dns_tcp *tcp, const struct socka
     if (peer)
         memcpy(&x->peer, peer, peer_len);
     x->peer_len = peer_len;
-    memcpy(x->query, msg, len);
-    x->query_len = len;
-    x->q = q;
-    x->next = eg->queries;
-    if (eg->queries)
-        eg->queries->prev = x;
-    eg->queries = x;
-    x->fd = socket(eg->upstream.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    struct timeval tv = {DNS_TIMEOUT_S, 0};
-    if (x->fd < 0 || connect(x->fd, (struct sockaddr *)&eg->upstream, eg->upstream_len) < 0 ||
-        send(x->fd, msg, len, MSG_DONTWAIT) < 0 ||
-        !(x->ev = event_new(eg->base, x->fd, EV_READ, on_upstream_answer, x)) ||
-        event_add(x->ev, &tv) < 0) {
-        dns_reply(cl, tcp, peer, peer_len, out,
-                  funcd_egress_dns_error(msg, len, &q, 2, out, sizeof(out)));
-        query_free(x);
-    }
 }
 
 static void on_dns_udp(evutil_socket_t fd, short what, void *arg)
@@ -1219,6 +1333,25 @@ static int host_nameserver(char *out, size_t len)
     return rc;
 }
 
+/* Whether the host reaches IPv6 beyond loopback and link-local, as
+ * getaddrinfo's AI_ADDRCONFIG would judge it (a UDP connect sends nothing). */
+static int host_has_ipv6(void)
+{
+    int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons(53)};
+    inet_pton(AF_INET6, "2001:db8::1", &a.sin6_addr);
+    struct sockaddr_in6 me;
+    socklen_t len = sizeof(me);
+    int ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+             getsockname(fd, (struct sockaddr *)&me, &len) == 0 &&
+             !IN6_IS_ADDR_LOOPBACK(&me.sin6_addr) && !IN6_IS_ADDR_LINKLOCAL(&me.sin6_addr) &&
+             !IN6_IS_ADDR_UNSPECIFIED(&me.sin6_addr);
+    close(fd);
+    return ok;
+}
+
 static void *thread_main(void *arg)
 {
     funcd_egress *eg = arg;
@@ -1257,19 +1390,13 @@ int funcd_egress_new(funcd_egress **out, const funcd_egress_config *cfg)
         goto fail;
     }
     if (!(eg->upstream_text = strdup(up)) || !(eg->policies = funcd_egress_policies_new()) ||
-        !(eg->base = event_base_new()) || !(eg->dns = evdns_base_new(eg->base, 0)) ||
+        !(eg->base = event_base_new()) ||
+        !(eg->cache = funcd_egress_dns_cache_new(FUNCD_EGRESS_DNS_CACHE_MAX)) ||
         !(eg->wake = event_new(eg->base, -1, EV_READ, on_wake, eg))) {
         rc = funcd_error_set(FUNCD_ENOMEM, "out of memory creating the egress gateway");
         goto fail;
     }
-    evdns_base_set_option(eg->dns, "randomize-case:", "0");
-    evdns_base_set_option(eg->dns, "timeout:", "3");
-    evdns_base_set_option(eg->dns, "attempts:", "2");
-    if (evdns_base_nameserver_sockaddr_add(eg->dns, (struct sockaddr *)&eg->upstream,
-                                           eg->upstream_len, 0) != 0) {
-        rc = funcd_error_set(FUNCD_EINVAL, "egress: cannot use DNS upstream %s", up);
-        goto fail;
-    }
+    eg->have_v6 = host_has_ipv6();
     if (pthread_create(&eg->thread, NULL, thread_main, eg) != 0) {
         rc = funcd_error_set(FUNCD_ENOMEM, "egress: cannot start its thread");
         goto fail;
@@ -1301,8 +1428,7 @@ void funcd_egress_free(funcd_egress *eg)
         do_detach(eg, eg->clients);
     if (eg->wake)
         event_free(eg->wake);
-    if (eg->dns)
-        evdns_base_free(eg->dns, 1);
+    funcd_egress_dns_cache_free(eg->cache);
     if (eg->base)
         event_base_free(eg->base);
     funcd_egress_policies_free(eg->policies);

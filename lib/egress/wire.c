@@ -1,5 +1,6 @@
 /* Parsing what workers send the egress gateway (wire.h). */
 #include <ctype.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,4 +245,186 @@ size_t funcd_egress_dns_error(const uint8_t *msg, size_t len, const funcd_egress
     out[5] = q && q->end ? 1 : 0;
     memset(out + 6, 0, 6);
     return n;
+}
+
+size_t funcd_egress_dns_query(const char *name, uint16_t qtype, uint16_t id, uint8_t *out,
+                              size_t cap)
+{
+    size_t nl = strlen(name);
+    if (nl == 0 || nl > FUNCD_EGRESS_MAX_HOST || cap < 12 + nl + 2 + 4)
+        return 0;
+    memset(out, 0, 12);
+    out[0] = (uint8_t)(id >> 8);
+    out[1] = (uint8_t)id;
+    out[2] = 0x01; /* RD */
+    out[5] = 1;
+    size_t off = 12;
+    for (const char *p = name; *p;) {
+        const char *dot = strchr(p, '.');
+        size_t ll = dot ? (size_t)(dot - p) : strlen(p);
+        if (ll == 0 || ll > 63)
+            return 0;
+        out[off++] = (uint8_t)ll;
+        memcpy(out + off, p, ll);
+        off += ll;
+        p += ll;
+        if (*p == '.')
+            p++;
+    }
+    out[off++] = 0;
+    out[off++] = (uint8_t)(qtype >> 8);
+    out[off++] = (uint8_t)qtype;
+    out[off++] = 0;
+    out[off++] = 1; /* IN */
+    return off;
+}
+
+/* The offset after the (possibly compressed) name at `off`, or 0. */
+static size_t skip_name(const uint8_t *msg, size_t len, size_t off)
+{
+    for (unsigned labels = 0; labels < 128; labels++) {
+        if (off >= len)
+            return 0;
+        unsigned ll = msg[off];
+        if (ll == 0)
+            return off + 1;
+        if ((ll & 0xc0) == 0xc0)
+            return off + 2 <= len ? off + 2 : 0; /* a pointer ends the name */
+        if (ll & 0xc0)
+            return 0;
+        off += 1 + ll;
+    }
+    return 0;
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Walks the records after the question: for each, `fn` gets its section
+ * (0 answer, 1 authority, 2 additional) and the offset of its type. 0, or
+ * -1 when the message is malformed. */
+typedef void (*rr_fn)(const uint8_t *msg, size_t rr, unsigned section, void *arg);
+
+static int walk_records(const uint8_t *msg, size_t len, size_t off, rr_fn fn, void *arg)
+{
+    unsigned counts[3] = {(unsigned)(msg[6] << 8 | msg[7]), (unsigned)(msg[8] << 8 | msg[9]),
+                          (unsigned)(msg[10] << 8 | msg[11])};
+    for (unsigned s = 0; s < 3; s++)
+        for (unsigned i = 0; i < counts[s]; i++) {
+            off = skip_name(msg, len, off);
+            if (!off || off + 10 > len)
+                return -1;
+            size_t rdlen = (size_t)(msg[off + 8] << 8 | msg[off + 9]);
+            if (off + 10 + rdlen > len)
+                return -1;
+            fn(msg, off, s, arg);
+            off += 10 + rdlen;
+        }
+    return 0;
+}
+
+typedef struct answer_walk {
+    funcd_egress_answer *a;
+    int have_ttl, have_soa;
+    uint32_t soa_ttl;
+} answer_walk;
+
+static void answer_rr(const uint8_t *msg, size_t rr, unsigned section, void *arg)
+{
+    answer_walk *w = arg;
+    funcd_egress_answer *a = w->a;
+    unsigned type = (unsigned)(msg[rr] << 8 | msg[rr + 1]);
+    unsigned klass = (unsigned)(msg[rr + 2] << 8 | msg[rr + 3]);
+    uint32_t ttl = get32(msg + rr + 4);
+    size_t rdlen = (size_t)(msg[rr + 8] << 8 | msg[rr + 9]);
+    const uint8_t *rd = msg + rr + 10;
+    if (section == 0) {
+        if (!w->have_ttl || ttl < a->ttl)
+            a->ttl = ttl;
+        w->have_ttl = 1;
+        int family = type == 1 && rdlen == 4 ? AF_INET : type == 28 && rdlen == 16 ? AF_INET6 : 0;
+        if (family && klass == 1 && a->n_addrs < FUNCD_EGRESS_MAX_ADDRS) {
+            a->addrs[a->n_addrs].family = family;
+            memset(a->addrs[a->n_addrs].addr, 0, 16);
+            memcpy(a->addrs[a->n_addrs].addr, rd, rdlen);
+            a->n_addrs++;
+        }
+    } else if (section == 1 && type == 6 && rdlen >= 22 && !w->have_soa) {
+        uint32_t minimum = get32(rd + rdlen - 4); /* the SOA's last field */
+        w->soa_ttl = ttl < minimum ? ttl : minimum;
+        w->have_soa = 1;
+    }
+}
+
+int funcd_egress_parse_answer(const uint8_t *msg, size_t len, const funcd_egress_question *q,
+                              funcd_egress_answer *a)
+{
+    memset(a, 0, sizeof(*a));
+    if (len < 12 || !(msg[2] & 0x80) || (msg[0] << 8 | msg[1]) != q->id ||
+        (msg[4] << 8 | msg[5]) != 1)
+        return -1;
+    /* the question echoed: the same name (any case), type and class */
+    size_t off = 12, nl = 0;
+    for (;;) {
+        if (off >= len)
+            return -1;
+        unsigned ll = msg[off++];
+        if (ll == 0)
+            break;
+        if (ll > 63 || off + ll > len)
+            return -1;
+        if (nl)
+            if (q->name[nl++] != '.')
+                return -1;
+        for (unsigned i = 0; i < ll; i++)
+            if (nl >= sizeof(q->name) - 1 || tolower(msg[off + i]) != q->name[nl++])
+                return -1;
+        off += ll;
+    }
+    if (q->name[nl] != '\0' || off + 4 > len ||
+        (unsigned)(msg[off] << 8 | msg[off + 1]) != q->qtype ||
+        (unsigned)(msg[off + 2] << 8 | msg[off + 3]) != q->qclass)
+        return -1;
+    off += 4;
+    a->rcode = msg[3] & 0xf;
+    answer_walk w = {a, 0, 0, 0};
+    if (walk_records(msg, len, off, answer_rr, &w) < 0)
+        return -1;
+    int truncated = (msg[2] & 0x02) != 0;
+    if (truncated)
+        a->cacheable = 0;
+    else if (a->rcode == 0 && w.have_ttl)
+        a->cacheable = 1;
+    else if ((a->rcode == 0 || a->rcode == 3) && w.have_soa) {
+        a->cacheable = 1;
+        a->ttl = w.soa_ttl;
+    }
+    if (!a->cacheable)
+        a->ttl = 0;
+    return 0;
+}
+
+static void cap_rr(const uint8_t *msg, size_t rr, unsigned section, void *arg)
+{
+    uint32_t cap = *(uint32_t *)arg;
+    uint8_t *m = (uint8_t *)msg;
+    if ((unsigned)(msg[rr] << 8 | msg[rr + 1]) == 41 || get32(msg + rr + 4) <= cap)
+        return; /* OPT's "TTL" is flags */
+    m[rr + 4] = (uint8_t)(cap >> 24);
+    m[rr + 5] = (uint8_t)(cap >> 16);
+    m[rr + 6] = (uint8_t)(cap >> 8);
+    m[rr + 7] = (uint8_t)cap;
+}
+
+void funcd_egress_dns_cap_ttl(uint8_t *msg, size_t len, uint32_t ttl)
+{
+    if (len < 12)
+        return;
+    size_t off = skip_name(msg, len, 12);
+    if (!off || off + 4 > len || (msg[4] << 8 | msg[5]) != 1)
+        return;
+    /* a malformed message was never cached; stop where it would fail */
+    (void)walk_records(msg, len, off + 4, cap_rr, &ttl);
 }

@@ -1,7 +1,7 @@
 /*
  * What the egress gateway reads from workers: the head of a request to its
- * HTTP proxy, and a DNS question. Pure functions of their input (fuzzed by
- * fuzz/fuzz_egress.c).
+ * HTTP proxy, and a DNS question; and from its DNS upstream: answers. Pure
+ * functions of their input (fuzzed by fuzz/fuzz_egress.c).
  */
 #ifndef FUNCD_EGRESS_WIRE_H
 #define FUNCD_EGRESS_WIRE_H
@@ -49,5 +49,35 @@ int funcd_egress_parse_question(const uint8_t *msg, size_t len, funcd_egress_que
  * and question copied. Returns its length, or 0 when `msg` is too short. */
 size_t funcd_egress_dns_error(const uint8_t *msg, size_t len, const funcd_egress_question *q,
                               int rcode, uint8_t *out, size_t cap);
+
+/* A query for `name` (dotted, no final dot) of `qtype`, class IN, RD set,
+ * into `out`. Its length, or 0 when the name is not a valid one or `cap` too
+ * small. */
+size_t funcd_egress_dns_query(const char *name, uint16_t qtype, uint16_t id, uint8_t *out,
+                              size_t cap);
+
+#define FUNCD_EGRESS_MAX_ADDRS 16
+
+/* What the gateway reads from an upstream's answer. */
+typedef struct funcd_egress_answer {
+    int rcode;      /* 0 NOERROR, 3 NXDOMAIN, ... */
+    int cacheable;  /* 1: it may be kept `ttl` seconds */
+    uint32_t ttl;   /* an answer: its records' least TTL; none (NODATA,
+                       NXDOMAIN): the SOA's negative TTL (RFC 2308) */
+    size_t n_addrs; /* A and AAAA records of the answer section, in order */
+    struct {
+        int family; /* AF_INET, AF_INET6 */
+        uint8_t addr[16];
+    } addrs[FUNCD_EGRESS_MAX_ADDRS];
+} funcd_egress_answer;
+
+/* Parses `msg` as the answer to question `q` (same id, QR set, the question
+ * echoed; a truncated one is never cacheable). 0, or -1 when it is not. */
+int funcd_egress_parse_answer(const uint8_t *msg, size_t len, const funcd_egress_question *q,
+                              funcd_egress_answer *a);
+
+/* Lowers the TTL of every record of the well-formed answer `msg` (EDNS's
+ * OPT aside) to at most `ttl`: a cached answer tells the time left. */
+void funcd_egress_dns_cap_ttl(uint8_t *msg, size_t len, uint32_t ttl);
 
 #endif

@@ -11,6 +11,7 @@
 #include <sys/time.h>
 
 #include "api/api.h"
+#include "egress/dnscache.h"
 #include "egress/egress.h"
 #include "egress/policy.h"
 #include "egress/wire.h"
@@ -291,6 +292,132 @@ TEST(test_parse_question)
     CHECK_INT(funcd_egress_parse_question(q, n, &dq), -1);
 }
 
+/* Appends a record (owner: a pointer to the question) to answer `m` of
+ * length *n, counted in section `sec` (0 answer, 1 authority). */
+static void add_rr(uint8_t *m, size_t *n, int sec, uint16_t type, uint32_t ttl,
+                   const uint8_t *rd, size_t rdlen)
+{
+    uint8_t *p = m + *n;
+    *p++ = 0xc0;
+    *p++ = 12;
+    *p++ = (uint8_t)(type >> 8);
+    *p++ = (uint8_t)type;
+    *p++ = 0;
+    *p++ = 1;
+    *p++ = (uint8_t)(ttl >> 24);
+    *p++ = (uint8_t)(ttl >> 16);
+    *p++ = (uint8_t)(ttl >> 8);
+    *p++ = (uint8_t)ttl;
+    *p++ = 0;
+    *p++ = (uint8_t)rdlen;
+    memcpy(p, rd, rdlen);
+    *n += 12 + rdlen;
+    m[7 + 2 * sec]++;
+}
+
+TEST(test_parse_answer)
+{
+    uint8_t q[512], m[512];
+    size_t n = funcd_egress_dns_query("api.example.com", 1, 0x1234, q, sizeof(q));
+    CHECK(n > 12);
+    funcd_egress_question dq;
+    CHECK_INT(funcd_egress_parse_question(q, n, &dq), 0);
+    CHECK_STR(dq.name, "api.example.com");
+    CHECK_INT(dq.qtype, 1);
+    CHECK_INT(funcd_egress_dns_query("bad..name", 1, 1, q, sizeof(q)), 0);
+    n = funcd_egress_dns_query("api.example.com", 1, 0x1234, q, sizeof(q));
+
+    /* two A records and a CNAME: addresses in order, the least TTL */
+    memcpy(m, q, n);
+    m[2] = 0x81;
+    m[3] = 0x80;
+    size_t len = n;
+    add_rr(m, &len, 0, 5, 30, (const uint8_t *)"\xc0\x0c", 2);
+    add_rr(m, &len, 0, 1, 300, (const uint8_t *)"\x0a\x00\x00\x01", 4);
+    add_rr(m, &len, 0, 1, 20, (const uint8_t *)"\x0a\x00\x00\x02", 4);
+    funcd_egress_answer a;
+    CHECK_INT(funcd_egress_parse_answer(m, len, &dq, &a), 0);
+    CHECK_INT(a.rcode, 0);
+    CHECK_INT(a.cacheable, 1);
+    CHECK_INT(a.ttl, 20);
+    CHECK_INT(a.n_addrs, 2);
+    CHECK_INT(a.addrs[1].addr[3], 2);
+    /* the TTLs lowered to the time left */
+    funcd_egress_dns_cap_ttl(m, len, 7);
+    CHECK_INT(funcd_egress_parse_answer(m, len, &dq, &a), 0);
+    CHECK_INT(a.ttl, 7);
+    /* not ours: another id, another name, cut short, a query */
+    funcd_egress_question other = dq;
+    other.id = 0x4321;
+    CHECK_INT(funcd_egress_parse_answer(m, len, &other, &a), -1);
+    snprintf(other.name, sizeof(other.name), "api.example.org");
+    other.id = dq.id;
+    CHECK_INT(funcd_egress_parse_answer(m, len, &other, &a), -1);
+    CHECK_INT(funcd_egress_parse_answer(m, len - 1, &dq, &a), -1);
+    m[2] = 0x01;
+    CHECK_INT(funcd_egress_parse_answer(m, len, &dq, &a), -1);
+    /* truncated: never cached */
+    m[2] = 0x83;
+    CHECK_INT(funcd_egress_parse_answer(m, len, &dq, &a), 0);
+    CHECK_INT(a.cacheable, 0);
+
+    /* NXDOMAIN with an SOA: cached for min(its TTL, its MINIMUM); without: not */
+    memcpy(m, q, n);
+    m[2] = 0x81;
+    m[3] = 0x83;
+    len = n;
+    uint8_t soa[22] = {0};
+    soa[21] = 45; /* MINIMUM */
+    add_rr(m, &len, 1, 6, 600, soa, sizeof(soa));
+    CHECK_INT(funcd_egress_parse_answer(m, len, &dq, &a), 0);
+    CHECK_INT(a.rcode, 3);
+    CHECK_INT(a.cacheable, 1);
+    CHECK_INT(a.ttl, 45);
+    CHECK_INT(a.n_addrs, 0);
+    memcpy(m, q, n);
+    m[2] = 0x81;
+    m[3] = 0x82; /* SERVFAIL */
+    CHECK_INT(funcd_egress_parse_answer(m, n, &dq, &a), 0);
+    CHECK_INT(a.cacheable, 0);
+}
+
+TEST(test_dns_cache)
+{
+    funcd_egress_dns_cache *c = funcd_egress_dns_cache_new(3);
+    CHECK(c != NULL);
+    const uint8_t msg[] = "answer";
+    size_t len;
+    uint32_t left;
+    /* the TTL clamped: 0 -> the minimum, a day -> the maximum */
+    funcd_egress_dns_cache_put(c, "a.test", 1, 1, msg, sizeof(msg), 0, 1000);
+    CHECK(funcd_egress_dns_cache_get(c, "a.test", 1, 1, 1000, &len, &left) != NULL);
+    CHECK_INT(left, FUNCD_EGRESS_DNS_TTL_MIN);
+    CHECK(funcd_egress_dns_cache_get(c, "a.test", 1, 1,
+                                     1000 + FUNCD_EGRESS_DNS_TTL_MIN * 1000 - 1, &len,
+                                     &left) != NULL);
+    CHECK_INT(left, 1);
+    CHECK(funcd_egress_dns_cache_get(c, "a.test", 1, 1, 1000 + FUNCD_EGRESS_DNS_TTL_MIN * 1000,
+                                     &len, &left) == NULL);
+    funcd_egress_dns_cache_put(c, "a.test", 1, 1, msg, sizeof(msg), 86400, 0);
+    CHECK(funcd_egress_dns_cache_get(c, "a.test", 1, 1, 0, &len, &left) != NULL);
+    CHECK_INT(left, FUNCD_EGRESS_DNS_TTL_MAX);
+    CHECK_INT(len, sizeof(msg));
+    /* name, type and class make the key */
+    CHECK(funcd_egress_dns_cache_get(c, "a.test", 28, 1, 0, &len, &left) == NULL);
+    CHECK(funcd_egress_dns_cache_get(c, "b.test", 1, 1, 0, &len, &left) == NULL);
+    /* bounded: the least recently used goes */
+    funcd_egress_dns_cache_put(c, "b.test", 1, 1, msg, sizeof(msg), 60, 0);
+    funcd_egress_dns_cache_put(c, "c.test", 1, 1, msg, sizeof(msg), 60, 0);
+    CHECK(funcd_egress_dns_cache_get(c, "a.test", 1, 1, 0, &len, &left) != NULL); /* used */
+    funcd_egress_dns_cache_put(c, "d.test", 1, 1, msg, sizeof(msg), 60, 0);
+    CHECK_INT(funcd_egress_dns_cache_count(c), 3);
+    CHECK(funcd_egress_dns_cache_get(c, "b.test", 1, 1, 0, &len, &left) == NULL);
+    CHECK(funcd_egress_dns_cache_get(c, "a.test", 1, 1, 0, &len, &left) != NULL);
+    CHECK(funcd_egress_dns_cache_get(c, "c.test", 1, 1, 0, &len, &left) != NULL);
+    CHECK(funcd_egress_dns_cache_get(c, "d.test", 1, 1, 0, &len, &left) != NULL);
+    funcd_egress_dns_cache_free(c);
+}
+
 /* ---- the gateway on host-side sockets ------------------------------------------ */
 
 typedef struct lines {
@@ -561,11 +688,23 @@ TEST(test_gateway)
     n = dns_ask(SOCK_STREAM, tcp_port, "other.test", ans, sizeof(ans));
     CHECK(n >= 12);
     CHECK_INT(ans[3] & 0xf, 3);
+    /* allowed.test's answer is cached (by the proxy's own lookup and the
+     * questions above): the same name again, by the DNS server and by the
+     * proxy, costs the upstream nothing; the TTL says the time left */
     int upstream_seen = atomic_load(&dns.queries);
     n = dns_ask(SOCK_STREAM, tcp_port, "allowed.test", ans, sizeof(ans));
     CHECK(n > 12);
     CHECK_INT(ans[7], 1);
-    CHECK(atomic_load(&dns.queries) > upstream_seen);
+    CHECK(memcmp(ans + n - 4, "\x7f\x00\x00\x02", 4) == 0);
+    uint32_t ttl = (uint32_t)ans[n - 10] << 24 | (uint32_t)ans[n - 9] << 16 |
+                   (uint32_t)ans[n - 8] << 8 | ans[n - 7];
+    CHECK(ttl >= 1 && ttl <= 60);
+    CHECK_INT(ans[0], 0x42); /* the asker's id, not the first asker's */
+    snprintf(req, sizeof(req), "GET http://allowed.test:%u/again HTTP/1.1\r\n\r\n", o2.port);
+    r = through(proxy_port, req);
+    CHECK_CONTAINS(r, "hello from 127.0.0.2");
+    free(r);
+    CHECK_INT(atomic_load(&dns.queries), upstream_seen);
 
     /* a policy added now allows the next connection */
     put(funcd_egress_policies_of(eg), "team", "more",
@@ -576,6 +715,22 @@ TEST(test_gateway)
     free(r);
     n = dns_ask(SOCK_DGRAM, udp_port, "other.test", ans, sizeof(ans));
     CHECK_INT(ans[3] & 0xf, 0);
+    CHECK_INT(ans[7], 1);
+
+    /* that policy removed: other.test's answer is still cached, but the
+     * policy decides each connection and question anew */
+    upstream_seen = atomic_load(&dns.queries);
+    funcd_egress_policies_remove(funcd_egress_policies_of(eg), "team", "more");
+    r = through(proxy_port, req);
+    CHECK_CONTAINS(r, "HTTP/1.1 403 Forbidden");
+    CHECK_CONTAINS(r, "no rule allows other.test");
+    free(r);
+    n = dns_ask(SOCK_DGRAM, udp_port, "other.test", ans, sizeof(ans));
+    CHECK(n >= 12);
+    CHECK_INT(ans[3] & 0xf, 3);
+    CHECK_INT(ans[7], 0);
+    CHECK_INT(atomic_load(&o3.requests), 1); /* only the request made while allowed */
+    CHECK_INT(atomic_load(&dns.queries), upstream_seen);
 
     /* malformed requests get a clear answer */
     r = through(proxy_port, "GET /origin-form HTTP/1.1\r\n\r\n");
@@ -609,9 +764,9 @@ TEST(test_gateway)
     funcd_metrics_text(reg, NULL, NULL, &mt);
     funcd_buf_puts(&mt, "");
     CHECK_CONTAINS(mt.data, "funcd_egress_connections_total{namespace=\"team\",function=\"fn\","
-                            "decision=\"denied\"} 12");
+                            "decision=\"denied\"} 13");
     CHECK_CONTAINS(mt.data, "funcd_egress_dns_queries_total{namespace=\"team\",function=\"fn\","
-                            "decision=\"denied\"} 2");
+                            "decision=\"denied\"} 3");
     funcd_metrics_set_egress(reg, NULL);
     funcd_metrics_free(reg);
     funcd_buf_free(&mt);
@@ -644,6 +799,8 @@ int main(void)
     RUN(test_policy_decisions);
     RUN(test_parse_request);
     RUN(test_parse_question);
+    RUN(test_parse_answer);
+    RUN(test_dns_cache);
     RUN(test_gateway);
     funcd_buf_free(&audit_lines.text);
     funcd_buf_free(&fn_lines.text);
