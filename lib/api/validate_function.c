@@ -487,10 +487,14 @@ static int check_blob_bindings(funcd__api_ctx *c, const cJSON *item, const void 
     return 0;
 }
 
+/* Raised to revoke the Function's S3 key and issue another (docs/s3.md). */
+static const funcd__api_range blob_key_version = {0, 1000000000};
+
 static const funcd__api_field bindings_fields[] = {
     {"invoke", 0, check_function_names, NULL},
     {"kv", 0, check_function_names, NULL}, /* KVStore names, same rules */
     {"blob", 0, check_blob_bindings, NULL},
+    {"blobKeyVersion", 0, funcd__api_check_int, &blob_key_version},
 };
 
 static int check_bindings(funcd__api_ctx *c, const cJSON *item, const void *unused)

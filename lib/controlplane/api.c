@@ -822,13 +822,14 @@ static void function_s3_credentials(funcd_cp *cp, const route *r, funcd_cp_respo
     }
     cJSON *obj = NULL;
     int rc = funcd_objects_get(cp->store, r->kind, r->ns, r->name, &obj, NULL);
-    cJSON_Delete(obj);
     if (rc < 0) {
         status_from_error(resp, rc);
         return;
     }
     char akid[160], secret[48];
-    if (funcd_s3_credentials(cp->s3, r->ns, r->name, akid, secret) < 0) {
+    rc = funcd_s3_credentials(cp->s3, obj, akid, secret);
+    cJSON_Delete(obj);
+    if (rc < 0) {
         status_from_error(resp, FUNCD_EINVAL);
         return;
     }

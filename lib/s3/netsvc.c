@@ -53,7 +53,7 @@ static int plan(funcd_netsvc *svc, const char *ns, const char *name, const cJSON
     }
     version *v = calloc(1, sizeof(*v));
     char akid[160], secret[48];
-    if (!v || funcd_s3_credentials(s->s3, ns, name, akid, secret) < 0) {
+    if (!v || funcd_s3_credentials_of(s->s3, ns, name, akid, secret) < 0) {
         free(v);
         snprintf(reason, 64, "InternalError");
         return v ? -1 : funcd_error_set(FUNCD_ENOMEM, "out of memory");

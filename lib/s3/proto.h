@@ -62,7 +62,7 @@ int funcd_s3_read_exact(funcd_s3_reader *rd, void *out, size_t len);
 /* ---- SigV4 ----------------------------------------------------------------- */
 
 typedef struct funcd_s3_auth {
-    char akid[128];
+    char akid[160];
     char date[9];        /* yyyymmdd of the scope */
     char region[64];
     char service[16];

@@ -19,6 +19,8 @@
 #include "funcd/sys/store.h"
 #include "util/log.h"
 
+struct cJSON;
+
 #define FUNCD_S3_MAX_UPLOAD_DEFAULT (1ull << 30)
 #define FUNCD_S3_REGION "funcd"
 #define FUNCD_S3_SECRET_FILE "s3-master-secret" /* in the state directory */
@@ -44,9 +46,16 @@ void funcd_s3_free(funcd_s3 *s);
 /* The host listener's address ("" if none). */
 const char *funcd_s3_addr(const funcd_s3 *s);
 
-/* The access key of Function ns/name: id "{ns}.{name}" and its secret. */
-int funcd_s3_credentials(const funcd_s3 *s, const char *ns, const char *name, char akid[160],
+/* The access key of Function `fn` (the stored object): id
+ * "{ns}.{name}.{tag}" and its secret, both derived with HMAC from the master
+ * secret, the Function's namespace, name, metadata.uid and
+ * spec.bindings.blobKeyVersion, so a Function deleted and created again, or
+ * given another blobKeyVersion, has a new key and the old one is refused. */
+int funcd_s3_credentials(const funcd_s3 *s, const struct cJSON *fn, char akid[160],
                          char secret[48]);
+/* The same for Function ns/name, read from the store (FUNCD_ENOTFOUND). */
+int funcd_s3_credentials_of(const funcd_s3 *s, const char *ns, const char *name, char akid[160],
+                            char secret[48]);
 
 /* Serves `fd` (a listening socket, now the gateway's) for Function ns/name
  * only. Returns a handle for funcd_s3_unlisten, or NULL (fd closed). */

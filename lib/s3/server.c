@@ -126,17 +126,44 @@ static int load_master(funcd_s3 *s, const funcd_s3_config *cfg)
     return 0;
 }
 
-int funcd_s3_credentials(const funcd_s3 *s, const char *ns, const char *name, char akid[160],
-                         char secret[48])
+/* HMAC-SHA256 under the master secret of the NUL-separated fields. */
+static void key_mac(const funcd_s3 *s, const char *const *fields, size_t n, uint8_t mac[32])
 {
-    if (strlen(ns) > 63 || strlen(name) > 63)
-        return funcd_error_set(FUNCD_EINVAL, "a namespace or name longer than 63 bytes");
-    snprintf(akid, 160, "%s.%s", ns, name);
-    char msg[160];
-    int n = snprintf(msg, sizeof(msg), "funcd-s3-v1%c%s%c%s", 0, ns, 0, name);
+    mbedtls_md_context_t md;
+    mbedtls_md_init(&md);
+    mbedtls_md_setup(&md, mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), 1);
+    mbedtls_md_hmac_starts(&md, s->master, sizeof(s->master));
+    for (size_t i = 0; i < n; i++)
+        mbedtls_md_hmac_update(&md, (const unsigned char *)fields[i], strlen(fields[i]) + 1);
+    mbedtls_md_hmac_finish(&md, mac);
+    mbedtls_md_free(&md);
+}
+
+int funcd_s3_credentials(const funcd_s3 *s, const cJSON *fn, char akid[160], char secret[48])
+{
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(fn, "metadata");
+    const char *ns = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(meta, "namespace"));
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(meta, "name"));
+    const char *uid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(meta, "uid"));
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(fn, "spec"), "bindings"),
+        "blobKeyVersion");
+    if (!ns || !name || !uid || strlen(ns) > 63 || strlen(name) > 63)
+        return funcd_error_set(FUNCD_EINVAL, "a Function without metadata.namespace, name and "
+                                             "uid, or with a namespace or name longer than 63 "
+                                             "bytes");
+    char version[32];
+    snprintf(version, sizeof(version), "%.0f", cJSON_IsNumber(kv) ? kv->valuedouble : 0.0);
     uint8_t mac[32];
-    mbedtls_md_hmac(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), s->master, sizeof(s->master),
-                    (const unsigned char *)msg, (size_t)n, mac);
+    /* the id's tag: 12 hex of its own MAC, so a stale id is told apart
+     * before any signature is checked */
+    const char *id_fields[] = {"funcd-s3-id-v2", ns, name, uid, version};
+    key_mac(s, id_fields, 5, mac);
+    char tag[25];
+    funcd_s3_hex(mac, 6, tag);
+    snprintf(akid, 160, "%s.%s.%s", ns, name, tag);
+    const char *fields[] = {"funcd-s3-v2", ns, name, uid, version};
+    key_mac(s, fields, 5, mac);
     /* 30 bytes as 40 characters of URL-safe base64 */
     size_t olen = 0;
     unsigned char b64[48];
@@ -144,7 +171,19 @@ int funcd_s3_credentials(const funcd_s3 *s, const char *ns, const char *name, ch
     for (size_t i = 0; i < olen; i++)
         secret[i] = b64[i] == '+' ? '-' : b64[i] == '/' ? '_' : (char)b64[i];
     secret[olen] = '\0';
+    memset(mac, 0, sizeof(mac));
     return 0;
+}
+
+int funcd_s3_credentials_of(const funcd_s3 *s, const char *ns, const char *name, char akid[160],
+                            char secret[48])
+{
+    cJSON *fn = NULL;
+    int rc = funcd_objects_get(s->store, funcd_kind_by_kind("Function"), ns, name, &fn, NULL);
+    if (rc == 0)
+        rc = funcd_s3_credentials(s, fn, akid, secret);
+    cJSON_Delete(fn);
+    return rc;
 }
 
 const char *funcd_s3_addr(const funcd_s3 *s)
@@ -358,14 +397,9 @@ static void free_bindings(request *q)
     q->n_bindings = 0;
 }
 
-/* Reads Function ns/name's spec.bindings.blob. 0; FUNCD_ENOTFOUND. */
-static int load_bindings(request *q)
+/* Takes Function `fn`'s spec.bindings.blob. */
+static void load_bindings(request *q, const cJSON *fn)
 {
-    cJSON *fn = NULL;
-    int rc = funcd_objects_get(q->c->s3->store, funcd_kind_by_kind("Function"), q->ns, q->name,
-                               &fn, NULL);
-    if (rc < 0)
-        return rc;
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(fn, "spec"), "bindings"),
         "blob");
@@ -384,8 +418,6 @@ static int load_bindings(request *q)
         snprintf(x->prefix, sizeof(x->prefix), "%s", prefix ? prefix : "");
         x->write = access && strcmp(access, "readwrite") == 0;
     }
-    cJSON_Delete(fn);
-    return 0;
 }
 
 /* Checks the signature; fills q->ns/name/bindings/key. 0, or -1 answered. */
@@ -407,34 +439,55 @@ static int authenticate(request *q)
                         "The difference between the request time and the server's time is too "
                         "large.");
     }
-    const char *dot = strchr(a->akid, '.');
-    if (!dot || dot == a->akid || (size_t)(dot - a->akid) >= sizeof(q->ns) ||
-        strlen(dot + 1) >= sizeof(q->name) || !dot[1])
+    /* "{ns}.{name}.{tag}": namespaces have no dots, tags neither */
+    const char *dot = strchr(a->akid, '.'), *last = strrchr(a->akid, '.');
+    if (!dot || dot == a->akid || last == dot || (size_t)(dot - a->akid) >= sizeof(q->ns) ||
+        (size_t)(last - dot - 1) >= sizeof(q->name) || last == dot + 1)
         return s3_error(q, "InvalidAccessKeyId",
                         "The AWS Access Key Id you provided does not exist in our records.");
     snprintf(q->ns, sizeof(q->ns), "%.*s", (int)(dot - a->akid), a->akid);
-    snprintf(q->name, sizeof(q->name), "%s", dot + 1);
+    snprintf(q->name, sizeof(q->name), "%.*s", (int)(last - dot - 1), dot + 1);
     if (q->c->ns && (strcmp(q->c->ns, q->ns) != 0 || strcmp(q->c->name, q->name) != 0))
         return s3_error(q, "InvalidAccessKeyId",
                         "this endpoint serves the keys of function %s/%s only", q->c->ns,
                         q->c->name);
-    char akid[160], secret[48];
-    funcd_s3_credentials(q->c->s3, q->ns, q->name, akid, secret);
-    funcd_s3_signing_key(secret, a->date, a->region, a->service, q->key);
-    char sig[65];
-    err[0] = '\0';
-    if (funcd_s3_sign_request(q->r, a, q->key, sig, err, sizeof(err)) < 0)
-        return s3_error(q, err[0] == 'o' ? "InternalError" : "SignatureDoesNotMatch", "%s", err);
-    int ok = funcd_s3_streq_ct(sig, a->signature);
-    if (!ok)
-        return s3_error(q, "SignatureDoesNotMatch",
-                        "The request signature we calculated does not match the signature you "
-                        "provided. Check your key and signing method.");
-    int rc = load_bindings(q);
+    cJSON *fn = NULL;
+    int rc = funcd_objects_get(q->c->s3->store, funcd_kind_by_kind("Function"), q->ns, q->name,
+                               &fn, NULL);
     if (rc == FUNCD_ENOTFOUND)
         return s3_error(q, "InvalidAccessKeyId", "function %s/%s does not exist", q->ns, q->name);
     if (rc < 0)
         return s3_error(q, "ServiceUnavailable", "%s", funcd_error_last()->message);
+    char akid[160], secret[48];
+    rc = funcd_s3_credentials(q->c->s3, fn, akid, secret);
+    if (rc == 0 && strcmp(akid, a->akid) != 0) {
+        cJSON_Delete(fn);
+        return s3_error(q, "InvalidAccessKeyId",
+                        "this access key of function %s/%s was revoked: the Function was created "
+                        "again or its spec.bindings.blobKeyVersion changed; read the current key "
+                        "(funcdctl s3-credentials)",
+                        q->ns, q->name);
+    }
+    if (rc < 0) {
+        cJSON_Delete(fn);
+        return s3_error(q, "InternalError", "%s", funcd_error_last()->message);
+    }
+    funcd_s3_signing_key(secret, a->date, a->region, a->service, q->key);
+    memset(secret, 0, sizeof(secret));
+    char sig[65];
+    err[0] = '\0';
+    if (funcd_s3_sign_request(q->r, a, q->key, sig, err, sizeof(err)) < 0) {
+        cJSON_Delete(fn);
+        return s3_error(q, err[0] == 'o' ? "InternalError" : "SignatureDoesNotMatch", "%s", err);
+    }
+    if (!funcd_s3_streq_ct(sig, a->signature)) {
+        cJSON_Delete(fn);
+        return s3_error(q, "SignatureDoesNotMatch",
+                        "The request signature we calculated does not match the signature you "
+                        "provided. Check your key and signing method.");
+    }
+    load_bindings(q, fn);
+    cJSON_Delete(fn);
     return 0;
 }
 

@@ -318,7 +318,8 @@ SV_TEST_WITH(errors, funcd_with_s3("127.0.0.1:0", NULL, MiB), NULL)
     CHECK_RUN(rc, out);
     snprintf(line, sizeof(line), "export AWS_SECRET_ACCESS_KEY='%s'\n", c.secret);
     CHECK_CONTAINS(out.data, line);
-    CHECK_CONTAINS(out.data, "export AWS_ACCESS_KEY_ID='default.up'\n");
+    snprintf(line, sizeof(line), "export AWS_ACCESS_KEY_ID='%s'\n", c.akid);
+    CHECK_CONTAINS(out.data, line);
     funcd_buf_reset(&out);
     CHECK(run(&c, "/tmp", 60, &out, ctl, "--server", e->base, "--token", DEV_TOKEN,
               "s3-credentials", "up", NULL) != 0);
@@ -483,6 +484,82 @@ SV_TEST_WITH(xml_keys, funcd_with_s3("127.0.0.1:0", NULL, 0), NULL)
     funcd_buf_free(&out);
 }
 
+/* ---- revocable keys -------------------------------------------------------------- */
+
+/* The credentials endpoint's key of `name` into c; 0 or -1. */
+static int read_creds(env *e, const char *name, creds *c)
+{
+    char path[256];
+    snprintf(path, sizeof(path), NS("default") "/functions/%s/s3-credentials", name);
+    if (REQ("GET", path, ADMIN_TOKEN, NULL) != 200 || !jstr(e->r.json, "secretAccessKey"))
+        return -1;
+    snprintf(c->akid, sizeof(c->akid), "%s", jstr(e->r.json, "accessKeyId"));
+    snprintf(c->secret, sizeof(c->secret), "%s", jstr(e->r.json, "secretAccessKey"));
+    snprintf(c->endpoint, sizeof(c->endpoint), "%s", jstr(e->r.json, "endpoint"));
+    return 0;
+}
+
+/* A Function deleted and created again under the same name has a new key
+ * and the old one is refused with InvalidAccessKeyId; so is a key whose
+ * spec.bindings.blobKeyVersion was raised. funcdctl prints the current one. */
+SV_TEST_WITH(revoked_keys, funcd_with_s3("127.0.0.1:0", NULL, 0), NULL)
+{
+    creds old, now, rotated;
+    funcd_buf out = FUNCD_BUF_INIT;
+    CHECK(bound_function(e, "up", &old) == 0);
+    CHECK_CONTAINS(old.akid, "default.up.");
+    CHECK_RUN(curl_s3(&old, &out, "PUT", "/data/p/k", "v"), out);
+    CHECK_CONTAINS(out.data, "HTTP 200");
+
+    CHECK_INT(REQ("DELETE", FN_PATH("up"), ADMIN_TOKEN, NULL), 200);
+    CHECK_RUN(curl_s3(&old, &out, "GET", "/data/p/k", NULL), out);
+    CHECK_CONTAINS(out.data, "<Code>InvalidAccessKeyId</Code>");
+    CHECK(bound_function(e, "up", &now) == 0);
+    CHECK(strcmp(now.akid, old.akid) != 0 && strcmp(now.secret, old.secret) != 0);
+    CHECK_RUN(curl_s3(&old, &out, "GET", "/data/p/k", NULL), out);
+    CHECK_CONTAINS(out.data, "<Code>InvalidAccessKeyId</Code>");
+    CHECK_CONTAINS(out.data, "revoked");
+    CHECK_CONTAINS(out.data, "HTTP 403");
+    CHECK_RUN(curl_s3(&now, &out, "GET", "/data/p/k", NULL), out);
+    CHECK_CONTAINS(out.data, "v\nHTTP 200");
+
+    /* rotation by the operator: blobKeyVersion */
+    char spec[1024];
+    snprintf(spec, sizeof(spec),
+             "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":"
+             "\"up\"},\"spec\":{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":"
+             "{\"bundle\":\"" NO_SUCH_BUNDLE "\"},\"bindings\":{\"blobKeyVersion\":1,\"blob\":[{"
+             "\"bucket\":\"data\",\"prefix\":\"p/\",\"access\":\"readwrite\"}]}}}");
+    CHECK_INT(REQ("PUT", FN_PATH("up"), ADMIN_TOKEN, spec), 200);
+    CHECK(read_creds(e, "up", &rotated) == 0);
+    CHECK(strcmp(rotated.akid, now.akid) != 0 && strcmp(rotated.secret, now.secret) != 0);
+    CHECK_RUN(curl_s3(&now, &out, "GET", "/data/p/k", NULL), out);
+    CHECK_CONTAINS(out.data, "<Code>InvalidAccessKeyId</Code>");
+    CHECK_RUN(curl_s3(&rotated, &out, "GET", "/data/p/k", NULL), out);
+    CHECK_CONTAINS(out.data, "v\nHTTP 200");
+
+    /* funcdctl prints the current key */
+    const char *root = getenv("FUNCD_BUILD_ROOT");
+    char ctl[512], line[200];
+    snprintf(ctl, sizeof(ctl), "%s/bin/funcdctl/funcdctl", root ? root : ".");
+    funcd_buf_reset(&out);
+    CHECK_RUN(run(&rotated, "/tmp", 60, &out, ctl, "--server", e->base, "--token", ADMIN_TOKEN,
+                  "s3-credentials", "up", NULL),
+              out);
+    snprintf(line, sizeof(line), "export AWS_ACCESS_KEY_ID='%s'\n", rotated.akid);
+    CHECK_CONTAINS(out.data, line);
+    snprintf(line, sizeof(line), "export AWS_SECRET_ACCESS_KEY='%s'\n", rotated.secret);
+    CHECK_CONTAINS(out.data, line);
+
+    /* a bad blobKeyVersion names the field */
+    CHECK(sv_create(e, "badver",
+                    "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":"
+                    "{\"bundle\":\"" NO_SUCH_BUNDLE "\"},\"bindings\":{\"blobKeyVersion\":-1}}") ==
+          400);
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "spec.bindings.blobKeyVersion");
+    funcd_buf_free(&out);
+}
+
 /* ---- memory: a 256 MiB object through the gateway ---------------------------------- */
 
 /* The sanitizers' quarantine of freed memory would count a bounded buffer
@@ -606,6 +683,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, no_sandbox_no_listener);
     SV_RUN(only, ran, rss_bounded);
     SV_RUN(only, ran, xml_keys);
+    SV_RUN(only, ran, revoked_keys);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no case %s\n", only);
