@@ -52,6 +52,10 @@ typedef struct fake_dns {
     pthread_t thread;
     atomic_int stop;
     atomic_int queries; /* questions answered */
+    const char *drop;   /* names ending so are never answered (NULL: none) */
+    atomic_int dropped; /* questions not answered */
+    const char *watch;  /* a name whose question sets `watched` (NULL: none) */
+    atomic_int watched;
     char names[FAKE_DNS_MAX][64];
     char addrs[FAKE_DNS_MAX][16];
     int n;
@@ -85,6 +89,13 @@ static void *fake_dns_main(void *arg)
             continue;
         uint16_t qtype = (uint16_t)(q[off] << 8 | q[off + 1]);
         off += 4;
+        if (d->watch && strcasecmp(name, d->watch) == 0)
+            atomic_store(&d->watched, 1);
+        size_t dl = d->drop ? strlen(d->drop) : 0;
+        if (dl && nl >= dl && strcasecmp(name + nl - dl, d->drop) == 0) {
+            atomic_fetch_add(&d->dropped, 1);
+            continue;
+        }
         memcpy(a, q, off);
         a[2] = 0x84 | (q[2] & 1); /* QR, AA, RD */
         a[3] = 0x80;

@@ -791,6 +791,71 @@ TEST(test_gateway)
     fake_origin_stop(&o3);
 }
 
+/* A worker may have at most 32 questions waiting for the upstream: its
+ * 33rd is refused (SERVFAIL) without reaching the upstream, while another
+ * worker's questions are still forwarded and answered. */
+TEST(test_dns_cap)
+{
+    fake_dns dns = {0};
+    fake_dns_add(&dns, "allowed.test", "127.0.0.2");
+    dns.drop = ".hang.allowed.test"; /* an upstream that never answers these */
+    dns.watch = "q32.hang.allowed.test";
+    CHECK_INT(fake_dns_start(&dns, "127.0.0.4"), 0);
+    char upstream[64];
+    snprintf(upstream, sizeof(upstream), "127.0.0.4:%u", dns.port);
+    funcd_logger quiet = {NULL, FUNCD_LOG_WARN, NULL};
+    funcd_egress_config cfg = {.dns_upstream = upstream, .logger = &quiet};
+    funcd_egress *eg = NULL;
+    CHECK_INT(funcd_egress_new(&eg, &cfg), 0);
+    put(funcd_egress_policies_of(eg), "team", "p",
+        "{\"allow\":[{\"host\":\"allowed.test\"},{\"host\":\"*.allowed.test\"}]}");
+    uint16_t a_port, b_port;
+    int a_fd = fake_bind("127.0.0.1", SOCK_DGRAM, &a_port);
+    int b_fd = fake_bind("127.0.0.1", SOCK_DGRAM, &b_port);
+    funcd_egress_client *a = funcd_egress_attach(eg, "team", "fn", "fn-1", -1, a_fd, -1);
+    funcd_egress_client *b = funcd_egress_attach(eg, "team", "fn", "fn-2", -1, b_fd, -1);
+    CHECK(a && b);
+
+    /* worker a: 32 questions the upstream holds */
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(a_port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {15, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    CHECK_INT(connect(fd, (struct sockaddr *)&to, sizeof(to)), 0);
+    uint8_t q[512], ans[512];
+    for (int i = 0; i < 32; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "q%d.hang.allowed.test", i);
+        size_t n = dns_query(name, (uint16_t)(0x100 + i), q);
+        CHECK_INT(send(fd, q, n, 0), (long long)n);
+    }
+    for (int i = 0; i < 1000 && atomic_load(&dns.dropped) < 32; i++)
+        usleep(10000);
+    CHECK_INT(atomic_load(&dns.dropped), 32);
+    /* the 33rd: SERVFAIL at once (the others wait seconds for theirs) */
+    size_t n = dns_query("q32.hang.allowed.test", 0x0132, q);
+    CHECK_INT(send(fd, q, n, 0), (long long)n);
+    ssize_t got;
+    do
+        got = recv(fd, ans, sizeof(ans), 0);
+    while (got >= 12 && !(ans[0] == 0x01 && ans[1] == 0x32));
+    CHECK(got >= 12);
+    CHECK_INT(ans[3] & 0xf, 2);
+    CHECK_INT(atomic_load(&dns.watched), 0); /* it never reached the upstream */
+
+    /* worker b, meanwhile: answered */
+    int m = dns_ask(SOCK_DGRAM, b_port, "allowed.test", ans, sizeof(ans));
+    CHECK(m > 12);
+    CHECK_INT(ans[3] & 0xf, 0);
+    CHECK_INT(ans[7], 1);
+    close(fd);
+    funcd_egress_detach(eg, a);
+    funcd_egress_detach(eg, b);
+    funcd_egress_free(eg);
+    fake_dns_stop(&dns);
+}
+
 int main(void)
 {
     evthread_use_pthreads();
@@ -802,6 +867,7 @@ int main(void)
     RUN(test_parse_answer);
     RUN(test_dns_cache);
     RUN(test_gateway);
+    RUN(test_dns_cap);
     funcd_buf_free(&audit_lines.text);
     funcd_buf_free(&fn_lines.text);
     return HARNESS_END();
