@@ -11,7 +11,14 @@
  *   coldstart compare N SOCKDIR NAME TOKEN LABEL=API_URL,DP_URL... -- ARGV...
  *       the floor (as above) and each funcd's cold start of NAME, in turns
  *       within each of the N rounds, so that all see the same machine; then
- *       each one's p50 against the first funcd's.
+ *       each one's p50 against the first funcd's. The funcds take turns in
+ *       a rotating order (round r starts with funcd r mod count), so that none
+ *       always follows another's cold start.
+ *
+ * Before each timed run the machine is left alone for BENCH_COLD_SETTLE_MS
+ * (default 250 ms): the previous run's work (a funcd starting its next warm
+ * interpreter, ~100 ms of CPU for python3) must not land in the next run's
+ * measurement, whichever funcd it belongs to.
  *
  * Every request to funcd goes on a new TCP connection (as curl's would),
  * opened after the clock starts. Prints p50 and p99 in milliseconds.
@@ -100,9 +107,18 @@ static int floor_parse(floor_spec *f, const char *dir, int argc, char **argv, in
 }
 
 /* One floor round: spawn, poll the socket, first byte. -1 on failure. */
+static void settle(void)
+{
+    const char *env = getenv("BENCH_COLD_SETTLE_MS");
+    long ms = env ? atol(env) : 250;
+    if (ms > 0)
+        usleep((useconds_t)ms * 1000);
+}
+
 static double floor_round(const floor_spec *f)
 {
     unlink(f->sock);
+    settle();
     double t0 = now_ms();
     pid_t pid;
     if (posix_spawn(&pid, f->child[0], NULL, NULL, f->child, f->env) != 0) {
@@ -203,6 +219,7 @@ static double gateway_round(const char *api, const char *dp, const char *name, c
         }
         usleep(2000);
     }
+    settle();
     double t0 = now_ms();
     int fd = tcp_connect(dp);
     double t1;
@@ -255,9 +272,11 @@ static int compare_bench(int argc, char **argv)
     for (int r = 0; r < n; r++) {
         if ((t[nt][r] = floor_round(&f)) < 0)
             return 1;
-        for (int k = 0; k < nt; k++)
+        for (int j = 0; j < nt; j++) {
+            int k = (r + j) % nt;
             if ((t[k][r] = gateway_round(api[k], dp[k], name, token)) < 0)
                 return 1;
+        }
     }
     report("floor (spawn + socket, direct)", t[nt], n);
     double base = 0;

@@ -99,6 +99,7 @@ struct funcd_sandbox {
     funcd_cgroups *cg; /* the runtime's, or NULL: workers get no cgroups */
     uint32_t default_pids;
     uint64_t tmp_bytes;
+    char tmp_opts[64]; /* the options of the sandbox's /tmp */
     int idmap_ns; /* a user namespace mapping 0 to `uid`, for idmapped binds; -1: none */
     int cap_last;
     system_entry system[MAX_SYSTEM];
@@ -125,7 +126,7 @@ typedef struct plan {
     plan_mount m[MAX_BINDS];
     size_t n;
     int sync_r, err_w, status_w;
-    char tmp_opts[64];
+    int prepared; /* a blank dropped the bounding set and reset signals ahead of the job */
 } plan;
 
 /* What the child says when a step fails. */
@@ -265,24 +266,40 @@ static int attach_bind(const plan_mount *m, const char *dst)
                     0);
 }
 
-static void mount_system(const plan *p)
+static void mount_system(const funcd_sandbox *sb, int err_w)
 {
     char dst[PATH_BUF];
-    for (size_t i = 0; i < p->sb->n_system; i++) {
-        const system_entry *e = &p->sb->system[i];
+    for (size_t i = 0; i < sb->n_system; i++) {
+        const system_entry *e = &sb->system[i];
         join(dst, STAGING, e->path);
         if (e->link[0]) {
             if (symlink(e->link, dst) != 0 && errno != EEXIST)
-                child_fail(p->err_w, "symlink ", e->path, errno);
+                child_fail(err_w, "symlink ", e->path, errno);
             continue;
         }
         if ((e->is_dir ? mkdir_p(dst) : make_file(dst)) != 0)
-            child_fail(p->err_w, "mkdir ", dst, errno);
+            child_fail(err_w, "mkdir ", dst, errno);
         if (mount(e->path, dst, NULL, MS_BIND | MS_REC, NULL) != 0)
-            child_fail(p->err_w, "bind ", e->path, errno);
+            child_fail(err_w, "bind ", e->path, errno);
         if (set_attr(AT_FDCWD, dst, AT_RECURSIVE, RO_ATTRS, 0) != 0)
-            child_fail(p->err_w, "read-only ", e->path, errno);
+            child_fail(err_w, "read-only ", e->path, errno);
     }
+}
+
+/* Takes back what mount_system put in a staged root, for a job whose
+ * program needs none of it (a static one). */
+static void unmount_system(const funcd_sandbox *sb, int err_w)
+{
+    char dst[PATH_BUF];
+    for (size_t i = sb->n_system; i-- > 0;) {
+        const system_entry *e = &sb->system[i];
+        join(dst, STAGING, e->path);
+        if (!e->link[0] && umount2(dst, MNT_DETACH) != 0)
+            child_fail(err_w, "unmount ", e->path, errno);
+        if ((e->link[0] || !e->is_dir ? unlink(dst) : rmdir(dst)) != 0)
+            child_fail(err_w, "remove ", e->path, errno);
+    }
+    rmdir(STAGING "/etc"); /* made for the files above; gone when empty */
 }
 
 static void mount_binds(const plan *p)
@@ -299,7 +316,7 @@ static void mount_binds(const plan *p)
     }
 }
 
-static void mount_dev(const plan *p)
+static void mount_dev(int err_w)
 {
     static const char *const devices[] = {"null", "zero", "random", "urandom"};
     static const char *const links[][2] = {{"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"},
@@ -307,53 +324,103 @@ static void mount_dev(const plan *p)
                                            {"stderr", "/proc/self/fd/2"}};
     char dst[PATH_BUF], src[64];
     if (mkdir(STAGING "/dev", 0755) != 0 && errno != EEXIST)
-        child_fail(p->err_w, "mkdir /dev", NULL, errno);
+        child_fail(err_w, "mkdir /dev", NULL, errno);
     if (mount("tmpfs", STAGING "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755") != 0)
-        child_fail(p->err_w, "mount /dev", NULL, errno);
+        child_fail(err_w, "mount /dev", NULL, errno);
     for (size_t i = 0; i < sizeof(devices) / sizeof(devices[0]); i++) {
         join(src, "/dev/", devices[i]);
         join(dst, STAGING "/dev/", devices[i]);
         if (make_file(dst) != 0 || mount(src, dst, NULL, MS_BIND, NULL) != 0)
-            child_fail(p->err_w, "bind ", src, errno);
+            child_fail(err_w, "bind ", src, errno);
     }
     for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
         join(dst, STAGING "/dev/", links[i][0]);
         if (symlink(links[i][1], dst) != 0)
-            child_fail(p->err_w, "symlink ", dst, errno);
+            child_fail(err_w, "symlink ", dst, errno);
     }
     if (set_attr(AT_FDCWD, STAGING "/dev", 0, MOUNT_ATTR_RDONLY, 0) != 0)
-        child_fail(p->err_w, "read-only /dev", NULL, errno);
+        child_fail(err_w, "read-only /dev", NULL, errno);
 }
 
-static void build_root(plan *p)
+/* The part of a root no job changes: a fresh tmpfs (or the image's root),
+ * /proc, /dev, /tmp and, when `system`, the host's system paths. A blank
+ * init stages it before its job comes (off the request's path). */
+static void stage_root(const funcd_sandbox *sb, int root_fd, int system, int err_w)
 {
-    open_path_binds(p);
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
-        child_fail(p->err_w, "make mounts private", NULL, errno);
-    if (p->root_fd >= 0) {
-        if (move_tree(p->root_fd, STAGING) != 0)
-            child_fail(p->err_w, "mount the rootfs", NULL, errno);
-        close(p->root_fd);
+        child_fail(err_w, "make mounts private", NULL, errno);
+    if (root_fd >= 0) {
+        if (move_tree(root_fd, STAGING) != 0)
+            child_fail(err_w, "mount the rootfs", NULL, errno);
+        close(root_fd);
     } else if (mount("tmpfs", STAGING, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755") != 0) {
-        child_fail(p->err_w, "mount the root tmpfs", NULL, errno);
+        child_fail(err_w, "mount the root tmpfs", NULL, errno);
     }
     if ((mkdir(STAGING "/proc", 0555) != 0 && errno != EEXIST) ||
         mount("proc", STAGING "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
-        child_fail(p->err_w, "mount /proc", NULL, errno);
-    mount_dev(p);
+        child_fail(err_w, "mount /proc", NULL, errno);
+    mount_dev(err_w);
     /* /tmp before the binds: an artifact may live under the host's /tmp. */
     if ((mkdir(STAGING "/tmp", 01777) != 0 && errno != EEXIST) ||
-        mount("tmpfs", STAGING "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, p->tmp_opts) != 0)
-        child_fail(p->err_w, "mount /tmp", NULL, errno);
-    if (p->system)
-        mount_system(p);
+        mount("tmpfs", STAGING "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, sb->tmp_opts) != 0)
+        child_fail(err_w, "mount /tmp", NULL, errno);
+    if (system)
+        mount_system(sb, err_w);
+}
+
+/* The job's part: its binds, then the staged root becomes `/`. */
+static void enter_root(plan *p, int image_root)
+{
     mount_binds(p);
     if (chdir(STAGING) != 0 || syscall(SYS_pivot_root, ".", ".") != 0)
         child_fail(p->err_w, "pivot_root", NULL, errno);
     if (umount2(".", MNT_DETACH) != 0 || chdir("/") != 0)
         child_fail(p->err_w, "detach the old root", NULL, errno);
-    if (p->root_fd < 0 && set_attr(AT_FDCWD, "/", 0, MOUNT_ATTR_RDONLY, 0) != 0)
+    if (!image_root && set_attr(AT_FDCWD, "/", 0, MOUNT_ATTR_RDONLY, 0) != 0)
         child_fail(p->err_w, "read-only /", NULL, errno);
+}
+
+static void build_root(plan *p)
+{
+    open_path_binds(p);
+    stage_root(p->sb, p->root_fd, p->system, p->err_w);
+    enter_root(p, p->root_fd >= 0);
+}
+
+/* A blank's root, staged with the system paths before its job: finished
+ * for the job, or (an image's root, binds by path) taken down and built
+ * afresh. */
+static void finish_staged_root(plan *p)
+{
+    int by_path = 0;
+    for (size_t i = 0; i < p->n; i++)
+        by_path |= p->m[i].by_path;
+    if (p->root_fd >= 0 || by_path) { /* path binds may lie below STAGING */
+        if (umount2(STAGING, MNT_DETACH) != 0)
+            child_fail(p->err_w, "unmount the staged root", NULL, errno);
+        build_root(p);
+        return;
+    }
+    if (!p->system)
+        unmount_system(p->sb, p->err_w);
+    enter_root(p, 0);
+}
+
+/* What the worker must not get back by exec: its bounding set. Needs the
+ * sandbox's capabilities, which it keeps until drop_privileges. */
+ON_SHARED_STACK static int drop_bounding_set(const funcd_sandbox *sb)
+{
+    for (int cap = 0; cap <= sb->cap_last; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+            return -1;
+    return 0;
+}
+
+ON_SHARED_STACK static void default_signals(void)
+{
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    for (int sig = 1; sig < NSIG; sig++)
+        sigaction(sig, &dfl, NULL);
 }
 
 ON_SHARED_STACK static void drop_privileges(const plan *p)
@@ -363,9 +430,8 @@ ON_SHARED_STACK static void drop_privileges(const plan *p)
                                      SECBIT_NO_CAP_AMBIENT_RAISE |
                                      SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) != 0)
         child_fail(p->err_w, "securebits", NULL, errno);
-    for (int cap = 0; cap <= p->sb->cap_last; cap++)
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
-            child_fail(p->err_w, "drop the bounding set", NULL, errno);
+    if (!p->prepared && drop_bounding_set(p->sb) != 0)
+        child_fail(p->err_w, "drop the bounding set", NULL, errno);
     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
     struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct data[2];
@@ -385,9 +451,8 @@ ON_SHARED_STACK static int worker_main(void *arg)
     const funcd_sandbox_job *job = p->job;
     setpgid(0, 0); /* init passes signals on; the worker's own group gets them */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    struct sigaction dfl = {.sa_handler = SIG_DFL};
-    for (int sig = 1; sig < NSIG; sig++)
-        sigaction(sig, &dfl, NULL);
+    if (!p->prepared)
+        default_signals();
     if (job->cwd && chdir(job->cwd) != 0)
         child_fail(p->err_w, "chdir ", job->cwd, errno);
     drop_privileges(p);
@@ -613,6 +678,8 @@ int funcd_sandbox_new(funcd_sandbox **out, const funcd_process_options *opts)
     sb->uid = geteuid() != 0 ? geteuid() : opts && opts->host_uid ? opts->host_uid : DEFAULT_UID;
     sb->gid = geteuid() != 0 ? getegid() : sb->uid;
     sb->tmp_bytes = opts && opts->tmp_bytes ? opts->tmp_bytes : DEFAULT_TMP_BYTES;
+    snprintf(sb->tmp_opts, sizeof(sb->tmp_opts), "size=%llu,mode=1777",
+             (unsigned long long)sb->tmp_bytes);
     sb->cap_last = read_cap_last();
     int rc = funcd_seccomp_build(&sb->filter, opts ? opts->seccomp_allow : NULL);
     if (rc < 0) {
@@ -704,8 +771,6 @@ static int plan_make(plan *p, funcd_sandbox *sb, const funcd_sandbox_job *job)
     p->job = job;
     p->root_fd = -1;
     p->system = !job->rootfs && funcd_sandbox_needs_system(job->prog);
-    snprintf(p->tmp_opts, sizeof(p->tmp_opts), "size=%llu,mode=1777",
-             (unsigned long long)sb->tmp_bytes);
     if (job->n_binds > MAX_BINDS)
         return funcd_error_set(FUNCD_EINVAL, "sandbox: at most %d binds", MAX_BINDS);
     if (job->rootfs && (p->root_fd = make_tree(sb, job->rootfs, 0, 1)) < 0)
@@ -1001,7 +1066,7 @@ static int blank_receive(int ctl, blank_shared *s)
 }
 
 /* The blank init: made ready, then one job, as init_main does it. */
-static _Noreturn void blank_main(blank_shared *s, int ctl)
+static _Noreturn void blank_main(const funcd_sandbox *sb, blank_shared *s, int ctl)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     prctl(PR_SET_NAME, "funcd-sandbox");
@@ -1021,15 +1086,23 @@ static _Noreturn void blank_main(blank_shared *s, int ctl)
         _exit(126);
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* cleared by the change of credentials */
     const char *step;
-    if (funcd_netns_loopback_up(&step) != 0 || write(ctl, "r", 1) != 1)
+    if (funcd_netns_loopback_up(&step) != 0)
+        _exit(126);
+    /* What every job needs, done now rather than on a request's path. */
+    default_signals();
+    if (drop_bounding_set(sb) != 0)
+        _exit(126);
+    stage_root(sb, -1, 1, -1);
+    if (write(ctl, "r", 1) != 1)
         _exit(126);
     if (blank_receive(ctl, s) != 0)
         _exit(0); /* the runtime is going away */
     plan *p = &s->p;
     p->sync_r = ctl;
+    p->prepared = 1;
     close_others(p);
     close(ctl);
-    build_root(p);
+    finish_staged_root(p);
     pid_t worker = shared_memory_child(worker_main, p);
     if (worker < 0)
         child_fail(p->err_w, "fork the worker", NULL, errno);
@@ -1094,7 +1167,7 @@ static int blank_make(funcd_sandbox *sb, blank *b)
     if (pid == 0) {
         setpgid(0, 0);
         close(sv[0]);
-        blank_main(b->shm, sv[1]);
+        blank_main(sb, b->shm, sv[1]);
     }
     pthread_sigmask(SIG_SETMASK, &saved, NULL);
     /* Only this blank shares the region: not the inits and blanks cloned

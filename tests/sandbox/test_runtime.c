@@ -5,6 +5,7 @@
  * the seccomp deny list.
  */
 #include <dirent.h>
+#include <limits.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
@@ -747,6 +748,70 @@ TEST(sockets_are_in_the_namespace_before_the_program)
     CHECK_CONTAINS(msg_plain, "--no-sandbox");
 }
 
+/* Blank inits stage a root with the host's system paths before their job
+ * comes; a statically linked program still gets a root without them, a
+ * dynamically linked one with them, and both /proc, /dev and /tmp. */
+TEST(a_static_program_sees_no_system_paths)
+{
+    loop_ctx l = {event_base_new(), 0, 0};
+    funcd_runtime *rt = NULL;
+    CHECK_INT(funcd_runtime_process_new_with(&rt, PROCESS_OPTS(1, NULL)), 0);
+    CHECK_INT(rt->attach(rt, l.base), 0);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", STATIC_BIN);
+    *strrchr(dir, '/') = '\0';
+    static const char *const static_argv[] = {STATIC_BIN, NULL};
+    funcd_worker_bind bind = {dir, NULL, 0, 0};
+    const funcd_worker_spec specs[2] = {
+        {static_argv, sleep_env, NULL, NULL, {0, 32, 0}, &bind, 1},
+        {sleep_argv, sleep_env, NULL, NULL, {0, 32, 0}},
+    };
+    int from_blank[2] = {0, 0}, has_usr[2] = {-1, -1}, has_etc[2] = {-1, -1}, base[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        pid_t blanks[8];
+        int n = 0;
+        for (int i = 0; i < 10000 && n < 2; i++) { /* both blank inits made */
+            event_base_loop(l.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+            usleep(1000);
+            n = sandbox_children(blanks, 8);
+        }
+        funcd_worker_events ev = {NULL, on_exit_cb, &l};
+        funcd_worker *w = NULL;
+        l.exited = 0;
+        if (rt->start(rt, &specs[k], &ev, &w) < 0) {
+            fprintf(stderr, "  start: %s\n", funcd_error_last()->message);
+            continue;
+        }
+        pid_t pid = rt->pid(rt, w);
+        for (int i = 0; i < n; i++)
+            from_blank[k] |= blanks[i] == pid;
+        char path[128];
+        struct stat st;
+        snprintf(path, sizeof(path), "/proc/%d/root/usr", (int)pid);
+        has_usr[k] = stat(path, &st) == 0;
+        snprintf(path, sizeof(path), "/proc/%d/root/etc", (int)pid);
+        has_etc[k] = stat(path, &st) == 0;
+        static const char *const always[] = {"proc/1", "dev/null", "tmp"};
+        for (size_t i = 0; i < 3; i++) {
+            snprintf(path, sizeof(path), "/proc/%d/root/%s", (int)pid, always[i]);
+            base[k] += stat(path, &st) == 0;
+        }
+        rt->stop(rt, w, 0);
+        run_until_exit(&l);
+        rt->release(rt, w);
+    }
+    rt->free(rt);
+    event_base_free(l.base);
+    CHECK(from_blank[0]);
+    CHECK(from_blank[1]);
+    CHECK_INT(has_usr[0], 0);
+    CHECK_INT(has_etc[0], 0);
+    CHECK_INT(has_usr[1], 1);
+    CHECK_INT(has_etc[1], 1);
+    CHECK_INT(base[0], 3);
+    CHECK_INT(base[1], 3);
+}
+
 int main(void)
 {
     if (geteuid() != 0) {
@@ -763,5 +828,6 @@ int main(void)
     RUN(an_image_root_is_the_root);
     RUN(the_deny_list_covers_the_issue);
     RUN(sockets_are_in_the_namespace_before_the_program);
+    RUN(a_static_program_sees_no_system_paths);
     return HARNESS_END();
 }
