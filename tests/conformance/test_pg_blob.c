@@ -1,7 +1,9 @@
 /* The PostgreSQL blob store against the blob conformance suite on a real
  * server this test starts (tests/pg_env.c), plus what only it promises:
  * objects larger than a chunk read back by ranges across chunk edges, two
- * handles on one database see each other's objects, and a server that goes
+ * handles on one database see each other's objects, a put_open writer's staged
+ * chunks (none left after abort or commit; a day-old leftover swept at
+ * open), and a server that goes
  * away and comes back under a running blob store. Skipped (77) when
  * PostgreSQL is not installed. */
 #include <pthread.h>
@@ -113,6 +115,72 @@ TEST(large_objects_span_chunks)
     CHECK(same);
     CHECK_INT(pg_env_exec(&pg, "DO $$ BEGIN IF (SELECT count(*) FROM big.funcd_blob_chunks) <> 1 "
                                "THEN RAISE EXCEPTION 'old chunks left'; END IF; END $$"),
+              0);
+}
+
+/* 0 if `cond` (SQL over the schema's tables) holds. */
+static int sql_true(const char *cond)
+{
+    char sql[1024];
+    snprintf(sql, sizeof(sql),
+             "DO $$ BEGIN IF NOT (%s) THEN RAISE EXCEPTION 'false: %%', $q$%s$q$; END IF; END $$",
+             cond, cond);
+    return pg_env_exec(&pg, sql);
+}
+
+#define STAGED(schema) "(SELECT count(*) FROM " schema ".funcd_blob_chunks WHERE key < '\\x01'::bytea)"
+#define STAGE_KEY(ts) "('\\x00'::bytea || convert_to('funcd-staging/" ts "/0123456789abcdef', 'UTF8'))"
+
+/* A put_open writer's chunks wait under a staging key: an abort or a commit
+ * leaves none, and a store opening removes those a crash left a day ago. */
+TEST(writer_staging_rows)
+{
+    funcd_blob *b = open_in("blob_staging");
+    CHECK(b != NULL);
+    size_t size = 2 * CHUNK + CHUNK / 2;
+    unsigned char *data = malloc(size);
+    CHECK(data != NULL);
+    for (size_t i = 0; i < size; i++)
+        data[i] = pattern(i);
+    funcd_blob_writer *w = NULL;
+    int rc = b->put_open(b, "big", &w);
+    if (rc == 0)
+        rc = w->write(w, data, size);
+    int during = rc == 0 ? sql_true(STAGED("blob_staging") " = 2") : -1;
+    if (w)
+        w->abort(w);
+    int after_abort = sql_true(STAGED("blob_staging") " = 0");
+    w = NULL;
+    int committed = b->put_open(b, "big", &w);
+    if (committed == 0 && (committed = w->write(w, data, size)) == 0) {
+        funcd_blob_writer *x = w;
+        w = NULL;
+        committed = x->commit(x);
+    }
+    if (w)
+        w->abort(w);
+    int after_commit = sql_true(STAGED("blob_staging") " = 0");
+    int ranges = committed == 0 && range_ok(b, CHUNK - 3, 7, size) &&
+                 range_ok(b, 0, size, size);
+    b->free(b);
+    free(data);
+    CHECK_INT(rc, 0);
+    CHECK_INT(during, 0);
+    CHECK_INT(after_abort, 0);
+    CHECK_INT(committed, 0);
+    CHECK_INT(after_commit, 0);
+    CHECK(ranges);
+    /* leftovers: one from 1970, one from the far future */
+    CHECK_INT(pg_env_exec(&pg, "INSERT INTO blob_staging.funcd_blob_chunks(key, n, data) VALUES ("
+                               STAGE_KEY("0000000000000001") ", 0, 'x'), ("
+                               STAGE_KEY("7fffffffffffffff") ", 0, 'y')"),
+              0);
+    b = open_in("blob_staging");
+    CHECK(b != NULL);
+    b->free(b);
+    CHECK_INT(sql_true(STAGED("blob_staging") " = 1"), 0);
+    CHECK_INT(sql_true("EXISTS (SELECT 1 FROM blob_staging.funcd_blob_chunks WHERE key = "
+                       STAGE_KEY("7fffffffffffffff") ")"),
               0);
 }
 
@@ -300,6 +368,7 @@ int main(void)
     RUN(conformance);
     RUN(large_objects_span_chunks);
     RUN(two_handles_share_one_database);
+    RUN(writer_staging_rows);
     RUN(the_server_goes_away_and_comes_back);
     RUN(a_slow_large_answer_is_not_cut);
     RUN(a_server_silent_during_setup_is_given_up);
