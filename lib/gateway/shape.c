@@ -713,11 +713,20 @@ static void on_setup_ostream(h2o_req_prefilter_t *pf, h2o_req_t *req, h2o_ostrea
             h2o_add_header(&req->pool, hs, H2O_TOKEN_ACCESS_CONTROL_ALLOW_ORIGIN, NULL, v.base,
                            v.len);
         }
-        if (!s->any_origin)
-            add_vary(req, H2O_STRLIT("Origin"));
     }
-    if (s->compress && worth_compressing(req)) {
-        add_vary(req, H2O_STRLIT("Accept-Encoding"));
+    int vary_origin = s->cors && !s->any_origin;
+    int compressible = s->compress && worth_compressing(req);
+    if (vary_origin && compressible && find_tok(hs, H2O_TOKEN_VARY, -1) < 0) {
+        /* the usual case in one header, built once */
+        h2o_add_header(&req->pool, hs, H2O_TOKEN_VARY, NULL,
+                       H2O_STRLIT("Origin, Accept-Encoding"));
+    } else {
+        if (vary_origin)
+            add_vary(req, H2O_STRLIT("Origin"));
+        if (compressible)
+            add_vary(req, H2O_STRLIT("Accept-Encoding"));
+    }
+    if (compressible) {
         if (sr->gzip_ok && req->version >= 0x101) {
             gz_ostream *g = h2o_mem_alloc_shared(&req->pool, sizeof(*g), dispose_gz_ostream);
             memset(g, 0, sizeof(*g));
@@ -733,11 +742,13 @@ static void on_setup_ostream(h2o_req_prefilter_t *pf, h2o_req_t *req, h2o_ostrea
         strip_res(hs, s->strip + s->cors, s->n_strip - (size_t)s->cors);
     for (size_t i = 0; i < s->n_set; i++) {
         const set_header *h = &s->set[i];
-        if (h->token)
+        if (h->token) {
             h2o_add_header(&req->pool, hs, h->token, h->orig, h->value.base, h->value.len);
-        else
-            h2o_add_header_by_str(&req->pool, hs, h->name.base, h->name.len, 0, h->orig,
-                                  h->value.base, h->value.len);
+        } else { /* the name lives as long as the request's reference to `s` */
+            h2o_vector_reserve(&req->pool, hs, hs->size + 1);
+            hs->entries[hs->size++] = (h2o_header_t){(h2o_iovec_t *)(uintptr_t)&h->name, h->orig,
+                                                     h->value};
+        }
     }
     h2o_setup_next_prefilter(pf, req, slot);
 }
