@@ -617,16 +617,21 @@ static int pump(request *q, uint64_t n, char *buf, mbedtls_sha256_context *h1,
                 mbedtls_sha256_context *h2, body_sink sink, void *ctx, int *sink_rc)
 {
     while (n) {
-        long got = funcd_s3_read_upto(q->rd, buf, n < BODY_BUF ? (size_t)n : BODY_BUF);
-        if (got <= 0)
-            return -1;
+        /* a full buffer per sink call: fewer, larger writes */
+        size_t want = n < BODY_BUF ? (size_t)n : BODY_BUF, fill = 0;
+        while (fill < want) {
+            long got = funcd_s3_read_upto(q->rd, buf + fill, want - fill);
+            if (got <= 0)
+                return -1;
+            fill += (size_t)got;
+        }
         if (h1)
-            mbedtls_sha256_update_ret(h1, (unsigned char *)buf, (size_t)got);
+            mbedtls_sha256_update_ret(h1, (unsigned char *)buf, fill);
         if (h2)
-            mbedtls_sha256_update_ret(h2, (unsigned char *)buf, (size_t)got);
-        if ((*sink_rc = sink(ctx, buf, (size_t)got)) < 0)
+            mbedtls_sha256_update_ret(h2, (unsigned char *)buf, fill);
+        if ((*sink_rc = sink(ctx, buf, fill)) < 0)
             return -2;
-        n -= (uint64_t)got;
+        n -= fill;
     }
     return 0;
 }
