@@ -81,10 +81,22 @@ static int check_cache(funcd__api_ctx *c, const cJSON *item, const void *unused)
     return FUNCD__API_CHECK_OBJECT(c, item, cache_fields);
 }
 
+/* A file of the site: a relative path without "..", and no control byte
+ * (it is named in the Ready condition and in log lines). */
+static int check_file(funcd__api_ctx *c, const cJSON *item, const void *unused)
+{
+    if (funcd__api_check_relpath(c, item, NULL) < 0)
+        return -1;
+    for (const char *p = item->valuestring; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            return funcd__api_fail(c, "must have no control characters");
+    return 0;
+}
+
 static const funcd__api_field site_fields[] = {
     {"source", 1, funcd__api_check_source, NULL},
-    {"index", 0, funcd__api_check_relpath, NULL},
-    {"notFound", 0, funcd__api_check_relpath, NULL},
+    {"index", 0, check_file, NULL},
+    {"notFound", 0, check_file, NULL},
     {"spa", 0, check_bool, NULL},
     {"hosts", 0, check_hosts, NULL},
     {"cache", 0, check_cache, NULL},

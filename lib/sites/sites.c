@@ -536,9 +536,11 @@ static void write_status(funcd_sites *s, site_rec *r)
     cJSON_AddStringToObject(cond, "lastTransitionTime",
                             os && since && strcmp(os, status) == 0 ? since : now);
     cJSON_AddItemToArray(conds, cond);
-    if (funcd_objects_put_status(s->cfg.store, site_kind(), r->ns, r->name, rev, st) < 0)
+    if (funcd_objects_put_status(s->cfg.store, site_kind(), r->ns, r->name, rev, st) < 0) {
+        char why[600];
         funcd_log(s->cfg.logger, FUNCD_LOG_DEBUG, "site %s/%s: status not written: %s", r->ns,
-                  r->name, funcd_error_last()->message);
+                  r->name, funcd_log_escape(why, sizeof(why), funcd_error_last()->message));
+    }
     cJSON_Delete(st);
     cJSON_Delete(obj);
 }
@@ -596,8 +598,9 @@ static void reconcile(funcd_sites *s, const char *key, int force)
         return;
     }
     if (rc < 0) {
+        char why[600];
         funcd_log(s->cfg.logger, FUNCD_LOG_WARN, "site %s/%s: %s", ns, name,
-                  funcd_error_last()->message);
+                  funcd_log_escape(why, sizeof(why), funcd_error_last()->message));
         return;
     }
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
@@ -629,9 +632,12 @@ static void reconcile(funcd_sites *s, const char *key, int force)
     publish(s, r, v);
     if (had_hosts && count_hosts(v) == 0)
         requeue_all(s, r);
-    if (!r->ready)
+    if (!r->ready) { /* the message names paths and what a resolver said: escaped */
+        char reason[sizeof(r->reason) * 4], message[sizeof(r->message) * 2];
         funcd_log(s->cfg.logger, FUNCD_LOG_INFO, "site %s/%s cannot be served: %s: %s", ns, name,
-                  r->reason, r->message);
+                  funcd_log_escape(reason, sizeof(reason), r->reason),
+                  funcd_log_escape(message, sizeof(message), r->message));
+    }
     write_status(s, r);
     cJSON_Delete(obj);
 }

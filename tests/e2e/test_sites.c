@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <stdarg.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -1001,6 +1002,92 @@ SV_TEST_WITH(cache_off, funcd_with_site_cache_bytes(0), NULL)
     free(a);
 }
 
+/* ---- log injection ---------------------------------------------------------------- */
+
+static pthread_mutex_t logged_lock = PTHREAD_MUTEX_INITIALIZER;
+static funcd_buf logged = FUNCD_BUF_INIT; /* every line, each ending with '\n' */
+
+static void capture_log(funcd_log_level level, const char *message, void *payload)
+{
+    pthread_mutex_lock(&logged_lock);
+    funcd_buf_append(&logged, message, strlen(message));
+    funcd_buf_append(&logged, "\n", 1);
+    pthread_mutex_unlock(&logged_lock);
+}
+
+/* 1 when a logged line has `needle`; *raw set when any line has a control
+ * byte (but the '\n' that ends it). */
+static int logged_has(const char *needle, int *raw)
+{
+    pthread_mutex_lock(&logged_lock);
+    int found = 0;
+    *raw = 0;
+    for (size_t i = 0; i < logged.len; i++)
+        if (((unsigned char)logged.data[i] < 0x20 && logged.data[i] != '\n') ||
+            logged.data[i] == 0x7f)
+            *raw = 1;
+    if (logged.data && memmem(logged.data, logged.len, needle, strlen(needle)))
+        found = 1;
+    pthread_mutex_unlock(&logged_lock);
+    return found;
+}
+
+/* What a client or a spec says never reaches a log line as it is: CR, LF
+ * and ESC in a Site's paths, Host headers and request paths are escaped
+ * (or refused) first, so nobody forges a line or steers an operator's
+ * terminal. */
+SV_TEST_WITH(log_injection, funcd_with_logger(capture_log, FUNCD_LOG_DEBUG, NULL), NULL)
+{
+    char base[256], spec[700];
+    CHECK(sv_tempdir(base, sizeof(base)) == 0);
+    /* A host path (an admin's) that does not exist: the Site is not Ready,
+     * and why is logged, with the path escaped. */
+    snprintf(spec, sizeof(spec),
+             "{\"source\":{\"path\":\"%s/gone\\r\\nfuncd: error: FORGED\\u001b[2J\"}}", base);
+    CHECK_INT(put_site(e, "POST", ADMIN_TOKEN, "inj", spec), 201);
+    CHECK(wait_site(e, "inj", "False", WAIT_MS));
+    int raw_bytes = 0;
+    int64_t deadline = e2e_now_ms() + WAIT_MS;
+    while (!logged_has("FORGED", &raw_bytes) && e2e_now_ms() < deadline)
+        env_sleep_ms(20);
+    CHECK(logged_has("gone\\r\\nfuncd: error: FORGED\\x1b[2J", &raw_bytes));
+    CHECK(!raw_bytes);
+    /* spec.index and spec.notFound with control bytes are refused. */
+    static const char *const bad[] = {"{\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"},"
+                                      "\"index\":\"a\\nb.html\"}",
+                                      "{\"source\":{\"bundle\":\"" NO_SUCH_BUNDLE "\"},"
+                                      "\"notFound\":\"x\\u001b.html\"}"};
+    for (size_t i = 0; i < 2; i++) {
+        long st = put_site(e, "POST", DEV_TOKEN, "bad", bad[i]);
+        if (st != 400)
+            FAILF("%s: HTTP %ld: %s", bad[i], st, e->r.body);
+        CHECK_CONTAINS(jstr(e->r.json, "message"), i ? "spec.notFound" : "spec.index");
+    }
+    /* Request bytes: a path with encoded CR LF ESC, a Host with ESC. */
+    char digest[80];
+    CHECK(web_bundle(e, digest) == 0);
+    snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"},\"hosts\":[\"inj.test\"]}",
+             digest);
+    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "web", spec), 201);
+    CHECK(wait_site(e, "web", "True", WAIT_MS));
+    raw_resp r;
+    CHECK(raw(e, "GET", "/site/default/web/a%0d%0aFORGED2%1b[2J", NULL, &r) == 0);
+    CHECK_INT(r.status, 404);
+    raw_free(&r);
+    CHECK(raw(e, "GET", "/%0d%0aFORGED3%1b[2J", "Host: inj.test\r\n", &r) == 0);
+    CHECK_INT(r.status, 404);
+    raw_free(&r);
+    CHECK(raw(e, "GET", "/site/x%0d%0aFORGED4/y/", NULL, &r) == 0);
+    CHECK_INT(r.status, 404);
+    raw_free(&r);
+    if (raw(e, "GET", "/", "Host: inj\x1b[2J.test\r\n", &r) == 0) {
+        CHECK(r.status == 400 || r.status == 404);
+        raw_free(&r);
+    }
+    CHECK(!logged_has("FORGED2", &raw_bytes) || !raw_bytes);
+    CHECK(!raw_bytes);
+}
+
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int sh(const char *fmt, ...)
 {
@@ -1101,6 +1188,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, big_files);
     SV_RUN(only, ran, cache_budget);
     SV_RUN(only, ran, cache_off);
+    SV_RUN(only, ran, log_injection);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no case %s\n", only);
