@@ -123,10 +123,21 @@ static void client_unref(funcd_egress_client *c)
     free(c);
 }
 
-static void fn_log(funcd_egress *eg, funcd_egress_client *c, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* The invocation client `c`'s worker runs now, when exactly one: into
+ * `out` (40 bytes); else "". */
+static void invocation_now(funcd_egress *eg, funcd_egress_client *c, char *out, size_t len)
+{
+    out[0] = '\0';
+    if (eg->cfg.invocation_of &&
+        !eg->cfg.invocation_of(eg->cfg.fn_log_payload, c->ns, c->fn, c->replica, out, len))
+        out[0] = '\0';
+}
 
-static void fn_log(funcd_egress *eg, funcd_egress_client *c, const char *fmt, ...)
+static void fn_log(funcd_egress *eg, funcd_egress_client *c, const char *invocation,
+                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void fn_log(funcd_egress *eg, funcd_egress_client *c, const char *invocation,
+                   const char *fmt, ...)
 {
     if (!eg->cfg.fn_log)
         return;
@@ -135,7 +146,8 @@ static void fn_log(funcd_egress *eg, funcd_egress_client *c, const char *fmt, ..
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    eg->cfg.fn_log(eg->cfg.fn_log_payload, c->ns, c->fn, c->replica, line);
+    eg->cfg.fn_log(eg->cfg.fn_log_payload, c->ns, c->fn, c->replica,
+                   invocation && invocation[0] ? invocation : NULL, line);
 }
 
 /* ---- proxy connections --------------------------------------------------- */
@@ -160,6 +172,7 @@ struct conn {
     relay_dir *dirs;              /* [0] up (worker -> destination), [1] down */
     char addr[INET6_ADDRSTRLEN + 8];
     char rule[160];
+    char invocation[40]; /* the worker's one invocation when the connection came, or "" */
 };
 
 static void dir_close(relay_dir *d);
@@ -201,10 +214,11 @@ static void audit(conn *c, int allowed)
     funcd_egress *eg = c->cl->eg;
     const char *dest = c->req.host[0] ? c->req.host : "-";
     funcd_log(eg->cfg.logger, FUNCD_LOG_INFO,
-              "egress: decision=%s namespace=%s function=%s replica=%s method=%s "
+              "egress: decision=%s namespace=%s function=%s replica=%s%s%s method=%s "
               "destination=%s:%u address=%s bytes_up=%llu bytes_down=%llu duration_ms=%llu "
               "rule=\"%s\"",
               allowed ? "allow" : "deny", c->cl->ns, c->cl->fn, c->cl->replica,
+              c->invocation[0] ? " invocation=" : "", c->invocation,
               c->req.connect ? "CONNECT" : "HTTP", dest, c->req.port,
               c->addr[0] ? c->addr : "-", (unsigned long long)c->bytes_up,
               (unsigned long long)c->bytes_down,
@@ -270,7 +284,8 @@ static void deny(conn *c)
     funcd_egress *eg = c->cl->eg;
     c->state = S_DENIED;
     audit(c, 0);
-    fn_log(eg, c->cl, "funcd egress: denied %s %s:%u: %s (EgressPolicy of namespace %s)",
+    fn_log(eg, c->cl, c->invocation,
+           "funcd egress: denied %s %s:%u: %s (EgressPolicy of namespace %s)",
            c->req.connect ? "CONNECT" : "HTTP", c->req.host, c->req.port, c->rule, c->cl->ns);
     char body[512];
     snprintf(body, sizeof(body),
@@ -288,9 +303,10 @@ static void fail_upstream(conn *c, int status, const char *what)
     c->state = S_DENIED;
     if (allowed_before)
         funcd_log(eg->cfg.logger, FUNCD_LOG_INFO,
-                  "egress: decision=error namespace=%s function=%s replica=%s destination=%s:%u "
-                  "address=%s reason=\"%s\"",
-                  c->cl->ns, c->cl->fn, c->cl->replica, c->req.host, c->req.port,
+                  "egress: decision=error namespace=%s function=%s replica=%s%s%s "
+                  "destination=%s:%u address=%s reason=\"%s\"",
+                  c->cl->ns, c->cl->fn, c->cl->replica, c->invocation[0] ? " invocation=" : "",
+                  c->invocation, c->req.host, c->req.port,
                   c->addr[0] ? c->addr : "-", what);
     char body[512];
     snprintf(body, sizeof(body), "funcd egress: %s:%u: %s\n", c->req.host, c->req.port, what);
@@ -692,6 +708,7 @@ static void on_proxy_accept(struct evconnlistener *l, evutil_socket_t fd, struct
     c->cl = cl;
     cl->refs++;
     c->down_fd = c->up_fd = -1;
+    invocation_now(eg, cl, c->invocation, sizeof(c->invocation));
     c->start_ms = c->last_ms = now_ms();
     c->next = eg->conns;
     if (eg->conns)
@@ -975,8 +992,11 @@ static void dns_handle(funcd_egress_client *cl, dns_tcp *tcp, const struct socka
         funcd_log(eg->cfg.logger, FUNCD_LOG_DEBUG,
                   "egress: dns decision=deny namespace=%s function=%s name=%s qtype=%u",
                   cl->ns, cl->fn, q.name, q.qtype);
-        fn_log(eg, cl, "funcd egress: DNS %s: NXDOMAIN, no rule of namespace %s's EgressPolicies "
-                       "allows this name",
+        char inv[40];
+        invocation_now(eg, cl, inv, sizeof(inv));
+        fn_log(eg, cl, inv,
+               "funcd egress: DNS %s: NXDOMAIN, no rule of namespace %s's EgressPolicies "
+               "allows this name",
                q.name[0] ? q.name : ".", cl->ns);
         dns_reply(cl, tcp, peer, peer_len, out,
                   funcd_egress_dns_error(msg, len, &q, 3, out, sizeof(out)));

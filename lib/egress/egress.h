@@ -32,10 +32,15 @@ typedef struct funcd_egress funcd_egress;
 typedef struct funcd_egress_client funcd_egress_client;
 typedef struct funcd_metrics_egress funcd_metrics_egress;
 
-/* A line for the Function's own logs (stderr of `replica`), from the
- * gateway's thread; must be quick. */
+/* A line for the Function's own logs (stderr of `replica`, of invocation
+ * `invocation` or NULL), from the gateway's thread; must be quick. */
 typedef void (*funcd_egress_fn_log)(void *payload, const char *ns, const char *fn,
-                                    const char *replica, const char *line);
+                                    const char *replica, const char *invocation,
+                                    const char *line);
+/* The invocation `replica` of Function ns/fn runs now, when it runs exactly
+ * one (its id into `out`): 1; else 0. From the gateway's thread. */
+typedef int (*funcd_egress_invocation_of)(void *payload, const char *ns, const char *fn,
+                                          const char *replica, char *out, size_t len);
 
 typedef struct funcd_egress_config {
     /* The resolver names are sent to: "ip", "ip:port" or "[v6]:port"; NULL
@@ -45,7 +50,9 @@ typedef struct funcd_egress_config {
     unsigned idle_timeout_ms;    /* 0: 5 min without a byte either way */
     const funcd_logger *logger;  /* audit lines (INFO) and troubles; NULL: stderr */
     funcd_egress_fn_log fn_log;  /* NULL: none */
-    void *fn_log_payload;
+    /* NULL: audit lines and denials name no invocation */
+    funcd_egress_invocation_of invocation_of;
+    void *fn_log_payload; /* of both */
     funcd_metrics_egress *metrics; /* NULL: not counted */
 } funcd_egress_config;
 

@@ -21,9 +21,11 @@ typedef struct egress_svc {
     char *platform[4];
     char *resolv; /* the workers' /etc/resolv.conf on the host */
     funcd_egress *eg;
-    pthread_mutex_t lock; /* logs, logs_payload */
+    pthread_mutex_t lock; /* logs, logs_payload, invocations, inv_payload */
     funcd_egress_logs_of logs;
     void *logs_payload;
+    funcd_egress_invocation_of invocations;
+    void *inv_payload;
 } egress_svc;
 
 typedef struct plan_state {
@@ -32,7 +34,7 @@ typedef struct plan_state {
 } plan_state;
 
 static void fn_log(void *payload, const char *ns, const char *fn, const char *replica,
-                   const char *line)
+                   const char *invocation, const char *line)
 {
     egress_svc *s = payload;
     pthread_mutex_lock(&s->lock);
@@ -43,11 +45,32 @@ static void fn_log(void *payload, const char *ns, const char *fn, const char *re
         funcd_log_line l = {.time_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
                             .replica = replica,
                             .stream = 2,
+                            .invocation_id = invocation,
                             .line = line,
                             .len = strlen(line)};
         funcd_log_ring_append(r, &l);
         funcd_log_ring_unref(r);
     }
+    pthread_mutex_unlock(&s->lock);
+}
+
+static int invocation_of(void *payload, const char *ns, const char *fn, const char *replica,
+                         char *out, size_t len)
+{
+    egress_svc *s = payload;
+    pthread_mutex_lock(&s->lock);
+    int found = s->invocations && s->invocations(s->inv_payload, ns, fn, replica, out, len);
+    pthread_mutex_unlock(&s->lock);
+    return found;
+}
+
+void funcd_egress_netsvc_set_invocations(funcd_netsvc *svc, funcd_egress_invocation_of fn,
+                                         void *payload)
+{
+    egress_svc *s = (egress_svc *)svc;
+    pthread_mutex_lock(&s->lock);
+    s->invocations = fn;
+    s->inv_payload = payload;
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -107,6 +130,7 @@ static int start(egress_svc *s)
         .dns_upstream = s->dns_upstream,
         .logger = s->cfg.logger,
         .fn_log = fn_log,
+        .invocation_of = invocation_of,
         .fn_log_payload = s,
         .metrics = s->cfg.metrics,
     };

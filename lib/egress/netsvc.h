@@ -36,6 +36,11 @@ funcd_netsvc *funcd_egress_netsvc_new(const funcd_egress_netsvc_config *cfg);
  * being written. */
 typedef funcd_log_ring *(*funcd_egress_logs_of)(void *payload, const char *ns, const char *fn);
 void funcd_egress_netsvc_set_logs(funcd_netsvc *svc, funcd_egress_logs_of logs, void *payload);
+/* Where the audit lines and denials learn the invocation a worker runs:
+ * a function (funcd_serving_invocation_of's shape) or NULL to stop;
+ * returns once no call is being made. */
+void funcd_egress_netsvc_set_invocations(funcd_netsvc *svc, funcd_egress_invocation_of fn,
+                                         void *payload);
 /* Stops the gateway (after serving released every worker and version). */
 void funcd_egress_netsvc_free(funcd_netsvc *svc);
 

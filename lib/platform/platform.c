@@ -591,6 +591,15 @@ static funcd_log_ring *egress_logs_of(void *payload, const char *ns, const char 
     return funcd_serving_logs(p->serving, ns, fn);
 }
 
+/* The one invocation a replica runs, for the egress gateway's audit lines
+ * (any thread). */
+static int egress_invocation_of(void *payload, const char *ns, const char *fn,
+                                const char *replica, char *out, size_t len)
+{
+    funcd_platform *p = payload;
+    return funcd_serving_invocation_of(p->serving, ns, fn, replica, out, len);
+}
+
 static int build(funcd_platform *p)
 {
     int rc = complete_config(&p->cfg);
@@ -763,6 +772,7 @@ static int build(funcd_platform *p)
     if ((rc = funcd_serving_new(&p->serving, &sc)) < 0)
         return rc;
     funcd_egress_netsvc_set_logs(p->egress, egress_logs_of, p);
+    funcd_egress_netsvc_set_invocations(p->egress, egress_invocation_of, p);
     funcd_metrics_set_gauge_source(p->metrics, funcd_serving_gauges, p->serving);
     if ((rc = funcd_invoker_new(&p->invoker, p->base, p->serving, &p->cfg.logger)) < 0)
         return rc;
@@ -905,8 +915,10 @@ static void teardown(funcd_platform *p)
     funcd_otlp_stop_metrics(p->otlp); /* its collections read serving's gauges too */
     if (p->metrics) /* the gateway has stopped: nothing collects any more */
         funcd_metrics_set_gauge_source(p->metrics, NULL, NULL);
-    if (p->egress) /* its denials stop going into the functions' logs */
+    if (p->egress) { /* its denials stop going into the functions' logs */
         funcd_egress_netsvc_set_logs(p->egress, NULL, NULL);
+        funcd_egress_netsvc_set_invocations(p->egress, NULL, NULL);
+    }
     funcd_serving_free(p->serving);
     funcd_egress_netsvc_free(p->egress); /* after serving let go of every worker */
     p->egress = NULL;

@@ -96,6 +96,8 @@ typedef struct worker_ctx {
     int claimed_spare;       /* it is a claimed spare, not ready yet */
     struct funcd_localapi_socket *api; /* its local API socket, or NULL */
     void *svc[FUNCD_NETSVC_MAX];       /* its launch's services' handles, or NULLs */
+    launch *svc_ln;                    /* set while on s->svc_workers */
+    struct worker_ctx *svc_prev, *svc_next;
 } worker_ctx;
 
 /* A generic interpreter worker started ahead of need (node takes ~30 ms to
@@ -130,6 +132,8 @@ struct funcd_serving {
     } refill[GENERIC_KINDS];
     int closing;
     int respec; /* the function being applied got a new spec: re-resolve tags and refs */
+    pthread_mutex_t svc_lock;      /* svc_workers, for funcd_serving_invocation_of */
+    worker_ctx *svc_workers;       /* workers with netsvc services */
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -957,12 +961,35 @@ static void on_worker_listening(funcd_worker_ctx *w, void *data, const int *fds,
         wc->svc[i] = svc->attach(svc, ln->svc[i].plan.state, w->replica, fds + off, k);
         off += k;
     }
+    if (ln->n_svc && !wc->svc_ln) {
+        funcd_serving *s = ln->s;
+        pthread_mutex_lock(&s->svc_lock);
+        wc->svc_ln = ln;
+        wc->svc_prev = NULL;
+        wc->svc_next = s->svc_workers;
+        if (s->svc_workers)
+            s->svc_workers->svc_prev = wc;
+        s->svc_workers = wc;
+        pthread_mutex_unlock(&s->svc_lock);
+    }
 }
 
 static void on_worker_dispose(funcd_worker_ctx *w, void *data, void *payload)
 {
     worker_ctx *wc = data;
     launch *ln = payload;
+    if (wc->svc_ln) {
+        funcd_serving *s = wc->svc_ln->s;
+        pthread_mutex_lock(&s->svc_lock);
+        if (wc->svc_prev)
+            wc->svc_prev->svc_next = wc->svc_next;
+        else
+            s->svc_workers = wc->svc_next;
+        if (wc->svc_next)
+            wc->svc_next->svc_prev = wc->svc_prev;
+        wc->svc_ln = NULL;
+        pthread_mutex_unlock(&s->svc_lock);
+    }
     for (size_t i = 0; i < ln->n_svc; i++)
         if (wc->svc[i]) {
             ln->svc[i].svc->detach(ln->svc[i].svc, wc->svc[i]);
@@ -1415,6 +1442,27 @@ funcd_log_ring *funcd_serving_logs(funcd_serving *s, const char *ns, const char 
     return r;
 }
 
+int funcd_serving_invocation_of(funcd_serving *s, const char *ns, const char *name,
+                                const char *replica, char *out, size_t len)
+{
+    int found = 0;
+    pthread_mutex_lock(&s->svc_lock);
+    for (worker_ctx *wc = s->svc_workers; wc; wc = wc->svc_next) {
+        if (strcmp(wc->pub.replica, replica) != 0 || strcmp(wc->svc_ln->name, name) != 0 ||
+            strcmp(wc->svc_ln->ns, ns) != 0)
+            continue;
+        pthread_mutex_lock(&wc->pub.invocation_lock);
+        if (wc->pub.in_flight == 1 && wc->pub.invocation_solo && wc->pub.invocation[0]) {
+            snprintf(out, len, "%s", wc->pub.invocation);
+            found = 1;
+        }
+        pthread_mutex_unlock(&wc->pub.invocation_lock);
+        break;
+    }
+    pthread_mutex_unlock(&s->svc_lock);
+    return found;
+}
+
 funcd_fn_target *funcd_serving_route(funcd_serving *s, const char *ns, const char *name,
                                      uint64_t *timeout_ms, int *known)
 {
@@ -1453,6 +1501,7 @@ int funcd_serving_new(funcd_serving **out, const funcd_serving_config *cfg)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the serving layer");
     s->cfg = *cfg;
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->svc_lock, NULL);
     s->shim_dir = strdup(cfg->shim_dir ? cfg->shim_dir : "");
     if (asprintf(&s->run_dir, "%s/run", cfg->state_dir) < 0)
         s->run_dir = NULL;
@@ -1545,6 +1594,7 @@ void funcd_serving_free(funcd_serving *s)
     if (s->run_dir)
         rmdir(s->run_dir);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->svc_lock);
     free(s->shim_dir);
     free(s->run_dir);
     free(s->cache_dir);

@@ -69,6 +69,7 @@ typedef struct funcd_serving_worker {
     pthread_mutex_t invocation_lock;
     char invocation[40]; /* the request in flight (or the last one), for log lines without an id */
     unsigned in_flight;
+    int invocation_solo; /* `invocation` is the only request in flight since it began */
     int64_t ended_ms;    /* when the last request ended (monotonic) */
     /* Set once the process is gone (any thread may look; the two strings are
      * final once it is): what the callers of requests it took are told. */
@@ -105,6 +106,13 @@ void funcd_serving_refuse(funcd_serving *s, const char *ns, const char *name, co
 void funcd_serving_remove(funcd_serving *s, const char *ns, const char *name);
 /* The function's log ring (a reference: unref it), or NULL. Any thread. */
 funcd_log_ring *funcd_serving_logs(funcd_serving *s, const char *ns, const char *name);
+
+/* The invocation replica `replica` of Function ns/name runs now, when it
+ * runs exactly one and has run no other since that one began (its id into
+ * `out`): 1; else 0. Read-only, for the egress gateway's audit lines (only
+ * replicas with netsvc services are looked at). Any thread. */
+int funcd_serving_invocation_of(funcd_serving *s, const char *ns, const char *name,
+                                const char *replica, char *out, size_t len);
 
 /* Where an internal invocation of `ns`/`name` goes (lib/invoke): the
  * function's current target, a reference (unref it), or NULL with `*known`

@@ -130,6 +130,9 @@ void funcd_slot_begin(funcd_slot *slot, const char *invocation_id)
         size_t n = invocation_id ? strnlen(invocation_id, sizeof(w->invocation) - 1) : 0;
         memcpy(w->invocation, invocation_id ? invocation_id : "", n);
         w->invocation[n] = '\0';
+        w->invocation_solo = 1;
+    } else {
+        w->invocation_solo = 0; /* which one ends first is not known */
     }
     pthread_mutex_unlock(&w->invocation_lock);
 }

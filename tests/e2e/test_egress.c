@@ -335,6 +335,19 @@ static int logs_have(env *e, const char *name, const char *needle)
     return 0;
 }
 
+/* The function's logs of invocation `id` contain `needle` (within 10 s). */
+static int invocation_logs_have(env *e, const char *name, const char *id, const char *needle)
+{
+    char path[320];
+    snprintf(path, sizeof(path), NS("default") "/functions/%s/logs?invocation=%s", name, id);
+    for (int i = 0; i < 100; i++) {
+        if (REQ("GET", path, DEV_TOKEN, NULL) == 200 && e->r.body && strstr(e->r.body, needle))
+            return 1;
+        env_sleep_ms(100);
+    }
+    return 0;
+}
+
 /* What every runtime must show (issue 19's list), on function `fn`. */
 static void check_policy(env *e, const char *fn)
 {
@@ -370,8 +383,12 @@ static void check_policy(env *e, const char *fn)
     snprintf(cases[2], 128, "host=127.0.0.3&port=%u", o3.port);
     snprintf(cases[3], 128, "host=127.0.0.1&port=%.*s&direct=1", (int)strcspn(cp, "/"), cp);
     snprintf(cases[4], 128, "host=169.254.169.254&port=80");
+    char denied_inv[64] = "";
     for (int i = 0; i < 5; i++) {
         CHECK_INT(call(e, fn, "op=get&%s&path=/x", cases[i]), 200);
+        if (i == 1) /* the only invocation its worker ran: its denial names it */
+            snprintf(denied_inv, sizeof(denied_inv), "%s",
+                     sv_header(&e->r, "x-funcd-invocation-id"));
         if (jnum(e->r.json, "status") != 403)
             FAILF("%s: %.500s", cases[i], e->r.body);
         CHECK_CONTAINS(jstr(e->r.json, "body"), "funcd egress:");
@@ -379,6 +396,8 @@ static void check_policy(env *e, const char *fn)
     }
     CHECK_INT(atomic_load(&o3.requests), 0);
     CHECK(logs_have(e, fn, "funcd egress: denied HTTP other.test"));
+    CHECK(denied_inv[0]);
+    CHECK(invocation_logs_have(e, fn, denied_inv, "funcd egress: denied HTTP other.test"));
     CHECK(logs_have(e, fn, "funcd egress: denied HTTP 169.254.169.254:80"));
     CHECK(REQ("GET", "/metrics", ADMIN_TOKEN, NULL) == 200);
     char series[256];

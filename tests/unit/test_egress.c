@@ -436,11 +436,11 @@ static void add_line(lines *l, const char *s)
     pthread_mutex_unlock(&l->lock);
 }
 
-/* Whether a line containing every one of the (NULL-terminated) words came
- * within 10 s. */
-static int saw(lines *l, const char *a, const char *b, const char *c)
+/* Whether a line containing every one of the words (b, c may be NULL)
+ * came within `tries` * 10 ms. */
+static int saw_n(lines *l, const char *a, const char *b, const char *c, int tries)
 {
-    for (int i = 0; i < 1000; i++) {
+    for (int i = 0; i < tries; i++) {
         pthread_mutex_lock(&l->lock);
         int found = 0;
         if (l->text.data) {
@@ -462,6 +462,12 @@ static int saw(lines *l, const char *a, const char *b, const char *c)
     return 0;
 }
 
+/* ... within 10 s. */
+static int saw(lines *l, const char *a, const char *b, const char *c)
+{
+    return saw_n(l, a, b, c, 1000);
+}
+
 static void on_log(funcd_log_level level, const char *message, void *payload)
 {
     if (strncmp(message, "egress:", 7) == 0)
@@ -469,11 +475,35 @@ static void on_log(funcd_log_level level, const char *message, void *payload)
 }
 
 static void on_fn_log(void *payload, const char *ns, const char *fn, const char *replica,
-                      const char *line)
+                      const char *invocation, const char *line)
 {
     char l[1024];
-    snprintf(l, sizeof(l), "%s/%s/%s %s", ns, fn, replica, line);
+    snprintf(l, sizeof(l), "%s/%s/%s [%s] %s", ns, fn, replica, invocation ? invocation : "-",
+             line);
     add_line(&fn_lines, l);
+}
+
+/* The invocation worker fn-1 runs now, as serving would tell ("": none or
+ * several). */
+static pthread_mutex_t inv_lock = PTHREAD_MUTEX_INITIALIZER;
+static char inv_now[40];
+
+static int on_invocation_of(void *payload, const char *ns, const char *fn, const char *replica,
+                            char *out, size_t len)
+{
+    pthread_mutex_lock(&inv_lock);
+    int found = inv_now[0] && strcmp(replica, "fn-1") == 0 && strcmp(fn, "fn") == 0;
+    if (found)
+        snprintf(out, len, "%s", inv_now);
+    pthread_mutex_unlock(&inv_lock);
+    return found;
+}
+
+static void set_invocation(const char *id)
+{
+    pthread_mutex_lock(&inv_lock);
+    snprintf(inv_now, sizeof(inv_now), "%s", id);
+    pthread_mutex_unlock(&inv_lock);
 }
 
 static int connect_to(uint16_t port)
@@ -588,7 +618,8 @@ TEST(test_gateway)
     funcd_logger lg = {on_log, FUNCD_LOG_DEBUG, NULL};
     funcd_metrics_egress *m = funcd_metrics_egress_new();
     funcd_egress_config cfg = {.dns_upstream = upstream, .connect_timeout_ms = 5000,
-                               .logger = &lg, .fn_log = on_fn_log, .metrics = m};
+                               .logger = &lg, .fn_log = on_fn_log,
+                               .invocation_of = on_invocation_of, .metrics = m};
     funcd_egress *eg = NULL;
     CHECK_INT(funcd_egress_new(&eg, &cfg), 0);
     /* The platform's control plane, as the gateway is told of it. */
@@ -623,6 +654,8 @@ TEST(test_gateway)
     free(r);
     CHECK(saw(&audit_lines, "decision=allow", "destination=allowed.test", "address=127.0.0.2"));
     CHECK(saw(&audit_lines, "function=fn", "namespace=team", "bytes_down="));
+    /* no invocation known (none, or several, in flight): none named */
+    CHECK(!saw_n(&audit_lines, "destination=allowed.test", "invocation=", NULL, 1));
     char target[64];
     snprintf(target, sizeof(target), "allowed.test:%u", o2.port);
     r = tunnel(proxy_port, target, "GET /tls HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -669,6 +702,16 @@ TEST(test_gateway)
         CHECK(saw(&fn_lines, "team/fn/fn-1", host, NULL));
     }
     CHECK(saw(&audit_lines, "decision=deny", "meta", NULL) || 1);
+    /* the worker runs one invocation: the audit line and its log line name it */
+    set_invocation("inv-77");
+    snprintf(req, sizeof(req), "GET http://other.test:%u/during HTTP/1.1\r\n\r\n", o2.port);
+    r = through(proxy_port, req);
+    CHECK_CONTAINS(r, "HTTP/1.1 403 Forbidden");
+    free(r);
+    set_invocation("");
+    CHECK(saw(&audit_lines, "decision=deny", "replica=fn-1 invocation=inv-77 method=HTTP",
+              "destination=other.test"));
+    CHECK(saw(&fn_lines, "team/fn/fn-1 [inv-77]", "denied HTTP other.test", NULL));
     CHECK_INT(atomic_load(&o3.requests), 0);
 
     /* DNS: allowed names forwarded, others NXDOMAIN, over UDP and TCP */
@@ -764,7 +807,7 @@ TEST(test_gateway)
     funcd_metrics_text(reg, NULL, NULL, &mt);
     funcd_buf_puts(&mt, "");
     CHECK_CONTAINS(mt.data, "funcd_egress_connections_total{namespace=\"team\",function=\"fn\","
-                            "decision=\"denied\"} 13");
+                            "decision=\"denied\"} 14");
     CHECK_CONTAINS(mt.data, "funcd_egress_dns_queries_total{namespace=\"team\",function=\"fn\","
                             "decision=\"denied\"} 3");
     funcd_metrics_set_egress(reg, NULL);
