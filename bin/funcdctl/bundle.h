@@ -35,4 +35,13 @@ typedef void (*ctl_bundle_warn_fn)(const char *message, void *payload);
 int ctl_bundle_pack(const char *dir, size_t max_bytes, funcd_buf *out, ctl_bundle_stats *stats,
                     ctl_bundle_warn_fn warn, void *payload, funcd_buf *err);
 
+struct ctl_ctx;
+struct ctl_client;
+
+/* POSTs the tar.gz to the namespace's bundles (deploy, deploy-site): 0 with
+ * *digest (malloc()ed) the bundle's sha256 digest, or an exit status (the
+ * error reported). */
+int ctl_bundle_upload(struct ctl_ctx *ctx, struct ctl_client *client, const funcd_buf *tgz,
+                      char **digest);
+
 #endif

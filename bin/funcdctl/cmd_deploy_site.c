@@ -110,34 +110,6 @@ static int read_site(ctl_ctx *ctx, ctl_client *client, const char *name, cJSON *
     return rc;
 }
 
-static int upload(ctl_ctx *ctx, ctl_client *client, const funcd_buf *tgz, char **digest)
-{
-    char *path = ctl_api_path(client, ctx->ns, "bundles", NULL, NULL);
-    ctl_response resp = CTL_RESPONSE_INIT;
-    cJSON *answer = NULL;
-    int rc;
-    if (!path)
-        rc = ctl_fail("out of memory");
-    else if (ctl_request_body(client, "POST", path, "application/gzip", tgz->data, tgz->len,
-                              &resp) != 0)
-        rc = CTL_EXIT_ERROR;
-    else if (resp.code != 200 && resp.code != 201)
-        rc = ctl_report_status(client, &resp, "uploading the bundle", ctx->ns);
-    else if (!(answer = ctl_response_json(client, &resp)))
-        rc = CTL_EXIT_ERROR;
-    else {
-        const char *d = ctl_get_string(answer, "digest");
-        *digest = d && funcd_has_prefix(d, "sha256:") ? funcd_strdup(d) : NULL;
-        rc = *digest ? 0
-                     : ctl_fail("%s accepted the bundle but its answer names no sha256 digest",
-                                ctl_client_server(client));
-    }
-    cJSON_Delete(answer);
-    ctl_response_free(&resp);
-    free(path);
-    return rc;
-}
-
 static int replace(cJSON *obj, const char *key, cJSON *v)
 {
     if (!v)
@@ -237,7 +209,7 @@ static int deploy(ctl_ctx *ctx, ctl_client *client, const site_opts *o)
     else if (stats.files == 0)
         rc = ctl_fail("%s holds no files to deploy (symlinks and .git are left out)", o->dir);
     if (rc == 0)
-        rc = upload(ctx, client, &tgz, &digest);
+        rc = ctl_bundle_upload(ctx, client, &tgz, &digest);
     if (rc == 0)
         rc = read_site(ctx, client, o->name, &current);
     if (rc == 0 && !(site = build_site(ctx, o, current, digest)))
