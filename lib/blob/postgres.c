@@ -201,7 +201,7 @@ typedef struct pg_writer {
     funcd_blob_writer base;
     pg_blob *p;
     char *key;
-    char skey[STAGE_KEY_LEN];
+    char skey[STAGE_KEY_LEN + 1]; /* and the NUL snprintf writes */
     unsigned char *buf; /* the chunk being filled */
     size_t fill;
     uint64_t size;  /* bytes written */
@@ -297,10 +297,24 @@ static int commit_locked(pg_writer *w)
     int l[] = {(int)strlen(w->key), 8};
     const char *mv[] = {w->key, w->skey};
     int ml[] = {(int)strlen(w->key), (int)STAGE_KEY_LEN};
+    PGresult *moved = NULL;
     if ((rc = run(p, S_HEAD_UPSERT, 2, v, l, "put", w->key)) < 0 ||
         (rc = run(p, S_CHUNKS_DELETE, 1, v, l, "put", w->key)) < 0 ||
-        (rc = run(p, S_STAGE_MOVE, 2, mv, ml, "put", w->key)) < 0 ||
-        (rc = funcd_pg_conn_exec(&p->db, "COMMIT", "put", w->key)) < 0) {
+        !(moved = funcd_pg_conn_run(&p->db, stmt[S_STAGE_MOVE].name, 2, mv, ml, "put", w->key,
+                                    &rc))) {
+        rollback(p);
+        return rc;
+    }
+    /* Every staged chunk, or nothing: a chunk swept meanwhile would publish
+     * a short object under the full size. */
+    long n = strtol(PQcmdTuples(moved), NULL, 10);
+    PQclear(moved);
+    if (n != (long)w->chunks) {
+        rollback(p);
+        return funcd_error_set(FUNCD_EIO, "blob: put of \"%s\": %ld of its %ld staged chunks "
+                               "were left; nothing was stored", w->key, n, (long)w->chunks);
+    }
+    if ((rc = funcd_pg_conn_exec(&p->db, "COMMIT", "put", w->key)) < 0) {
         rollback(p);
         return rc;
     }
@@ -571,7 +585,7 @@ static int bootstrap(pg_blob *p)
         return rc;
     }
     /* Chunks a writer staged a day ago belong to a crashed funcd. */
-    char lo[STAGE_KEY_LEN], hi[STAGE_KEY_LEN];
+    char lo[STAGE_KEY_LEN + 1], hi[STAGE_KEY_LEN + 1];
     stage_prefix(lo, 0);
     stage_prefix(hi, funcd_now_ms() - STAGE_MAX_AGE_MS);
     const char *v[] = {lo, hi};

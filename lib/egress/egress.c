@@ -40,6 +40,7 @@
 
 #define RELAY_MIN (64u << 10)    /* a relay buffer's first size, each way */
 #define RELAY_MAX (4u << 20)     /* and its largest (a bulk transfer) */
+#define RELAY_BUDGET (256u << 20) /* all relay buffers beyond their first size, together */
 #define MAX_READ (256u << 10)    /* per read() of a bufferevent (before relaying) */
 #define HEAD_TIMEOUT_S 30        /* to send a request head */
 #define DNS_TIMEOUT_S 3          /* an upstream DNS answer */
@@ -88,6 +89,7 @@ struct funcd_egress {
 
     funcd_egress_client *clients; /* gateway thread */
     conn *conns;
+    size_t relay_grown; /* bytes of relay buffers beyond RELAY_MIN (gateway thread) */
     dns_tcp *dns_conns;
     struct dns_query *queries;
 
@@ -347,6 +349,8 @@ static void dir_close_one(relay_dir *d)
     if (d->wr)
         event_free(d->wr);
     d->rd = d->wr = NULL;
+    if (d->buf && d->cap > RELAY_MIN)
+        d->c->cl->eg->relay_grown -= d->cap - RELAY_MIN;
     free(d->buf);
     d->buf = NULL;
 }
@@ -368,14 +372,20 @@ static int dir_flush(relay_dir *d)
         d->off += (size_t)n;
     }
     d->off = d->len = 0;
-    if (d->grow_to > d->cap) { /* empty: a new buffer, nothing to copy */
+    funcd_egress *eg = d->c->cl->eg;
+    /* Empty: a new buffer, nothing to copy; while all connections' growth
+     * stays within RELAY_BUDGET (a tenant's idle tunnels must not pin
+     * the process' memory). */
+    if (d->grow_to > d->cap && eg->relay_grown + (d->grow_to - d->cap) <= RELAY_BUDGET) {
         char *bigger = malloc(d->grow_to);
         if (bigger) {
             free(d->buf);
             d->buf = bigger;
+            eg->relay_grown += d->grow_to - d->cap;
             d->cap = d->grow_to;
         }
     }
+    d->grow_to = 0;
     return 1;
 }
 
@@ -449,6 +459,7 @@ static int dir_open(conn *c, relay_dir *d, int src, int dst, struct evbuffer *pe
         d->cap *= 2;
     if (!(d->buf = malloc(d->cap)))
         return -1;
+    eg->relay_grown += d->cap - RELAY_MIN;
     if (head)
         memcpy(d->buf, first->data, head);
     if (rest && evbuffer_remove(pending, d->buf + head, rest) != (int)rest)
@@ -953,11 +964,15 @@ static void lookup_start(conn *c)
         uint8_t msg[DNS_MAX];
         size_t ml = funcd_egress_dns_query(q.name, q.qtype, id, msg, sizeof(msg));
         q.id = id;
-        dns_query *x = ml ? upstream_ask(c->cl, msg, ml, &q) : NULL;
+        /* The proxy's questions count against the worker's cap too. */
+        dns_query *x = ml && c->cl->queries < DNS_MAX_WAITING ? upstream_ask(c->cl, msg, ml, &q)
+                                                              : NULL;
         if (!x) {
             lookup_done(c, i, NULL);
             continue;
         }
+        x->counted = 1;
+        c->cl->queries++;
         x->conn = c;
         x->slot = i;
         c->lookups[i] = x;

@@ -421,6 +421,21 @@ static void load_bindings(request *q, const cJSON *fn)
 }
 
 /* Checks the signature; fills q->ns/name/bindings/key. 0, or -1 answered. */
+/* A key that names no Function, or one revoked. On the shared endpoint
+ * nobody has proven anything yet: every such key gets S3's one answer, so
+ * that the endpoint tells no tenant which Functions of another exist or
+ * were created again (the reason goes to funcd's debug log). A worker's
+ * own listener is its Function's: it is told why. */
+static int refuse_key(request *q, const char *why)
+{
+    if (q->c->ns)
+        return s3_error(q, "InvalidAccessKeyId", "function %s/%s: %s", q->ns, q->name, why);
+    funcd_log(q->c->s3->logger, FUNCD_LOG_DEBUG, "s3: key of function %s/%s refused: %s",
+              q->ns, q->name, why);
+    return s3_error(q, "InvalidAccessKeyId",
+                    "The AWS Access Key Id you provided does not exist in our records.");
+}
+
 static int authenticate(request *q)
 {
     const char *code;
@@ -455,18 +470,16 @@ static int authenticate(request *q)
     int rc = funcd_objects_get(q->c->s3->store, funcd_kind_by_kind("Function"), q->ns, q->name,
                                &fn, NULL);
     if (rc == FUNCD_ENOTFOUND)
-        return s3_error(q, "InvalidAccessKeyId", "function %s/%s does not exist", q->ns, q->name);
+        return refuse_key(q, "function does not exist");
     if (rc < 0)
         return s3_error(q, "ServiceUnavailable", "%s", funcd_error_last()->message);
     char akid[160], secret[48];
     rc = funcd_s3_credentials(q->c->s3, fn, akid, secret);
     if (rc == 0 && strcmp(akid, a->akid) != 0) {
         cJSON_Delete(fn);
-        return s3_error(q, "InvalidAccessKeyId",
-                        "this access key of function %s/%s was revoked: the Function was created "
-                        "again or its spec.bindings.blobKeyVersion changed; read the current key "
-                        "(funcdctl s3-credentials)",
-                        q->ns, q->name);
+        return refuse_key(q, "this access key was revoked: the Function was created again or "
+                             "its spec.bindings.blobKeyVersion changed; read the current key "
+                             "(funcdctl s3-credentials)");
     }
     if (rc < 0) {
         cJSON_Delete(fn);
@@ -867,7 +880,9 @@ static int op_get(request *q)
     size_t got = 0;
     if (!q->head && len) {
         rc = b->get(b, k, off, len < GET_CHUNK ? len : GET_CHUNK, &data, &got);
-        if (rc == 0 && got < (len < GET_CHUNK ? len : GET_CHUNK) && changed_since(b, k, &st))
+        /* replaced between the stat and this read: its bytes would go out
+         * under the old ETag and length */
+        if (rc == 0 && changed_since(b, k, &st))
             rc = FUNCD_ECONFLICT;
         if (rc < 0) {
             free(k);
