@@ -873,7 +873,12 @@ static void on_upstream_answer(evutil_socket_t fd, short what, void *arg)
         query_done(q, NULL, 0, NULL);
         return;
     }
-    if (a.cacheable)
+    /* Only the answer to a plain question (RD, no CD, no EDNS options, as
+     * the proxy asks) is kept for everyone: a worker's own flags must not
+     * shape what other namespaces are told. */
+    int plain = q->query_len >= 12 && !(q->query[3] & 0x10) && q->query[10] == 0 &&
+                q->query[11] == 0;
+    if (a.cacheable && plain)
         funcd_egress_dns_cache_put(q->cl->eg->cache, q->q.name, q->q.qtype, q->q.qclass, buf,
                                    (size_t)n, a.ttl, now_ms());
     query_done(q, buf, (size_t)n, &a);
