@@ -27,11 +27,6 @@ duration=${BENCH_SECONDS:-5}
 conns=${BENCH_CONNECTIONS:-50}
 rounds=${BENCH_ROUNDS:-5}
 sizes=${BENCH_BODY_SIZES:-6 2048}
-# funcd's gateway threads and nginx's worker processes are the same number:
-# BENCH_GATEWAY_THREADS, else funcd's default (one per usable CPU, at most 4).
-threads=${BENCH_GATEWAY_THREADS:-$(n=$(nproc); echo $((n > 4 ? 4 : n)))}
-export FUNCD_GATEWAY_THREADS=$threads
-nginx_workers=$threads
 work=$(mktemp -d /tmp/fe.XXXX) # short: worker socket paths must fit in 108 bytes
 pids=()
 cleanup() {
@@ -40,6 +35,9 @@ cleanup() {
 }
 trap cleanup EXIT
 . bench/lib.sh
+threads=$(bench_gateway_threads) # funcd's gateway threads = nginx's worker processes
+export FUNCD_GATEWAY_THREADS=$threads
+nginx_workers=$threads
 
 command -v nginx >/dev/null || { echo "edge.sh: nginx is missing (bench/run.sh installs it)"; exit 1; }
 command -v wrk >/dev/null || { echo "edge.sh: wrk is missing"; exit 1; }

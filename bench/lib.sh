@@ -41,6 +41,14 @@ create() { # name runtime handler dir scaling-json [env-json [network [more-spec
 # nothing else (the only one when one function runs).
 first_worker_socket() { ls -d "$work"/s/run/w*/worker.sock | head -n 1; }
 
+# funcd's gateway thread count: BENCH_GATEWAY_THREADS, else funcd's default (one per usable
+# CPU, at most 4). The benches give nginx as many worker processes, so neither side has more.
+bench_gateway_threads() {
+  local n=${BENCH_GATEWAY_THREADS:-$(nproc)}
+  [ -n "${BENCH_GATEWAY_THREADS:-}" ] || [ "$n" -le 4 ] || n=4
+  echo "$n"
+}
+
 # nginx with one worker process (or $nginx_workers) on 127.0.0.1:PORT proxying / to UPSTREAMS (nginx
 # `server` addresses, e.g. "unix:/path/worker.sock" or "127.0.0.1:8081 127.0.0.1:8082")
 # over keep-alive connections; HTTP_EXTRA goes in http {}, LOCATION_EXTRA in

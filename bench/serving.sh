@@ -11,7 +11,8 @@
 #   3. funcd's RSS with 1,000 functions defined and 50 warm workers.
 # Usage: bench/serving.sh [BUILD_DIR]   (make bench runs it after bench/run.sh)
 #   BENCH_SECONDS (5) per wrk run, BENCH_CONNECTIONS (50), BENCH_ROUNDS (5), BENCH_COLD_RUNS (100),
-#   BENCH_GATEWAY_THREADS (default: funcd's, one per usable CPU, at most 4),
+#   BENCH_GATEWAY_THREADS (default: funcd's, one per usable CPU, at most 4; nginx gets as many
+#   worker processes),
 #   BENCH_WARM_ONLY=1 (part 1 only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,6 @@ duration=${BENCH_SECONDS:-5}
 conns=${BENCH_CONNECTIONS:-50}
 runs=${BENCH_COLD_RUNS:-100}
 rounds=${BENCH_ROUNDS:-5}
-[ -n "${BENCH_GATEWAY_THREADS:-}" ] && export FUNCD_GATEWAY_THREADS=$BENCH_GATEWAY_THREADS
 work=$(mktemp -d /tmp/fb.XXXX) # short: worker socket paths must fit in 108 bytes
 pids=()
 cleanup() {
@@ -29,6 +29,9 @@ cleanup() {
 }
 trap cleanup EXIT
 . bench/lib.sh
+threads=$(bench_gateway_threads) # funcd's gateway threads = nginx's worker processes
+export FUNCD_GATEWAY_THREADS=$threads
+nginx_workers=$threads
 
 command -v nginx >/dev/null || { echo "serving.sh: nginx is missing (bench/run.sh installs it)"; exit 1; }
 start_funcd
@@ -76,7 +79,7 @@ ratio_summary=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{v[NR]=$1} $1>=1 {
 if [ -n "${BENCH_WARM_ONLY:-}" ]; then
   printf '\n%-58s %s\n' "warm path (wrk -t1, loopback, one native worker)" "result"
   printf '%-58s %s\n' "CPUs; load average before / after" "$(nproc); $load_before / $load_after"
-  printf '%-58s %s\n' "gateway threads (FUNCD_GATEWAY_THREADS)" "${FUNCD_GATEWAY_THREADS:-default}"
+  printf '%-58s %s\n' "gateway threads (FUNCD_GATEWAY_THREADS)" "$threads (nginx worker processes: $nginx_workers)"
   printf '%-58s %s\n' "requests/s -c$conns: worker direct (TCP)" "${R[direct]}"
   printf '%s' "$rounds_out"
   printf '%-58s %s\n' "ratio funcd / nginx over $rounds rounds" "$ratio_summary"
@@ -138,7 +141,7 @@ workers=$(ls -d "$work"/s/run/w* | wc -l)
 
 printf '\n%-58s %s\n' "warm path (wrk -t1, loopback, one native worker)" "result"
 printf '%-58s %s\n' "CPUs; load average before / after" "$(nproc); $load_before / $load_after"
-printf '%-58s %s\n' "gateway threads (FUNCD_GATEWAY_THREADS)" "${FUNCD_GATEWAY_THREADS:-default}"
+printf '%-58s %s\n' "gateway threads (FUNCD_GATEWAY_THREADS)" "$threads (nginx worker processes: $nginx_workers)"
 printf '%-58s %s\n' "requests/s -c$conns: worker direct (TCP)" "${R[direct]}"
 printf '%s' "$rounds_out"
 printf '%-58s %s\n' "ratio funcd / nginx over $rounds rounds" "$ratio_summary"
