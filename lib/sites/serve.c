@@ -14,6 +14,8 @@
 #include <fcntl.h>
 #include <h2o.h>
 #include <linux/openat2.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -566,6 +568,7 @@ typedef struct sf_gen {
     h2o_req_t *req;
     h2o_socket_t *sock;
     int fd, own_fd;
+    int corked; /* TCP_CORK set on the socket until the body is out */
     uint64_t off, left;
     struct sf_gen *next_waiting; /* on this thread's sf_waiting list */
     int waiting;
@@ -637,6 +640,11 @@ static void sf_pump(sf_gen *g)
         h2o_send(g->req, NULL, 0, H2O_SEND_STATE_ERROR);
         return;
     }
+    if (g->corked) { /* the last partial segment goes now */
+        int off = 0;
+        setsockopt(sfd, IPPROTO_TCP, TCP_CORK, &off, sizeof(off));
+        g->corked = 0;
+    }
     h2o_send(g->req, NULL, 0, H2O_SEND_STATE_FINAL);
 }
 
@@ -656,6 +664,17 @@ static void sf_dispose(void *p)
     sf_unwait(g);
     if (g->own_fd && g->fd >= 0)
         close(g->fd);
+}
+
+/* Holds the headers h2o is about to write back until the body follows them
+ * (TCP_CORK, as nginx's tcp_nopush): they leave in the body's first segment
+ * instead of a small packet of their own, which cost the client a wakeup
+ * and a read per answer. sf_pump lets go once the body is out. */
+static void sf_cork(sf_gen *g)
+{
+    int on = 1;
+    g->corked = setsockopt(h2o_socket_get_fd(g->sock), IPPROTO_TCP, TCP_CORK, &on,
+                           sizeof(on)) == 0;
 }
 
 /* The socket a body of `len` bytes may be sendfile'd to, or NULL: plain
@@ -692,6 +711,7 @@ static void send_body(site_ver *v, h2o_req_t *req, site_file *f, uint64_t off, u
         g->fd = f->fd;
         g->off = off;
         g->left = len;
+        sf_cork(g);
         h2o_start_response(req, &g->super);
         h2o_send(req, NULL, 0, H2O_SEND_STATE_IN_PROGRESS); /* the headers; then sf_proceed */
         return;
@@ -727,6 +747,7 @@ static void send_body(site_ver *v, h2o_req_t *req, site_file *f, uint64_t off, u
         g->own_fd = 1;
         g->off = off;
         g->left = len;
+        sf_cork(g);
         h2o_start_response(req, &g->super);
         h2o_send(req, NULL, 0, H2O_SEND_STATE_IN_PROGRESS);
         return;
