@@ -674,7 +674,7 @@ static void close_listener(worker *w)
         return;
     resume_accepting(w); /* unlinks the timer */
     h2o_socket_read_stop(w->listener);
-    h2o_socket_close(w->listener); /* closes w->fd, this thread's dup */
+    h2o_socket_close(w->listener); /* closes w->fd, this thread's socket */
     w->listener = NULL;
     w->fd = -1;
 }
@@ -808,21 +808,31 @@ int funcd_httpd_new(funcd_httpd **out, const char *addr, unsigned nthreads, size
     for (unsigned i = 0; i < nthreads; i++)
         workers[i].fd = -1;
 
-    /* One listening socket, one descriptor of it per thread: every thread
-     * accepts from it, and a second funcd on the same port fails to bind
-     * (SO_REUSEPORT would let it share the port silently). */
+    /* A listening socket per thread, in one SO_REUSEPORT group, so that the
+     * kernel spreads new connections over the threads. With one socket
+     * shared by all, a burst of connections went to whichever thread woke
+     * first (all of them, often), and the other cores idled. The first
+     * socket binds without SO_REUSEPORT, so a port somebody holds fails as
+     * before; only then is the flag set on it for its siblings to join
+     * (a second funcd on the same port still fails: its first bind does). */
     char first[128];
     int rc = funcd_listen_tcp(addr, 0, first, sizeof(first));
     if (rc < 0)
         goto fail;
     workers[0].fd = rc;
+    int one = 1;
+    if (nthreads > 1 &&
+        setsockopt(workers[0].fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0) {
+        rc = funcd_error_set(FUNCD_EIO, "cannot share the listener on %s: %s", first,
+                             strerror(errno));
+        goto fail;
+    }
     for (unsigned i = 1; i < nthreads; i++) {
-        workers[i].fd = fcntl(workers[0].fd, F_DUPFD_CLOEXEC, 0);
-        if (workers[i].fd < 0) {
-            rc = funcd_error_set(FUNCD_EIO, "cannot share the listener on %s: %s", first,
-                                 strerror(errno));
+        char again[128];
+        rc = funcd_listen_tcp(first, 1, again, sizeof(again));
+        if (rc < 0)
             goto fail;
-        }
+        workers[i].fd = rc;
     }
     snprintf(bound, bound_len, "%s", first);
 

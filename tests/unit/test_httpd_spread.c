@@ -1,0 +1,108 @@
+/*
+ * A server with several threads spreads new connections over all of them.
+ * A burst of keep-alive connections arriving while every thread is idle
+ * must not all land on the thread that happened to wake first: then one
+ * core does all the work while the others wait, and throughput depends on
+ * which thread won the race (the gateway measured at half its rate in most
+ * runs that way).
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../harness.h"
+#include "http/httpd.h"
+
+#define THREADS 4
+#define CONNS 64
+
+static atomic_int next_index;
+static atomic_int served[THREADS];
+static __thread int my_index = -1;
+
+static void on_thread_init(void *payload, h2o_context_t *ctx)
+{
+    (void)payload;
+    (void)ctx;
+    my_index = atomic_fetch_add(&next_index, 1);
+}
+
+static int on_req(void *payload, h2o_req_t *req)
+{
+    (void)payload;
+    if (my_index >= 0 && my_index < THREADS)
+        atomic_fetch_add(&served[my_index], 1);
+    funcd_httpd_send(req, 200, "text/plain", "ok\n", 3);
+    return 0;
+}
+
+static int dial(const char *bound)
+{
+    const char *colon = strrchr(bound, ':');
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* One request on a kept connection; 1 when it was answered 200. */
+static int ask(int fd)
+{
+    static const char get[] = "GET / HTTP/1.1\r\nHost: t\r\n\r\n";
+    if (write(fd, get, sizeof(get) - 1) != (ssize_t)sizeof(get) - 1)
+        return 0;
+    char buf[1024];
+    size_t got = 0;
+    while (got < sizeof(buf) - 1) {
+        ssize_t n = read(fd, buf + got, sizeof(buf) - 1 - got);
+        if (n <= 0)
+            return 0;
+        got += (size_t)n;
+        buf[got] = '\0';
+        char *end = strstr(buf, "\r\n\r\n");
+        if (end && (size_t)(end + 4 - buf) + 3 <= got)
+            break;
+    }
+    return strncmp(buf, "HTTP/1.1 200", 12) == 0;
+}
+
+TEST(a_burst_of_connections_reaches_every_thread)
+{
+    funcd_httpd_hooks hooks = {on_req, on_thread_init, NULL, NULL, NULL, NULL, NULL};
+    funcd_httpd *srv = NULL;
+    char bound[128];
+    CHECK(funcd_httpd_new(&srv, "127.0.0.1:0", THREADS, 1 << 20, &hooks, bound, sizeof(bound)) == 0);
+    CHECK(funcd_httpd_start(srv) == 0);
+    int fds[CONNS];
+    for (int i = 0; i < CONNS; i++) /* all connected before any request: a burst */
+        CHECK((fds[i] = dial(bound)) >= 0);
+    int ok = 0;
+    for (int round = 0; round < 3; round++)
+        for (int i = 0; i < CONNS; i++)
+            ok += ask(fds[i]);
+    CHECK_INT(ok, 3 * CONNS);
+    for (int i = 0; i < CONNS; i++)
+        close(fds[i]);
+    funcd_httpd_free(srv);
+    int idle = 0;
+    for (int t = 0; t < THREADS; t++) {
+        fprintf(stderr, "  thread %d served %d requests\n", t, atomic_load(&served[t]));
+        idle += atomic_load(&served[t]) == 0;
+    }
+    CHECK_INT(atomic_load(&next_index), THREADS);
+    CHECK_INT(idle, 0);
+}
+
+int main(void)
+{
+    RUN(a_burst_of_connections_reaches_every_thread);
+    return HARNESS_END();
+}
