@@ -606,7 +606,12 @@ static void gz_decide(gz_ostream *g, h2o_req_t *req, h2o_iovec_t *in, size_t n,
         total += in[i].len;
     if (!h2o_send_state_is_in_progress(state) && total < GZIP_MIN_BYTES) {
         g->plain = 1;
-        req->res.content_length = total;
+        /* HTTP/2 frames the length itself. Over HTTP/1.1 h2o's chunked
+         * filter ran after on_setup_ostream and already chose chunked (it
+         * added Transfer-Encoding): a Content-Length too would make two
+         * framings of one answer. */
+        if (req->version >= 0x200)
+            req->res.content_length = total;
         return;
     }
     size_t size = g->expect;

@@ -338,6 +338,19 @@ SV_TEST(gzip)
     CHECK_BODY("&type=application/json", 64, NULL, 0);
     CHECK_BODY("&type=application/json", 0, gzip, 0); /* nothing to compress */
 
+    /* A tiny answer the worker sent chunked, all in one write: left as it
+     * is, framed once over HTTP/1.1 (chunked, or a length: never both). */
+    char tiny[128];
+    snprintf(tiny, sizeof(tiny), DP_PATH("gz") "/shape?bytes=100&chunked=once&type=text/plain");
+    CHECK_INT(dp(e, "GET", tiny, gzip), 200);
+    CHECK_STR(sv_header(&e->r, "Content-Encoding"), "");
+    CHECK_INT((int)e->r.len, 100);
+    CHECK(strncmp(e->r.body, "line 000000: the edge", 21) == 0);
+    int te = strcasestr(e->r.headers, "\ntransfer-encoding:") != NULL;
+    int cl = strcasestr(e->r.headers, "\ncontent-length:") != NULL;
+    if (te && cl)
+        FAILF("both Transfer-Encoding and Content-Length:\n%s", e->r.headers);
+
     /* Already encoded: left as the worker sent it. */
     char path[128];
     snprintf(path, sizeof(path), DP_PATH("gz") "/shape?kb=8&type=text/plain&encoding=br");
