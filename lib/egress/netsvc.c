@@ -159,9 +159,10 @@ static void state_free(plan_state *st)
     free(st);
 }
 
-static int plan(funcd_netsvc *svc, const char *ns, const char *name, const cJSON *spec,
-                int sandboxed, funcd_netsvc_plan *out, char reason[64])
+static int plan(funcd_netsvc *svc, const char *ns, const char *name, const cJSON *fn,
+                const cJSON *spec, int sandboxed, funcd_netsvc_plan *out, char reason[64])
 {
+    (void)fn;
     egress_svc *s = (egress_svc *)svc;
     const char *network = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "network"));
     if (!network || strcmp(network, "egress") != 0)

@@ -36,8 +36,8 @@ static void free_version(version *v)
     free(v);
 }
 
-static int plan(funcd_netsvc *svc, const char *ns, const char *name, const cJSON *spec,
-                int sandboxed, funcd_netsvc_plan *out, char reason[64])
+static int plan(funcd_netsvc *svc, const char *ns, const char *name, const cJSON *fn,
+                const cJSON *spec, int sandboxed, funcd_netsvc_plan *out, char reason[64])
 {
     s3_netsvc *s = (s3_netsvc *)svc;
     const cJSON *blob = cJSON_GetObjectItemCaseSensitive(
@@ -53,7 +53,7 @@ static int plan(funcd_netsvc *svc, const char *ns, const char *name, const cJSON
     }
     version *v = calloc(1, sizeof(*v));
     char akid[160], secret[48];
-    if (!v || funcd_s3_credentials_of(s->s3, ns, name, akid, secret) < 0) {
+    if (!v || funcd_s3_credentials(s->s3, fn, akid, secret) < 0) {
         free(v);
         snprintf(reason, 64, "InternalError");
         return v ? -1 : funcd_error_set(FUNCD_ENOMEM, "out of memory");

@@ -53,9 +53,6 @@ const char *funcd_s3_addr(const funcd_s3 *s);
  * given another blobKeyVersion, has a new key and the old one is refused. */
 int funcd_s3_credentials(const funcd_s3 *s, const struct cJSON *fn, char akid[160],
                          char secret[48]);
-/* The same for Function ns/name, read from the store (FUNCD_ENOTFOUND). */
-int funcd_s3_credentials_of(const funcd_s3 *s, const char *ns, const char *name, char akid[160],
-                            char secret[48]);
 
 /* Serves `fd` (a listening socket, now the gateway's) for Function ns/name
  * only. Returns a handle for funcd_s3_unlisten, or NULL (fd closed). */

@@ -175,17 +175,6 @@ int funcd_s3_credentials(const funcd_s3 *s, const cJSON *fn, char akid[160], cha
     return 0;
 }
 
-int funcd_s3_credentials_of(const funcd_s3 *s, const char *ns, const char *name, char akid[160],
-                            char secret[48])
-{
-    cJSON *fn = NULL;
-    int rc = funcd_objects_get(s->store, funcd_kind_by_kind("Function"), ns, name, &fn, NULL);
-    if (rc == 0)
-        rc = funcd_s3_credentials(s, fn, akid, secret);
-    cJSON_Delete(fn);
-    return rc;
-}
-
 const char *funcd_s3_addr(const funcd_s3 *s)
 {
     return s->addr;

@@ -39,14 +39,15 @@ typedef struct funcd_netsvc_plan {
 typedef struct funcd_netsvc funcd_netsvc;
 struct funcd_netsvc {
     const char *name; /* "s3", "egress" */
-    /* A version of Function ns/name is being prepared. 0: it does not use
-     * the service; 1: it does, `out` filled; -1: it cannot run: funcd_error
+    /* A version of Function ns/name is being prepared: `fn` is the object
+     * the version is built from (metadata and spec), `spec` its spec. 0: it
+     * does not use the service; 1: it does, `out` filled; -1: it cannot run: funcd_error
      * set (the Function's Ready=False message) and `reason` filled
      * (CamelCase). `sandboxed` is 0 when the workers have no network
      * namespace of their own (--no-sandbox, or spec.network: host): then
      * `out` must ask for no socket. */
-    int (*plan)(funcd_netsvc *svc, const char *ns, const char *name, const cJSON *spec,
-                int sandboxed, funcd_netsvc_plan *out, char reason[64]);
+    int (*plan)(funcd_netsvc *svc, const char *ns, const char *name, const cJSON *fn,
+                const cJSON *spec, int sandboxed, funcd_netsvc_plan *out, char reason[64]);
     /* A worker of that version started: its sockets, in the order of the
      * plan's `listen` (the service's from now on; it closes them in
      * detach). A handle for detach, or NULL (then it closed them). */

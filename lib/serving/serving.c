@@ -608,9 +608,10 @@ static void build_image_env(const cJSON *spec, const funcd_source_result *img, c
 
 /* Asks each service whether this version uses it (netsvc.h): their
  * variables go into `env`. 0, or -1 with `st` failed and none planned. */
-static int plan_services(funcd_serving *s, const char *ns, const char *name, const cJSON *spec,
+static int plan_services(funcd_serving *s, const char *ns, const char *name, const cJSON *fn,
                          launch *ln, strv *env, funcd_serving_status *st)
 {
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(fn, "spec");
     size_t n_listen = 0;
     /* A worker on the host network has no namespace of its own to hold sockets. */
     const char *network = str_at(spec, "network");
@@ -620,7 +621,7 @@ static int plan_services(funcd_serving *s, const char *ns, const char *name, con
         funcd_netsvc_plan *pl = &ln->svc[ln->n_svc].plan;
         memset(pl, 0, sizeof(*pl));
         char reason[64] = "";
-        int rc = svc->plan(svc, ns, name, spec, own_ns, pl, reason);
+        int rc = svc->plan(svc, ns, name, fn, spec, own_ns, pl, reason);
         if (rc < 0) {
             fail(st, reason[0] ? reason : "ServiceUnavailable", "%s", funcd_error_last()->message);
             unplan_services(ln);
@@ -642,9 +643,10 @@ static int plan_services(funcd_serving *s, const char *ns, const char *name, con
     return 0;
 }
 
-static launch *build_launch(funcd_serving *s, const char *ns, const char *name, const cJSON *spec,
+static launch *build_launch(funcd_serving *s, const char *ns, const char *name, const cJSON *fn,
                             funcd_log_ring *logs, funcd_serving_status *st)
 {
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(fn, "spec");
     funcd_source_result img = {0};
     char *code = materialize(s, ns, name, spec, &img, st);
     if (!code)
@@ -664,7 +666,7 @@ static launch *build_launch(funcd_serving *s, const char *ns, const char *name, 
         ln = calloc(1, sizeof(*ln));
     }
     funcd_source_result_clear(&img);
-    if (ln && !argv.oom && !env.oom && plan_services(s, ns, name, spec, ln, &env, st) == 0) {
+    if (ln && !argv.oom && !env.oom && plan_services(s, ns, name, fn, ln, &env, st) == 0) {
         atomic_init(&ln->refs, 1);
         ln->s = s;
         ln->ns = strdup(ns);
@@ -1341,7 +1343,7 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
         cJSON_GetObjectItemCaseSensitive(fn, "metadata"), "generation"));
     s->respec = e->generation > 0 && gen != e->generation;
     e->generation = gen;
-    launch *ln = build_launch(s, ns, name, spec, e->logs, st);
+    launch *ln = build_launch(s, ns, name, fn, e->logs, st);
     s->respec = 0;
     if (!ln) {
         drop_pool(e, st->message);
