@@ -55,6 +55,10 @@ void funcd_gw_invoke(gw_thread *t, h2o_req_t *req, funcd_fn_target *target, uint
                      const char *ns, size_t nsl, const char *name, size_t nl, h2o_iovec_t rest,
                      const char *subject, const gw_track *track);
 
+/* The thread's h2o timeout of `ms` (made on first use, released by
+ * funcd_gw_thread_dispose), or NULL when out of memory. */
+h2o_timeout_t *funcd_gw_timeout(gw_thread *t, uint64_t ms);
+
 /* A random word of the thread's generator (ids: unique, not secret). */
 uint64_t funcd_gw_random(gw_thread *t);
 

@@ -155,6 +155,12 @@ static gw_timeouts *timeouts_for(gw_thread *t, uint64_t ms)
     return g;
 }
 
+h2o_timeout_t *funcd_gw_timeout(gw_thread *t, uint64_t ms)
+{
+    gw_timeouts *g = timeouts_for(t, ms);
+    return g ? &g->timeout : NULL;
+}
+
 static int is_hop_by_hop(const h2o_iovec_t *name)
 {
     static const char *const hop[] = {"connection", "keep-alive", "proxy-connection", "te",
