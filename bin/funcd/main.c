@@ -125,6 +125,8 @@ static void usage(FILE *out)
             "                             (default index.html; docs/sites.md)\n"
             "  --site-cache-bytes BYTES   Sites' files kept in memory, all Sites together\n"
             "                             (default 268435456 = 256 MiB; 0: none)\n"
+            "  --site-send-timeout DUR    a Site's answer whose client takes nothing for this\n"
+            "                             long is cut off (default 60s; docs/sites.md)\n"
             "  --s3-listen ADDR           the S3 gateway's host listener (node-private, e.g.\n"
             "                             127.0.0.1:9000; docs/s3.md)\n"
             "  --s3-master-secret-file F  the secret the S3 access keys derive from (default:\n"
@@ -173,6 +175,7 @@ typedef struct flags {
     const char *site_index;
     int site_cache_set;
     uint64_t site_cache;
+    uint64_t site_send_timeout;
     const char *s3_listen, *s3_secret;
     uint64_t s3_max_upload;
     const char *auth_file;
@@ -262,7 +265,7 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_SRCROOT, O_KEY_FILE, O_FN_TOKENS, O_ACCESS_LOG, O_EDGE_AUTH, O_EDGE_RPS, O_EDGE_BURST,
        O_EDGE_BODY, O_EDGE_IN_FLIGHT, O_EDGE_PER_CLIENT,
        O_BUS, O_STORE, O_BLOB, O_DP_METRICS, O_METRICS_OPEN, O_OTLP, O_TLS, O_TLS_CERT,
-       O_TLS_KEY, O_NODE_NAME, O_NODE_ADDR, O_LEASE_TTL, O_BLOB_POLL, O_KV_QUOTA, O_SITE_INDEX, O_SITE_CACHE, O_WF_TIMEOUT,
+       O_TLS_KEY, O_NODE_NAME, O_NODE_ADDR, O_LEASE_TTL, O_BLOB_POLL, O_KV_QUOTA, O_SITE_INDEX, O_SITE_CACHE, O_SITE_SEND_TIMEOUT, O_WF_TIMEOUT,
        O_WF_RETRY, O_WF_RETENTION, O_WF_PAYLOAD, O_INV_RETENTION, O_DLQ_RETENTION,
        O_DLQ_MAX, O_S3_LISTEN, O_S3_SECRET, O_S3_MAX_UPLOAD, O_EGRESS_DNS };
 
@@ -317,6 +320,7 @@ static const struct option long_opts[] = {
     {"kv-store-quota", required_argument, 0, O_KV_QUOTA},
     {"site-default-index", required_argument, 0, O_SITE_INDEX},
     {"site-cache-bytes", required_argument, 0, O_SITE_CACHE},
+    {"site-send-timeout", required_argument, 0, O_SITE_SEND_TIMEOUT},
     {"s3-listen", required_argument, 0, O_S3_LISTEN},
     {"s3-master-secret-file", required_argument, 0, O_S3_SECRET},
     {"s3-max-upload", required_argument, 0, O_S3_MAX_UPLOAD},
@@ -384,6 +388,8 @@ static int parse_one(int c, const char *arg, flags *f)
     case O_SITE_CACHE:
         f->site_cache_set = 1;
         return parse_bytes("site-cache-bytes", arg, 0, &f->site_cache) ? 2 : -1;
+    case O_SITE_SEND_TIMEOUT:
+        return parse_duration("site-send-timeout", arg, &f->site_send_timeout) ? 2 : -1;
     case O_FAVOR: f->favordynmods = 1; break;
     case O_S3_LISTEN: f->s3_listen = arg; break;
     case O_S3_SECRET: f->s3_secret = arg; break;
@@ -836,6 +842,7 @@ static int build_platform(const flags *f, const char *shims)
         f->kv_quota ? funcd_with_kv_store_quota(strtol(f->kv_quota, NULL, 10)) : NULL,
         f->site_index ? funcd_with_site_default_index(f->site_index) : NULL,
         f->site_cache_set ? funcd_with_site_cache_bytes(f->site_cache) : NULL,
+        f->site_send_timeout ? funcd_with_site_send_timeout(f->site_send_timeout) : NULL,
         f->favordynmods ? funcd_with_cgroup_favordynmods(1) : NULL,
         f->s3_listen || f->s3_secret || f->s3_max_upload
             ? funcd_with_s3(f->s3_listen, f->s3_secret, f->s3_max_upload)

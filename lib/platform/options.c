@@ -235,6 +235,11 @@ funcd_option *funcd_with_site_cache_bytes(uint64_t bytes)
     return number_option(OPT_SITE_CACHE_BYTES, bytes, 0, 0);
 }
 
+funcd_option *funcd_with_site_send_timeout(uint64_t ms)
+{
+    return number_option(OPT_SITE_SEND_TIMEOUT, ms, 0, 0);
+}
+
 funcd_option *funcd_with_host_network_allowed(int allowed)
 {
     return number_option(OPT_HOST_NETWORK, allowed != 0, 0, 0);
@@ -597,6 +602,12 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
                                    "many", (unsigned long long)o->n[0]);
         cfg->site_cache_set = 1;
         cfg->site_cache_bytes = o->n[0];
+        break;
+    case OPT_SITE_SEND_TIMEOUT:
+        if (o->n[0] == 0 || o->n[0] > 24ull * 3600 * 1000)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_site_send_timeout: %llu ms; from 1 ms "
+                                   "to 24 h", (unsigned long long)o->n[0]);
+        cfg->site_send_timeout_ms = o->n[0];
         break;
     case OPT_SITE_DEFAULT_INDEX: {
         const char *s = o->str;

@@ -65,6 +65,7 @@ typedef enum option_kind {
     OPT_DELIVERY_RETENTION,
     OPT_SITE_DEFAULT_INDEX,
     OPT_SITE_CACHE_BYTES,
+    OPT_SITE_SEND_TIMEOUT,
     OPT_S3, /* str: the host listener, namespaces[0]: the secret file; n[0]: max upload */
     OPT_EGRESS_DNS_UPSTREAM,
 } option_kind;
@@ -147,6 +148,7 @@ typedef struct funcd_config {
     char *site_default_index;     /* a Site's index without spec.index; NULL: index.html */
     int site_cache_set;           /* site_cache_bytes was given; else the default */
     uint64_t site_cache_bytes;    /* Sites' files in memory, all together */
+    uint64_t site_send_timeout_ms; /* funcd_with_site_send_timeout; 0: the default */
     char *otlp_endpoint;          /* a base URL; NULL: no export */
     char *tls_cert, *tls_key;     /* TLS from these files, or */
     int tls_self_signed;          /* 1: a self-signed pair in tls_dir */

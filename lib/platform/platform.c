@@ -553,6 +553,7 @@ static int make_sites(funcd_platform *p)
         .bundle_cache = cache,
         .default_index = p->cfg.site_default_index,
         .cache_bytes = p->cfg.site_cache_set ? (int64_t)p->cfg.site_cache_bytes : -1,
+        .send_timeout_ms = p->cfg.site_send_timeout_ms,
         .logger = &p->cfg.logger,
     };
     int rc = funcd_sites_new(&p->sites, &sc);

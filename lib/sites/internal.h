@@ -23,6 +23,8 @@
  * SITES_KEPT_FDS descriptors in the process (beyond: opened per request). */
 #define SITES_SENDFILE_MIN (64u << 10)
 #define SITES_KEPT_FDS 1024u
+/* The default of funcd --site-send-timeout. */
+#define SITES_SEND_TIMEOUT_DEFAULT_MS 60000u
 
 /* A file's contents in memory: a request sending them holds a reference,
  * so the cache may let them go meanwhile. */
@@ -73,6 +75,7 @@ typedef struct site_ver {
     char *cache_control; /* NULL: none sent */
     char **hosts;        /* NULL-terminated, lowercase */
     int immutable;       /* contents may be kept */
+    uint64_t send_timeout_ms; /* a sendfile'd body's client taking nothing this long: cut off */
     pthread_rwlock_t lock; /* the file table */
     site_file *files[SITES_FILE_BUCKETS];
     unsigned n_files;

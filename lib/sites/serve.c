@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <h2o.h>
+#include <pthread.h>
 #include <linux/openat2.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -20,7 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/sendfile.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -567,26 +570,45 @@ typedef struct sf_gen {
     h2o_generator_t super;
     h2o_req_t *req;
     h2o_socket_t *sock;
+    int sfd;                /* the socket's descriptor */
     int fd, own_fd;
-    int corked; /* TCP_CORK set on the socket until the body is out */
+    int corked;             /* TCP_CORK set on the socket until the body is out */
+    int waiting;            /* in sf_by_fd[sfd], its timer linked */
+    int timed_out;          /* the client took nothing for send_timeout_ms */
     uint64_t off, left;
-    struct sf_gen *next_waiting; /* on this thread's sf_waiting list */
-    int waiting;
+    uint64_t timeout_ms;
+    h2o_timeout_entry_t timer;
 } sf_gen;
 
-/* Generators waiting for their socket to take more, on this gateway thread
- * (each socket has at most one). */
-static __thread sf_gen *sf_waiting;
+/* The generator waiting for each socket to take more, by the socket's
+ * descriptor: O(1) to find when the socket is writable and to leave. A
+ * descriptor is one socket at a time, served by one thread, and a
+ * generator leaves the table before its socket is closed, so each slot is
+ * only touched by the thread serving that socket. Sized once by
+ * RLIMIT_NOFILE; a socket past it keeps h2o's own path (sendfile_socket). */
+static _Atomic(sf_gen *) *sf_by_fd;
+static size_t sf_by_fd_cap;
+static pthread_once_t sf_by_fd_once = PTHREAD_ONCE_INIT;
+
+static void sf_by_fd_init(void)
+{
+    struct rlimit rl;
+    size_t n = 65536;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur > n)
+        n = rl.rlim_cur < (1u << 20) ? (size_t)rl.rlim_cur : (size_t)1 << 20;
+    if ((sf_by_fd = calloc(n, sizeof(*sf_by_fd))))
+        sf_by_fd_cap = n;
+}
 
 static void sf_unwait(sf_gen *g)
 {
     if (!g->waiting)
         return;
-    for (sf_gen **pp = &sf_waiting; *pp; pp = &(*pp)->next_waiting)
-        if (*pp == g) {
-            *pp = g->next_waiting;
-            break;
-        }
+    sf_gen *was = g; /* never another socket's, should this descriptor be one already */
+    atomic_compare_exchange_strong_explicit(&sf_by_fd[g->sfd], &was, NULL, memory_order_relaxed,
+                                            memory_order_relaxed);
+    if (h2o_timeout_is_linked(&g->timer))
+        h2o_timeout_unlink(&g->timer);
     g->waiting = 0;
 }
 
@@ -594,17 +616,46 @@ static void sf_pump(sf_gen *g);
 
 static void sf_on_writable(h2o_socket_t *sock, const char *err)
 {
-    sf_gen *g = sf_waiting;
-    while (g && g->sock != sock)
-        g = g->next_waiting;
-    if (!g)
+    int fd = h2o_socket_get_fd(sock);
+    sf_gen *g = fd >= 0 && (size_t)fd < sf_by_fd_cap
+                    ? atomic_load_explicit(&sf_by_fd[fd], memory_order_relaxed)
+                    : NULL;
+    if (!g || g->sock != sock)
         return; /* the request went meanwhile */
     sf_unwait(g);
-    if (err) {
+    if (err || g->timed_out) {
         h2o_send(g->req, NULL, 0, H2O_SEND_STATE_ERROR);
         return;
     }
     sf_pump(g);
+}
+
+/* The client took nothing for timeout_ms: the connection is reset (no
+ * lingering with its unsent bytes). Shutting the socket down makes it
+ * writable, so h2o's pending notification runs sf_on_writable, which ends
+ * the answer with an error; h2o then closes the connection. */
+static void sf_on_timeout(h2o_timeout_entry_t *entry)
+{
+    sf_gen *g = H2O_STRUCT_FROM_MEMBER(sf_gen, timer, entry);
+    g->timed_out = 1;
+    struct linger lg = {1, 0};
+    setsockopt(g->sfd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    shutdown(g->sfd, SHUT_RDWR);
+}
+
+/* The socket is full: wait until it takes more, at most timeout_ms. */
+static void sf_wait(sf_gen *g)
+{
+    h2o_timeout_t *t = funcd_gw_timeout(funcd_gw_thread(), g->timeout_ms);
+    if (!t) {
+        h2o_send(g->req, NULL, 0, H2O_SEND_STATE_ERROR);
+        return;
+    }
+    g->waiting = 1;
+    atomic_store_explicit(&sf_by_fd[g->sfd], g, memory_order_relaxed);
+    g->timer.cb = sf_on_timeout;
+    h2o_timeout_link(g->req->conn->ctx->loop, t, &g->timer);
+    h2o_socket_notify_write(g->sock, sf_on_writable);
 }
 
 /* At most this much per turn, so one fast reader of a big file does not
@@ -613,7 +664,7 @@ static void sf_on_writable(h2o_socket_t *sock, const char *err)
 
 static void sf_pump(sf_gen *g)
 {
-    int sfd = h2o_socket_get_fd(g->sock);
+    int sfd = g->sfd;
     uint64_t turn = 0;
     while (g->left) {
         off_t off = (off_t)g->off;
@@ -629,10 +680,7 @@ static void sf_pump(sf_gen *g)
         if (n < 0 && errno == EINTR)
             continue;
         if (!want || (n < 0 && errno == EAGAIN)) {
-            g->waiting = 1;
-            g->next_waiting = sf_waiting;
-            sf_waiting = g;
-            h2o_socket_notify_write(g->sock, sf_on_writable);
+            sf_wait(g);
             return;
         }
         /* 0: the file shrank under us; an error: the peer went. Either way
@@ -673,8 +721,7 @@ static void sf_dispose(void *p)
 static void sf_cork(sf_gen *g)
 {
     int on = 1;
-    g->corked = setsockopt(h2o_socket_get_fd(g->sock), IPPROTO_TCP, TCP_CORK, &on,
-                           sizeof(on)) == 0;
+    g->corked = setsockopt(g->sfd, IPPROTO_TCP, TCP_CORK, &on, sizeof(on)) == 0;
 }
 
 /* The socket a body of `len` bytes may be sendfile'd to, or NULL: plain
@@ -686,6 +733,10 @@ static h2o_socket_t *sendfile_socket(h2o_req_t *req, uint64_t len)
         return NULL;
     h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
     if (!sock || sock->ssl)
+        return NULL;
+    pthread_once(&sf_by_fd_once, sf_by_fd_init);
+    int fd = h2o_socket_get_fd(sock);
+    if (fd < 0 || (size_t)fd >= sf_by_fd_cap)
         return NULL;
     return sock;
 }
@@ -710,6 +761,8 @@ static void send_body(site_ver *v, h2o_req_t *req, site_file *f, uint64_t off, u
         g->sock = sock;
         g->fd = f->fd;
         g->off = off;
+        g->sfd = h2o_socket_get_fd(sock);
+        g->timeout_ms = v->send_timeout_ms;
         g->left = len;
         sf_cork(g);
         h2o_start_response(req, &g->super);
@@ -745,6 +798,8 @@ static void send_body(site_ver *v, h2o_req_t *req, site_file *f, uint64_t off, u
         g->sock = sock;
         g->fd = fd;
         g->own_fd = 1;
+        g->sfd = h2o_socket_get_fd(sock);
+        g->timeout_ms = v->send_timeout_ms;
         g->off = off;
         g->left = len;
         sf_cork(g);

@@ -433,6 +433,8 @@ static site_ver *build(funcd_sites *s, site_rec *r, const cJSON *spec, int user_
     atomic_init(&v->refs, 1);
     pthread_rwlock_init(&v->lock, NULL);
     v->cache = &s->cache;
+    v->send_timeout_ms = s->cfg.send_timeout_ms ? s->cfg.send_timeout_ms
+                                                : SITES_SEND_TIMEOUT_DEFAULT_MS;
     snprintf(v->ns, sizeof(v->ns), "%s", r->ns);
     snprintf(v->name, sizeof(v->name), "%s", r->name);
     v->root = root;

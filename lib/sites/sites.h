@@ -43,6 +43,8 @@ typedef struct funcd_sites_config {
     const char *default_index;      /* NULL: "index.html" */
     int64_t cache_bytes;            /* files kept in memory, all Sites together;
                                      * negative: the default (256 MiB); 0: none */
+    uint64_t send_timeout_ms;       /* an answer's client taking nothing this long is
+                                     * cut off; 0: the default (60 s) */
     const funcd_logger *logger;
 } funcd_sites_config;
 

@@ -15,6 +15,7 @@
 #include <arpa/inet.h>
 #include <stdarg.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -911,6 +912,53 @@ SV_TEST(big_files)
     free(huge_head);
 }
 
+/* A client that stops taking a sendfile'd answer (a full socket, nothing
+ * read) is cut off after funcd_with_site_send_timeout (1 s here): its
+ * connection is reset, so a stalled reader holds no descriptor and no place
+ * on the thread forever. The wait is bounded (30 s), not timed. Others are
+ * served meanwhile, and a reader that keeps taking is never cut off. */
+SV_TEST_WITH(send_timeout, funcd_with_site_send_timeout(1000), NULL)
+{
+    const size_t hn = 9u << 20;
+    char *huge = big_content(hn, 5);
+    const sv_entry entries[] = {{"index.html", index_html, 0644}, {"huge.bin", huge, 0644}};
+    char digest[80], spec[300];
+    CHECK(bundle(e, entries, 2, digest) == 0);
+    snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"}}", digest);
+    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "st", spec), 201);
+    CHECK(wait_site(e, "st", "True", WAIT_MS));
+    static const char get[] = "GET /site/default/st/huge.bin HTTP/1.1\r\nHost: a\r\n\r\n";
+    int stalled = dp_connect(e, 4096);
+    CHECK(stalled >= 0);
+    CHECK(write(stalled, get, sizeof(get) - 1) == (ssize_t)sizeof(get) - 1);
+    /* Never read: the server's socket fills and then nothing moves. The
+     * reset (or a hang-up) shows on the socket without reading it. */
+    struct pollfd pfd = {.fd = stalled, .events = POLLRDHUP};
+    int64_t deadline = e2e_now_ms() + 30000;
+    int cut = 0;
+    while (!cut && e2e_now_ms() < deadline) {
+        CHECK(poll(&pfd, 1, 500) >= 0);
+        cut = (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+    }
+    CHECK(cut);
+    close(stalled);
+    /* A slow reader that keeps reading gets every byte. */
+    int slow = dp_connect(e, 4096);
+    CHECK(slow >= 0);
+    CHECK(write(slow, get, sizeof(get) - 1) == (ssize_t)sizeof(get) - 1);
+    funcd_buf sp = FUNCD_BUF_INIT;
+    raw_resp r;
+    CHECK(read_one(slow, &sp, &r) == 0);
+    CHECK(same_bytes(&r, huge, hn));
+    raw_free(&r);
+    funcd_buf_free(&sp);
+    close(slow);
+    CHECK(raw(e, "GET", "/site/default/st/", NULL, &r) == 0);
+    CHECK_STR(r.body, index_html);
+    raw_free(&r);
+    free(huge);
+}
+
 /* A gauge of the control plane's /metrics (a series without labels), or -1. */
 static double metric(env *e, const char *name)
 {
@@ -1188,6 +1236,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, big_files);
     SV_RUN(only, ran, cache_budget);
     SV_RUN(only, ran, cache_off);
+    SV_RUN(only, ran, send_timeout);
     SV_RUN(only, ran, log_injection);
     e2e_client_global_cleanup();
     if (only && !ran) {
