@@ -11,6 +11,7 @@
 #include "blob/shared.h"
 #include "funcd/sys/blob.h"
 #include "funcd/sys/error.h"
+#include "port/blob.h"
 #include "util/misc.h"
 
 typedef struct blob_obj {
@@ -130,70 +131,9 @@ static int mem_put(funcd_blob *b, const char *key, const void *data, size_t len)
 
 /* ---- put_open: the bytes gather in the writer, published at commit ---- */
 
-typedef struct mem_writer {
-    funcd_blob_writer base;
-    memory_blob *m;
-    char *key;
-    unsigned char *data;
-    size_t len, cap;
-} mem_writer;
-
-static void mw_free(mem_writer *w)
+static int publish_gathered(funcd_blob *b, const char *key, unsigned char *data, size_t len)
 {
-    free(w->key);
-    free(w->data);
-    free(w);
-}
-
-static int mw_write(funcd_blob_writer *base, const void *data, size_t len)
-{
-    mem_writer *w = (mem_writer *)base;
-    if (!len)
-        return 0;
-    if (!data)
-        return funcd_error_set(FUNCD_EINVAL, "blob: write to \"%s\" has no data but %zu bytes",
-                               w->key, len);
-    if (len > SIZE_MAX / 2 - w->len)
-        return funcd_error_set(FUNCD_ENOMEM, "blob: \"%s\" is too large for memory", w->key);
-    if (w->len + len > w->cap) {
-        size_t cap = w->cap ? w->cap : 64u << 10;
-        while (cap < w->len + len)
-            cap *= 2;
-        unsigned char *p = realloc(w->data, cap);
-        if (!p)
-            return funcd_error_set(FUNCD_ENOMEM, "blob: out of memory storing %zu bytes under "
-                                                 "\"%s\"",
-                                   w->len + len, w->key);
-        w->data = p;
-        w->cap = cap;
-    }
-    memcpy(w->data + w->len, data, len);
-    w->len += len;
-    return 0;
-}
-
-static int mw_commit(funcd_blob_writer *base)
-{
-    mem_writer *w = (mem_writer *)base;
-    unsigned char *data = w->data;
-    if (data && w->cap > w->len) { /* give back the growth slack */
-        unsigned char *p = realloc(data, w->len ? w->len : 1);
-        if (p)
-            data = p;
-    }
-    w->data = NULL;
-    if (!w->len) {
-        free(data);
-        data = NULL;
-    }
-    int rc = store_owned(w->m, w->key, data, w->len);
-    mw_free(w);
-    return rc;
-}
-
-static void mw_abort(funcd_blob_writer *base)
-{
-    mw_free((mem_writer *)base);
+    return store_owned(mb(b), key, data, len);
 }
 
 static int mem_put_open(funcd_blob *b, const char *key, funcd_blob_writer **out)
@@ -201,20 +141,7 @@ static int mem_put_open(funcd_blob *b, const char *key, funcd_blob_writer **out)
     int rc = funcd_blob_check_key(key, "put");
     if (rc < 0)
         return rc;
-    if (!out)
-        return funcd_error_set(FUNCD_EINVAL, "blob: put_open of \"%s\" needs an out pointer", key);
-    mem_writer *w = calloc(1, sizeof(*w));
-    if (!w || !(w->key = strdup(key))) {
-        free(w);
-        return funcd_error_set(FUNCD_ENOMEM, "blob: out of memory opening a writer for \"%s\"",
-                               key);
-    }
-    w->base.write = mw_write;
-    w->base.commit = mw_commit;
-    w->base.abort = mw_abort;
-    w->m = mb(b);
-    *out = &w->base;
-    return 0;
+    return funcd_port_blob_gathering_writer(b, key, publish_gathered, out);
 }
 
 /* get() under the lock (shared.c checks the arguments and takes it). */

@@ -36,6 +36,14 @@ static inline int funcd_port_blob_del(funcd_blob *b, const char *key)
  * unset): a writer that buffers the whole object and calls put at commit. */
 int funcd_port_blob_buffered_writer(funcd_blob *b, const char *key, funcd_blob_writer **out);
 
+/* A writer that gathers the bytes in memory and at commit hands them to
+ * `publish` (malloc()ed, the callee's from then on; NULL for 0 bytes): the
+ * fallback above, and a driver that keeps objects in memory. */
+typedef int (*funcd_port_blob_publish)(funcd_blob *b, const char *key, unsigned char *data,
+                                       size_t len);
+int funcd_port_blob_gathering_writer(funcd_blob *b, const char *key,
+                                     funcd_port_blob_publish publish, funcd_blob_writer **out);
+
 /* A streaming writer for `key`: the driver's own (version 2), else the
  * buffering fallback. */
 static inline int funcd_port_blob_put_open(funcd_blob *b, const char *key, funcd_blob_writer **out)
