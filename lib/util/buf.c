@@ -1,5 +1,6 @@
 #include "util/buf.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,11 +9,15 @@
 
 int funcd_buf_grow(funcd_buf *b, size_t extra)
 {
-    if (b->len + extra + 1 <= b->cap)
+    if (extra >= SIZE_MAX - b->len)
+        return funcd_error_set(FUNCD_ENOMEM, "a buffer of %zu bytes cannot grow by %zu", b->len,
+                               extra);
+    size_t need = b->len + extra + 1;
+    if (need <= b->cap)
         return 0;
     size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
+    while (cap < need)
+        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
     char *p = realloc(b->data, cap);
     if (!p)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory growing a buffer to %zu bytes", cap);
