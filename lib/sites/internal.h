@@ -39,7 +39,10 @@ struct site_ver;
 /* The contents kept in memory by every Site of the process, within one
  * budget: when a new file would pass it, the least recently used contents
  * go first (a clock: a file read since the hand last passed it gets a
- * second chance). Lock order: the cache's lock, then a version's. */
+ * second chance), but never contents a request is sending, so every blob
+ * in memory is counted (bytes also counts contents being read in). A file
+ * that does not fit is streamed in 64 KiB steps instead. Lock order: the
+ * cache's lock, then a version's. */
 typedef struct sites_cache {
     pthread_mutex_t lock;
     uint64_t limit;              /* bytes; 0: nothing is kept */
@@ -53,6 +56,7 @@ typedef struct site_file {
     char *rel;             /* relative to the root, no leading '/' */
     uint64_t size;
     site_blob *blob;       /* the contents, or NULL (under the version's lock) */
+    int filling;           /* a request is reading them in (under the cache's lock) */
     atomic_uchar used;     /* read since the clock's hand passed */
     struct site_file *ring_next, *ring_prev; /* on the cache's ring (its lock) */
     struct site_ver *ver;  /* whose file this is */

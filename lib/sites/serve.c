@@ -253,24 +253,32 @@ static void ring_unlink(sites_cache *c, site_file *f)
     f->ring_next = f->ring_prev = NULL;
 }
 
-/* Under c->lock, no version's lock held: f's contents leave the cache. */
-static void evict(sites_cache *c, site_file *f)
+/* Under c->lock, no version's lock held: f's contents leave the cache,
+ * unless a request is sending them (-1: then they stay, counted). */
+static int evict(sites_cache *c, site_file *f)
 {
     pthread_rwlock_wrlock(&f->ver->lock);
     site_blob *b = f->blob;
+    /* take_blob adds references under the reader lock: none comes now */
+    if (atomic_load_explicit(&b->refs, memory_order_acquire) > 1) {
+        pthread_rwlock_unlock(&f->ver->lock);
+        return -1;
+    }
     f->blob = NULL;
     pthread_rwlock_unlock(&f->ver->lock);
     ring_unlink(c, f);
     atomic_fetch_sub(&c->bytes, b->size);
     atomic_fetch_sub(&c->files, 1);
-    funcd__site_blob_unref(b); /* requests sending it hold their own references */
+    funcd__site_blob_unref(b);
+    return 0;
 }
 
 /* Under c->lock: lets contents go, least recently used first, until `need`
  * more bytes fit in the budget. 0 when they fit. */
 static int make_room(sites_cache *c, uint64_t need)
 {
-    /* Each file is passed at most twice: once to clear its mark, once to go. */
+    /* Each file is passed at most twice: once to clear its mark, once to go
+     * (or to be left, while a request sends it). */
     uint64_t turns = 2 * atomic_load(&c->files) + 2;
     while (atomic_load(&c->bytes) + need > c->limit && c->hand && turns--) {
         site_file *f = c->hand;
@@ -283,20 +291,29 @@ static int make_room(sites_cache *c, uint64_t need)
 }
 
 /* Reads `f` (of an immutable source) into memory and keeps it in the cache
- * when the budget allows, letting older contents go: a reference for the
- * request (kept or not), or NULL (read per request). */
+ * when the budget has room for it, letting older contents go: a reference
+ * for the request, or NULL: read it per request in bounded steps (no room,
+ * or another request is reading it in now). Room is taken before the file
+ * is read, so what is in memory never passes the budget, and concurrent
+ * misses on one file read it once. */
 static site_blob *fill_blob(site_ver *v, site_file *f)
 {
     sites_cache *c = v->cache;
     if (!v->immutable || !f->ver || !c || f->size > SITES_CACHE_FILE_MAX || f->size > c->limit)
         return NULL;
+    pthread_mutex_lock(&c->lock);
+    site_blob *had = take_blob(v, f);
+    if (had || f->filling || make_room(c, f->size) != 0) {
+        pthread_mutex_unlock(&c->lock);
+        return had;
+    }
+    f->filling = 1;
+    atomic_fetch_add(&c->bytes, f->size); /* taken now, so others see it gone */
+    pthread_mutex_unlock(&c->lock);
+
     site_blob *b = malloc(sizeof(*b) + (f->size ? (size_t)f->size : 1));
-    if (!b)
-        return NULL;
-    atomic_init(&b->refs, 1);
-    b->size = (size_t)f->size;
     struct stat st;
-    int fd = f->fd >= 0 ? f->fd : funcd__site_open(v->root_fd, f->rel, 0, &st);
+    int fd = !b ? -1 : f->fd >= 0 ? f->fd : funcd__site_open(v->root_fd, f->rel, 0, &st);
     uint64_t got = 0;
     while (fd >= 0 && got < f->size) {
         ssize_t n = pread(fd, b->bytes + got, f->size - got, (off_t)got);
@@ -308,35 +325,30 @@ static site_blob *fill_blob(site_ver *v, site_file *f)
     }
     if (fd >= 0 && fd != f->fd)
         close(fd);
-    if (fd < 0 || got != f->size) { /* changed under us: read per request instead */
+    pthread_mutex_lock(&c->lock);
+    f->filling = 0;
+    if (fd < 0 || got != f->size) { /* out of memory, or changed under us: per request */
+        atomic_fetch_sub(&c->bytes, f->size);
+        pthread_mutex_unlock(&c->lock);
         free(b);
         return NULL;
     }
-    pthread_mutex_lock(&c->lock);
-    site_blob *had = take_blob(v, f);
-    if (had) { /* another request was first */
-        pthread_mutex_unlock(&c->lock);
-        free(b);
-        return had;
+    atomic_init(&b->refs, 2); /* the request's and the file's */
+    b->size = (size_t)f->size;
+    pthread_rwlock_wrlock(&v->lock);
+    f->blob = b;
+    pthread_rwlock_unlock(&v->lock);
+    atomic_store_explicit(&f->used, 0, memory_order_relaxed);
+    if (!c->hand) { /* the newest goes right behind the hand: the last to be looked at */
+        f->ring_next = f->ring_prev = f;
+        c->hand = f;
+    } else {
+        f->ring_next = c->hand;
+        f->ring_prev = c->hand->ring_prev;
+        c->hand->ring_prev->ring_next = f;
+        c->hand->ring_prev = f;
     }
-    if (make_room(c, b->size) == 0) {
-        atomic_fetch_add(&b->refs, 1); /* the file's */
-        pthread_rwlock_wrlock(&v->lock);
-        f->blob = b;
-        pthread_rwlock_unlock(&v->lock);
-        atomic_store_explicit(&f->used, 0, memory_order_relaxed);
-        if (!c->hand) { /* the newest goes right behind the hand: the last to be looked at */
-            f->ring_next = f->ring_prev = f;
-            c->hand = f;
-        } else {
-            f->ring_next = c->hand;
-            f->ring_prev = c->hand->ring_prev;
-            c->hand->ring_prev->ring_next = f;
-            c->hand->ring_prev = f;
-        }
-        atomic_fetch_add(&c->bytes, b->size);
-        atomic_fetch_add(&c->files, 1);
-    }
+    atomic_fetch_add(&c->files, 1);
     pthread_mutex_unlock(&c->lock);
     return b;
 }
