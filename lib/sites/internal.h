@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include <h2o/memory.h>
+
 #include "sites/sites.h"
 
 #define SITES_FILE_BUCKETS 256
@@ -103,6 +105,26 @@ void funcd__site_ver_unref(site_ver *v);
 int funcd__site_open(int root_fd, const char *rel, int public_only, struct stat *st);
 
 
+
+/* The parsers of what a request says (serve.c; fuzz/fuzz_sites.c). */
+/* "bytes=a-b", "bytes=a-", "bytes=-n" of a file of `size` bytes: 1 with
+ * [*off, *off + *len), 0 when not satisfiable, -1 when the header is not a
+ * single byte range we take (the whole file is sent, as RFC 9110 allows). */
+int funcd__site_parse_range(h2o_iovec_t v, uint64_t size, uint64_t *off, uint64_t *len);
+/* Whether list `header` (If-None-Match) has `etag`, weakly compared. */
+int funcd__site_etag_listed(h2o_iovec_t header, const char *etag);
+/* An HTTP date (If-Modified-Since, If-Range) in seconds, or -1. */
+int64_t funcd__site_parse_date(h2o_iovec_t v);
+/* 1 when Accept-Encoding `v` takes gzip (a q of 0 refuses it). */
+int funcd__site_accepts_gzip(h2o_iovec_t v);
+/* The site name a Host header names (lowercase, no port, no trailing '.',
+ * NUL-terminated in `name`): its length, or 0 when it names none. */
+size_t funcd__site_host(h2o_iovec_t host, char name[254]);
+/* A request's decoded path below a Site (any leading '/' dropped, `index`
+ * added after a trailing '/' or to nothing) into `out` (len + strlen(index)
+ * + 1 bytes): 1 for a directory, 0 for a file, -1 when it has a NUL byte,
+ * -2 when a component is "..". */
+int funcd__site_rel(const char *path, size_t len, const char *index, char *out);
 
 /* Gateway threads: the published version of Site ns/name (a reference), or
  * NULL with *known 1 when the Site exists but cannot be served now. */

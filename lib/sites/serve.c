@@ -830,8 +830,7 @@ static void send_body(site_ver *v, h2o_req_t *req, site_file *f, uint64_t off, u
     gen_read(g, req);
 }
 
-/* Whether list `header` (If-None-Match) has `etag`, weakly compared. */
-static int etag_listed(h2o_iovec_t header, const char *etag)
+int funcd__site_etag_listed(h2o_iovec_t header, const char *etag)
 {
     size_t el = strlen(etag);
     const char *p = header.base, *end = p + header.len;
@@ -854,7 +853,7 @@ static int etag_listed(h2o_iovec_t header, const char *etag)
     return 0;
 }
 
-static int64_t parse_http_date(h2o_iovec_t v)
+int64_t funcd__site_parse_date(h2o_iovec_t v)
 {
     struct tm tm;
     if (!v.base || h2o_time_parse_rfc1123(v.base, v.len, &tm) != 0)
@@ -879,10 +878,7 @@ static int parse_u64(const char **p, const char *end, uint64_t *out)
     return 0;
 }
 
-/* "bytes=a-b", "bytes=a-", "bytes=-n" of a file of `size` bytes: 1 with
- * [*off, *off + *len), 0 when not satisfiable, -1 when the header is not a
- * single byte range we take (the whole file is sent, as RFC 9110 allows). */
-static int parse_range(h2o_iovec_t v, uint64_t size, uint64_t *off, uint64_t *len)
+int funcd__site_parse_range(h2o_iovec_t v, uint64_t size, uint64_t *off, uint64_t *len)
 {
     const char *p = v.base, *end = v.base + v.len;
     if (v.len < 7 || strncasecmp(p, "bytes=", 6) != 0 || memchr(p, ',', v.len))
@@ -916,13 +912,8 @@ static int parse_range(h2o_iovec_t v, uint64_t size, uint64_t *off, uint64_t *le
     return 1;
 }
 
-/* 1 when the client takes gzip (a q of 0 refuses it). */
-static int accepts_gzip(h2o_req_t *req)
+int funcd__site_accepts_gzip(h2o_iovec_t v)
 {
-    ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_ACCEPT_ENCODING, -1);
-    if (i < 0)
-        return 0;
-    h2o_iovec_t v = req->headers.entries[i].value;
     const char *p = v.base, *end = v.base + v.len;
     while (p < end) {
         while (p < end && (*p == ' ' || *p == ','))
@@ -957,6 +948,13 @@ static int accepts_gzip(h2o_req_t *req)
     return 0;
 }
 
+/* 1 when the client takes gzip (a q of 0 refuses it). */
+static int accepts_gzip(h2o_req_t *req)
+{
+    ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_ACCEPT_ENCODING, -1);
+    return i >= 0 && funcd__site_accepts_gzip(req->headers.entries[i].value);
+}
+
 static void serve_file(site_ver *v, h2o_req_t *req, site_file *f, int status)
 {
     req->res.status = status;
@@ -969,7 +967,7 @@ static void serve_file(site_ver *v, h2o_req_t *req, site_file *f, int status)
         ssize_t ir = h2o_find_header(&req->headers, H2O_TOKEN_IF_RANGE, -1);
         if (range.base && ir >= 0) { /* a range of another version: the whole file */
             h2o_iovec_t vr = req->headers.entries[ir].value;
-            int64_t when = parse_http_date(vr);
+            int64_t when = funcd__site_parse_date(vr);
             if (!(vr.len == strlen(f->etag) && memcmp(vr.base, f->etag, vr.len) == 0) &&
                 !(when >= 0 && when == f->mtime))
                 range = h2o_iovec_init(NULL, 0);
@@ -1004,10 +1002,10 @@ static void serve_file(site_ver *v, h2o_req_t *req, site_file *f, int status)
     ssize_t inm = h2o_find_header(&req->headers, H2O_TOKEN_IF_NONE_MATCH, -1);
     int not_modified = 0;
     if (inm >= 0) {
-        not_modified = etag_listed(req->headers.entries[inm].value, body->etag);
+        not_modified = funcd__site_etag_listed(req->headers.entries[inm].value, body->etag);
     } else {
         ssize_t ims = h2o_find_header(&req->headers, H2O_TOKEN_IF_MODIFIED_SINCE, -1);
-        int64_t when = ims >= 0 ? parse_http_date(req->headers.entries[ims].value) : -1;
+        int64_t when = ims >= 0 ? funcd__site_parse_date(req->headers.entries[ims].value) : -1;
         not_modified = when >= 0 && body->mtime <= when;
     }
     if (not_modified) {
@@ -1019,7 +1017,7 @@ static void serve_file(site_ver *v, h2o_req_t *req, site_file *f, int status)
     }
     if (range.base) {
         uint64_t off = 0, len = 0;
-        int r = parse_range(range, f->size, &off, &len);
+        int r = funcd__site_parse_range(range, f->size, &off, &len);
         if (r == 0) {
             char *cr = h2o_mem_alloc_pool(&req->pool, 40);
             int n = snprintf(cr, 40, "bytes */%llu", (unsigned long long)f->size);
@@ -1054,6 +1052,30 @@ static int looks_like_route(const char *rel)
     return strchr(slash ? slash + 1 : rel, '.') == NULL;
 }
 
+int funcd__site_rel(const char *path, size_t len, const char *index, char *out)
+{
+    while (len && *path == '/')
+        path++, len--;
+    if (memchr(path, '\0', len))
+        return -1;
+    int dir = len == 0 || path[len - 1] == '/';
+    memcpy(out, path, len);
+    if (dir)
+        memcpy(out + len, index, strlen(index) + 1);
+    else
+        out[len] = '\0';
+    /* No ".." component reaches the lookup (the kernel would refuse it too). */
+    for (const char *p = out; *p;) {
+        size_t n = strcspn(p, "/");
+        if (n == 2 && p[0] == '.' && p[1] == '.')
+            return -2;
+        p += n;
+        while (*p == '/')
+            p++;
+    }
+    return dir;
+}
+
 /* `path`: below the site's root, decoded and normalized, starting with '/'
  * (or empty). */
 static void serve_path(site_ver *v, h2o_req_t *req, const char *path, size_t len)
@@ -1066,31 +1088,15 @@ static void serve_path(site_ver *v, h2o_req_t *req, const char *path, size_t len
                              "HEAD only", v->ns, v->name);
         return;
     }
-    while (len && *path == '/')
-        path++, len--;
-    if (memchr(path, '\0', len)) {
+    char *rel = h2o_mem_alloc_pool(&req->pool, len + strlen(v->index) + 1);
+    int dir = funcd__site_rel(path, len, v->index, rel);
+    if (dir == -1) {
         funcd_gw_send_status(req, 400, "BadRequest", "the path has a NUL byte");
         return;
     }
-    size_t il = strlen(v->index);
-    int dir = len == 0 || path[len - 1] == '/';
-    char *rel = h2o_mem_alloc_pool(&req->pool, len + il + 1);
-    memcpy(rel, path, len);
-    if (dir)
-        memcpy(rel + len, v->index, il + 1);
-    else
-        rel[len] = '\0';
-    /* No ".." component reaches the lookup (the kernel would refuse it too). */
-    for (const char *p = rel; *p;) {
-        size_t n = strcspn(p, "/");
-        if (n == 2 && p[0] == '.' && p[1] == '.') {
-            funcd_gw_send_status(req, 404, "NotFound", "no such file in site %s/%s", v->ns,
-                                 v->name);
-            return;
-        }
-        p += n;
-        while (*p == '/')
-            p++;
+    if (dir == -2) {
+        funcd_gw_send_status(req, 404, "NotFound", "no such file in site %s/%s", v->ns, v->name);
+        return;
     }
     int how;
     site_file *f = lookup(v, req, rel, &how);
@@ -1114,6 +1120,25 @@ static void serve_path(site_ver *v, h2o_req_t *req, const char *path, size_t len
     funcd_gw_send_status(req, 404, "NotFound", "no such file in site %s/%s", v->ns, v->name);
 }
 
+size_t funcd__site_host(h2o_iovec_t host, char name[254])
+{
+    size_t hl = host.len;
+    if (hl && host.base[0] == '[')
+        return 0; /* an IPv6 literal is no site's name */
+    const char *colon = memchr(host.base, ':', hl);
+    if (colon)
+        hl = (size_t)(colon - host.base);
+    if (hl && host.base[hl - 1] == '.')
+        hl--;
+    if (hl == 0 || hl > 253)
+        return 0;
+    for (size_t i = 0; i < hl; i++)
+        name[i] = (char)(host.base[i] >= 'A' && host.base[i] <= 'Z' ? host.base[i] + 32
+                                                                   : host.base[i]);
+    name[hl] = '\0';
+    return hl;
+}
+
 int funcd_sites_serve(void *payload, h2o_req_t *req, int by_host)
 {
     funcd_sites *s = payload;
@@ -1121,23 +1146,9 @@ int funcd_sites_serve(void *payload, h2o_req_t *req, int by_host)
     size_t n = req->path_normalized.len;
     site_ver *v;
     if (by_host) {
-        h2o_iovec_t host = req->authority;
-        size_t hl = host.len;
-        if (hl && host.base[0] == '[')
-            return 0; /* an IPv6 literal is no site's name */
-        const char *colon = memchr(host.base, ':', hl);
-        if (colon)
-            hl = (size_t)(colon - host.base);
-        if (hl && host.base[hl - 1] == '.')
-            hl--;
-        if (hl == 0 || hl > 253)
-            return 0;
         char name[254];
-        for (size_t i = 0; i < hl; i++)
-            name[i] = (char)(host.base[i] >= 'A' && host.base[i] <= 'Z' ? host.base[i] + 32
-                                                                       : host.base[i]);
-        name[hl] = '\0';
-        if (!(v = funcd__sites_find_host(s, name, hl)))
+        size_t hl = funcd__site_host(req->authority, name);
+        if (!hl || !(v = funcd__sites_find_host(s, name, hl)))
             return 0;
         *(site_ver **)h2o_mem_alloc_shared(&req->pool, sizeof(site_ver *), drop_ver) = v;
         serve_path(v, req, p, n);
