@@ -828,8 +828,7 @@ int funcd_httpd_new(funcd_httpd **out, const char *addr, unsigned nthreads, size
         goto fail;
     }
     for (unsigned i = 1; i < nthreads; i++) {
-        char again[128];
-        rc = funcd_listen_tcp(first, 1, again, sizeof(again));
+        rc = funcd_listen_sibling(workers[0].fd); /* its address, scope and all */
         if (rc < 0)
             goto fail;
         workers[i].fd = rc;

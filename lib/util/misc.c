@@ -138,6 +138,33 @@ int funcd_listen_tcp(const char *addr, int reuseport, char *bound, size_t bound_
     return fd;
 }
 
+int funcd_listen_sibling(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    int v6only = 0;
+    socklen_t vl = sizeof(v6only);
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
+        return funcd_error_set(FUNCD_EBIND, "cannot read a listener's address: %s",
+                               strerror(errno));
+    int s = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return funcd_error_set(FUNCD_EBIND, "cannot open a listening socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (ss.ss_family == AF_INET6 &&
+        getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, &vl) == 0)
+        setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
+    if (setsockopt(s, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0 ||
+        bind(s, (struct sockaddr *)&ss, sl) < 0 || listen(s, 1024) < 0) {
+        int e = errno;
+        close(s);
+        return funcd_error_set(FUNCD_EBIND, "cannot open a sibling of a listening socket: %s",
+                               strerror(e));
+    }
+    return s;
+}
+
 static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
 {
     (void)sb;

@@ -27,6 +27,13 @@ int funcd_has_prefix(const char *s, const char *prefix);
  */
 int funcd_listen_tcp(const char *addr, int reuseport, char *bound, size_t bound_len);
 
+/*
+ * Opens another listening socket on the exact address of listening socket
+ * `fd` (family, scope, IPV6_V6ONLY), in its SO_REUSEPORT group: `fd` must
+ * have SO_REUSEPORT set. Returns the fd or FUNCD_EBIND.
+ */
+int funcd_listen_sibling(int fd);
+
 /* Removes a directory tree without following symlinks (rm -rf). */
 int funcd_remove_tree(const char *path);
 

@@ -101,8 +101,41 @@ TEST(a_burst_of_connections_reaches_every_thread)
     CHECK_INT(idle, 0);
 }
 
+/* The siblings bind the first socket's own address (family, scope,
+ * IPV6_V6ONLY), not a re-parse of its printed form. */
+TEST(ipv6_loopback_with_several_threads)
+{
+    int probe = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in6 lo = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    int have_v6 = probe >= 0 && bind(probe, (struct sockaddr *)&lo, sizeof(lo)) == 0;
+    if (probe >= 0)
+        close(probe);
+    if (!have_v6) {
+        fprintf(stderr, "  (no ::1 here: skipped)\n");
+        return;
+    }
+    funcd_httpd_hooks hooks = {on_req, NULL, NULL, NULL, NULL, NULL, NULL};
+    funcd_httpd *srv = NULL;
+    char bound[128];
+    CHECK(funcd_httpd_new(&srv, "[::1]:0", THREADS, 1 << 20, &hooks, bound, sizeof(bound)) == 0);
+    CHECK(funcd_httpd_start(srv) == 0);
+    struct sockaddr_in6 a = lo;
+    a.sin6_port = htons((uint16_t)atoi(strrchr(bound, ':') + 1));
+    int ok = 0;
+    for (int i = 0; i < 16; i++) {
+        int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
+            ok += ask(fd);
+        if (fd >= 0)
+            close(fd);
+    }
+    funcd_httpd_free(srv);
+    CHECK_INT(ok, 16);
+}
+
 int main(void)
 {
     RUN(a_burst_of_connections_reaches_every_thread);
+    RUN(ipv6_loopback_with_several_threads);
     return HARNESS_END();
 }
