@@ -7,7 +7,9 @@
  * requests, each on a new connection like a function's urllib (requests/s).
  * With the download, figures that hold on a loaded machine too: CPU time and
  * timeslices (about: wakeups) per MiB of every thread, of the gateway's
- * thread and of the client's, from /proc/self/task/<tid>/schedstat (medians).
+ * thread and of the client's, from /proc/self/task/<tid>/schedstat (medians),
+ * and minor page faults per MiB (fresh memory touched, from .../stat): the
+ * first round's too, as a process that has not relayed before pays them.
  *
  *   egress-bench [BYTES] [ROUNDS] [SMALL_REQUESTS]
  */
@@ -45,12 +47,29 @@ static int dial(uint16_t port, const char *ip)
  * /proc/self/task/<tid>/schedstat: figures of work done, not of waiting,
  * so they hold also on a loaded machine. */
 typedef struct cpu_use {
-    double ns, slices;
+    double ns, slices, faults;
 } cpu_use;
+
+/* Minor page faults of /proc/<path>/stat (fresh memory touched: each a trap). */
+static double faults_of(const char *path)
+{
+    char line[1024];
+    double minflt = 0;
+    FILE *f = fopen(path, "re");
+    if (f && fgets(line, sizeof(line), f)) {
+        const char *p = strrchr(line, ')'); /* comm may hold spaces */
+        unsigned long long v = 0;
+        if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %llu", &v) == 1)
+            minflt = (double)v;
+    }
+    if (f)
+        fclose(f);
+    return minflt;
+}
 
 static cpu_use cpu_of(const char *comm)
 {
-    cpu_use u = {0, 0};
+    cpu_use u = {0, 0, 0};
     DIR *d = opendir("/proc/self/task");
     struct dirent *e;
     while (d && (e = readdir(d))) {
@@ -75,6 +94,8 @@ static cpu_use cpu_of(const char *comm)
             }
             fclose(f);
         }
+        snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+        u.faults += faults_of(path);
     }
     if (d)
         closedir(d);
@@ -84,7 +105,7 @@ static cpu_use cpu_of(const char *comm)
 /* The calling thread's (the client's). */
 static cpu_use cpu_self(void)
 {
-    cpu_use u = {0, 0};
+    cpu_use u = {0, 0, 0};
     unsigned long long run = 0, wait = 0, slices = 0;
     FILE *f = fopen("/proc/thread-self/schedstat", "re");
     if (f) {
@@ -94,6 +115,7 @@ static cpu_use cpu_self(void)
         }
         fclose(f);
     }
+    u.faults = faults_of("/proc/thread-self/stat");
     return u;
 }
 
@@ -168,7 +190,7 @@ int main(int argc, char **argv)
      * client, gateway) going direct, the same through the gateway, and the
      * gateway's thread alone. */
     double d_us[100], p_us[100], g_us[100], d_sl[100], p_sl[100], g_sl[100], dc_us[100],
-        pc_us[100];
+        pc_us[100], d_pf[100], p_pf[100], g_pf[100], first_g_us = 0, first_g_pf = 0;
     double per_mib = (double)(1 << 20) / (double)bytes;
     /* and per small request: CPU time, and questions the gateway sent the upstream */
     double ds_us[100], ps_us[100], gs_us[100], dns_per[100];
@@ -190,6 +212,13 @@ int main(int argc, char **argv)
         p_sl[r] = (c.slices - b.slices) * per_mib;
         g_us[r] = (gc.ns - gb.ns) * per_mib / 1e3;
         g_sl[r] = (gc.slices - gb.slices) * per_mib;
+        d_pf[r] = (b.faults - a.faults) * per_mib;
+        p_pf[r] = (c.faults - b.faults) * per_mib;
+        g_pf[r] = (gc.faults - gb.faults) * per_mib;
+        if (r == 0) {
+            first_g_us = g_us[0];
+            first_g_pf = g_pf[0];
+        }
         if (n < bytes || m < bytes) {
             fprintf(stderr, "short download: direct %lld, through the gateway %lld\n", n, m);
             return 1;
@@ -221,7 +250,7 @@ int main(int argc, char **argv)
     printf("download %lld bytes: direct %.0f MB/s, through the egress gateway %.0f MB/s (%.2fx)\n",
            bytes, d_mb[mid], p_mb[mid], p_mb[mid] / d_mb[mid]);
     double *sorted[] = {d_us, p_us, g_us, d_sl, p_sl, g_sl, dc_us, pc_us, ds_us, ps_us, gs_us,
-                        dns_per};
+                        dns_per, d_pf, p_pf, g_pf};
     for (size_t i = 0; i < sizeof(sorted) / sizeof(sorted[0]); i++)
         qsort(sorted[i], (size_t)rounds, sizeof(double), cmp);
     printf("  per MiB, CPU time of all threads: direct %.0f us, through the egress gateway %.0f us "
@@ -229,6 +258,10 @@ int main(int argc, char **argv)
            "direct %.1f, through the gateway %.1f (the gateway's thread %.1f)\n",
            d_us[mid], p_us[mid], g_us[mid], pc_us[mid], dc_us[mid], d_sl[mid], p_sl[mid],
            g_sl[mid]);
+    printf("  per MiB, minor page faults (fresh memory touched) of all threads: direct %.1f, "
+           "through the egress gateway %.1f (the gateway's thread %.1f; in the first round, "
+           "%.1f faults and %.0f us CPU per MiB)\n",
+           d_pf[mid], p_pf[mid], g_pf[mid], first_g_pf, first_g_us);
     printf("small requests (a connection each, %d per round): direct %.0f/s, through the egress "
            "gateway %.0f/s (%.2fx)\n",
            small, d_rps[mid], p_rps[mid], p_rps[mid] / d_rps[mid]);
