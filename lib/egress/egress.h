@@ -54,6 +54,9 @@ typedef struct funcd_egress_config {
     funcd_egress_invocation_of invocation_of;
     void *fn_log_payload; /* of both */
     funcd_metrics_egress *metrics; /* NULL: not counted */
+    /* A relay buffer grown by a bulk transfer goes back to its first size
+     * (64 KiB) once its direction has moved no byte for this long; 0: 1 s. */
+    unsigned relay_shrink_ms;
 } funcd_egress_config;
 
 /* Starts the gateway's thread. 0, or a negative FUNCD_E* with
@@ -83,5 +86,10 @@ funcd_egress_client *funcd_egress_attach(funcd_egress *eg, const char *ns, const
 /* The worker is gone: its listeners close (soon, on the gateway's thread);
  * connections it opened run to their end. */
 void funcd_egress_detach(funcd_egress *eg, funcd_egress_client *c);
+
+/* Bytes that relay buffers hold beyond their first size (64 KiB each way
+ * per connection), all connections together: what the 256 MiB budget
+ * counts. Any thread. */
+size_t funcd_egress_relay_grown(funcd_egress *eg);
 
 #endif

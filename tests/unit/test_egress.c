@@ -6,6 +6,7 @@
  * and 127.0.0.3.
  */
 #include <event2/thread.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/time.h>
@@ -899,6 +900,117 @@ TEST(test_dns_cap)
     fake_dns_stop(&dns);
 }
 
+/* An origin on 127.0.0.2 for one connection: a burst of BURST bytes at
+ * once, then "pong" for each read until the peer closes; the connection
+ * stays open in between (a long-lived tunnel gone quiet). */
+#define BURST (8 << 20)
+
+typedef struct burst_origin {
+    int fd;
+    uint16_t port;
+    pthread_t thread;
+} burst_origin;
+
+static void *burst_main(void *arg)
+{
+    burst_origin *o = arg;
+    struct pollfd p = {o->fd, POLLIN, 0};
+    if (poll(&p, 1, 30000) != 1)
+        return NULL;
+    int c = accept4(o->fd, NULL, NULL, SOCK_CLOEXEC);
+    if (c < 0)
+        return NULL;
+    static char chunk[65536];
+    for (size_t i = 0; i < sizeof(chunk); i++)
+        chunk[i] = fake_body_byte(i);
+    int ok = 0;
+    for (size_t sent = 0; sent < BURST && ok == 0; sent += sizeof(chunk))
+        ok = fake_send_all(c, chunk, sizeof(chunk));
+    struct timeval tv = {60, 0};
+    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[256];
+    while (ok == 0 && recv(c, buf, sizeof(buf), 0) > 0)
+        ok = fake_send_all(c, "pong", 4);
+    close(c);
+    return NULL;
+}
+
+/* A bulk transfer grows the relay buffers (64 KiB -> up to 4 MiB each way);
+ * once the connection goes quiet they go back to their first size while
+ * it stays open, so an idle tunnel pins no more than 2 x 64 KiB. The budget's
+ * figure (funcd_egress_relay_grown) shows it; the tunnel still works after. */
+TEST(test_relay_shrinks)
+{
+    burst_origin o = {0};
+    o.fd = fake_bind("127.0.0.2", SOCK_STREAM, &o.port);
+    CHECK(o.fd >= 0);
+    CHECK_INT(pthread_create(&o.thread, NULL, burst_main, &o), 0);
+    funcd_logger quiet = {NULL, FUNCD_LOG_WARN, NULL};
+    funcd_egress_config cfg = {.dns_upstream = "127.0.0.4:53", .logger = &quiet,
+                               .relay_shrink_ms = 100};
+    funcd_egress *eg = NULL;
+    CHECK_INT(funcd_egress_new(&eg, &cfg), 0);
+    char spec[128];
+    snprintf(spec, sizeof(spec), "{\"allow\":[{\"cidr\":\"127.0.0.2/32\",\"ports\":[%u]}]}",
+             o.port);
+    put(funcd_egress_policies_of(eg), "team", "p", spec);
+    uint16_t proxy_port;
+    int proxy = fake_bind("127.0.0.1", SOCK_STREAM, &proxy_port);
+    funcd_egress_client *cl = funcd_egress_attach(eg, "team", "fn", "fn-1", proxy, -1, -1);
+    CHECK(cl != NULL);
+
+    int fd = connect_to(proxy_port);
+    CHECK(fd >= 0);
+    char req[128];
+    snprintf(req, sizeof(req), "CONNECT 127.0.0.2:%u HTTP/1.1\r\n\r\n", o.port);
+    fake_send_all(fd, req, strlen(req));
+    /* Not reading yet: the gateway reads full buffers from the origin, so
+     * its buffer toward us grows. */
+    int grew = 0;
+    for (int i = 0; i < 3000 && !grew; i++) {
+        grew = funcd_egress_relay_grown(eg) > 0;
+        if (!grew)
+            usleep(10000);
+    }
+    CHECK(grew);
+    /* the whole burst, every byte in its place, after our 200 */
+    static const char est[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+    char head[sizeof(est) - 1];
+    CHECK_INT(recv(fd, head, sizeof(head), MSG_WAITALL), (long long)sizeof(head));
+    CHECK(memcmp(head, est, sizeof(head)) == 0);
+    static char buf[1 << 16];
+    size_t got = 0, bad = BURST;
+    while (got < BURST) {
+        ssize_t n = recv(fd, buf, sizeof(buf) < BURST - got ? sizeof(buf) : BURST - got, 0);
+        if (n <= 0)
+            break;
+        for (ssize_t i = 0; i < n && bad == BURST; i++)
+            if (buf[i] != fake_body_byte(got + (size_t)i))
+                bad = got + (size_t)i;
+        got += (size_t)n;
+    }
+    CHECK_INT((long long)got, BURST);
+    CHECK_INT((long long)bad, BURST);
+    /* quiet now, still open: the buffers go back to their first size */
+    int shrunk = 0;
+    for (int i = 0; i < 3000 && !shrunk; i++) {
+        shrunk = funcd_egress_relay_grown(eg) == 0;
+        if (!shrunk)
+            usleep(10000);
+    }
+    CHECK(shrunk);
+    /* and the tunnel still carries bytes both ways */
+    fake_send_all(fd, "ping", 4);
+    char pong[4] = {0};
+    CHECK_INT(recv(fd, pong, sizeof(pong), MSG_WAITALL), 4);
+    CHECK(memcmp(pong, "pong", 4) == 0);
+    close(fd);
+    pthread_join(o.thread, NULL);
+    close(o.fd);
+    funcd_egress_detach(eg, cl);
+    funcd_egress_free(eg);
+}
+
 int main(void)
 {
     evthread_use_pthreads();
@@ -911,6 +1023,7 @@ int main(void)
     RUN(test_dns_cache);
     RUN(test_gateway);
     RUN(test_dns_cap);
+    RUN(test_relay_shrinks);
     funcd_buf_free(&audit_lines.text);
     funcd_buf_free(&fn_lines.text);
     return HARNESS_END();
