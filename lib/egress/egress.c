@@ -41,7 +41,9 @@
 #include "util/buf.h"
 
 #define RELAY_MIN (64u << 10)    /* a relay buffer's first size, each way */
-#define RELAY_MAX (4u << 20)     /* and its largest (a bulk transfer) */
+#define RELAY_MAX (4u << 20)     /* and its size once a read fills it (a bulk transfer) */
+#define RELAY_SPARE 2            /* RELAY_MAX buffers kept for the next bulk transfer */
+#define RELAY_SPARE_MS 10000     /* not used for this long: the spares are unmapped */
 #define RELAY_BUDGET (256u << 20) /* all relay buffers beyond their first size, together */
 #define RELAY_SHRINK_MS 1000     /* quiet for this long: a grown buffer goes back to RELAY_MIN */
 #define MAX_READ (256u << 10)    /* per read() of a bufferevent (before relaying) */
@@ -94,6 +96,10 @@ struct funcd_egress {
     conn *conns;
     atomic_size_t relay_grown; /* bytes of relay buffers beyond RELAY_MIN (written by
                                 * the gateway thread) */
+    char *spare[RELAY_SPARE];  /* RELAY_MAX buffers no connection holds (gateway thread) */
+    int n_spare;
+    uint64_t spare_used_ms;    /* when one was last taken or given back */
+    struct event *spare_trim;
     dns_tcp *dns_conns;
     struct dns_query *queries;
 
@@ -330,7 +336,7 @@ static void fail_upstream(conn *c, int status, const char *what)
  * the worker's own reads cost three times as much CPU as these two copies
  * (docs/adr/0051-egress-relay-copies.md). What a bufferevent already read
  * (a body after the head) or our own 200 goes first. The buffer starts at
- * RELAY_MIN and doubles, up to RELAY_MAX, each time a read fills it (a bulk
+ * RELAY_MIN and becomes RELAY_MAX once a read fills it (a bulk
  * transfer); reading src pauses while dst cannot take what it holds. Once
  * the direction has been empty and quiet for relay_shrink_ms, the buffer
  * goes back to RELAY_MIN: an idle tunnel does not pin megabytes. */
@@ -346,29 +352,62 @@ struct relay_dir {
     uint64_t *count;
 };
 
-/* A relay buffer of `size` bytes. RELAY_MIN ones from malloc; larger ones
- * are mapped with their pages made at once (MAP_POPULATE) and unmapped when
- * let go: a fresh page touched by read(2) costs a page fault each, ~24 us
- * apiece in a paravirtualised guest (2048 of them as a buffer doubles to
- * 4 MiB), and unmapping gives the memory back to the system rather than
- * to a heap that may keep it. */
-static char *relay_alloc(size_t size)
+/* A relay buffer of `size` bytes. RELAY_MIN ones come from malloc. Larger
+ * ones are mapped (pages made at once, MAP_POPULATE) and kept, up to
+ * RELAY_SPARE of them, for the next bulk transfer once let go: on this
+ * kind of (paravirtualised) machine each fresh 4 KiB page costs ~18-24 us
+ * to fault in, ~100 us per MiB of relay buffer, which a transfer starting
+ * on a reused buffer does not pay. Spares unused for RELAY_SPARE_MS are
+ * unmapped (docs/adr/0054-egress-relay-buffers.md). */
+static char *relay_alloc(funcd_egress *eg, size_t size)
 {
     if (size <= RELAY_MIN)
         return malloc(size);
+    if (size == RELAY_MAX && eg->n_spare > 0) {
+        eg->spare_used_ms = now_ms();
+        return eg->spare[--eg->n_spare];
+    }
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
                    -1, 0);
     return p == MAP_FAILED ? NULL : p;
 }
 
-static void relay_release(char *buf, size_t size)
+static void relay_release(funcd_egress *eg, char *buf, size_t size)
 {
     if (!buf)
         return;
-    if (size <= RELAY_MIN)
+    if (size <= RELAY_MIN) {
         free(buf);
-    else
-        munmap(buf, size);
+        return;
+    }
+    if (size == RELAY_MAX && eg->n_spare < RELAY_SPARE && eg->spare_trim) {
+        eg->spare[eg->n_spare++] = buf;
+        eg->spare_used_ms = now_ms();
+        if (!evtimer_pending(eg->spare_trim, NULL)) {
+            struct timeval tv = tv_ms(RELAY_SPARE_MS);
+            evtimer_add(eg->spare_trim, &tv);
+        }
+        return;
+    }
+    munmap(buf, size);
+}
+
+static void spares_free(funcd_egress *eg)
+{
+    while (eg->n_spare > 0)
+        munmap(eg->spare[--eg->n_spare], RELAY_MAX);
+}
+
+static void on_spare_trim(evutil_socket_t fd, short what, void *arg)
+{
+    funcd_egress *eg = arg;
+    uint64_t unused = now_ms() - eg->spare_used_ms;
+    if (unused >= RELAY_SPARE_MS) {
+        spares_free(eg);
+        return;
+    }
+    struct timeval tv = tv_ms((unsigned)(RELAY_SPARE_MS - unused));
+    evtimer_add(eg->spare_trim, &tv);
 }
 
 static void maybe_done(conn *c)
@@ -386,7 +425,7 @@ static void dir_close_one(relay_dir *d)
     d->rd = d->wr = NULL;
     if (d->buf && d->cap > RELAY_MIN)
         d->c->cl->eg->relay_grown -= d->cap - RELAY_MIN;
-    relay_release(d->buf, d->cap);
+    relay_release(d->c->cl->eg, d->buf, d->cap);
     d->buf = NULL;
 }
 
@@ -412,9 +451,9 @@ static int dir_flush(relay_dir *d)
      * stays within RELAY_BUDGET (a tenant's idle tunnels must not pin
      * the process' memory). */
     if (d->grow_to > d->cap && eg->relay_grown + (d->grow_to - d->cap) <= RELAY_BUDGET) {
-        char *bigger = relay_alloc(d->grow_to);
+        char *bigger = relay_alloc(eg, d->grow_to);
         if (bigger) {
-            relay_release(d->buf, d->cap);
+            relay_release(eg, d->buf, d->cap);
             d->buf = bigger;
             eg->relay_grown += d->grow_to - d->cap;
             d->cap = d->grow_to;
@@ -473,7 +512,7 @@ static void on_relay_read(evutil_socket_t fd, short what, void *arg)
     else
         d->read_ms = c->last_ms;
     if ((size_t)n == room && d->cap < RELAY_MAX)
-        d->grow_to = d->cap * 2;
+        d->grow_to = RELAY_MAX;
     d->len += (size_t)n;
     *d->count += (uint64_t)n;
     dir_step(d, dir_flush(d));
@@ -496,10 +535,9 @@ static int dir_open(conn *c, relay_dir *d, int src, int dst, struct evbuffer *pe
     d->dst = dst;
     d->count = count;
     size_t head = first ? first->len : 0, rest = pending ? evbuffer_get_length(pending) : 0;
-    d->cap = RELAY_MIN;
-    while (d->cap < head + rest)
-        d->cap *= 2;
-    if (!(d->buf = relay_alloc(d->cap)))
+    d->cap = head + rest <= RELAY_MIN ? RELAY_MIN : head + rest <= RELAY_MAX ? RELAY_MAX
+                                                                               : head + rest;
+    if (!(d->buf = relay_alloc(eg, d->cap)))
         return -1;
     eg->relay_grown += d->cap - RELAY_MIN;
     if (head)
@@ -529,7 +567,7 @@ static void on_shrink(evutil_socket_t fd, short what, void *arg)
             grown = 1;
             continue;
         }
-        relay_release(d->buf, d->cap);
+        relay_release(eg, d->buf, d->cap);
         eg->relay_grown -= d->cap - RELAY_MIN;
         d->buf = small;
         d->cap = RELAY_MIN;
@@ -1507,7 +1545,8 @@ int funcd_egress_new(funcd_egress **out, const funcd_egress_config *cfg)
     if (!(eg->upstream_text = strdup(up)) || !(eg->policies = funcd_egress_policies_new()) ||
         !(eg->base = event_base_new()) ||
         !(eg->cache = funcd_egress_dns_cache_new(FUNCD_EGRESS_DNS_CACHE_MAX)) ||
-        !(eg->wake = event_new(eg->base, -1, EV_READ, on_wake, eg))) {
+        !(eg->wake = event_new(eg->base, -1, EV_READ, on_wake, eg)) ||
+        !(eg->spare_trim = evtimer_new(eg->base, on_spare_trim, eg))) {
         rc = funcd_error_set(FUNCD_ENOMEM, "out of memory creating the egress gateway");
         goto fail;
     }
@@ -1543,6 +1582,10 @@ void funcd_egress_free(funcd_egress *eg)
         do_detach(eg, eg->clients);
     if (eg->wake)
         event_free(eg->wake);
+    if (eg->spare_trim)
+        event_free(eg->spare_trim);
+    eg->spare_trim = NULL;
+    spares_free(eg);
     funcd_egress_dns_cache_free(eg->cache);
     if (eg->base)
         event_base_free(eg->base);
