@@ -820,7 +820,7 @@ static void on_proxy_accept(struct evconnlistener *l, evutil_socket_t fd, struct
         close(fd);
         return;
     }
-    evutil_make_socket_nonblocking(fd);
+    /* (evconnlistener accepts with SOCK_NONBLOCK: no fcntl needed) */
     c->down = bufferevent_socket_new(eg->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (!c->down) {
         close(fd);
@@ -1219,8 +1219,7 @@ static void on_dns_tcp_accept(struct evconnlistener *l, evutil_socket_t fd, stru
 {
     funcd_egress_client *cl = arg;
     funcd_egress *eg = cl->eg;
-    dns_tcp *t = calloc(1, sizeof(*t));
-    evutil_make_socket_nonblocking(fd);
+    dns_tcp *t = calloc(1, sizeof(*t)); /* fd is non-blocking (accept4) */
     if (!t || !(t->bev = bufferevent_socket_new(eg->base, fd, BEV_OPT_CLOSE_ON_FREE))) {
         free(t);
         close(fd);
