@@ -5,7 +5,8 @@
 # the gateway through a DNS server on 127.0.0.4), in the same run, rounds alternating.
 # Prints the medians: MB/s and requests/s for each, and the ratio (aim: >= 0.8x for the
 # download); and, for the download, CPU time and timeslices per MiB of all threads, of the
-# gateway's thread and of the client's, which hold also on a loaded machine.
+# gateway's thread and of the client's, which hold also on a loaded machine; and minor page faults
+# per MiB (fresh memory), with the first round's gateway CPU and faults (medians hide those).
 #
 #   bash bench/egress.sh [BUILD_DIR]   (default: build-rel; BYTES=104857600 ROUNDS=5 SMALL=1000)
 # Run it on a quiet machine.

@@ -358,7 +358,7 @@ struct relay_dir {
  * kind of (paravirtualised) machine each fresh 4 KiB page costs ~18-24 us
  * to fault in, ~100 us per MiB of relay buffer, which a transfer starting
  * on a reused buffer does not pay. Spares unused for RELAY_SPARE_MS are
- * unmapped (docs/adr/0054-egress-relay-buffers.md). */
+ * unmapped (docs/adr/0055-egress-relay-buffers.md). */
 static char *relay_alloc(funcd_egress *eg, size_t size)
 {
     if (size <= RELAY_MIN)
