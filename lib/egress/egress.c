@@ -423,7 +423,9 @@ static void dir_close_one(relay_dir *d)
     if (d->wr)
         event_free(d->wr);
     d->rd = d->wr = NULL;
-    if (d->buf && d->cap > RELAY_MIN)
+    if (!d->buf) /* never opened (d->c unset) or already closed */
+        return;
+    if (d->cap > RELAY_MIN)
         d->c->cl->eg->relay_grown -= d->cap - RELAY_MIN;
     relay_release(d->c->cl->eg, d->buf, d->cap);
     d->buf = NULL;
