@@ -150,15 +150,13 @@ static uint64_t host_hash(const char *h, size_t n)
     return x;
 }
 
-/* The Site whose published version serves `host`, or NULL. Under the table's
- * lock (either side), or on the loop (its only writer). */
-static site_rec *host_find(const funcd_sites *s, const char *host, size_t len)
+static site_rec *slot_find(const host_slot *m, size_t cap, const char *host, size_t len)
 {
-    if (!s->hosts_cap)
+    if (!cap)
         return NULL;
-    size_t mask = s->hosts_cap - 1;
+    size_t mask = cap - 1;
     for (size_t i = host_hash(host, len) & mask;; i = (i + 1) & mask) {
-        const host_slot *h = &s->hosts[i];
+        const host_slot *h = &m[i];
         if (!h->host)
             return NULL;
         if (h->len == len && memcmp(h->host, host, len) == 0)
@@ -166,41 +164,64 @@ static site_rec *host_find(const funcd_sites *s, const char *host, size_t len)
     }
 }
 
-/* Under the writer lock: the map of the published versions' hosts, anew.
- * Out of memory: no host is served until the next change (logged). */
-static void hosts_rebuild(funcd_sites *s)
+/* The Site whose published version serves `host`, or NULL. Under the table's
+ * lock (either side), or on the loop (its only writer). */
+static site_rec *host_find(const funcd_sites *s, const char *host, size_t len)
+{
+    return slot_find(s->hosts, s->hosts_cap, host, len);
+}
+
+/* Under the writer lock: the map of the published versions' hosts, anew. A
+ * host two versions claim stays with the Site the old map gave it to (build
+ * refuses such a version with HostConflict; this holds whatever happens).
+ * Out of memory: with no more hosts than the old map was made for, anew in
+ * its place; else -1 and the map is left as it was. */
+static int hosts_rebuild(funcd_sites *s)
 {
     size_t n = 0;
     for (unsigned b = 0; b < SITE_BUCKETS; b++)
         for (site_rec *r = s->buckets[b]; r; r = r->next)
             for (size_t i = 0; r->ver && r->ver->hosts && r->ver->hosts[i]; i++)
                 n++;
-    free(s->hosts);
-    s->hosts = NULL;
-    s->hosts_cap = 0;
-    if (!n)
-        return;
+    host_slot *old = s->hosts;
+    size_t old_cap = s->hosts_cap;
+    if (!n) {
+        free(old);
+        s->hosts = NULL;
+        s->hosts_cap = 0;
+        return 0;
+    }
     size_t cap = 16;
     while (cap < 2 * n)
         cap *= 2;
-    if (!(s->hosts = calloc(cap, sizeof(*s->hosts)))) {
-        funcd_log(s->cfg.logger, FUNCD_LOG_ERROR, "sites: out of memory: no Site is served by "
-                  "its hosts until the next change of a Site");
-        return;
+    host_slot *m = calloc(cap, sizeof(*m));
+    if (!m) {
+        if (old_cap < 2 * n)
+            return -1;
+        m = old; /* the old owners are not known then: with no conflict, none is needed */
+        cap = old_cap;
+        memset(m, 0, cap * sizeof(*m));
+        old = NULL;
+        old_cap = 0;
     }
+    for (int pass = 0; pass < 2; pass++) /* first the hosts each Site owned already */
+        for (unsigned b = 0; b < SITE_BUCKETS; b++)
+            for (site_rec *r = s->buckets[b]; r; r = r->next)
+                for (size_t i = 0; r->ver && r->ver->hosts && r->ver->hosts[i]; i++) {
+                    const char *h = r->ver->hosts[i];
+                    size_t len = strlen(h);
+                    if (pass == 0 && slot_find(old, old_cap, h, len) != r)
+                        continue;
+                    size_t j = host_hash(h, len) & (cap - 1);
+                    while (m[j].host && !(m[j].len == len && memcmp(m[j].host, h, len) == 0))
+                        j = (j + 1) & (cap - 1);
+                    if (!m[j].host)
+                        m[j] = (host_slot){h, len, r};
+                }
+    free(old);
+    s->hosts = m;
     s->hosts_cap = cap;
-    for (unsigned b = 0; b < SITE_BUCKETS; b++)
-        for (site_rec *r = s->buckets[b]; r; r = r->next)
-            for (size_t i = 0; r->ver && r->ver->hosts && r->ver->hosts[i]; i++) {
-                const char *h = r->ver->hosts[i];
-                size_t len = strlen(h);
-                size_t j = host_hash(h, len) & (cap - 1);
-                while (s->hosts[j].host && !(s->hosts[j].len == len &&
-                                             memcmp(s->hosts[j].host, h, len) == 0))
-                    j = (j + 1) & (cap - 1);
-                if (!s->hosts[j].host) /* a host is one Site's (HostConflict): the first */
-                    s->hosts[j] = (host_slot){h, len, r};
-            }
+    return 0;
 }
 
 site_ver *funcd__sites_find_host(funcd_sites *s, const char *host, size_t len)
@@ -235,18 +256,28 @@ static size_t count_hosts(const site_ver *v)
     return n;
 }
 
-/* Swaps the rec's published version (NULL: none). */
-static void publish(funcd_sites *s, site_rec *r, site_ver *v)
+/* Swaps the rec's published version (NULL: none); the reference to `v`
+ * passes. -1 when the host map could not be made (out of memory): then
+ * nothing of the Site is published (the map it had still fits), so no host
+ * changes hands without the map that says who owns it. */
+static int publish(funcd_sites *s, site_rec *r, site_ver *v)
 {
+    int rc = 0;
     pthread_rwlock_wrlock(&s->lock);
     site_ver *old = r->ver;
     r->ver = v;
-    atomic_fetch_add(&s->n_hosts, (unsigned)count_hosts(v));
+    if ((count_hosts(v) || count_hosts(old)) && hosts_rebuild(s) != 0) {
+        r->ver = NULL;
+        hosts_rebuild(s); /* fewer hosts than the map holds: made in its place */
+        rc = -1;
+    }
+    atomic_fetch_add(&s->n_hosts, (unsigned)count_hosts(r->ver));
     atomic_fetch_sub(&s->n_hosts, (unsigned)count_hosts(old));
-    if (count_hosts(v) || count_hosts(old))
-        hosts_rebuild(s);
     pthread_rwlock_unlock(&s->lock);
     funcd__site_ver_unref(old);
+    if (rc)
+        funcd__site_ver_unref(v);
+    return rc;
 }
 
 /* ---- building a version --------------------------------------------------------- */
@@ -570,7 +601,7 @@ static void remove_rec(funcd_sites *s, site_rec **pp)
     *pp = r->next;
     atomic_fetch_sub(&s->n_hosts, (unsigned)count_hosts(r->ver));
     if (had_hosts)
-        hosts_rebuild(s);
+        hosts_rebuild(s); /* fewer hosts than the map holds: cannot fail */
     pthread_rwlock_unlock(&s->lock);
     if (r->uses_resolver && s->cfg.sources) {
         char as[128];
@@ -631,7 +662,10 @@ static void reconcile(funcd_sites *s, const char *key, int force)
     r->generation = gen;
     int had_hosts = count_hosts(r->ver) > 0;
     site_ver *v = build(s, r, cJSON_GetObjectItemCaseSensitive(obj, "spec"), fresh);
-    publish(s, r, v);
+    if (publish(s, r, v) != 0) {
+        fail(r, "InternalError", "out of memory publishing the site's hosts");
+        v = NULL;
+    }
     if (had_hosts && count_hosts(v) == 0)
         requeue_all(s, r);
     if (!r->ready) { /* the message names paths and what a resolver said: escaped */
