@@ -299,10 +299,29 @@ static int q_is_zero(const char *p, const char *end)
     return 0;
 }
 
+/* `el` is `lower` (lowercase ASCII), in any case. */
+static int el_is(h2o_iovec_t el, const char *lower, size_t len)
+{
+    if (el.len != len)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = el.base[i];
+        if ((c >= 'A' && c <= 'Z' ? (char)(c + 32) : c) != lower[i])
+            return 0;
+    }
+    return 1;
+}
+
 int funcd_shape_accepts_gzip(const char *v, size_t len)
 {
     const char *p = v, *end = v + len;
     h2o_iovec_t el;
+    if (!memchr(v, ';', len)) { /* no q anywhere: what every browser sends */
+        while (next_element(&p, end, &el))
+            if (el_is(el, "gzip", 4) || el_is(el, "x-gzip", 6) || el_is(el, "*", 1))
+                return 1;
+        return 0;
+    }
     int gzip = -1, star = -1; /* -1: not named; else acceptable */
     while (next_element(&p, end, &el)) {
         const char *semi = memchr(el.base, ';', el.len);
@@ -802,14 +821,19 @@ int funcd_shape_request(h2o_req_t *req, funcd_shape *s, int preflight)
     sr->super.on_setup_ostream = on_setup_ostream;
     sr->super.next = req->prefilters;
     req->prefilters = &sr->super;
-    if (s->compress)
-        for (ssize_t i = -1; (i = h2o_find_header(&req->headers, H2O_TOKEN_ACCEPT_ENCODING, i)) >= 0;)
-            sr->gzip_ok |= funcd_shape_accepts_gzip(req->headers.entries[i].value.base,
-                                                    req->headers.entries[i].value.len);
-    if (!s->cors)
-        return 0;
-    sr->origin = req_header(req, H2O_STRLIT("origin"));
-    if (!preflight)
+    /* Accept-Encoding (h2o's token) and Origin (not one: h2o lowercased
+     * its name) in one pass over the request's headers. */
+    for (size_t i = 0; (s->compress || s->cors) && i < req->headers.size; i++) {
+        const h2o_header_t *h = &req->headers.entries[i];
+        if (h->name == &H2O_TOKEN_ACCEPT_ENCODING->buf) {
+            if (s->compress)
+                sr->gzip_ok |= funcd_shape_accepts_gzip(h->value.base, h->value.len);
+        } else if (s->cors && !sr->origin.base && h->name->len == 6 &&
+                   memcmp(h->name->base, "origin", 6) == 0) {
+            sr->origin = h->value;
+        }
+    }
+    if (!s->cors || !preflight)
         return 0;
     answer_preflight(req, sr, req_header(req, H2O_STRLIT("access-control-request-method")));
     return 1;

@@ -21,12 +21,12 @@ int64_t funcd_edge_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* `n` random bytes, a multiple of 8 (ids are 8 or 16 bytes). */
 static void random_bytes(gw_thread *t, uint8_t *out, size_t n)
 {
-    while (n) {
+    for (size_t i = 0; i < n; i += 8) {
         uint64_t w = funcd_gw_random(t);
-        for (int i = 0; i < 8 && n; i++, n--, w >>= 8)
-            *out++ = (uint8_t)w;
+        memcpy(out + i, &w, 8);
     }
 }
 
@@ -73,10 +73,15 @@ void funcd_edge_trace_start(funcd_edge_trace *tr, gw_thread *t, const h2o_req_t 
 
 void funcd_edge_put_headers(const funcd_edge_trace *tr, funcd_buf *b)
 {
-    char line[16 + FUNCD_TRACEPARENT_LEN + 3] = "traceparent: ";
-    funcd_traceparent_format(tr->trace_id, tr->span_id, tr->flags, line + 13);
-    memcpy(line + 13 + FUNCD_TRACEPARENT_LEN, "\r\n", 2);
-    funcd_buf_append(b, line, 13 + FUNCD_TRACEPARENT_LEN + 2);
+    /* Formatted in place: the line is 70 bytes, and b grows once. */
+    size_t line = 13 + FUNCD_TRACEPARENT_LEN + 2;
+    if (funcd_buf_grow(b, line) < 0)
+        return;
+    char *p = b->data + b->len;
+    memcpy(p, "traceparent: ", 13);
+    funcd_traceparent_format(tr->trace_id, tr->span_id, tr->flags, p + 13);
+    memcpy(p + 13 + FUNCD_TRACEPARENT_LEN, "\r\n", 3); /* and the buffer's NUL */
+    b->len += line;
     for (unsigned i = 0; i < tr->nstate; i++) {
         funcd_buf_append(b, "tracestate: ", 12);
         funcd_buf_append(b, tr->state[i].base, tr->state[i].len);

@@ -33,6 +33,11 @@ TEST(accept_encoding)
     CHECK(AE("gzip;q=0.001"));
     CHECK(!AE("gzipped, xgzip")); /* whole names only */
     CHECK(AE(" ,, gzip ,"));
+    /* without any q (shape.c's quick path): names in any case, trimmed */
+    CHECK(AE("Deflate, GZip"));
+    CHECK(AE("br,x-GZIP\t"));
+    CHECK(AE("br, *"));
+    CHECK(!AE("gzi, zip, x-gzi p, **"));
 }
 
 TEST(content_types)
