@@ -213,6 +213,13 @@ static void edge_check(const route_entry *r, h2o_req_t *req, edge_verdict *v)
     }
 }
 
+static void leave_in_flight(void *p)
+{
+    funcd_edge_limiter *l = *(funcd_edge_limiter **)p;
+    funcd_edge_in_flight_leave(l);
+    funcd_edge_limiter_unref(l);
+}
+
 static int on_req(void *payload, h2o_req_t *req)
 {
     embedded *g = payload;
@@ -277,7 +284,7 @@ static int on_req(void *payload, h2o_req_t *req)
         funcd_fn_target_ref(target);
     if (shape)
         funcd_shape_ref(shape);
-    gw_track track = {r ? (*r)->metrics : NULL, this_thread->metrics_slot, 0, NULL, NULL};
+    gw_track track = {r ? (*r)->metrics : NULL, this_thread->metrics_slot, 0};
     if (track.fn) /* under the lock: the block outlives the request (metrics.h) */
         funcd_metrics_fn_enter(track.fn, track.slot);
     pthread_rwlock_unlock(&g->lock);
@@ -293,10 +300,7 @@ static int on_req(void *payload, h2o_req_t *req)
     if (shape) {
         if (preflight)
             add_invocation_id(req);
-        /* The reference passes to the request: to the invocation's track
-         * when the request goes to a worker, else to the shaping's own. */
-        int invoking = target && !v.status && !preflight;
-        if (funcd_shape_request(req, shape, preflight, invoking ? &track.shape : NULL)) {
+        if (funcd_shape_request(req, shape, preflight)) { /* (takes the reference) */
             funcd_fn_target_unref(target); /* a CORS preflight, answered here */
             funcd_gw_track_end(&track, req->res.status);
             return 0;
@@ -327,7 +331,9 @@ static int on_req(void *payload, h2o_req_t *req)
         funcd_gw_track_rejected(&track, req, v.why);
         return 0;
     }
-    track.in_flight = v.in_flight; /* left when the invocation is disposed, however it ends */
+    if (v.in_flight) /* left when the request is disposed, however it ends */
+        *(funcd_edge_limiter **)h2o_mem_alloc_shared(&req->pool, sizeof(void *),
+                                                     leave_in_flight) = v.in_flight;
     h2o_iovec_t rest_iov = rest ? h2o_iovec_init(rest, (size_t)(end - rest))
                                 : h2o_iovec_init(path_end, (size_t)(end - path_end));
     funcd_gw_invoke(this_thread, req, target, timeout_ms, ns, nsl, name, nl, rest_iov,
@@ -358,7 +364,7 @@ static int on_each_head(void *payload, const funcd_httpd_head *head, funcd_buf *
     size_t nsl = (size_t)(slash - ns), nl = (size_t)((rest ? rest : path_end) - name);
     uint64_t cap = 0;
     char fn[140];
-    gw_track track = {NULL, 0, 0, NULL, NULL}; /* a refusal is counted as any answer of the function */
+    gw_track track = {NULL, 0, 0}; /* a refusal is counted as any answer of the function */
     pthread_rwlock_rdlock(&g->lock);
     route_entry **r = nsl && nl ? find(g, ns, nsl, name, nl) : NULL;
     if (r && (*r)->target) {

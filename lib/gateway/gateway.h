@@ -34,11 +34,6 @@ typedef struct gw_track {
     funcd_metrics_fn *fn; /* NULL: not counted (no registry, or ended) */
     unsigned slot;
     uint64_t start_ns;
-    /* What the edge holds while an invoked request lives, let go by
-     * funcd_gw_track_release when the invocation is disposed of (rather
-     * than a shared allocation of its own each, per request): */
-    struct funcd_shape *shape;            /* a reference, or NULL */
-    struct funcd_edge_limiter *in_flight; /* entered, and a reference, or NULL */
 } gw_track;
 
 /* Counts the request's answer (`status`, 0: none was sent) and duration. */
@@ -48,9 +43,6 @@ void funcd_gw_track_end(gw_track *track, int status);
  * funcd_edge_rejections_total by `reason`, and ends the track with the
  * answer's status. Call right after sending the answer. */
 void funcd_gw_track_rejected(gw_track *track, h2o_req_t *req, funcd_metrics_reason reason);
-/* Lets go of what the edge held for the request (track->shape, ->in_flight),
- * once: when the invocation holding `track` is disposed of. */
-void funcd_gw_track_release(gw_track *track);
 
 /* The thread's state (set by on_thread_init). */
 gw_thread *funcd_gw_thread(void);

@@ -799,7 +799,6 @@ static void dispose_invocation(void *p)
     invocation *inv = p;
     funcd_edge_note_end(inv->t->edge, inv->t, &inv->tr, inv->req, inv->name, inv->id);
     funcd_gw_track_end(&inv->track, inv->req->res.status);
-    funcd_gw_track_release(&inv->track);
     abandon_ticket(inv);
     drop_upstream(inv);
     release_slot(inv, 0);

@@ -813,14 +813,11 @@ static void answer_preflight(h2o_req_t *req, shape_req *sr, h2o_iovec_t method)
     h2o_send_inline(req, "", 0);
 }
 
-int funcd_shape_request(h2o_req_t *req, funcd_shape *s, int preflight, funcd_shape **hold)
+int funcd_shape_request(h2o_req_t *req, funcd_shape *s, int preflight)
 {
-    shape_req *sr = hold ? h2o_mem_alloc_pool(&req->pool, sizeof(*sr))
-                         : h2o_mem_alloc_shared(&req->pool, sizeof(*sr), dispose_shape_req);
+    shape_req *sr = h2o_mem_alloc_shared(&req->pool, sizeof(*sr), dispose_shape_req);
     memset(sr, 0, sizeof(*sr));
     sr->s = s; /* the caller's reference passes to the request */
-    if (hold)
-        *hold = s;
     sr->super.on_setup_ostream = on_setup_ostream;
     sr->super.next = req->prefilters;
     req->prefilters = &sr->super;

@@ -41,16 +41,12 @@ void funcd_shape_unref(funcd_shape *s); /* NULL is fine */
  * Called by the gateway for each request of a function with shaping, once
  * its route is known and before anything is answered. Every answer to the
  * request (the worker's, and funcd's own JSON Status) then passes through
- * the shaping. The caller's reference to `s` passes to the request: with
- * `hold` NULL the shaping lets it go when the request's pool is cleared;
- * else it is put in *hold, whose owner lets it go once the request is
- * disposed of (the gateway's invocation does: one allocation per request
- * fewer). Returns 1 when it answered the request itself (a CORS preflight:
- * 204, or 403 for one the configuration does not allow), else 0: go on.
- * `preflight` is funcd_shape_is_preflight(s, req), which the gateway has
- * already asked.
+ * the shaping; the request holds a reference to `s` until it ends. Returns
+ * 1 when it answered the request itself (a CORS preflight: 204, or 403 for
+ * one the configuration does not allow), else 0: go on. `preflight` is
+ * funcd_shape_is_preflight(s, req), which the gateway has already asked.
  */
-int funcd_shape_request(h2o_req_t *req, funcd_shape *s, int preflight, funcd_shape **hold);
+int funcd_shape_request(h2o_req_t *req, funcd_shape *s, int preflight);
 
 /* 1 when `req` is a CORS preflight that `s` answers (funcd_shape_request
  * will): the gateway lets it pass its authentication and limits, which a

@@ -4,9 +4,7 @@
  * its own thread's counters, when it ends; and GET /metrics on the data
  * plane when the operator turned it on.
  */
-#include "gateway/edge.h"
 #include "gateway/gateway.h"
-#include "gateway/shape.h"
 #include "http/httpd.h"
 
 void funcd_gw_track_end(gw_track *track, int status)
@@ -24,17 +22,6 @@ void funcd_gw_track_rejected(gw_track *track, h2o_req_t *req, funcd_metrics_reas
         return;
     funcd_metrics_fn_reject(track->fn, track->slot, reason);
     funcd_gw_track_end(track, req->res.status);
-}
-
-void funcd_gw_track_release(gw_track *track)
-{
-    funcd_shape_unref(track->shape);
-    track->shape = NULL;
-    if (track->in_flight) {
-        funcd_edge_in_flight_leave(track->in_flight);
-        funcd_edge_limiter_unref(track->in_flight);
-        track->in_flight = NULL;
-    }
 }
 
 void funcd_gw_send_metrics(h2o_req_t *req, funcd_metrics *m)
