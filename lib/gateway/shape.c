@@ -751,7 +751,10 @@ static void on_setup_ostream(h2o_req_prefilter_t *pf, h2o_req_t *req, h2o_ostrea
             add_vary(req, H2O_STRLIT("Accept-Encoding"));
     }
     if (compressible) {
-        if (sr->gzip_ok && req->version >= 0x101) {
+        /* Over HTTP/1.1 an answer whose length compressing changes must
+         * be chunked, and h2o 2.2.5 chunks only 200s: any other status would
+         * go close-delimited and end the connection, so it goes as it is. */
+        if (sr->gzip_ok && (req->version >= 0x200 || (req->version == 0x101 && req->res.status == 200))) {
             gz_ostream *g = h2o_mem_alloc_shared(&req->pool, sizeof(*g), dispose_gz_ostream);
             memset(g, 0, sizeof(*g));
             g->super.do_send = gz_do_send;

@@ -351,6 +351,17 @@ SV_TEST(gzip)
     if (te && cl)
         FAILF("both Transfer-Encoding and Content-Length:\n%s", e->r.headers);
 
+    /* Not 200 over HTTP/1.1: h2o chunks only 200s, so a compressed 404 could
+     * only end by closing the connection. It goes as the worker sent it,
+     * with its length, and the connection stays. */
+    snprintf(tiny, sizeof(tiny), DP_PATH("gz") "/shape?kb=4&type=application/json&status=404");
+    CHECK_INT(dp(e, "GET", tiny, gzip), 404);
+    CHECK_STR(sv_header(&e->r, "Content-Encoding"), "");
+    CHECK_STR(sv_header(&e->r, "Content-Length"), "4096");
+    CHECK_INT((int)e->r.len, 4096);
+    if (strcasestr(e->r.headers, "\nconnection: close"))
+        FAILF("a 404 ended its keep-alive connection:\n%s", e->r.headers);
+
     /* Already encoded: left as the worker sent it. */
     char path[128];
     snprintf(path, sizeof(path), DP_PATH("gz") "/shape?kb=8&type=text/plain&encoding=br");
