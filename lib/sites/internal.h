@@ -43,14 +43,17 @@ struct site_ver;
  * go first (a clock: a file read since the hand last passed it gets a
  * second chance), but never contents a request is sending, so every blob
  * in memory is counted (bytes also counts contents being read in). A file
- * that does not fit is streamed in 64 KiB steps instead. Lock order: the
- * cache's lock, then a version's. */
+ * that does not fit is streamed in 64 KiB steps instead. Contents the hand
+ * finds in use are parked off the ring until their last request lets go
+ * (serve.c, let_go), so making room never walks them again. Lock order:
+ * the cache's lock, then a version's. */
 typedef struct sites_cache {
     pthread_mutex_t lock;
     uint64_t limit;              /* bytes; 0: nothing is kept */
     atomic_uint_fast64_t bytes;  /* kept now */
     atomic_uint_fast64_t files;
     struct site_file *hand;      /* the clock's ring of files with contents, or NULL */
+    struct site_file *parked;    /* the ring of those found in use, or NULL */
 } sites_cache;
 
 typedef struct site_file {
@@ -60,7 +63,8 @@ typedef struct site_file {
     site_blob *blob;       /* the contents, or NULL (under the version's lock) */
     int filling;           /* a request is reading them in (under the cache's lock) */
     atomic_uchar used;     /* read since the clock's hand passed */
-    struct site_file *ring_next, *ring_prev; /* on the cache's ring (its lock) */
+    atomic_uchar parked;   /* on the cache's parked ring, not the clock's (set under its lock) */
+    struct site_file *ring_next, *ring_prev; /* on one of the cache's rings (its lock) */
     struct site_ver *ver;  /* whose file this is */
     int fd;                /* kept open for sendfile, or -1 */
     int64_t mtime;         /* seconds */
@@ -81,7 +85,7 @@ typedef struct site_ver {
     char *cache_control; /* NULL: none sent */
     char **hosts;        /* NULL-terminated, lowercase */
     int immutable;       /* contents may be kept */
-    uint64_t send_timeout_ms; /* a sendfile'd body's client taking nothing this long: cut off */
+    uint64_t send_timeout_ms; /* a client taking nothing of an answer this long: cut off */
     pthread_rwlock_t lock; /* the file table */
     site_file *files[SITES_FILE_BUCKETS];
     unsigned n_files;

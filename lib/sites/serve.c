@@ -221,11 +221,6 @@ void funcd__site_blob_unref(site_blob *b)
         free(b);
 }
 
-static void drop_blob(void *p)
-{
-    funcd__site_blob_unref(*(site_blob **)p);
-}
-
 /* The contents of `f` kept in memory (a reference), or NULL. */
 static site_blob *take_blob(site_ver *v, site_file *f)
 {
@@ -239,34 +234,67 @@ static site_blob *take_blob(site_ver *v, site_file *f)
     return b;
 }
 
+/* Under c->lock: `f` goes right behind `*head`, the last to be looked at. */
+static void ring_insert(site_file **head, site_file *f)
+{
+    if (!*head) {
+        f->ring_next = f->ring_prev = f;
+        *head = f;
+        return;
+    }
+    f->ring_next = *head;
+    f->ring_prev = (*head)->ring_prev;
+    (*head)->ring_prev->ring_next = f;
+    (*head)->ring_prev = f;
+}
+
 /* Under c->lock. */
-static void ring_unlink(sites_cache *c, site_file *f)
+static void ring_remove(site_file **head, site_file *f)
 {
     if (f->ring_next == f) {
-        c->hand = NULL;
+        *head = NULL;
     } else {
         f->ring_prev->ring_next = f->ring_next;
         f->ring_next->ring_prev = f->ring_prev;
-        if (c->hand == f)
-            c->hand = f->ring_next;
+        if (*head == f)
+            *head = f->ring_next;
     }
     f->ring_next = f->ring_prev = NULL;
 }
 
+/* Under c->lock: off whichever ring `f` is on. */
+static void ring_unlink(sites_cache *c, site_file *f)
+{
+    if (atomic_load(&f->parked)) {
+        ring_remove(&c->parked, f);
+        atomic_store(&f->parked, 0);
+    } else {
+        ring_remove(&c->hand, f);
+    }
+}
+
 /* Under c->lock, no version's lock held: f's contents leave the cache,
- * unless a request is sending them (-1: then they stay, counted). */
+ * unless a request is sending them (-1: then they stay, counted, and are
+ * parked off the clock's ring until the last such request lets go). */
 static int evict(sites_cache *c, site_file *f)
 {
     pthread_rwlock_wrlock(&f->ver->lock);
     site_blob *b = f->blob;
-    /* take_blob adds references under the reader lock: none comes now */
-    if (atomic_load_explicit(&b->refs, memory_order_acquire) > 1) {
+    /* take_blob adds references under the reader lock: none comes now. The
+     * mark goes up before the references are read, and let_go drops its
+     * reference before it reads the mark (both sequentially consistent):
+     * a request letting go now either is seen here or sees the mark. */
+    atomic_store(&f->parked, 1);
+    if (atomic_load(&b->refs) > 1) {
         pthread_rwlock_unlock(&f->ver->lock);
+        ring_remove(&c->hand, f);
+        ring_insert(&c->parked, f);
         return -1;
     }
+    atomic_store(&f->parked, 0);
     f->blob = NULL;
     pthread_rwlock_unlock(&f->ver->lock);
-    ring_unlink(c, f);
+    ring_remove(&c->hand, f);
     atomic_fetch_sub(&c->bytes, b->size);
     atomic_fetch_sub(&c->files, 1);
     funcd__site_blob_unref(b);
@@ -274,11 +302,12 @@ static int evict(sites_cache *c, site_file *f)
 }
 
 /* Under c->lock: lets contents go, least recently used first, until `need`
- * more bytes fit in the budget. 0 when they fit. */
+ * more bytes fit in the budget. 0 when they fit. Contents in use leave the
+ * ring as they are met, so the hand passes only contents it may let go. */
 static int make_room(sites_cache *c, uint64_t need)
 {
     /* Each file is passed at most twice: once to clear its mark, once to go
-     * (or to be left, while a request sends it). */
+     * (or to be parked, while a request sends it). */
     uint64_t turns = 2 * atomic_load(&c->files) + 2;
     while (atomic_load(&c->bytes) + need > c->limit && c->hand && turns--) {
         site_file *f = c->hand;
@@ -288,6 +317,28 @@ static int make_room(sites_cache *c, uint64_t need)
         evict(c, f);
     }
     return atomic_load(&c->bytes) + need <= c->limit ? 0 : -1;
+}
+
+/* A request lets go of its reference to `b`, the contents of `f`: when
+ * the clock's hand parked them because they were in use and this was the
+ * last request sending them, they go back on the ring (behind the hand),
+ * to be let go in turn. The cache's lock is taken only then. */
+static void let_go(site_file *f, site_blob *b)
+{
+    if (atomic_fetch_sub(&b->refs, 1) == 1) { /* the file let it go already */
+        free(b);
+        return;
+    }
+    if (!atomic_load(&f->parked))
+        return;
+    sites_cache *c = f->ver->cache;
+    pthread_mutex_lock(&c->lock);
+    if (atomic_load(&f->parked) && f->blob == b && atomic_load(&b->refs) == 1) {
+        ring_remove(&c->parked, f);
+        atomic_store(&f->parked, 0);
+        ring_insert(&c->hand, f);
+    }
+    pthread_mutex_unlock(&c->lock);
 }
 
 /* Reads `f` (of an immutable source) into memory and keeps it in the cache
@@ -339,15 +390,7 @@ static site_blob *fill_blob(site_ver *v, site_file *f)
     f->blob = b;
     pthread_rwlock_unlock(&v->lock);
     atomic_store_explicit(&f->used, 0, memory_order_relaxed);
-    if (!c->hand) { /* the newest goes right behind the hand: the last to be looked at */
-        f->ring_next = f->ring_prev = f;
-        c->hand = f;
-    } else {
-        f->ring_next = c->hand;
-        f->ring_prev = c->hand->ring_prev;
-        c->hand->ring_prev->ring_next = f;
-        c->hand->ring_prev = f;
-    }
+    ring_insert(&c->hand, f); /* the newest: the last to be looked at */
     atomic_fetch_add(&c->files, 1);
     pthread_mutex_unlock(&c->lock);
     return b;
@@ -458,11 +501,6 @@ static void drop_file(void *p)
     file_free(*(site_file **)p);
 }
 
-static void drop_ver(void *p)
-{
-    funcd__site_ver_unref(*(site_ver **)p);
-}
-
 /* The file `rel` of the site: kept in the table (immutable sources), or
  * freed with the request. */
 static site_file *lookup(site_ver *v, h2o_req_t *req, const char *rel, int *how)
@@ -527,6 +565,77 @@ static const char *reason_of(int status)
     }
 }
 
+/* What a request to a Site holds while it is answered, let go when h2o
+ * disposes of the request: the version, the contents it sends from memory,
+ * and the send timeout's watch. h2o 2.2.5 has no write timeout: over
+ * HTTP/1 a response's bytes wait in the socket's write queue for as long
+ * as the connection lives, and over HTTP/2 the connection's idle timeout
+ * is off while any stream is open, so a stream whose window the client
+ * keeps shut (or a connection it never reads) holds its answer forever.
+ * The watch is one timer entry (no system call, no lock): every
+ * send_timeout_ms it looks at the body bytes h2o has taken for the
+ * client (req->bytes_sent: over HTTP/1 as each step is handed to the
+ * socket, over HTTP/2 as DATA frames go into the connection's buffer,
+ * within the client's windows), and a request that took nothing since the
+ * last look is cut off as a stalled sendfile'd one is (sf_on_timeout). */
+typedef struct site_req {
+    site_ver *v;
+    h2o_req_t *req;
+    site_file *f;     /* whose contents `blob` are */
+    site_blob *blob;  /* a reference, or NULL */
+    size_t seen;      /* req->bytes_sent at the watch's last look */
+    h2o_timeout_entry_t watch;
+} site_req;
+
+static void cut_off(h2o_req_t *req);
+
+static void on_watch(h2o_timeout_entry_t *entry)
+{
+    site_req *sr = H2O_STRUCT_FROM_MEMBER(site_req, watch, entry);
+    if (sr->req->bytes_sent != sr->seen) { /* it moved: another look later */
+        sr->seen = sr->req->bytes_sent;
+        h2o_timeout_t *t = funcd_gw_timeout(funcd_gw_thread(), sr->v->send_timeout_ms);
+        if (t) {
+            h2o_timeout_link(sr->req->conn->ctx->loop, t, &sr->watch);
+            return;
+        }
+    }
+    cut_off(sr->req);
+}
+
+static void drop_req(void *p)
+{
+    site_req *sr = p;
+    if (h2o_timeout_is_linked(&sr->watch))
+        h2o_timeout_unlink(&sr->watch);
+    if (sr->blob)
+        let_go(sr->f, sr->blob);
+    funcd__site_ver_unref(sr->v);
+}
+
+/* The state of `req` for version `v` (whose reference it takes over), its
+ * watch started. */
+static site_req *site_req_new(site_ver *v, h2o_req_t *req)
+{
+    site_req *sr = h2o_mem_alloc_shared(&req->pool, sizeof(*sr), drop_req);
+    memset(sr, 0, sizeof(*sr));
+    sr->v = v;
+    sr->req = req;
+    sr->watch.cb = on_watch;
+    h2o_timeout_t *t = funcd_gw_timeout(funcd_gw_thread(), v->send_timeout_ms);
+    if (t)
+        h2o_timeout_link(req->conn->ctx->loop, t, &sr->watch);
+    return sr;
+}
+
+/* A body from memory over HTTP/1 in READ_CHUNK steps, so the watch sees a
+ * slow reader that keeps taking it move (HTTP/2 frames it by itself). */
+typedef struct mem_gen {
+    h2o_generator_t super;
+    const char *p;
+    uint64_t left;
+} mem_gen;
+
 typedef struct file_gen {
     h2o_generator_t super;
     int fd;
@@ -570,6 +679,16 @@ static void gen_dispose(void *p)
 }
 
 static h2o_generator_t no_generator = {NULL, NULL};
+
+static void mem_proceed(h2o_generator_t *self, h2o_req_t *req)
+{
+    mem_gen *g = (mem_gen *)self;
+    size_t n = g->left < READ_CHUNK ? (size_t)g->left : READ_CHUNK;
+    h2o_iovec_t iov = h2o_iovec_init(g->p, n);
+    g->p += n;
+    g->left -= n;
+    h2o_send(req, &iov, 1, g->left ? H2O_SEND_STATE_IN_PROGRESS : H2O_SEND_STATE_FINAL);
+}
 
 /* Plain HTTP/1 bodies of SITES_SENDFILE_MIN bytes or more go out with
  * sendfile(2) straight from the page cache to the connection's socket (no
@@ -646,13 +765,32 @@ static void sf_on_writable(h2o_socket_t *sock, const char *err)
  * lingering with its unsent bytes). Shutting the socket down makes it
  * writable, so h2o's pending notification runs sf_on_writable, which ends
  * the answer with an error; h2o then closes the connection. */
+static void reset_socket(int fd)
+{
+    struct linger lg = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    shutdown(fd, SHUT_RDWR);
+}
+
 static void sf_on_timeout(h2o_timeout_entry_t *entry)
 {
     sf_gen *g = H2O_STRUCT_FROM_MEMBER(sf_gen, timer, entry);
     g->timed_out = 1;
-    struct linger lg = {1, 0};
-    setsockopt(g->sfd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-    shutdown(g->sfd, SHUT_RDWR);
+    reset_socket(g->sfd);
+}
+
+/* The watch's cut: the connection is reset as a stalled sendfile'd one is.
+ * h2o then finds its socket shut: a pending write fails (HTTP/1, or an
+ * HTTP/2 connection whose socket is full), or its read ends (an HTTP/2
+ * connection waiting for a window), and it closes the connection, every
+ * stream of it with it, disposing of the request. */
+static void cut_off(h2o_req_t *req)
+{
+    h2o_socket_t *sock =
+        req->conn->callbacks->get_socket ? req->conn->callbacks->get_socket(req->conn) : NULL;
+    int fd = sock ? h2o_socket_get_fd(sock) : -1;
+    if (fd >= 0)
+        reset_socket(fd);
 }
 
 /* The socket is full: wait until it takes more, at most timeout_ms. */
@@ -754,8 +892,9 @@ static h2o_socket_t *sendfile_socket(h2o_req_t *req, uint64_t len)
 }
 
 /* Sends `len` bytes of `f` from `off` (HEAD: none). */
-static void send_body(site_ver *v, h2o_req_t *req, site_file *f, uint64_t off, uint64_t len)
+static void send_body(site_req *sr, h2o_req_t *req, site_file *f, uint64_t off, uint64_t len)
 {
+    site_ver *v = sr->v;
     req->res.content_length = (size_t)len;
     int head = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"));
     if (head || len == 0) {
@@ -785,7 +924,18 @@ static void send_body(site_ver *v, h2o_req_t *req, site_file *f, uint64_t off, u
     if (!sock && v->immutable && !(b = take_blob(v, f)))
         b = fill_blob(v, f);
     if (b) { /* held until the request is gone, whatever the cache does */
-        *(site_blob **)h2o_mem_alloc_shared(&req->pool, sizeof(site_blob *), drop_blob) = b;
+        sr->f = f;
+        sr->blob = b;
+        if (req->version < 0x200 && len > READ_CHUNK) {
+            mem_gen *g = h2o_mem_alloc_pool(&req->pool, sizeof(*g));
+            g->super.proceed = mem_proceed;
+            g->super.stop = gen_stop;
+            g->p = b->bytes + off;
+            g->left = len;
+            h2o_start_response(req, &g->super);
+            mem_proceed(&g->super, req);
+            return;
+        }
         h2o_start_response(req, &no_generator);
         h2o_iovec_t iov = h2o_iovec_init(b->bytes + off, (size_t)len);
         h2o_send(req, &iov, 1, H2O_SEND_STATE_FINAL);
@@ -955,8 +1105,9 @@ static int accepts_gzip(h2o_req_t *req)
     return i >= 0 && funcd__site_accepts_gzip(req->headers.entries[i].value);
 }
 
-static void serve_file(site_ver *v, h2o_req_t *req, site_file *f, int status)
+static void serve_file(site_req *sr, h2o_req_t *req, site_file *f, int status)
 {
+    site_ver *v = sr->v;
     req->res.status = status;
     req->res.reason = reason_of(status);
     h2o_iovec_t range = {NULL, 0};
@@ -993,7 +1144,7 @@ static void serve_file(site_ver *v, h2o_req_t *req, site_file *f, int status)
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL,
                        v->cache_control, strlen(v->cache_control));
     if (status != 200) {
-        send_body(v, req, body, 0, body->size);
+        send_body(sr, req, body, 0, body->size);
         return;
     }
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ACCEPT_RANGES, NULL,
@@ -1037,11 +1188,11 @@ static void serve_file(site_ver *v, h2o_req_t *req, site_file *f, int status)
                            (size_t)n);
             req->res.status = 206;
             req->res.reason = reason_of(206);
-            send_body(v, req, f, off, len);
+            send_body(sr, req, f, off, len);
             return;
         }
     }
-    send_body(v, req, body, 0, body->size);
+    send_body(sr, req, body, 0, body->size);
 }
 
 /* 1 when the last component of `rel` has no '.' (a route of a single-page
@@ -1078,8 +1229,9 @@ int funcd__site_rel(const char *path, size_t len, const char *index, char *out)
 
 /* `path`: below the site's root, decoded and normalized, starting with '/'
  * (or empty). */
-static void serve_path(site_ver *v, h2o_req_t *req, const char *path, size_t len)
+static void serve_path(site_req *sr, h2o_req_t *req, const char *path, size_t len)
 {
+    site_ver *v = sr->v;
     if (!h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET")) &&
         !h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"))) {
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ALLOW, NULL,
@@ -1101,7 +1253,7 @@ static void serve_path(site_ver *v, h2o_req_t *req, const char *path, size_t len
     int how;
     site_file *f = lookup(v, req, rel, &how);
     if (f) {
-        serve_file(v, req, f, 200);
+        serve_file(sr, req, f, 200);
         return;
     }
     if (how == LOOK_DIR) { /* a directory named without its '/': where its index is */
@@ -1110,11 +1262,11 @@ static void serve_path(site_ver *v, h2o_req_t *req, const char *path, size_t len
     }
     if (how == LOOK_MISSING && v->spa && !dir && looks_like_route(rel) &&
         (f = lookup(v, req, v->index, &how))) {
-        serve_file(v, req, f, 200);
+        serve_file(sr, req, f, 200);
         return;
     }
     if (v->not_found && (f = lookup(v, req, v->not_found, &how))) {
-        serve_file(v, req, f, 404);
+        serve_file(sr, req, f, 404);
         return;
     }
     funcd_gw_send_status(req, 404, "NotFound", "no such file in site %s/%s", v->ns, v->name);
@@ -1150,8 +1302,7 @@ int funcd_sites_serve(void *payload, h2o_req_t *req, int by_host)
         size_t hl = funcd__site_host(req->authority, name);
         if (!hl || !(v = funcd__sites_find_host(s, name, hl)))
             return 0;
-        *(site_ver **)h2o_mem_alloc_shared(&req->pool, sizeof(site_ver *), drop_ver) = v;
-        serve_path(v, req, p, n);
+        serve_path(site_req_new(v, req), req, p, n);
         return 1;
     }
     /* /site/{ns}/{name}[/rest] */
@@ -1184,11 +1335,11 @@ int funcd_sites_serve(void *payload, h2o_req_t *req, int by_host)
         }
         return 1;
     }
-    *(site_ver **)h2o_mem_alloc_shared(&req->pool, sizeof(site_ver *), drop_ver) = v;
+    site_req *sr = site_req_new(v, req);
     if (!rest) { /* the site's root is its directory: /site/ns/name/ */
         redirect_to_dir(req);
         return 1;
     }
-    serve_path(v, req, rest, (size_t)(end - rest));
+    serve_path(sr, req, rest, (size_t)(end - rest));
     return 1;
 }
