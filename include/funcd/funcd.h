@@ -306,9 +306,9 @@ FUNCD_EXTERN funcd_option *funcd_with_site_default_index(const char *path);
  *  (default 256 MiB; 0: none, every request reads its file). When a file
  *  would pass it, the least recently used ones go first (docs/sites.md). */
 FUNCD_EXTERN funcd_option *funcd_with_site_cache_bytes(uint64_t bytes);
-/** How long a sendfile'd Site answer (plain HTTP/1, 64 KiB or more) may wait
- *  for its client to take more before the connection is closed (default
- *  60000 ms; docs/sites.md). */
+/** How long a Site answer (HTTP/1 or HTTP/2, sendfile'd or from memory) may
+ *  wait for its client to take more before the connection is reset
+ *  (default 60000 ms; docs/sites.md). */
 FUNCD_EXTERN funcd_option *funcd_with_site_send_timeout(uint64_t ms);
 /** The S3 gateway (docs/s3.md): S3's protocol over the blob backend for
  *  Functions with spec.bindings.blob, each signing with its own access key.
