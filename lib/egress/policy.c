@@ -89,6 +89,9 @@ int funcd_egress_cidr_contains(const funcd_egress_cidr *c, int family, const uin
     return 1;
 }
 
+/* The first 12 bytes of an IPv4-mapped IPv6 address (::ffff:a.b.c.d). */
+static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
 int funcd_egress_addr_from_sockaddr(const struct sockaddr *sa, funcd_egress_addr *out)
 {
     memset(out, 0, sizeof(*out));
@@ -99,7 +102,6 @@ int funcd_egress_addr_from_sockaddr(const struct sockaddr *sa, funcd_egress_addr
     }
     if (sa->sa_family == AF_INET6) {
         const uint8_t *a = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
-        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
         if (memcmp(a, mapped, 12) == 0) {
             out->family = AF_INET;
             memcpy(out->addr, a + 12, 4);
@@ -130,9 +132,16 @@ int funcd_egress_addr_parse(const char *s, funcd_egress_addr *out)
         return 0;
     }
     if (inet_pton(AF_INET6, buf, out->addr) == 1) {
-        struct sockaddr_in6 sin6 = {.sin6_family = AF_INET6};
-        memcpy(sin6.sin6_addr.s6_addr, out->addr, 16);
-        return funcd_egress_addr_from_sockaddr((struct sockaddr *)&sin6, out);
+        /* An IPv4-mapped address is the IPv4 one, as from a socket's. (Not
+         * through a struct sockaddr_in6 read as a struct sockaddr: at -O2
+         * gcc 12 took its family as unset and "::1" did not parse.) */
+        out->family = AF_INET6;
+        if (memcmp(out->addr, mapped, 12) == 0) {
+            out->family = AF_INET;
+            memmove(out->addr, out->addr + 12, 4);
+            memset(out->addr + 4, 0, 12);
+        }
+        return 0;
     }
     return -1;
 }
