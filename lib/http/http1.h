@@ -60,6 +60,8 @@ typedef struct funcd_http1 {
     int done;                      /* the message is complete */
     const char *error;             /* why the message is not valid, when a call returned -1 */
     /* private */
+    int fast;                      /* the head was read by the fast path (http1.c) */
+    uint64_t left;                 /* fast: body bytes still to come */
     http_parser parser;
     int head_request;
     int last_cb;
@@ -78,6 +80,10 @@ void funcd_http1_init_request(funcd_http1 *m, funcd_http1_field *fields, size_t 
  * or has more than max_fields fields (m->error says which). A message
  * without a body is `done` at once. The caller bounds the head's size. */
 ssize_t funcd_http1_head(funcd_http1 *m, const char *buf, size_t len);
+
+/* funcd_http1_head() through libhttp-parser only, never the fast path:
+ * for tests and the fuzz target, which compare the two. */
+ssize_t funcd_http1_head_slow(funcd_http1 *m, const char *buf, size_t len);
 
 /* Decodes body bytes (those after the head) in place: the body's bytes
  * move to the front of buf and *out says how many. Returns how many of the
