@@ -438,6 +438,10 @@ static int gw_listen(funcd_gateway *base, const char *addr, char *bound, size_t 
     int rc = funcd_httpd_new(&g->httpd, addr, g->threads, MAX_BODY, &hooks, bound, bound_len);
     if (rc == 0) {
         funcd_httpd_set_max_connections(g->httpd, g->max_connections);
+        /* A function's answer carries its own Server header, if any, as a
+         * proxy's should, and spec.edge.headers can set or remove it (with
+         * h2o's own, it went out twice and could not be removed). */
+        funcd_httpd_set_server_name(g->httpd, NULL);
         pthread_rwlock_rdlock(&g->lock);
         funcd_httpd_check_heads(g->httpd, g->capped != 0);
         pthread_rwlock_unlock(&g->lock);

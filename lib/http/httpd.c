@@ -883,6 +883,13 @@ void funcd_httpd_set_max_connections(funcd_httpd *srv, unsigned n)
     srv->max_connections = n ? n : FUNCD_HTTPD_MAX_CONNECTIONS_DEFAULT;
 }
 
+void funcd_httpd_set_server_name(funcd_httpd *srv, const char *name)
+{
+    /* h2o writes it with a sprintf of its own per answer, and outside
+     * req->res.headers, where nothing could remove or replace it. */
+    srv->config.server_name = name ? h2o_iovec_init(name, strlen(name)) : h2o_iovec_init(NULL, 0);
+}
+
 int funcd_httpd_start(funcd_httpd *srv)
 {
     for (unsigned i = 0; i < srv->nthreads; i++) {

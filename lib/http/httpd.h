@@ -75,6 +75,10 @@ int funcd_httpd_new(funcd_httpd **out, const char *addr, unsigned nthreads, size
  * default. */
 #define FUNCD_HTTPD_MAX_CONNECTIONS_DEFAULT 1024u
 void funcd_httpd_set_max_connections(funcd_httpd *s, unsigned n);
+/* The Server header of this listener's answers: "funcd" unless changed.
+ * NULL: none of its own (a proxy's answers then carry their upstream's,
+ * if any). Call before start. */
+void funcd_httpd_set_server_name(funcd_httpd *s, const char *name);
 /* Serves TLS with `tls` (a reference is taken; NULL: plain TCP). Call
  * before start. Its ALPN list decides HTTP/2: a server with on_head must
  * offer only http/1.1 (a client that speaks HTTP/2 anyway gets the same

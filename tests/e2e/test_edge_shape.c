@@ -219,6 +219,9 @@ SV_TEST(cors_and_headers)
     CHECK_STR(sv_header(&e->r, "X-Worker-Pid"), "hidden");
     CHECK_STR(sv_header(&e->r, "X-Remove-Me"), "");
     CHECK(!strstr(e->r.headers, "X-Remove-Me"));
+    /* The worker's Server header, once: the gateway adds none of its own. */
+    CHECK_STR(sv_header(&e->r, "Server"), "fixture/1");
+    CHECK(!strcasestr(e->r.headers, "funcd\r\n"));
 
     static const char *const other[] = {"Origin: https://evil.example", NULL};
     CHECK_INT(dp(e, "GET", DP_PATH("hdr") "/shape?kb=1", other), 200);
@@ -237,8 +240,9 @@ SV_TEST(cors_and_headers)
 /*
  * headers.remove and .set come last, over what the gateway itself adds:
  * a Vary of the operator's replaces the gateway's "Origin", a removed
- * Access-Control-Allow-Origin goes though CORS allowed the origin, and a
- * name matches whatever its case (the worker sends "X-Remove-Me").
+ * Access-Control-Allow-Origin goes though CORS allowed the origin, a
+ * name matches whatever its case (the worker sends "X-Remove-Me"), and
+ * the Server header can go (the worker's; the gateway sends none).
  */
 SV_TEST(headers_over_the_gateways)
 {
@@ -248,7 +252,7 @@ SV_TEST(headers_over_the_gateways)
                         "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"
                         "\"edge\":{\"cors\":{\"allowOrigins\":[\"" ORIGIN "\"]},"
                         "\"headers\":{\"set\":{\"Vary\":\"Cookie\"},"
-                        "\"remove\":[\"ACCESS-CONTROL-ALLOW-ORIGIN\",\"x-remove-me\"]}}}",
+                        "\"remove\":[\"ACCESS-CONTROL-ALLOW-ORIGIN\",\"x-remove-me\",\"server\"]}}}",
                         dir),
               201);
     CHECK(sv_wait_ready(e, "own", 10000));
@@ -258,6 +262,7 @@ SV_TEST(headers_over_the_gateways)
     CHECK_STR(sv_header(&e->r, "Access-Control-Allow-Origin"), "");
     CHECK(!strstr(e->r.headers, "X-Remove-Me"));
     CHECK(!strstr(e->r.headers, "Access-Control-Allow-Origin"));
+    CHECK(!strcasestr(e->r.headers, "server:")); /* the worker's removed, and none of funcd's */
 }
 
 /* A /shape answer of `kb` KiB with `query` and the request headers, its
