@@ -92,8 +92,11 @@ static void crash_body(crash_test *t)
              "2,\"concurrency\":4,\"queueLength\":1000}}}",
              t->fn, t->record);
     CHECK_INT(e2e_http_do(t->h, "POST", DD_NS "/functions", DD_TOKEN, body, &t->r), 201);
+    /* Deliveries take 600 ms each, 8 at once (2 replicas x 4): about 13 a
+     * second, so the 500 posts may take up to ~18 s (a loaded machine took
+     * 14) before half are done and the kill below is no longer mid-way. */
     for (int i = 0; i < N; i++) {
-        if (e2e_http_do(t->dp, "POST", "/async/fn/default/rec/sleep?ms=300", NULL, "x", &t->r) !=
+        if (e2e_http_do(t->dp, "POST", "/async/fn/default/rec/sleep?ms=600", NULL, "x", &t->r) !=
             202)
             FAILF("async %d: %ld %.300s", i, t->r.status, t->r.body);
         const char *id = e2e_resp_header(&t->r, "X-Funcd-Invocation-Id", t->ids[i],
