@@ -238,6 +238,16 @@ static int bundle(env *e, const sv_entry *entries, size_t n, char digest[80])
     return 0;
 }
 
+/* Site `name` from a bundle of entries[0..n), created and Ready: 1. */
+static int deploy_bundle(env *e, const char *name, const sv_entry *entries, size_t n)
+{
+    char digest[80], spec[300];
+    if (bundle(e, entries, n, digest) != 0)
+        return 0;
+    snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"}}", digest);
+    return put_site(e, "POST", DEV_TOKEN, name, spec) == 201 && wait_site(e, name, "True", WAIT_MS);
+}
+
 static const char index_html[] = "<!doctype html><title>home</title>INDEX-PAGE\n";
 static const char not_found_html[] = "<!doctype html><title>gone</title>NOT-FOUND-PAGE\n";
 static const char app_js[] = "console.log('0123456789abcdefghijklmnopqrstuvwxyz');\n";
@@ -634,11 +644,7 @@ SV_TEST(index_missing)
 SV_TEST_WITH(default_index_option, funcd_with_site_default_index("home.htm"), NULL)
 {
     const sv_entry entries[] = {{"home.htm", "HOME\n", 0644}};
-    char digest[80], spec[512];
-    CHECK(bundle(e, entries, 1, digest) == 0);
-    snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"}}", digest);
-    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "h", spec), 201);
-    CHECK(wait_site(e, "h", "True", WAIT_MS));
+    CHECK(deploy_bundle(e, "h", entries, 1));
     raw_resp r;
     CHECK(raw(e, "GET", "/site/default/h/", NULL, &r) == 0);
     CHECK_INT(r.status, 200);
@@ -887,11 +893,8 @@ SV_TEST(big_files)
                                 {"big.bin", big, 0644},
                                 {"big.bin.gz", huge_head, 0644},
                                 {"huge.bin", huge, 0644}};
-    char digest[80], spec[600];
-    CHECK(bundle(e, entries, 4, digest) == 0);
-    snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"}}", digest);
-    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "big", spec), 201);
-    CHECK(wait_site(e, "big", "True", WAIT_MS));
+    char spec[600];
+    CHECK(deploy_bundle(e, "big", entries, 4));
     for (int round = 0; round < 2; round++) /* the first reads the files, the second is cached */
         big_files_of(e, "big", big, bn, huge, hn);
 
@@ -922,11 +925,7 @@ SV_TEST_WITH(send_timeout, funcd_with_site_send_timeout(1000), NULL)
     const size_t hn = 9u << 20;
     char *huge = big_content(hn, 5);
     const sv_entry entries[] = {{"index.html", index_html, 0644}, {"huge.bin", huge, 0644}};
-    char digest[80], spec[300];
-    CHECK(bundle(e, entries, 2, digest) == 0);
-    snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"}}", digest);
-    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "st", spec), 201);
-    CHECK(wait_site(e, "st", "True", WAIT_MS));
+    CHECK(deploy_bundle(e, "st", entries, 2));
     static const char get[] = "GET /site/default/st/huge.bin HTTP/1.1\r\nHost: a\r\n\r\n";
     int stalled = dp_connect(e, 4096);
     CHECK(stalled >= 0);
@@ -1081,11 +1080,7 @@ SV_TEST_WITH(send_timeout_h2, funcd_with_site_send_timeout(1000), NULL)
     const size_t bn = 4u << 20; /* kept in memory */
     char *big = big_content(bn, 11);
     const sv_entry entries[] = {{"index.html", index_html, 0644}, {"big.bin", big, 0644}};
-    char digest[80], spec[300];
-    CHECK(bundle(e, entries, 2, digest) == 0);
-    snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"}}", digest);
-    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "h2", spec), 201);
-    CHECK(wait_site(e, "h2", "True", WAIT_MS));
+    CHECK(deploy_bundle(e, "h2", entries, 2));
     int shut = h2_open(e, 0, 0, 0);
     CHECK(shut >= 0);
     CHECK(h2_get(shut, 1, "/site/default/h2/big.bin") == 0);
@@ -1218,11 +1213,8 @@ SV_TEST_WITH(cache_pinned, funcd_with_site_cache_bytes(4 << 20), NULL)
         snprintf(names[i], sizeof(names[i]), i < BIG ? "big%d.bin" : "small%d.txt", i);
         entries[1 + i] = (sv_entry){names[i], content[i], 0644};
     }
-    char digest[80], spec[300], path[96];
-    CHECK(bundle(e, entries, 1 + BIG + SMALL, digest) == 0);
-    snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"}}", digest);
-    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "p", spec), 201);
-    CHECK(wait_site(e, "p", "True", WAIT_MS));
+    char path[96];
+    CHECK(deploy_bundle(e, "p", entries, 1 + BIG + SMALL));
     long before = rss_kib();
 
     int fd = h2_open(e, 0, 1, 0);
@@ -1305,11 +1297,7 @@ SV_TEST_WITH(cache_off, funcd_with_site_cache_bytes(0), NULL)
 {
     char *a = big_content(1000, 3);
     const sv_entry entries[] = {{"index.html", index_html, 0644}, {"a.txt", a, 0644}};
-    char digest[80], spec[300];
-    CHECK(bundle(e, entries, 2, digest) == 0);
-    snprintf(spec, sizeof(spec), "{\"source\":{\"bundle\":\"%s\"}}", digest);
-    CHECK_INT(put_site(e, "POST", DEV_TOKEN, "z", spec), 201);
-    CHECK(wait_site(e, "z", "True", WAIT_MS));
+    CHECK(deploy_bundle(e, "z", entries, 2));
     for (int i = 0; i < 3; i++) {
         raw_resp r;
         CHECK(raw(e, "GET", "/site/default/z/a.txt", NULL, &r) == 0);
