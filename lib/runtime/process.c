@@ -68,6 +68,12 @@ struct funcd_worker {
     struct funcd_worker *prev, *next; /* live workers */
 };
 
+/* A worker's cgroups, waiting for the reaper to remove them. */
+typedef struct gone_cgroup {
+    unsigned id;
+    struct gone_cgroup *next;
+} gone_cgroup;
+
 typedef struct proc_runtime {
     funcd_runtime base;
     struct event_base *loop;
@@ -77,6 +83,13 @@ typedef struct proc_runtime {
     funcd_cgroups cgroups;
     int allow_host_network;
     char *pid_dir;
+    /* The reaper: a thread that removes ended workers' cgroups, off the
+     * loop (see remove_cgroups_later). Started with the first. */
+    pthread_mutex_t reap_lock;
+    pthread_cond_t reap_cond;
+    pthread_t reaper;
+    int reaper_started, reaper_stop;
+    gone_cgroup *gone, **gone_tail;
 } proc_runtime;
 
 static void link_worker(proc_runtime *rt, funcd_worker *w)
@@ -155,8 +168,70 @@ static void on_output(evutil_socket_t fd, short what, void *arg)
         close_stream(&w->out[which]);
 }
 
+static void *reaper_main(void *arg)
+{
+    proc_runtime *rt = arg;
+    pthread_mutex_lock(&rt->reap_lock);
+    for (;;) {
+        while (!rt->gone && !rt->reaper_stop)
+            pthread_cond_wait(&rt->reap_cond, &rt->reap_lock);
+        gone_cgroup *g = rt->gone;
+        if (!g)
+            break; /* told to stop, and nothing is left */
+        if (!(rt->gone = g->next))
+            rt->gone_tail = &rt->gone;
+        pthread_mutex_unlock(&rt->reap_lock);
+        funcd_cgroup_remove(&rt->cgroups, g->id);
+        free(g);
+        pthread_mutex_lock(&rt->reap_lock);
+    }
+    pthread_mutex_unlock(&rt->reap_lock);
+    return NULL;
+}
+
+/* Removes worker `id`'s cgroups on the reaper thread. Removing one is
+ * killing what is left in it and an rmdir that waits for the tasks to
+ * leave: tens to hundreds of milliseconds on a loaded machine, retried for
+ * up to a second (funcd_cgroup_kill_dir), which on the loop stalled every
+ * request and start. Ids are never reused, so a new worker cannot meet a
+ * directory still going. Done here, at once, when the reaper cannot be had. */
+static void remove_cgroups_later(proc_runtime *rt, unsigned id)
+{
+    gone_cgroup *g = malloc(sizeof(*g));
+    pthread_mutex_lock(&rt->reap_lock);
+    if (g && !rt->reaper_started && !rt->reaper_stop &&
+        pthread_create(&rt->reaper, NULL, reaper_main, rt) == 0)
+        rt->reaper_started = 1;
+    if (g && rt->reaper_started && !rt->reaper_stop) {
+        g->id = id;
+        g->next = NULL;
+        *rt->gone_tail = g;
+        rt->gone_tail = &g->next;
+        g = NULL;
+        pthread_cond_signal(&rt->reap_cond);
+        id = 0;
+    }
+    pthread_mutex_unlock(&rt->reap_lock);
+    free(g);
+    if (id)
+        funcd_cgroup_remove(&rt->cgroups, id);
+}
+
+/* Waits for the reaper to remove every cgroup given to it, and ends it. */
+static void stop_reaper(proc_runtime *rt)
+{
+    pthread_mutex_lock(&rt->reap_lock);
+    rt->reaper_stop = 1;
+    pthread_cond_signal(&rt->reap_cond);
+    int started = rt->reaper_started;
+    pthread_mutex_unlock(&rt->reap_lock);
+    if (started)
+        pthread_join(rt->reaper, NULL);
+}
+
 /* After the main process was reaped: the worker's own status (init
- * passes it on), why it ended, and nothing left behind. */
+ * passes it on), why it ended, and nothing left behind (its cgroups go on
+ * the reaper thread, soon after). */
 static void finish_worker(funcd_worker *w, int *status)
 {
     proc_runtime *rt = w->rt;
@@ -170,7 +245,7 @@ static void finish_worker(funcd_worker *w, int *status)
     if (w->cg_id) {
         if (funcd_cgroup_oom_killed(&rt->cgroups, w->cg_id))
             w->exit_reason = "OOMKilled";
-        funcd_cgroup_remove(&rt->cgroups, w->cg_id);
+        remove_cgroups_later(rt, w->cg_id);
         w->cg_id = 0;
     }
     if (rt->pid_dir && w->pid > 0)
@@ -521,6 +596,9 @@ static void rt_free(funcd_runtime *base)
         kill_and_reap(w);
         free_worker(w);
     }
+    stop_reaper(rt); /* every worker's cgroups are gone once it returns */
+    pthread_cond_destroy(&rt->reap_cond);
+    pthread_mutex_destroy(&rt->reap_lock);
     if (rt->refill_ev)
         event_free(rt->refill_ev);
     funcd_sandbox_free(rt->sandbox); /* its blanks' cgroups go with them */
@@ -593,6 +671,9 @@ int funcd_runtime_process_new_with(funcd_runtime **out, const funcd_process_opti
         funcd_cgroups_init(&rt->cgroups, opts ? opts->instance_id : NULL);
         funcd_sandbox_use_cgroups(rt->sandbox, &rt->cgroups, DEFAULT_SANDBOX_PIDS);
     }
+    pthread_mutex_init(&rt->reap_lock, NULL);
+    pthread_cond_init(&rt->reap_cond, NULL);
+    rt->gone_tail = &rt->gone;
     *out = &rt->base;
     return 0;
 }

@@ -273,6 +273,10 @@ TEST(a_worker_is_cloned_into_its_cgroup_and_all_of_it_is_killed)
             break;
         usleep(1000);
     }
+    /* The worker's cgroup goes on the runtime's reaper thread, just after
+     * its end is told (not on the loop: process.c). */
+    for (int i = 0; i < 5000 && dir[0] && access(dir, F_OK) == 0; i++)
+        usleep(1000);
     int dir_left = dir[0] && access(dir, F_OK) == 0;
     if (w)
         rt->release(rt, w);
