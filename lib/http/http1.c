@@ -337,6 +337,8 @@ static int fast_status_line(funcd_http1 *m, const char *line, size_t len, int *m
 static size_t fast_head(funcd_http1 *m, const char *buf, size_t len)
 {
     int response = m->parser.type == HTTP_RESPONSE;
+    if (len > HTTP_MAX_HEADER_SIZE / 2)
+        len = HTTP_MAX_HEADER_SIZE / 2; /* a bigger head, or near libhttp-parser's limit: its call */
     const char *p = buf, *end = buf + len;
     const char *cr = memchr(p, '\r', len);
     if (!cr || cr + 1 >= end || cr[1] != '\n' || memchr(p, '\n', (size_t)(cr - p)))
@@ -360,8 +362,8 @@ static size_t fast_head(funcd_http1 *m, const char *buf, size_t len)
             ;
         const char *value = c;
         cr = text_end(c, end);
-        if (end - cr < 2 || cr[0] != '\r' || cr[1] != '\n' || cr - buf > HTTP_MAX_HEADER_SIZE)
-            return 0; /* not complete, a bare LF or a control byte, or too long */
+        if (end - cr < 2 || cr[0] != '\r' || cr[1] != '\n')
+            return 0; /* not complete (or too long), a bare LF or a control byte */
         size_t vl = (size_t)(cr - value);
         if (vl && value[vl - 1] == ' ')
             return 0; /* trailing whitespace: libhttp-parser's call */

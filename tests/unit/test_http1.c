@@ -195,6 +195,30 @@ TEST(bad_heads_are_refused_with_a_reason)
     CHECK(m.error != NULL);
 }
 
+/* Past half of libhttp-parser's head limit the fast path steps aside:
+ * libhttp-parser takes a 50 KB head and refuses a 90 KB one, as before. */
+TEST(big_heads_are_libhttp_parsers)
+{
+    static const size_t sizes[] = {50000, 90000};
+    for (int i = 0; i < 2; i++) {
+        size_t n = sizes[i];
+        char *b = malloc(n + 64);
+        int at = snprintf(b, 64, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Big: ");
+        memset(b + at, 'a', n);
+        memcpy(b + at + n, "\r\n\r\n", 5);
+        funcd_http1_field f[MAXF];
+        funcd_http1 m;
+        funcd_http1_init_response(&m, 0, f, MAXF);
+        ssize_t got = funcd_http1_head(&m, b, strlen(b));
+        size_t want = strlen(b);
+        free(b);
+        if (i == 0)
+            CHECK_INT(got, want);
+        else
+            CHECK_INT(got, -1);
+    }
+}
+
 int main(void)
 {
     RUN(response_head_fields_and_length);
@@ -202,5 +226,6 @@ int main(void)
     RUN(how_bodies_end);
     RUN(request_heads);
     RUN(bad_heads_are_refused_with_a_reason);
+    RUN(big_heads_are_libhttp_parsers);
     return HARNESS_END();
 }
