@@ -68,9 +68,11 @@ struct funcd_worker {
     struct funcd_worker *prev, *next; /* live workers */
 };
 
-/* A worker's cgroups, waiting for the reaper to remove them. */
+/* A worker's cgroups, waiting for the reaper to remove them, and then
+ * its pidfile (the record a crashed run's successor ends it by). */
 typedef struct gone_cgroup {
     unsigned id;
+    pid_t pid;
     struct gone_cgroup *next;
 } gone_cgroup;
 
@@ -182,6 +184,8 @@ static void *reaper_main(void *arg)
             rt->gone_tail = &rt->gone;
         pthread_mutex_unlock(&rt->reap_lock);
         funcd_cgroup_remove(&rt->cgroups, g->id);
+        if (rt->pid_dir && g->pid > 0)
+            funcd_pidfile_remove(rt->pid_dir, g->pid);
         free(g);
         pthread_mutex_lock(&rt->reap_lock);
     }
@@ -194,8 +198,10 @@ static void *reaper_main(void *arg)
  * leave: tens to hundreds of milliseconds on a loaded machine, retried for
  * up to a second (funcd_cgroup_kill_dir), which on the loop stalled every
  * request and start. Ids are never reused, so a new worker cannot meet a
- * directory still going. Done here, at once, when the reaper cannot be had. */
-static void remove_cgroups_later(proc_runtime *rt, unsigned id)
+ * directory still going. The pidfile goes after them: a run that crashes
+ * meanwhile leaves its successor the record of what to end. Done here, at
+ * once, when the reaper cannot be had. */
+static void remove_cgroups_later(proc_runtime *rt, unsigned id, pid_t pid)
 {
     gone_cgroup *g = malloc(sizeof(*g));
     pthread_mutex_lock(&rt->reap_lock);
@@ -204,6 +210,7 @@ static void remove_cgroups_later(proc_runtime *rt, unsigned id)
         rt->reaper_started = 1;
     if (g && rt->reaper_started && !rt->reaper_stop) {
         g->id = id;
+        g->pid = pid;
         g->next = NULL;
         *rt->gone_tail = g;
         rt->gone_tail = &g->next;
@@ -213,8 +220,11 @@ static void remove_cgroups_later(proc_runtime *rt, unsigned id)
     }
     pthread_mutex_unlock(&rt->reap_lock);
     free(g);
-    if (id)
+    if (id) {
         funcd_cgroup_remove(&rt->cgroups, id);
+        if (rt->pid_dir && pid > 0)
+            funcd_pidfile_remove(rt->pid_dir, pid);
+    }
 }
 
 /* Waits for the reaper to remove every cgroup given to it, and ends it. */
@@ -245,11 +255,11 @@ static void finish_worker(funcd_worker *w, int *status)
     if (w->cg_id) {
         if (funcd_cgroup_oom_killed(&rt->cgroups, w->cg_id))
             w->exit_reason = "OOMKilled";
-        remove_cgroups_later(rt, w->cg_id);
+        remove_cgroups_later(rt, w->cg_id, w->pid);
         w->cg_id = 0;
-    }
-    if (rt->pid_dir && w->pid > 0)
+    } else if (rt->pid_dir && w->pid > 0) {
         funcd_pidfile_remove(rt->pid_dir, w->pid);
+    }
 }
 
 static void on_exit_ready(evutil_socket_t fd, short what, void *arg)
