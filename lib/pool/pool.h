@@ -15,6 +15,10 @@
  * Threads: funcd_pool_new/configure/close and the worker_* state calls run
  * on the platform loop; acquire/release/cancel may run on any thread;
  * waiters' `granted` callbacks run on whichever thread freed the slot.
+ * Those threads wake the loop with event_active, so libevent's threading
+ * must be on before the loop's base is made (evthread_use_pthreads; the
+ * platform does it): without it the base's queue of active events is
+ * raced and can loop for ever.
  */
 #ifndef FUNCD_POOL_POOL_H
 #define FUNCD_POOL_POOL_H

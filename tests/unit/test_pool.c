@@ -5,6 +5,7 @@
  * are decided without sleeping. The loop runs only when the test turns it.
  */
 #include <event2/event.h>
+#include <event2/thread.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -531,6 +532,9 @@ TEST(grant_cancel_reap_race)
 
 int main(void)
 {
+    /* The racers wake the loop from their threads, as requests do on the
+     * platform, which turns libevent's threading on (pool.h). */
+    evthread_use_pthreads();
     RUN(min_replicas_kept);
     RUN(idle_ttl_extended_by_use);
     RUN(no_slot_on_a_stopping_worker);
