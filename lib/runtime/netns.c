@@ -14,32 +14,6 @@
 
 #include "funcd/sys/error.h"
 
-int funcd_netns_loopback_up(const char **step)
-{
-    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct ifreq ifr;
-    memset(&ifr, 0, sizeof(ifr));
-    memcpy(ifr.ifr_name, "lo", 3);
-    *step = "loopback";
-    if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) != 0) {
-        int err = errno;
-        if (s >= 0)
-            close(s);
-        errno = err;
-        return -1;
-    }
-    int rc = 0;
-    if (!(ifr.ifr_flags & IFF_UP)) {
-        ifr.ifr_flags |= IFF_UP;
-        *step = "loopback up";
-        rc = ioctl(s, SIOCSIFFLAGS, &ifr);
-    }
-    int err = errno;
-    close(s);
-    errno = err;
-    return rc;
-}
-
 typedef struct listen_job {
     pid_t pid;
     const funcd_worker_listen *listen;

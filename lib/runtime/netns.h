@@ -12,8 +12,8 @@
 #include "funcd/sys/runtime.h"
 
 /* Brings the loopback interface of the calling thread's network namespace
- * up. System calls only (a sandbox child may call it). 0, or -1 with errno
- * set and `step` naming what failed. */
+ * up. System calls only (in sandbox-child.c: the sandbox init calls it
+ * too). 0, or -1 with errno set and `step` naming what failed. */
 int funcd_netns_loopback_up(const char **step);
 
 /* Makes `n` sockets at 127.0.0.1 in the network namespace of process

@@ -377,12 +377,11 @@ static pid_t start_sandboxed(proc_runtime *rt, const funcd_worker_spec *spec, co
     pid_t pid = funcd_sandbox_spawn(rt->sandbox, &job, &w->status_fd, &w->cg_id);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (rt->refill_ev && !evtimer_pending(rt->refill_ev, NULL)) {
-        /* The filler thread makes blanks off the loop, but its clone still
-         * copies funcd's page tables under the memory map lock, stalling
-         * every thread for a moment, and leaves funcd's memory copy-on-write
-         * (a fault and a TLB shootdown at each first write after it): let the
-         * worker just started get ready first. That takes longer the longer
-         * its start took (a loaded machine): wait a multiple of it. */
+        /* The filler thread makes blanks off the loop, but a blank's making
+         * (its namespaces and mounts, in the kernel) still takes CPU the
+         * worker just started needs to get ready: let it go first. That
+         * takes longer the longer its start took (a loaded machine): wait a
+         * multiple of it. */
         long took_us = (long)(t1.tv_sec - t0.tv_sec) * 1000000L +
                        (long)(t1.tv_nsec - t0.tv_nsec) / 1000;
         long delay = REFILL_START_FACTOR * took_us;

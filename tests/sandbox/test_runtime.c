@@ -815,6 +815,75 @@ TEST(a_static_program_sees_no_system_paths)
     CHECK_INT(base[1], 3);
 }
 
+/* The resident memory of `pid` in KiB (VmRSS), or -1. */
+static long rss_kib(pid_t pid)
+{
+    char path[64], text[4096] = "";
+    snprintf(path, sizeof(path), "/proc/%ld/status", (long)pid);
+    if (read_text(path, text, sizeof(text)) < 0)
+        return -1;
+    const char *at = strstr(text, "VmRSS:");
+    return at ? atol(at + 6) : -1;
+}
+
+/*
+ * A worker's init is the sandbox's own small program, not a copy of funcd:
+ * making a copy of a process as large as funcd copied its page tables with
+ * its memory map locked, which stalled every thread of funcd for seconds
+ * on a loaded machine (docs/adr/0060), and left funcd's memory (its tokens
+ * and keys) in every sandbox. Both ways an init is made: started for the
+ * job (no blank ready yet) and a blank from the pool.
+ */
+TEST(the_init_is_a_program_of_its_own)
+{
+    loop_ctx l = {event_base_new(), 0, 0};
+    funcd_runtime *rt = NULL;
+    CHECK_INT(funcd_runtime_process_new_with(&rt, PROCESS_OPTS(1, NULL)), 0);
+    CHECK_INT(rt->attach(rt, l.base), 0);
+    char exe[2][PATH_MAX] = {"", ""};
+    long rss[2] = {-1, -1};
+    int from_blank[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        pid_t blanks[8];
+        int n = 0;
+        /* The first start comes before the loop ran: no blank is made yet. */
+        for (int i = 0; k == 1 && i < 10000 && n < 2; i++) {
+            event_base_loop(l.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+            usleep(1000);
+            n = sandbox_children(blanks, 8);
+        }
+        funcd_worker_spec spec = {sleep_argv, sleep_env, NULL, NULL, {0, 32, 0}};
+        funcd_worker_events ev = {NULL, on_exit_cb, &l};
+        funcd_worker *w = NULL;
+        l.exited = 0;
+        if (rt->start(rt, &spec, &ev, &w) < 0) {
+            fprintf(stderr, "  start: %s\n", funcd_error_last()->message);
+            continue;
+        }
+        pid_t pid = rt->pid(rt, w);
+        for (int i = 0; i < n; i++)
+            from_blank[k] |= blanks[i] == pid;
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%ld/exe", (long)pid);
+        ssize_t len = readlink(path, exe[k], sizeof(exe[k]) - 1);
+        exe[k][len > 0 ? len : 0] = '\0';
+        rss[k] = rss_kib(pid);
+        fprintf(stderr, "  init %s: %s, %ld KiB resident (this test: %ld KiB)\n",
+                k ? "from a blank" : "started for the job", exe[k], rss[k], rss_kib(getpid()));
+        rt->stop(rt, w, 0);
+        run_until_exit(&l);
+        rt->release(rt, w);
+    }
+    rt->free(rt);
+    event_base_free(l.base);
+    CHECK(!from_blank[0]);
+    CHECK(from_blank[1]);
+    for (int k = 0; k < 2; k++) {
+        CHECK_CONTAINS(exe[k], "funcd-sandbox");
+        CHECK(rss[k] > 0 && rss[k] < 4096);
+    }
+}
+
 int main(void)
 {
     if (geteuid() != 0) {
@@ -832,5 +901,6 @@ int main(void)
     RUN(the_deny_list_covers_the_issue);
     RUN(sockets_are_in_the_namespace_before_the_program);
     RUN(a_static_program_sees_no_system_paths);
+    RUN(the_init_is_a_program_of_its_own);
     return HARNESS_END();
 }
