@@ -22,6 +22,7 @@
 #include "runtime/netns.h"
 #include "runtime/sandbox-child.h"
 #include "runtime/seccomp.h"
+#include "util/spawn.h"
 #include "runtime/sandbox-init-bin.h" /* funcd_sandbox_init_bin: sandbox-init.c, built */
 
 #define DEFAULT_UID 65534
@@ -106,10 +107,10 @@ static pid_t shared_memory_child(int (*fn)(void *), void *arg)
     if (stack == MAP_FAILED)
         return -1;
     UNPOISON_STACK(stack, SHARED_STACK);
-    /* Every signal blocked, so no handler of funcd's runs in the child. */
-    sigset_t all, saved;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &saved);
+    /* No handler of funcd's runs in the child (it has no child of its own
+     * to be told of with SIGCHLD). */
+    sigset_t saved;
+    funcd_block_signals(&saved);
     pid_t pid = clone(fn, (char *)stack + SHARED_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, arg);
     int err = errno;
     pthread_sigmask(SIG_SETMASK, &saved, NULL);
@@ -690,10 +691,9 @@ void funcd_sandbox_refill(funcd_sandbox *sb)
 {
     pthread_mutex_lock(&sb->lock);
     if (!sb->filler_on && !sb->stop) {
-        /* Every signal blocked: funcd's handlers run on its own threads. */
-        sigset_t all, saved;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &saved);
+        /* The host's handlers run on its own threads. */
+        sigset_t saved;
+        funcd_block_signals(&saved);
         sb->filler_on = pthread_create(&sb->filler, NULL, filler_main, sb) == 0;
         pthread_sigmask(SIG_SETMASK, &saved, NULL);
     }

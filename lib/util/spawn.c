@@ -43,13 +43,20 @@ static void become(const funcd_spawn_spec *spec, pid_t parent, const sigset_t *n
     _exit(127);
 }
 
+void funcd_block_signals(sigset_t *saved)
+{
+    sigset_t all;
+    sigfillset(&all);
+    sigdelset(&all, SIGCHLD);
+    pthread_sigmask(SIG_SETMASK, &all, saved);
+}
+
 pid_t funcd_spawn(const funcd_spawn_spec *spec)
 {
-    sigset_t all, saved, none;
-    sigfillset(&all);
+    sigset_t saved, none;
     sigemptyset(&none);
     pid_t parent = getpid();
-    pthread_sigmask(SIG_SETMASK, &all, &saved);
+    funcd_block_signals(&saved);
     pid_t pid = vfork();
     if (pid == 0)
         become(spec, parent, &none);

@@ -5,8 +5,9 @@
  * the seccomp deny list.
  */
 #include <dirent.h>
-#include <limits.h>
 #include <errno.h>
+#include <limits.h>
+#include <pthread.h>
 #include <event2/event.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -884,6 +885,82 @@ TEST(the_init_is_a_program_of_its_own)
     }
 }
 
+/*
+ * A host thread that waits in a socket call with a timeout (SO_RCVTIMEO:
+ * never restarted after a signal) is not woken by the ends of children it
+ * did not make. A child's end is told to the thread that made it; when
+ * that thread blocks SIGCHLD the signal is kept instead of dropped and
+ * goes to any thread that does not, as EINTR. Workers are started and
+ * ended with and without the sandbox (its blank inits are made by a
+ * thread of funcd's own) while the host waits.
+ */
+typedef struct waiter {
+    int fd;
+    volatile int stop;
+    int interrupted;
+    int calls;
+} waiter;
+
+/* Starts and ends workers with and without the sandbox; sets `stop`. */
+static void *start_and_end(void *arg)
+{
+    waiter *wt = arg;
+    for (int sandbox = 0; sandbox < 2; sandbox++) {
+        loop_ctx l = {event_base_new(), 0, 0};
+        funcd_runtime *rt = NULL;
+        if (funcd_runtime_process_new_with(&rt, PROCESS_OPTS(sandbox, NULL)) < 0 ||
+            rt->attach(rt, l.base) < 0) {
+            fprintf(stderr, "  runtime: %s\n", funcd_error_last()->message);
+            if (rt)
+                rt->free(rt);
+            event_base_free(l.base);
+            continue;
+        }
+        for (int k = 0; k < 4; k++) {
+            for (int i = 0; i < 100; i++) /* let the blanks be made */
+                event_base_loop(l.base, EVLOOP_ONCE | EVLOOP_NONBLOCK), usleep(1000);
+            funcd_worker_spec spec = {sleep_argv, sleep_env, NULL, NULL, {0, 32, 0}};
+            funcd_worker_events ev = {NULL, on_exit_cb, &l};
+            funcd_worker *w = NULL;
+            l.exited = 0;
+            if (rt->start(rt, &spec, &ev, &w) < 0) {
+                fprintf(stderr, "  start: %s\n", funcd_error_last()->message);
+                continue;
+            }
+            rt->stop(rt, w, 0);
+            run_until_exit(&l);
+            rt->release(rt, w);
+        }
+        rt->free(rt);
+        event_base_free(l.base);
+    }
+    wt->stop = 1;
+    return NULL;
+}
+
+TEST(the_host_is_not_woken_by_our_children)
+{
+    int sv[2];
+    CHECK_INT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    struct timeval tv = {0, 200 * 1000};
+    setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    waiter wt = {sv[0], 0, 0, 0};
+    pthread_t th;
+    CHECK_INT(pthread_create(&th, NULL, start_and_end, &wt), 0);
+    while (!wt.stop) {
+        char byte;
+        ssize_t n = recv(wt.fd, &byte, 1, 0);
+        wt.calls++;
+        if (n < 0 && errno == EINTR)
+            wt.interrupted++;
+    }
+    pthread_join(th, NULL);
+    close(sv[0]);
+    close(sv[1]);
+    fprintf(stderr, "  %d of the host's %d waits were interrupted\n", wt.interrupted, wt.calls);
+    CHECK_INT(wt.interrupted, 0);
+}
+
 int main(void)
 {
     if (geteuid() != 0) {
@@ -902,5 +979,6 @@ int main(void)
     RUN(sockets_are_in_the_namespace_before_the_program);
     RUN(a_static_program_sees_no_system_paths);
     RUN(the_init_is_a_program_of_its_own);
+    RUN(the_host_is_not_woken_by_our_children);
     return HARNESS_END();
 }
