@@ -98,6 +98,9 @@ typedef struct sandbox_child_error {
     char step[60];
 } sandbox_child_error;
 
+/* The record (err 0) the init writes once it has forked the worker. */
+#define SANDBOX_FORKED "forked"
+
 /* Writes the failed step on `fd` and exits 126. */
 ON_SHARED_STACK _Noreturn void sandbox_fail(int fd, const char *step, const char *detail, int err);
 /* a + b into out (SANDBOX_PATH bytes), truncated */

@@ -429,8 +429,11 @@ static void receive_job(int ctl, job *j)
         got = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
         memcpy(fds, CMSG_DATA(cm), got * sizeof(int));
     }
-    if (got < 2 || (m.msg_flags & MSG_CTRUNC))
+    if (got < 2 || (m.msg_flags & MSG_CTRUNC)) {
+        if (got >= 1) /* the error pipe came: say it there */
+            sandbox_fail(fds[0], "receive the job's descriptors", NULL, EPROTO);
         _exit(126);
+    }
     j->err_w = fds[0];
     j->status_w = fds[1];
     if (sandbox_read_full(ctl, (char *)&j->msg + n, sizeof(j->msg) - (size_t)n) != 0 ||
@@ -514,6 +517,9 @@ static _Noreturn void init_main(int ctl)
         worker_main(&j);
     if (worker < 0)
         sandbox_fail(j.err_w, "fork the worker", NULL, errno);
+    sandbox_child_error forked = {0, SANDBOX_FORKED};
+    if (write(j.err_w, &forked, sizeof(forked)) != (ssize_t)sizeof(forked))
+        _exit(126);
     close(j.err_w);
     init_loop(j.status_w, worker);
 }

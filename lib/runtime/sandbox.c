@@ -254,11 +254,23 @@ static int read_cap_last(void)
     return last;
 }
 
+#ifndef MFD_EXEC
+#define MFD_EXEC 0x0010U /* Linux 6.3 */
+#endif
+
 /* The init program, in sealed memory, opened read-only (a file open for
- * writing cannot be executed). -1 with the error set. */
+ * writing cannot be executed). Asked for as executable (MFD_EXEC): where
+ * vm.memfd_noexec is set, a memfd is otherwise made non-executable; a
+ * kernel before 6.3 knows no such flag (EINVAL) and makes every memfd
+ * executable. -1 with the error set. */
 static int load_init_program(void)
 {
-    int fd = memfd_create("funcd-sandbox", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int fd = memfd_create("funcd-sandbox", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_EXEC);
+    if (fd < 0 && errno == EINVAL)
+        fd = memfd_create("funcd-sandbox", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0 && errno == EACCES)
+        return funcd_error_set(FUNCD_EIO, "sandbox: cannot load the sandbox init: the kernel "
+                                          "makes no executable memfd (vm.memfd_noexec is 2)");
     size_t off = 0, len = sizeof(funcd_sandbox_init_bin);
     while (fd >= 0 && off < len) {
         ssize_t w = write(fd, funcd_sandbox_init_bin + off, len - off);
@@ -475,20 +487,33 @@ static int plan_make(plan *p, funcd_sandbox *sb, const funcd_sandbox_job *job)
     return 0;
 }
 
-/* Waits for the worker's exec (the error pipe closes) or a failure. */
+/* Waits for the worker's exec or a failure. The init writes the forked
+ * record once the worker is forked; the worker's copy of the pipe closes
+ * at its exec. A failure of either is a record of its step; the pipe
+ * closing without the forked record is an init that died before. */
 static int await_exec(int err_r)
 {
-    sandbox_child_error ce;
-    ssize_t n;
-    do
-        n = read(err_r, &ce, sizeof(ce));
-    while (n < 0 && errno == EINTR);
-    if (n == 0)
-        return 0;
-    if (n != (ssize_t)sizeof(ce))
-        return funcd_error_set(FUNCD_EIO, "sandbox: the worker's setup ended without a word");
-    ce.step[sizeof(ce.step) - 1] = '\0';
-    return funcd_error_set(FUNCD_EIO, "sandbox: %s: %s", ce.step, strerror(ce.err));
+    int forked = 0;
+    for (;;) {
+        sandbox_child_error ce;
+        ssize_t n;
+        do
+            n = read(err_r, &ce, sizeof(ce));
+        while (n < 0 && errno == EINTR);
+        if (n == 0 && forked)
+            return 0;
+        if (n == 0)
+            return funcd_error_set(FUNCD_EIO, "sandbox: the sandbox init ended before it "
+                                              "started the worker");
+        if (n != (ssize_t)sizeof(ce))
+            return funcd_error_set(FUNCD_EIO, "sandbox: the worker's setup ended without a word");
+        ce.step[sizeof(ce.step) - 1] = '\0';
+        if (ce.err == 0 && strcmp(ce.step, SANDBOX_FORKED) == 0) {
+            forked = 1;
+            continue;
+        }
+        return funcd_error_set(FUNCD_EIO, "sandbox: %s: %s", ce.step, strerror(ce.err));
+    }
 }
 
 /* ---- sandbox inits (sandbox-init.c) ----------------------------------------- */
@@ -554,10 +579,13 @@ static int init_start(funcd_sandbox *sb, blank *b, int network, int direct)
         close(cg);
     b->ctl = sv[0];
     if (stage0 > 0) {
-        if (sandbox_read_full(b->ctl, &r, sizeof(r)) != 0)
-            r = (sandbox_report){-1, x.err ? x.err : EPROTO, 0};
+        /* Stage 0 writes its report and exits: its end first, for the
+         * init holds the socket open (a stage 0 killed before its report
+         * must not leave us reading for ever). */
         while (waitpid(stage0, NULL, 0) < 0 && errno == EINTR)
             ;
+        if (recv(b->ctl, &r, sizeof(r), MSG_DONTWAIT) != (ssize_t)sizeof(r))
+            r = (sandbox_report){-1, x.err ? x.err : EPROTO, 0};
     }
     if (r.pid <= 0) {
         blank_discard(sb, b);
