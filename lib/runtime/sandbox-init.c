@@ -25,6 +25,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/capability.h>
 #include <linux/mount.h>
 #include <linux/sched.h> /* struct clone_args, CLONE_INTO_CGROUP: glibc has no clone3 */
@@ -536,9 +537,17 @@ int main(int argc, char **argv)
             return 2;
         ctl = high;
     }
+    /* None of funcd's supplementary groups goes with the sandbox: outside
+     * its user namespace they would still count (as nogroup inside). */
+    sandbox_report r = {-1, 0, 0};
+    if (geteuid() == 0 && setgroups(0, NULL) != 0) {
+        r.err = errno;
+        ssize_t ignored = write(ctl, &r, sizeof(r));
+        (void)ignored;
+        return 2;
+    }
     unsigned long flags = CLONE_PARENT | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID |
                           CLONE_NEWIPC | CLONE_NEWUTS | (net ? CLONE_NEWNET : 0);
-    sandbox_report r = {-1, 0, 0};
     long pid = -1;
     if (cg >= 0) { /* cgroup v2: straight into its cgroup (kernel 5.7+): no move */
         struct clone_args args = {.flags = flags | CLONE_INTO_CGROUP, .cgroup = (uint64_t)cg};

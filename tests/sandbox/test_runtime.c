@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <event2/event.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -894,6 +895,46 @@ TEST(the_init_is_a_program_of_its_own)
  * ended with and without the sandbox (its blank inits are made by a
  * thread of funcd's own) while the host waits.
  */
+/* The sandbox takes none of funcd's supplementary groups: they would
+ * count outside its user namespace (on a bound host file), seen as
+ * nogroup inside. */
+TEST(the_sandbox_has_none_of_our_groups)
+{
+    gid_t mine[64];
+    int n_mine = getgroups(64, mine);
+    CHECK(n_mine >= 0);
+    gid_t extra[] = {4242};
+    CHECK_INT(setgroups(1, extra), 0);
+    loop_ctx l = {event_base_new(), 0, 0};
+    funcd_runtime *rt = NULL;
+    CHECK_INT(funcd_runtime_process_new_with(&rt, PROCESS_OPTS(1, NULL)), 0);
+    CHECK_INT(rt->attach(rt, l.base), 0);
+    funcd_worker_spec spec = {sleep_argv, sleep_env, NULL, NULL, {0, 32, 0}};
+    funcd_worker_events ev = {NULL, on_exit_cb, &l};
+    funcd_worker *w = NULL;
+    char groups[256] = "?";
+    if (rt->start(rt, &spec, &ev, &w) == 0) {
+        char path[64], line[256];
+        snprintf(path, sizeof(path), "/proc/%ld/status", (long)rt->pid(rt, w));
+        FILE *f = fopen(path, "r");
+        while (f && fgets(line, sizeof(line), f))
+            if (strncmp(line, "Groups:", 7) == 0)
+                snprintf(groups, sizeof(groups), "%s", line);
+        if (f)
+            fclose(f);
+        rt->stop(rt, w, 0);
+        run_until_exit(&l);
+        rt->release(rt, w);
+    }
+    rt->free(rt);
+    event_base_free(l.base);
+    setgroups((size_t)n_mine, mine);
+    fprintf(stderr, "  the worker's %s", groups);
+    CHECK(strncmp(groups, "Groups:", 7) == 0);
+    CHECK(strstr(groups, "4242") == NULL);
+    CHECK(strstr(groups, "65534") == NULL);
+}
+
 typedef struct waiter {
     int fd;
     volatile int stop;
@@ -980,5 +1021,6 @@ int main(void)
     RUN(a_static_program_sees_no_system_paths);
     RUN(the_init_is_a_program_of_its_own);
     RUN(the_host_is_not_woken_by_our_children);
+    RUN(the_sandbox_has_none_of_our_groups);
     return HARNESS_END();
 }
