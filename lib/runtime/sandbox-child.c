@@ -23,7 +23,7 @@ static void put_step(char *out, size_t len, const char *a, const char *b)
     out[n] = '\0';
 }
 
-ON_SHARED_STACK _Noreturn void sandbox_fail(int fd, const char *step, const char *detail, int err)
+ON_SHARED_STACK _Noreturn void funcd_sandbox_fail(int fd, const char *step, const char *detail, int err)
 {
     sandbox_child_error ce = {err, ""};
     put_step(ce.step, sizeof(ce.step), step, detail);
@@ -32,12 +32,12 @@ ON_SHARED_STACK _Noreturn void sandbox_fail(int fd, const char *step, const char
     _exit(126);
 }
 
-void sandbox_join(char *out, const char *a, const char *b)
+void funcd_sandbox_join(char *out, const char *a, const char *b)
 {
     put_step(out, SANDBOX_PATH, a, b);
 }
 
-int sandbox_mkdir_p(char *path)
+int funcd_sandbox_mkdir_p(char *path)
 {
     for (char *p = path + 1; *p; p++) {
         if (*p != '/')
@@ -51,12 +51,12 @@ int sandbox_mkdir_p(char *path)
     return mkdir(path, 0755) == 0 || errno == EEXIST ? 0 : -1;
 }
 
-int sandbox_make_file(char *path)
+int funcd_sandbox_make_file(char *path)
 {
     char *slash = strrchr(path, '/');
     if (slash && slash != path) {
         *slash = '\0';
-        int rc = sandbox_mkdir_p(path);
+        int rc = funcd_sandbox_mkdir_p(path);
         *slash = '/';
         if (rc != 0)
             return -1;
@@ -68,7 +68,7 @@ int sandbox_make_file(char *path)
     return 0;
 }
 
-int sandbox_read_full(int fd, void *buf, size_t n)
+int funcd_sandbox_read_full(int fd, void *buf, size_t n)
 {
     char *p = buf;
     while (n) {
@@ -83,13 +83,13 @@ int sandbox_read_full(int fd, void *buf, size_t n)
     return 0;
 }
 
-int sandbox_set_attr(int dfd, const char *path, unsigned flags, uint64_t set, int userns)
+int funcd_sandbox_set_attr(int dfd, const char *path, unsigned flags, uint64_t set, int userns)
 {
     struct mount_attr attr = {.attr_set = set, .userns_fd = (uint64_t)userns};
     return (int)syscall(SYS_mount_setattr, dfd, path, flags, &attr, sizeof(attr));
 }
 
-int sandbox_move_tree(int fd, const char *target)
+int funcd_sandbox_move_tree(int fd, const char *target)
 {
     return (int)syscall(SYS_move_mount, fd, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH);
 }
@@ -99,7 +99,7 @@ int sandbox_move_tree(int fd, const char *target)
  * execs as a non-root uid. System calls, not glibc's wrappers, which would
  * signal funcd's other threads to change theirs too (the helper is one
  * thread of a threaded process). */
-int sandbox_become_worker_user(void)
+int funcd_sandbox_become_worker_user(void)
 {
     if (syscall(SYS_setresgid, SANDBOX_INSIDE_ID, SANDBOX_INSIDE_ID, SANDBOX_INSIDE_ID) != 0)
         return -1;

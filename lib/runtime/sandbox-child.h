@@ -102,18 +102,18 @@ typedef struct sandbox_child_error {
 #define SANDBOX_FORKED "forked"
 
 /* Writes the failed step on `fd` and exits 126. */
-ON_SHARED_STACK _Noreturn void sandbox_fail(int fd, const char *step, const char *detail, int err);
+ON_SHARED_STACK _Noreturn void funcd_sandbox_fail(int fd, const char *step, const char *detail, int err);
 /* a + b into out (SANDBOX_PATH bytes), truncated */
-void sandbox_join(char *out, const char *a, const char *b);
-int sandbox_mkdir_p(char *path);
+void funcd_sandbox_join(char *out, const char *a, const char *b);
+int funcd_sandbox_mkdir_p(char *path);
 /* Creates `path` (an empty file) and its directories. */
-int sandbox_make_file(char *path);
-int sandbox_set_attr(int dfd, const char *path, unsigned flags, uint64_t set, int userns);
+int funcd_sandbox_make_file(char *path);
+int funcd_sandbox_set_attr(int dfd, const char *path, unsigned flags, uint64_t set, int userns);
 /* Attaches detached tree `fd` at `target`. */
-int sandbox_move_tree(int fd, const char *target);
+int funcd_sandbox_move_tree(int fd, const char *target);
 /* Reads exactly n bytes: 0, or -1 (EOF or an error). */
-int sandbox_read_full(int fd, void *buf, size_t n);
+int funcd_sandbox_read_full(int fd, void *buf, size_t n);
 /* Takes the namespace's one mapped id (SANDBOX_INSIDE_ID). */
-int sandbox_become_worker_user(void);
+int funcd_sandbox_become_worker_user(void);
 
 #endif

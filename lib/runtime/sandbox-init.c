@@ -68,18 +68,18 @@ static void open_path_binds(job *j)
     for (uint32_t i = 0; i < j->msg.n_binds; i++)
         if (j->msg.binds[i].by_path &&
             (j->fd[i] = open(j->msg.binds[i].source, O_PATH | O_CLOEXEC)) < 0)
-            sandbox_fail(j->err_w, "open ", j->msg.binds[i].source, errno);
+            funcd_sandbox_fail(j->err_w, "open ", j->msg.binds[i].source, errno);
 }
 
 static int attach_bind(const sandbox_bind *b, int fd, const char *dst)
 {
     if (!b->by_path)
-        return sandbox_move_tree(fd, dst);
+        return funcd_sandbox_move_tree(fd, dst);
     char src[40];
     snprintf(src, sizeof(src), "/proc/self/fd/%d", fd);
     if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) != 0)
         return -1;
-    return sandbox_set_attr(AT_FDCWD, dst, AT_RECURSIVE,
+    return funcd_sandbox_set_attr(AT_FDCWD, dst, AT_RECURSIVE,
                             MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
                                 (b->writable ? 0 : MOUNT_ATTR_RDONLY),
                             0);
@@ -90,18 +90,18 @@ static void mount_system(const sandbox_config *cfg, int err_w)
     char dst[SANDBOX_PATH];
     for (uint32_t i = 0; i < cfg->n_system; i++) {
         const sandbox_system_entry *e = &cfg->system[i];
-        sandbox_join(dst, STAGING, e->path);
+        funcd_sandbox_join(dst, STAGING, e->path);
         if (e->link[0]) {
             if (symlink(e->link, dst) != 0 && errno != EEXIST)
-                sandbox_fail(err_w, "symlink ", e->path, errno);
+                funcd_sandbox_fail(err_w, "symlink ", e->path, errno);
             continue;
         }
-        if ((e->is_dir ? sandbox_mkdir_p(dst) : sandbox_make_file(dst)) != 0)
-            sandbox_fail(err_w, "mkdir ", dst, errno);
+        if ((e->is_dir ? funcd_sandbox_mkdir_p(dst) : funcd_sandbox_make_file(dst)) != 0)
+            funcd_sandbox_fail(err_w, "mkdir ", dst, errno);
         if (mount(e->path, dst, NULL, MS_BIND | MS_REC, NULL) != 0)
-            sandbox_fail(err_w, "bind ", e->path, errno);
-        if (sandbox_set_attr(AT_FDCWD, dst, AT_RECURSIVE, RO_ATTRS, 0) != 0)
-            sandbox_fail(err_w, "read-only ", e->path, errno);
+            funcd_sandbox_fail(err_w, "bind ", e->path, errno);
+        if (funcd_sandbox_set_attr(AT_FDCWD, dst, AT_RECURSIVE, RO_ATTRS, 0) != 0)
+            funcd_sandbox_fail(err_w, "read-only ", e->path, errno);
     }
 }
 
@@ -112,11 +112,11 @@ static void unmount_system(const sandbox_config *cfg, int err_w)
     char dst[SANDBOX_PATH];
     for (uint32_t i = cfg->n_system; i-- > 0;) {
         const sandbox_system_entry *e = &cfg->system[i];
-        sandbox_join(dst, STAGING, e->path);
+        funcd_sandbox_join(dst, STAGING, e->path);
         if (!e->link[0] && umount2(dst, MNT_DETACH) != 0)
-            sandbox_fail(err_w, "unmount ", e->path, errno);
+            funcd_sandbox_fail(err_w, "unmount ", e->path, errno);
         if ((e->link[0] || !e->is_dir ? unlink(dst) : rmdir(dst)) != 0)
-            sandbox_fail(err_w, "remove ", e->path, errno);
+            funcd_sandbox_fail(err_w, "remove ", e->path, errno);
     }
     rmdir(STAGING "/etc"); /* made for the files above; gone when empty */
 }
@@ -126,11 +126,11 @@ static void mount_binds(job *j)
     char dst[SANDBOX_PATH];
     for (uint32_t i = 0; i < j->msg.n_binds; i++) {
         const sandbox_bind *b = &j->msg.binds[i];
-        sandbox_join(dst, STAGING, b->target);
-        if ((b->is_file ? sandbox_make_file(dst) : sandbox_mkdir_p(dst)) != 0)
-            sandbox_fail(j->err_w, "mkdir ", b->target, errno);
+        funcd_sandbox_join(dst, STAGING, b->target);
+        if ((b->is_file ? funcd_sandbox_make_file(dst) : funcd_sandbox_mkdir_p(dst)) != 0)
+            funcd_sandbox_fail(j->err_w, "mkdir ", b->target, errno);
         if (attach_bind(b, j->fd[i], dst) != 0)
-            sandbox_fail(j->err_w, "bind ", b->target, errno);
+            funcd_sandbox_fail(j->err_w, "bind ", b->target, errno);
         close(j->fd[i]);
         j->fd[i] = -1;
     }
@@ -144,22 +144,22 @@ static void mount_dev(int err_w)
                                            {"stderr", "/proc/self/fd/2"}};
     char dst[SANDBOX_PATH], src[64];
     if (mkdir(STAGING "/dev", 0755) != 0 && errno != EEXIST)
-        sandbox_fail(err_w, "mkdir /dev", NULL, errno);
+        funcd_sandbox_fail(err_w, "mkdir /dev", NULL, errno);
     if (mount("tmpfs", STAGING "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755") != 0)
-        sandbox_fail(err_w, "mount /dev", NULL, errno);
+        funcd_sandbox_fail(err_w, "mount /dev", NULL, errno);
     for (size_t i = 0; i < sizeof(devices) / sizeof(devices[0]); i++) {
         snprintf(src, sizeof(src), "/dev/%s", devices[i]);
-        sandbox_join(dst, STAGING "/dev/", devices[i]);
-        if (sandbox_make_file(dst) != 0 || mount(src, dst, NULL, MS_BIND, NULL) != 0)
-            sandbox_fail(err_w, "bind ", src, errno);
+        funcd_sandbox_join(dst, STAGING "/dev/", devices[i]);
+        if (funcd_sandbox_make_file(dst) != 0 || mount(src, dst, NULL, MS_BIND, NULL) != 0)
+            funcd_sandbox_fail(err_w, "bind ", src, errno);
     }
     for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
-        sandbox_join(dst, STAGING "/dev/", links[i][0]);
+        funcd_sandbox_join(dst, STAGING "/dev/", links[i][0]);
         if (symlink(links[i][1], dst) != 0)
-            sandbox_fail(err_w, "symlink ", dst, errno);
+            funcd_sandbox_fail(err_w, "symlink ", dst, errno);
     }
-    if (sandbox_set_attr(AT_FDCWD, STAGING "/dev", 0, MOUNT_ATTR_RDONLY, 0) != 0)
-        sandbox_fail(err_w, "read-only /dev", NULL, errno);
+    if (funcd_sandbox_set_attr(AT_FDCWD, STAGING "/dev", 0, MOUNT_ATTR_RDONLY, 0) != 0)
+        funcd_sandbox_fail(err_w, "read-only /dev", NULL, errno);
 }
 
 /* The part of a root no job changes: a fresh tmpfs (or the image's root),
@@ -168,22 +168,22 @@ static void mount_dev(int err_w)
 static void stage_root(const sandbox_config *cfg, int root_fd, int system, int err_w)
 {
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
-        sandbox_fail(err_w, "make mounts private", NULL, errno);
+        funcd_sandbox_fail(err_w, "make mounts private", NULL, errno);
     if (root_fd >= 0) {
-        if (sandbox_move_tree(root_fd, STAGING) != 0)
-            sandbox_fail(err_w, "mount the rootfs", NULL, errno);
+        if (funcd_sandbox_move_tree(root_fd, STAGING) != 0)
+            funcd_sandbox_fail(err_w, "mount the rootfs", NULL, errno);
         close(root_fd);
     } else if (mount("tmpfs", STAGING, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755") != 0) {
-        sandbox_fail(err_w, "mount the root tmpfs", NULL, errno);
+        funcd_sandbox_fail(err_w, "mount the root tmpfs", NULL, errno);
     }
     if ((mkdir(STAGING "/proc", 0555) != 0 && errno != EEXIST) ||
         mount("proc", STAGING "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
-        sandbox_fail(err_w, "mount /proc", NULL, errno);
+        funcd_sandbox_fail(err_w, "mount /proc", NULL, errno);
     mount_dev(err_w);
     /* /tmp before the binds: an artifact may live under the host's /tmp. */
     if ((mkdir(STAGING "/tmp", 01777) != 0 && errno != EEXIST) ||
         mount("tmpfs", STAGING "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, cfg->tmp_opts) != 0)
-        sandbox_fail(err_w, "mount /tmp", NULL, errno);
+        funcd_sandbox_fail(err_w, "mount /tmp", NULL, errno);
     if (system)
         mount_system(cfg, err_w);
 }
@@ -193,11 +193,11 @@ static void enter_root(job *j)
 {
     mount_binds(j);
     if (chdir(STAGING) != 0 || syscall(SYS_pivot_root, ".", ".") != 0)
-        sandbox_fail(j->err_w, "pivot_root", NULL, errno);
+        funcd_sandbox_fail(j->err_w, "pivot_root", NULL, errno);
     if (umount2(".", MNT_DETACH) != 0 || chdir("/") != 0)
-        sandbox_fail(j->err_w, "detach the old root", NULL, errno);
-    if (!j->msg.has_root && sandbox_set_attr(AT_FDCWD, "/", 0, MOUNT_ATTR_RDONLY, 0) != 0)
-        sandbox_fail(j->err_w, "read-only /", NULL, errno);
+        funcd_sandbox_fail(j->err_w, "detach the old root", NULL, errno);
+    if (!j->msg.has_root && funcd_sandbox_set_attr(AT_FDCWD, "/", 0, MOUNT_ATTR_RDONLY, 0) != 0)
+        funcd_sandbox_fail(j->err_w, "read-only /", NULL, errno);
 }
 
 static void build_root(job *j)
@@ -218,7 +218,7 @@ static void finish_staged_root(job *j)
         by_path |= j->msg.binds[i].by_path;
     if (j->msg.has_root || by_path) { /* path binds may lie below STAGING */
         if (umount2(STAGING, MNT_DETACH) != 0)
-            sandbox_fail(j->err_w, "unmount the staged root", NULL, errno);
+            funcd_sandbox_fail(j->err_w, "unmount the staged root", NULL, errno);
         build_root(j);
         return;
     }
@@ -252,19 +252,19 @@ static void drop_privileges(const job *j)
                                      SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
                                      SECBIT_NO_CAP_AMBIENT_RAISE |
                                      SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) != 0)
-        sandbox_fail(j->err_w, "securebits", NULL, errno);
+        funcd_sandbox_fail(j->err_w, "securebits", NULL, errno);
     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
     struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct data[2];
     memset(data, 0, sizeof(data));
     if (syscall(SYS_capset, &hdr, data) != 0)
-        sandbox_fail(j->err_w, "capset", NULL, errno);
+        funcd_sandbox_fail(j->err_w, "capset", NULL, errno);
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-        sandbox_fail(j->err_w, "no_new_privs", NULL, errno);
+        funcd_sandbox_fail(j->err_w, "no_new_privs", NULL, errno);
     struct sock_fprog prog = {(unsigned short)j->cfg->filter_len,
                               (struct sock_filter *)j->cfg->filter};
     if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
-        sandbox_fail(j->err_w, "seccomp", NULL, errno);
+        funcd_sandbox_fail(j->err_w, "seccomp", NULL, errno);
 }
 
 static _Noreturn void worker_main(const job *j)
@@ -272,14 +272,14 @@ static _Noreturn void worker_main(const job *j)
     setpgid(0, 0); /* init passes signals on; the worker's own group gets them */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (j->cwd && chdir(j->cwd) != 0)
-        sandbox_fail(j->err_w, "chdir ", j->cwd, errno);
+        funcd_sandbox_fail(j->err_w, "chdir ", j->cwd, errno);
     drop_privileges(j);
     syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     execve(j->prog, j->argv, j->env);
-    sandbox_fail(j->err_w, "execve ", j->prog, errno);
+    funcd_sandbox_fail(j->err_w, "execve ", j->prog, errno);
 }
 
 /* ---- pid 1 ---------------------------------------------------------------- */
@@ -432,15 +432,15 @@ static void receive_job(int ctl, job *j)
     }
     if (got < 2 || (m.msg_flags & MSG_CTRUNC)) {
         if (got >= 1) /* the error pipe came: say it there */
-            sandbox_fail(fds[0], "receive the job's descriptors", NULL, EPROTO);
+            funcd_sandbox_fail(fds[0], "receive the job's descriptors", NULL, EPROTO);
         _exit(126);
     }
     j->err_w = fds[0];
     j->status_w = fds[1];
-    if (sandbox_read_full(ctl, (char *)&j->msg + n, sizeof(j->msg) - (size_t)n) != 0 ||
+    if (funcd_sandbox_read_full(ctl, (char *)&j->msg + n, sizeof(j->msg) - (size_t)n) != 0 ||
         j->msg.magic != SANDBOX_MAGIC || j->msg.n_binds > SANDBOX_MAX_BINDS ||
         j->msg.area_len > SANDBOX_JOB_AREA)
-        sandbox_fail(j->err_w, "receive the job", NULL, EPROTO);
+        funcd_sandbox_fail(j->err_w, "receive the job", NULL, EPROTO);
     size_t want = 2, k = 2;
     for (int i = 0; i < 3; i++)
         want += j->msg.stdio[i] != 0;
@@ -448,16 +448,16 @@ static void receive_job(int ctl, job *j)
     for (uint32_t i = 0; i < j->msg.n_binds; i++)
         want += !j->msg.binds[i].by_path;
     if (got != want)
-        sandbox_fail(j->err_w, "receive the job's descriptors", NULL, EPROTO);
+        funcd_sandbox_fail(j->err_w, "receive the job's descriptors", NULL, EPROTO);
     for (int i = 0; i < 3; i++)
         j->stdio[i] = j->msg.stdio[i] ? fds[k++] : -1;
     j->root_fd = j->msg.has_root ? fds[k++] : -1;
     for (uint32_t i = 0; i < j->msg.n_binds; i++)
         j->fd[i] = j->msg.binds[i].by_path ? -1 : fds[k++];
     char *area = malloc(j->msg.area_len ? j->msg.area_len : 1);
-    if (!area || sandbox_read_full(ctl, area, j->msg.area_len) != 0 ||
+    if (!area || funcd_sandbox_read_full(ctl, area, j->msg.area_len) != 0 ||
         parse_area(j, area, j->msg.area_len) != 0)
-        sandbox_fail(j->err_w, "receive the job's strings", NULL, area ? EPROTO : ENOMEM);
+        funcd_sandbox_fail(j->err_w, "receive the job's strings", NULL, area ? EPROTO : ENOMEM);
     close(ctl);
     keep_job_fds(j);
 }
@@ -477,8 +477,8 @@ static _Noreturn void init_main(int ctl)
     static sandbox_hello hello;
     static sandbox_config cfg;
     static job j;
-    if (sandbox_read_full(ctl, &hello, sizeof(hello)) != 0 || hello.magic != SANDBOX_MAGIC ||
-        sandbox_read_full(ctl, &cfg, sizeof(cfg)) != 0 || cfg.n_system > SANDBOX_MAX_SYSTEM ||
+    if (funcd_sandbox_read_full(ctl, &hello, sizeof(hello)) != 0 || hello.magic != SANDBOX_MAGIC ||
+        funcd_sandbox_read_full(ctl, &cfg, sizeof(cfg)) != 0 || cfg.n_system > SANDBOX_MAX_SYSTEM ||
         cfg.filter_len > SANDBOX_FILTER_MAX)
         _exit(0); /* the ids were not mapped: funcd gave up */
     j.cfg = &cfg;
@@ -489,7 +489,7 @@ static _Noreturn void init_main(int ctl)
      * socket close instead of "r"), one after it on the job's error pipe. */
     const char *step = NULL, *lo_step;
     int err = 0;
-    if (sandbox_become_worker_user() != 0)
+    if (funcd_sandbox_become_worker_user() != 0)
         step = "become the mapped user", err = errno;
     /* A change of credentials clears the parent-death signal: arm it again,
      * so that funcd's death (kill -9 included) ends the sandbox (and with
@@ -500,7 +500,7 @@ static _Noreturn void init_main(int ctl)
     if (!step && drop_bounding_set(&cfg) != 0)
         step = "drop the bounding set", err = errno;
     if (step && hello.direct)
-        sandbox_fail(j.err_w, step, NULL, err);
+        funcd_sandbox_fail(j.err_w, step, NULL, err);
     if (step)
         _exit(126);
     default_signals();
@@ -517,7 +517,7 @@ static _Noreturn void init_main(int ctl)
     if (worker == 0)
         worker_main(&j);
     if (worker < 0)
-        sandbox_fail(j.err_w, "fork the worker", NULL, errno);
+        funcd_sandbox_fail(j.err_w, "fork the worker", NULL, errno);
     sandbox_child_error forked = {0, SANDBOX_FORKED};
     if (write(j.err_w, &forked, sizeof(forked)) != (ssize_t)sizeof(forked))
         _exit(126);

@@ -380,9 +380,9 @@ static int make_tree(const funcd_sandbox *sb, const char *source, int writable, 
         return funcd_error_set(FUNCD_EIO, "sandbox: cannot bind %s: %s", source, strerror(errno));
     uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (writable ? 0 : MOUNT_ATTR_RDONLY);
     if (owned && sb->idmap_ns >= 0 &&
-        sandbox_set_attr(fd, "", AT_EMPTY_PATH, attrs | MOUNT_ATTR_IDMAP, sb->idmap_ns) == 0)
+        funcd_sandbox_set_attr(fd, "", AT_EMPTY_PATH, attrs | MOUNT_ATTR_IDMAP, sb->idmap_ns) == 0)
         return fd;
-    if (sandbox_set_attr(fd, "", AT_EMPTY_PATH, attrs, 0) == 0)
+    if (funcd_sandbox_set_attr(fd, "", AT_EMPTY_PATH, attrs, 0) == 0)
         return fd;
     int err = errno;
     close(fd);
@@ -487,13 +487,14 @@ static int plan_make(plan *p, funcd_sandbox *sb, const funcd_sandbox_job *job)
     return 0;
 }
 
-/* Waits for the worker's exec or a failure. The init writes the forked
- * record once the worker is forked; the worker's copy of the pipe closes
- * at its exec. A failure of either is a record of its step; the pipe
- * closing without the forked record is an init that died before. */
-static int await_exec(int err_r)
+/* Reads error records from `err_r` until its end: 0 when the end came
+ * with no failure, -1 with the failed step's error set. A sandbox init
+ * writes the forked record once the worker is forked, and the worker's
+ * copy of the pipe closes at its exec: with `need_forked` an end before
+ * that record is an init that died before the fork. */
+static int await_records(int err_r, int need_forked)
 {
-    int forked = 0;
+    int forked = !need_forked;
     for (;;) {
         sandbox_child_error ce;
         ssize_t n;
@@ -508,7 +509,7 @@ static int await_exec(int err_r)
         if (n != (ssize_t)sizeof(ce))
             return funcd_error_set(FUNCD_EIO, "sandbox: the worker's setup ended without a word");
         ce.step[sizeof(ce.step) - 1] = '\0';
-        if (ce.err == 0 && strcmp(ce.step, SANDBOX_FORKED) == 0) {
+        if (need_forked && ce.err == 0 && strcmp(ce.step, SANDBOX_FORKED) == 0) {
             forked = 1;
             continue;
         }
@@ -666,7 +667,7 @@ static int blank_make(funcd_sandbox *sb, blank *b)
     if (init_start(sb, b, 1, 0) < 0)
         return -1;
     char c;
-    if (sandbox_read_full(b->ctl, &c, 1) != 0 || c != 'r') {
+    if (funcd_sandbox_read_full(b->ctl, &c, 1) != 0 || c != 'r') {
         blank_discard(sb, b);
         return funcd_error_set(FUNCD_EIO, "sandbox: a blank init ended before it was ready");
     }
@@ -828,7 +829,7 @@ pid_t funcd_sandbox_spawn(funcd_sandbox *sb, const funcd_sandbox_job *job, int *
     if (status[1] >= 0)
         close(status[1]);
     if (rc == 0)
-        rc = await_exec(errp[0]);
+        rc = await_records(errp[0], 1);
     if (errp[0] >= 0)
         close(errp[0]);
     if (rc < 0) {
@@ -866,25 +867,25 @@ ON_SHARED_STACK static int expose_main(void *arg)
     const plan *p = a->p;
     int user_fd = a->user_fd, mnt_fd = a->mnt_fd;
     if (setns(user_fd, CLONE_NEWUSER) != 0)
-        sandbox_fail(p->err_w, "join the user namespace", NULL, errno);
-    if (sandbox_become_worker_user() != 0)
-        sandbox_fail(p->err_w, "become the mapped user", NULL, errno);
+        funcd_sandbox_fail(p->err_w, "join the user namespace", NULL, errno);
+    if (funcd_sandbox_become_worker_user() != 0)
+        funcd_sandbox_fail(p->err_w, "become the mapped user", NULL, errno);
     if (setns(mnt_fd, CLONE_NEWNS) != 0)
-        sandbox_fail(p->err_w, "join the mount namespace", NULL, errno);
+        funcd_sandbox_fail(p->err_w, "join the mount namespace", NULL, errno);
     if (set_root_writable(1) != 0)
-        sandbox_fail(p->err_w, "make / writable", NULL, errno);
+        funcd_sandbox_fail(p->err_w, "make / writable", NULL, errno);
     char dst[PATH_BUF];
     for (size_t i = 0; i < p->n; i++) {
-        sandbox_join(dst, p->m[i].b.target, NULL);
+        funcd_sandbox_join(dst, p->m[i].b.target, NULL);
         if (p->m[i].b.by_path)
-            sandbox_fail(p->err_w, "bind ", dst, EPERM);
-        if ((p->m[i].b.is_file ? sandbox_make_file(dst) : sandbox_mkdir_p(dst)) != 0)
-            sandbox_fail(p->err_w, "mkdir ", dst, errno);
-        if (sandbox_move_tree(p->m[i].fd, dst) != 0)
-            sandbox_fail(p->err_w, "bind ", dst, errno);
+            funcd_sandbox_fail(p->err_w, "bind ", dst, EPERM);
+        if ((p->m[i].b.is_file ? funcd_sandbox_make_file(dst) : funcd_sandbox_mkdir_p(dst)) != 0)
+            funcd_sandbox_fail(p->err_w, "mkdir ", dst, errno);
+        if (funcd_sandbox_move_tree(p->m[i].fd, dst) != 0)
+            funcd_sandbox_fail(p->err_w, "bind ", dst, errno);
     }
     if (set_root_writable(0) != 0)
-        sandbox_fail(p->err_w, "read-only /", NULL, errno);
+        funcd_sandbox_fail(p->err_w, "read-only /", NULL, errno);
     _exit(0);
 }
 
@@ -912,7 +913,7 @@ static int expose_planned(plan *p, pid_t init_pid)
         if (pid < 0) {
             rc = funcd_error_set(FUNCD_EIO, "sandbox: clone: %s", strerror(err));
         } else {
-            rc = await_exec(errp[0]);
+            rc = await_records(errp[0], 0); /* the helper exits 0 when done */
             while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
                 ;
         }

@@ -70,6 +70,12 @@ static long replica_number(const e2e_resp *r)
     return dash ? strtol(dash + 1, NULL, 10) : -1;
 }
 
+static int by_value(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
 /* `rounds` rounds over the three workers; returns the non-200 answers. */
 static int run_cycles(env *e, int rounds)
 {
@@ -82,7 +88,10 @@ static int run_cycles(env *e, int rounds)
                             "\"queueLength\":200,\"idleTimeout\":\"" IDLE "\"}") < 0)
             return -1;
     long last[N_WORKERS] = {0};
-    int bad = 0, shown = 0;
+    int bad = 0, shown = 0, n_took = 0;
+    int64_t *tooks = calloc((size_t)rounds * N_WORKERS + 1, sizeof(*tooks));
+    if (!tooks)
+        return -1;
     int64_t slowest = 0;
     int64_t start = e2e_now_ms();
     for (int i = 0; i < rounds; i++) {
@@ -99,6 +108,7 @@ static int run_cycles(env *e, int rounds)
             long status = sv_invoke(e, "GET", path, NULL);
             int64_t took = e2e_now_ms() - t0;
             slowest = took > slowest ? took : slowest;
+            tooks[n_took++] = took;
             long replica = status == 200 ? replica_number(&e->r) : -1;
             if (status != 200 || replica <= last[w]) {
                 bad++;
@@ -120,9 +130,13 @@ static int run_cycles(env *e, int rounds)
                 last[w] = replica;
         }
     }
+    qsort(tooks, (size_t)n_took, sizeof(*tooks), by_value);
     fprintf(stderr, "  %d rounds x %zu workers from zero in %lld ms: %d not 200 from a new "
-            "worker (slowest first request %lld ms)\n", rounds, N_WORKERS,
-            (long long)(e2e_now_ms() - start), bad, (long long)slowest);
+            "worker (first request p50 %lld ms, p90 %lld ms, slowest %lld ms)\n", rounds,
+            N_WORKERS, (long long)(e2e_now_ms() - start), bad,
+            (long long)(n_took ? tooks[n_took / 2] : 0),
+            (long long)(n_took ? tooks[n_took * 9 / 10] : 0), (long long)slowest);
+    free(tooks);
     return bad;
 }
 
