@@ -11,10 +11,12 @@
 #include <event2/event.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -935,6 +937,74 @@ TEST(the_sandbox_has_none_of_our_groups)
     CHECK(strstr(groups, "65534") == NULL);
 }
 
+/* In a child of the test: a new pid namespace (its own /proc) whose memfds
+ * are not executable unless asked for (vm.memfd_noexec 1: the sysctl is
+ * per pid namespace, so the host's is untouched); a sandboxed worker is
+ * started there. Exits 0 when it started, 1 when not, 77 when the kernel
+ * has no such setting. */
+static _Noreturn void start_where_memfds_are_noexec(void)
+{
+    if (unshare(CLONE_NEWNS | CLONE_NEWPID) != 0)
+        _exit(2);
+    pid_t child = fork();
+    if (child > 0) {
+        int status = 0;
+        while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+            ;
+        _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 2);
+    }
+    if (child < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+        _exit(2);
+    int fd = open("/proc/sys/vm/memfd_noexec", O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        _exit(77);
+    if (write(fd, "1", 1) != 1)
+        _exit(2);
+    close(fd);
+    loop_ctx l = {event_base_new(), 0, 0};
+    funcd_runtime *rt = NULL;
+    if (funcd_runtime_process_new_with(&rt, PROCESS_OPTS(1, NULL)) < 0 ||
+        rt->attach(rt, l.base) < 0) {
+        fprintf(stderr, "  runtime: %s\n", funcd_error_last()->message);
+        _exit(1);
+    }
+    funcd_worker_spec spec = {sleep_argv, sleep_env, NULL, NULL, {0, 32, 0}};
+    funcd_worker_events ev = {NULL, on_exit_cb, &l};
+    funcd_worker *w = NULL;
+    int started = rt->start(rt, &spec, &ev, &w) == 0;
+    if (started) {
+        rt->stop(rt, w, 0);
+        run_until_exit(&l);
+        rt->release(rt, w);
+    } else {
+        fprintf(stderr, "  start: %s\n", funcd_error_last()->message);
+    }
+    rt->free(rt);
+    event_base_free(l.base);
+    _exit(started ? 0 : 1);
+}
+
+/* The init runs from a memfd: where the kernel makes memfds
+ * non-executable by default (vm.memfd_noexec 1), funcd asks for an
+ * executable one. */
+TEST(the_init_runs_where_memfds_are_noexec)
+{
+    pid_t pid = fork();
+    if (pid == 0)
+        start_where_memfds_are_noexec();
+    CHECK(pid > 0);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    CHECK(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 77) {
+        fprintf(stderr, "  (this kernel has no vm.memfd_noexec: nothing to try)\n");
+        return;
+    }
+    CHECK_INT(WEXITSTATUS(status), 0);
+}
+
 typedef struct waiter {
     int fd;
     volatile int stop;
@@ -1022,5 +1092,6 @@ int main(void)
     RUN(the_init_is_a_program_of_its_own);
     RUN(the_host_is_not_woken_by_our_children);
     RUN(the_sandbox_has_none_of_our_groups);
+    RUN(the_init_runs_where_memfds_are_noexec);
     return HARNESS_END();
 }
