@@ -306,9 +306,10 @@ static _Noreturn void init_loop(int status_w, pid_t worker)
     }
     sigaction(SIGCHLD, &sa, NULL);
     sigprocmask(SIG_BLOCK, &wait_set, NULL);
-    for (;;) {
+    for (int sig = SIGCHLD;; sig = 0) { /* a first look: the worker may have ended already */
         siginfo_t si;
-        int sig = sigwaitinfo(&wait_set, &si);
+        if (!sig)
+            sig = sigwaitinfo(&wait_set, &si);
         if (sig < 0)
             continue;
         if (sig != SIGCHLD) {
@@ -531,6 +532,13 @@ int main(int argc, char **argv)
     if (argc != 4)
         return 2;
     int ctl = atoi(argv[1]), cg = atoi(argv[2]), net = atoi(argv[3]);
+    /* Every signal blocked, in stage 0 and the init it clones, until the
+     * init waits for them (init_loop): a worker that ends before then
+     * leaves its SIGCHLD pending instead of dropped (the worker unblocks
+     * all before its exec). funcd's starting thread left SIGCHLD open. */
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
     if (ctl < 3) { /* the init's stdio goes over 0-2 */
         int high = fcntl(ctl, F_DUPFD_CLOEXEC, 3);
         if (high < 0)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -907,6 +908,9 @@ static int expose_planned(plan *p, pid_t init_pid)
     } else {
         p->err_w = errp[1];
         expose_args args = {p, user_fd, mnt_fd};
+        /* The helper's change of credentials resets the dumpable flag of
+         * the memory it shares with funcd: funcd's, put back after. */
+        int dumpable = prctl(PR_GET_DUMPABLE);
         pid_t pid = shared_memory_child(expose_main, &args);
         int err = errno;
         close(errp[1]);
@@ -917,6 +921,8 @@ static int expose_planned(plan *p, pid_t init_pid)
             while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
                 ;
         }
+        if (dumpable >= 0 && prctl(PR_GET_DUMPABLE) != dumpable)
+            prctl(PR_SET_DUMPABLE, dumpable);
         close(errp[0]);
     }
     if (user_fd >= 0)

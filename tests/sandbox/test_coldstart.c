@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -88,6 +89,9 @@ TEST(cold_start)
     CHECK(on > 0 && off > 0);
     CHECK_INT(fresh_on, 0);
     CHECK_INT(fresh_off, 0);
+    /* Showing a warm worker its code changes credentials in a helper that
+     * shares our memory: we stay dumpable (core dumps, /proc ownership). */
+    CHECK_INT(prctl(PR_GET_DUMPABLE), 1);
 }
 
 int main(int argc, char **argv)

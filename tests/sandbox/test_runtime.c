@@ -1005,6 +1005,43 @@ TEST(the_init_runs_where_memfds_are_noexec)
     CHECK_INT(WEXITSTATUS(status), 0);
 }
 
+/* A worker that ends at once is told with its own status, every time: the
+ * init must not lose its SIGCHLD (it comes while the init is still between
+ * the fork and its wait). */
+TEST(a_worker_that_ends_at_once_is_told)
+{
+    static const char *const argv[] = {"/bin/sh", "-c", "exit 7", NULL};
+    loop_ctx l = {event_base_new(), 0, 0};
+    funcd_runtime *rt = NULL;
+    CHECK_INT(funcd_runtime_process_new_with(&rt, PROCESS_OPTS(1, NULL)), 0);
+    CHECK_INT(rt->attach(rt, l.base), 0);
+    int told = 0, right = 0;
+    for (int i = 0; i < 40; i++) {
+        funcd_worker_spec spec = {argv, sleep_env, NULL, NULL, {0, 32, 0}};
+        funcd_worker_events ev = {NULL, on_exit_cb, &l};
+        funcd_worker *w = NULL;
+        l.exited = 0;
+        if (rt->start(rt, &spec, &ev, &w) < 0) {
+            fprintf(stderr, "  start: %s\n", funcd_error_last()->message);
+            continue;
+        }
+        run_until_exit(&l); /* 5 s at most: then it is stopped (SIGKILL) */
+        if (!l.exited) {
+            rt->stop(rt, w, 0);
+            run_until_exit(&l);
+        } else {
+            told++;
+        }
+        right += l.exited && WIFEXITED(l.status) && WEXITSTATUS(l.status) == 7;
+        rt->release(rt, w);
+    }
+    rt->free(rt);
+    event_base_free(l.base);
+    fprintf(stderr, "  %d of 40 ends told, %d with status 7\n", told, right);
+    CHECK_INT(told, 40);
+    CHECK_INT(right, 40);
+}
+
 typedef struct waiter {
     int fd;
     volatile int stop;
@@ -1093,5 +1130,6 @@ int main(void)
     RUN(the_host_is_not_woken_by_our_children);
     RUN(the_sandbox_has_none_of_our_groups);
     RUN(the_init_runs_where_memfds_are_noexec);
+    RUN(a_worker_that_ends_at_once_is_told);
     return HARNESS_END();
 }
