@@ -136,6 +136,29 @@ static int count_mounts(void)
 static const char *const sleep_argv[] = {"/bin/sleep", "1000", NULL};
 static const char *const sleep_env[] = {"PATH=/usr/bin:/bin", NULL};
 
+/* Starts `argv` (32 pids, no memory limit) with its exit told to `l`; NULL
+ * when it could not be started (said on stderr). */
+static funcd_worker *start_worker(funcd_runtime *rt, loop_ctx *l, const char *const *argv)
+{
+    funcd_worker_spec spec = {argv, sleep_env, NULL, NULL, {0, 32, 0}};
+    funcd_worker_events ev = {NULL, on_exit_cb, l};
+    funcd_worker *w = NULL;
+    l->exited = 0;
+    if (rt->start(rt, &spec, &ev, &w) < 0) {
+        fprintf(stderr, "  start: %s\n", funcd_error_last()->message);
+        return NULL;
+    }
+    return w;
+}
+
+/* Stops `w`, waits for its end and lets it go. */
+static void stop_worker(funcd_runtime *rt, loop_ctx *l, funcd_worker *w)
+{
+    rt->stop(rt, w, 0);
+    run_until_exit(l);
+    rt->release(rt, w);
+}
+
 TEST(pid_file_follows_the_worker)
 {
     char dir[64];
@@ -287,9 +310,7 @@ TEST(a_blank_init_waits_in_its_own_cgroups)
         read_cgroup_file("cpu", cpu_cg, "cpu.cfs_quota_us", quota, sizeof(quota));
     }
     if (w) {
-        rt->stop(rt, w, 0);
-        run_until_exit(&l);
-        rt->release(rt, w);
+        stop_worker(rt, &l, w);
     }
     rt->free(rt);
     event_base_free(l.base);
@@ -630,9 +651,7 @@ TEST(an_image_root_is_the_root)
     int asked = rc == 0 && ask(sock, "/whoami", who, sizeof(who)) == 0 &&
                 ask(sock, "/read?path=/etc/hostname", host, sizeof(host)) == 0;
     if (w) {
-        rt->stop(rt, w, 0);
-        run_until_exit(&l);
-        rt->release(rt, w);
+        stop_worker(rt, &l, w);
     }
     rt->free(rt);
     event_base_free(l.base);
@@ -803,9 +822,7 @@ TEST(a_static_program_sees_no_system_paths)
             snprintf(path, sizeof(path), "/proc/%d/root/%s", (int)pid, always[i]);
             base[k] += stat(path, &st) == 0;
         }
-        rt->stop(rt, w, 0);
-        run_until_exit(&l);
-        rt->release(rt, w);
+        stop_worker(rt, &l, w);
     }
     rt->free(rt);
     event_base_free(l.base);
@@ -856,14 +873,9 @@ TEST(the_init_is_a_program_of_its_own)
             usleep(1000);
             n = sandbox_children(blanks, 8);
         }
-        funcd_worker_spec spec = {sleep_argv, sleep_env, NULL, NULL, {0, 32, 0}};
-        funcd_worker_events ev = {NULL, on_exit_cb, &l};
-        funcd_worker *w = NULL;
-        l.exited = 0;
-        if (rt->start(rt, &spec, &ev, &w) < 0) {
-            fprintf(stderr, "  start: %s\n", funcd_error_last()->message);
+        funcd_worker *w = start_worker(rt, &l, sleep_argv);
+        if (!w)
             continue;
-        }
         pid_t pid = rt->pid(rt, w);
         for (int i = 0; i < n; i++)
             from_blank[k] |= blanks[i] == pid;
@@ -874,9 +886,7 @@ TEST(the_init_is_a_program_of_its_own)
         rss[k] = rss_kib(pid);
         fprintf(stderr, "  init %s: %s, %ld KiB resident (this test: %ld KiB)\n",
                 k ? "from a blank" : "started for the job", exe[k], rss[k], rss_kib(getpid()));
-        rt->stop(rt, w, 0);
-        run_until_exit(&l);
-        rt->release(rt, w);
+        stop_worker(rt, &l, w);
     }
     rt->free(rt);
     event_base_free(l.base);
@@ -911,11 +921,9 @@ TEST(the_sandbox_has_none_of_our_groups)
     funcd_runtime *rt = NULL;
     CHECK_INT(funcd_runtime_process_new_with(&rt, PROCESS_OPTS(1, NULL)), 0);
     CHECK_INT(rt->attach(rt, l.base), 0);
-    funcd_worker_spec spec = {sleep_argv, sleep_env, NULL, NULL, {0, 32, 0}};
-    funcd_worker_events ev = {NULL, on_exit_cb, &l};
-    funcd_worker *w = NULL;
+    funcd_worker *w = start_worker(rt, &l, sleep_argv);
     char groups[256] = "?";
-    if (rt->start(rt, &spec, &ev, &w) == 0) {
+    if (w) {
         char path[64], line[256];
         snprintf(path, sizeof(path), "/proc/%ld/status", (long)rt->pid(rt, w));
         FILE *f = fopen(path, "r");
@@ -924,9 +932,7 @@ TEST(the_sandbox_has_none_of_our_groups)
                 snprintf(groups, sizeof(groups), "%s", line);
         if (f)
             fclose(f);
-        rt->stop(rt, w, 0);
-        run_until_exit(&l);
-        rt->release(rt, w);
+        stop_worker(rt, &l, w);
     }
     rt->free(rt);
     event_base_free(l.base);
@@ -969,17 +975,10 @@ static _Noreturn void start_where_memfds_are_noexec(void)
         fprintf(stderr, "  runtime: %s\n", funcd_error_last()->message);
         _exit(1);
     }
-    funcd_worker_spec spec = {sleep_argv, sleep_env, NULL, NULL, {0, 32, 0}};
-    funcd_worker_events ev = {NULL, on_exit_cb, &l};
-    funcd_worker *w = NULL;
-    int started = rt->start(rt, &spec, &ev, &w) == 0;
-    if (started) {
-        rt->stop(rt, w, 0);
-        run_until_exit(&l);
-        rt->release(rt, w);
-    } else {
-        fprintf(stderr, "  start: %s\n", funcd_error_last()->message);
-    }
+    funcd_worker *w = start_worker(rt, &l, sleep_argv);
+    int started = w != NULL;
+    if (w)
+        stop_worker(rt, &l, w);
     rt->free(rt);
     event_base_free(l.base);
     _exit(started ? 0 : 1);
@@ -1017,14 +1016,9 @@ TEST(a_worker_that_ends_at_once_is_told)
     CHECK_INT(rt->attach(rt, l.base), 0);
     int told = 0, right = 0;
     for (int i = 0; i < 40; i++) {
-        funcd_worker_spec spec = {argv, sleep_env, NULL, NULL, {0, 32, 0}};
-        funcd_worker_events ev = {NULL, on_exit_cb, &l};
-        funcd_worker *w = NULL;
-        l.exited = 0;
-        if (rt->start(rt, &spec, &ev, &w) < 0) {
-            fprintf(stderr, "  start: %s\n", funcd_error_last()->message);
+        funcd_worker *w = start_worker(rt, &l, argv);
+        if (!w)
             continue;
-        }
         run_until_exit(&l); /* 5 s at most: then it is stopped (SIGKILL) */
         if (!l.exited) {
             rt->stop(rt, w, 0);
@@ -1067,17 +1061,9 @@ static void *start_and_end(void *arg)
         for (int k = 0; k < 4; k++) {
             for (int i = 0; i < 100; i++) /* let the blanks be made */
                 event_base_loop(l.base, EVLOOP_ONCE | EVLOOP_NONBLOCK), usleep(1000);
-            funcd_worker_spec spec = {sleep_argv, sleep_env, NULL, NULL, {0, 32, 0}};
-            funcd_worker_events ev = {NULL, on_exit_cb, &l};
-            funcd_worker *w = NULL;
-            l.exited = 0;
-            if (rt->start(rt, &spec, &ev, &w) < 0) {
-                fprintf(stderr, "  start: %s\n", funcd_error_last()->message);
-                continue;
-            }
-            rt->stop(rt, w, 0);
-            run_until_exit(&l);
-            rt->release(rt, w);
+            funcd_worker *w = start_worker(rt, &l, sleep_argv);
+            if (w)
+                stop_worker(rt, &l, w);
         }
         rt->free(rt);
         event_base_free(l.base);
