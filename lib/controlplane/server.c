@@ -552,6 +552,7 @@ int funcd_cp_server_new(funcd_cp_server **out, funcd_cp *cp, const char *addr,
     }
     funcd_httpd_set_max_connections(srv->httpd, limits ? limits->max_connections : 0);
     funcd_httpd_set_tls(srv->httpd, limits ? limits->tls : NULL);
+    funcd_httpd_set_threads(srv->httpd, "funcd-api", 0);
     *out = srv;
     return 0;
 }

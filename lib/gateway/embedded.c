@@ -53,6 +53,7 @@ typedef struct route_entry {
 typedef struct embedded {
     funcd_gateway base;
     unsigned threads;
+    int sched_batch; /* the threads run under SCHED_BATCH */
     unsigned max_connections; /* 0: the httpd default */
     SSL_CTX *tls;             /* borrowed until listen; NULL: plain */
     funcd_httpd *httpd;
@@ -442,6 +443,7 @@ static int gw_listen(funcd_gateway *base, const char *addr, char *bound, size_t 
          * proxy's should, and spec.edge.headers can set or remove it (with
          * h2o's own, it went out twice and could not be removed). */
         funcd_httpd_set_server_name(g->httpd, NULL);
+        funcd_httpd_set_threads(g->httpd, "funcd-gw", g->sched_batch);
         pthread_rwlock_rdlock(&g->lock);
         funcd_httpd_check_heads(g->httpd, g->capped != 0);
         pthread_rwlock_unlock(&g->lock);
@@ -683,6 +685,9 @@ int funcd_gateway_embedded_new(funcd_gateway **out, unsigned threads)
     g->base.quiesce = gw_quiesce;
     g->base.free = gw_free;
     g->threads = threads;
+    /* SCHED_BATCH unless FUNCD_GATEWAY_SCHED=normal (docs/adr/0061). */
+    const char *sched = getenv("FUNCD_GATEWAY_SCHED");
+    g->sched_batch = !(sched && strcmp(sched, "normal") == 0);
     g->logger.min = FUNCD_LOG_WARN;
     pthread_rwlock_init(&g->lock, NULL);
     *out = &g->base;

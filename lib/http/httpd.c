@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -97,6 +98,8 @@ struct funcd_httpd {
     atomic_uint connections; /* open on every thread */
     atomic_int check_heads;  /* on_each_head on */
     SSL_CTX *tls;            /* NULL: plain TCP */
+    char thread_name[12];    /* "" : the threads keep the process's name */
+    int sched_batch;         /* the threads run under SCHED_BATCH */
 };
 
 /* Bytes that arrive on a connection while its request is being answered (a
@@ -741,6 +744,17 @@ static void *worker_main(void *arg)
     w->accept.hosts = srv->config.hosts;
     h2o_multithread_register_receiver(w->ctx.queue, &w->stop_receiver, on_stop_message);
     h2o_multithread_register_receiver(w->ctx.queue, &w->quiesce_receiver, on_quiesce_message);
+    if (srv->thread_name[0]) {
+        char name[16];
+        snprintf(name, sizeof(name), "%s/%u", srv->thread_name, (unsigned)(w - srv->workers));
+        (void)pthread_setname_np(pthread_self(), name);
+    }
+    if (srv->sched_batch) {
+        /* Best effort: the policy is the thread's own, and a kernel or a
+         * seccomp filter that refuses it leaves the thread as it was. */
+        struct sched_param none = {0};
+        (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &none);
+    }
     if (srv->hooks.on_thread_init)
         srv->hooks.on_thread_init(srv->hooks.payload, &w->ctx);
     atomic_store(&w->ready, 1);
@@ -888,6 +902,12 @@ void funcd_httpd_set_server_name(funcd_httpd *srv, const char *name)
     /* h2o writes it with a sprintf of its own per answer, and outside
      * req->res.headers, where nothing could remove or replace it. */
     srv->config.server_name = name ? h2o_iovec_init(name, strlen(name)) : h2o_iovec_init(NULL, 0);
+}
+
+void funcd_httpd_set_threads(funcd_httpd *srv, const char *name, int batch)
+{
+    snprintf(srv->thread_name, sizeof(srv->thread_name), "%s", name ? name : "");
+    srv->sched_batch = batch != 0;
 }
 
 int funcd_httpd_start(funcd_httpd *srv)

@@ -84,6 +84,12 @@ void funcd_httpd_set_server_name(funcd_httpd *s, const char *name);
  * offer only http/1.1 (a client that speaks HTTP/2 anyway gets the same
  * GOAWAY as over TCP). */
 void funcd_httpd_set_tls(funcd_httpd *s, SSL_CTX *tls);
+/* Names this listener's threads "NAME/0", "NAME/1"... (at most 11 bytes of
+ * NAME; for top -H, perf and /proc) and, when `batch`, runs them under
+ * SCHED_BATCH: a thread woken by a socket then does not preempt the task
+ * on its CPU (a worker, a client), and takes what arrived in one batch
+ * when that task yields (docs/adr/0061). Call before start. */
+void funcd_httpd_set_threads(funcd_httpd *s, const char *name, int batch);
 int funcd_httpd_start(funcd_httpd *s);
 /* Turns on_each_head on or off for connections from now on; any thread. */
 void funcd_httpd_check_heads(funcd_httpd *s, int on);

@@ -4,9 +4,14 @@
  * a cgroup's CPU quota), at most 4; not one per CPU of the host. A gateway
  * confined to fewer cores than the host has would otherwise run more
  * threads than cores, next to the workers and whatever else runs there.
+ * The threads are named "funcd-gw/N" and run under SCHED_BATCH unless
+ * FUNCD_GATEWAY_SCHED=normal (docs/adr/0061-gateway-threads-sched-batch.md).
  */
+#include <dirent.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "../harness.h"
@@ -61,11 +66,74 @@ TEST(explicit_counts_win)
     CHECK_INT(from_env, 2);
 }
 
+/* The policy of each of this process's threads named funcd-gw/0..n-1, in
+ * policy[]; the count of such threads found. */
+static int gateway_threads_policy(int *policy, int n)
+{
+    int found = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char path[64], comm[32] = "";
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "re");
+        if (!f)
+            continue;
+        int got = fgets(comm, sizeof(comm), f) != NULL;
+        fclose(f);
+        unsigned i;
+        if (got && sscanf(comm, "funcd-gw/%u", &i) == 1 && i < (unsigned)n) {
+            policy[i] = sched_getscheduler(atoi(e->d_name));
+            found++;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+static int policy_of_running(const char *sched, int *policy)
+{
+    if (sched)
+        setenv("FUNCD_GATEWAY_SCHED", sched, 1);
+    funcd_gateway *g = NULL;
+    char bound[64];
+    int found = -1;
+    if (funcd_gateway_embedded_new(&g, 2) == 0 &&
+        g->listen(g, "127.0.0.1:0", bound, sizeof(bound)) == 0 && g->start(g) == 0)
+        found = gateway_threads_policy(policy, 2);
+    if (g) {
+        g->stop(g);
+        g->free(g);
+    }
+    unsetenv("FUNCD_GATEWAY_SCHED");
+    return found;
+}
+
+TEST(gateway_threads_are_named_and_batch_by_default)
+{
+    int policy[2] = {-1, -1};
+    CHECK_INT(policy_of_running(NULL, policy), 2);
+    CHECK_INT(policy[0], SCHED_BATCH);
+    CHECK_INT(policy[1], SCHED_BATCH);
+}
+
+TEST(gateway_sched_normal_keeps_the_default_policy)
+{
+    int policy[2] = {-1, -1};
+    CHECK_INT(policy_of_running("normal", policy), 2);
+    CHECK_INT(policy[0], SCHED_OTHER);
+    CHECK_INT(policy[1], SCHED_OTHER);
+}
+
 int main(void)
 {
     unsetenv("FUNCD_GATEWAY_THREADS");
     RUN(one_thread_when_confined_to_one_cpu);
     RUN(one_per_usable_cpu_at_most_four);
     RUN(explicit_counts_win);
+    RUN(gateway_threads_are_named_and_batch_by_default);
+    RUN(gateway_sched_normal_keeps_the_default_policy);
     return HARNESS_END();
 }
