@@ -531,7 +531,13 @@ ON_SHARED_STACK static int init_exec_main(void *arg)
 {
     init_exec *x = arg;
     static char *const no_env[] = {NULL};
-    /* The child's own descriptor table: funcd's keeps close-on-exec. */
+    /* The child's own descriptor table: nothing goes through the exec but
+     * the two it is given. funcd's own descriptors are close-on-exec, but
+     * a host's need not be: a file the host had open for writing when the
+     * filler cloned this child stayed open in stage 0 and the init until
+     * the init closed it, and an exec of that file in another sandbox then
+     * failed with ETXTBSY (sandbox/escape-memory-hog, 1 run in CI). */
+    syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
     syscall(SYS_fcntl, x->ctl, F_SETFD, 0);
     if (x->cg >= 0)
         syscall(SYS_fcntl, x->cg, F_SETFD, 0);
