@@ -4,8 +4,9 @@
  * A driver of the gateway port like any other: it knows a function's
  * workers only as the route's funcd_fn_target and the slot functions of
  * funcd/sys/gateway.h. The route table maps a function to its target;
- * gateway threads read it under a reader lock and keep a target reference
- * for the request. The
+ * each gateway thread reads it under a lock of its own (a change of the
+ * table takes them all: no lock line is shared between requests) and
+ * keeps a target reference for the request. The
  * request itself never leaves the gateway thread when a worker is ready
  * (proxy.c). The route's edge (edge.h) is checked here, on the gateway
  * thread and before a slot is asked for: a request it refuses never wakes
@@ -50,6 +51,12 @@ typedef struct route_entry {
     struct route_entry *next;
 } route_entry;
 
+/* One gateway thread's lock of the route table, on a cache line of its
+ * own: a request takes its thread's, a change of the table takes all. */
+typedef struct route_lock {
+    _Alignas(64) pthread_mutex_t m;
+} route_lock;
+
 typedef struct embedded {
     funcd_gateway base;
     unsigned threads;
@@ -57,7 +64,7 @@ typedef struct embedded {
     unsigned max_connections; /* 0: the httpd default */
     SSL_CTX *tls;             /* borrowed until listen; NULL: plain */
     funcd_httpd *httpd;
-    pthread_rwlock_t lock;
+    route_lock *locks; /* threads + 1: the last for any other thread */
     route_entry *buckets[BUCKETS];
     funcd_logger logger;
     unsigned capped; /* routes with a body cap: while any, heads are checked before bodies */
@@ -72,6 +79,27 @@ typedef struct embedded {
 } embedded;
 
 static _Thread_local gw_thread *this_thread;
+
+/* The route table for reading on this thread (any thread), and back. */
+static pthread_mutex_t *routes_read(embedded *g)
+{
+    pthread_mutex_t *m = &g->locks[this_thread ? this_thread->metrics_slot % g->threads
+                                               : g->threads].m;
+    pthread_mutex_lock(m);
+    return m;
+}
+
+static void routes_write(embedded *g)
+{
+    for (unsigned i = 0; i <= g->threads; i++)
+        pthread_mutex_lock(&g->locks[i].m);
+}
+
+static void routes_written(embedded *g)
+{
+    for (unsigned i = g->threads + 1; i-- > 0;)
+        pthread_mutex_unlock(&g->locks[i].m);
+}
 
 gw_thread *funcd_gw_thread(void)
 {
@@ -267,7 +295,7 @@ static int on_req(void *payload, h2o_req_t *req)
                              (int)(n > 200 ? 200 : n), p);
         return 0;
     }
-    pthread_rwlock_rdlock(&g->lock);
+    pthread_mutex_t *routes = routes_read(g);
     route_entry **r = find(g, ns, nsl, name, nl);
     funcd_fn_target *target = r ? (*r)->target : NULL;
     uint64_t timeout_ms = r ? (*r)->timeout_ms : 0;
@@ -288,7 +316,7 @@ static int on_req(void *payload, h2o_req_t *req)
     gw_track track = {r ? (*r)->metrics : NULL, this_thread->metrics_slot, 0};
     if (track.fn) /* under the lock: the block outlives the request (metrics.h) */
         funcd_metrics_fn_enter(track.fn, track.slot);
-    pthread_rwlock_unlock(&g->lock);
+    pthread_mutex_unlock(routes);
     if (track.fn)
         track.start_ns = funcd_metrics_now_ns();
     if (!r) {
@@ -366,7 +394,7 @@ static int on_each_head(void *payload, const funcd_httpd_head *head, funcd_buf *
     uint64_t cap = 0;
     char fn[140];
     gw_track track = {NULL, 0, 0}; /* a refusal is counted as any answer of the function */
-    pthread_rwlock_rdlock(&g->lock);
+    pthread_mutex_t *routes = routes_read(g);
     route_entry **r = nsl && nl ? find(g, ns, nsl, name, nl) : NULL;
     if (r && (*r)->target) {
         cap = (*r)->edge->max_body_bytes;
@@ -378,7 +406,7 @@ static int on_each_head(void *payload, const funcd_httpd_head *head, funcd_buf *
             funcd_metrics_fn_enter(track.fn, track.slot);
         }
     }
-    pthread_rwlock_unlock(&g->lock);
+    pthread_mutex_unlock(routes);
     if (head->content_length == UINT64_MAX) { /* chunked */
         *head->body_cap = cap;
         return 0;
@@ -444,9 +472,9 @@ static int gw_listen(funcd_gateway *base, const char *addr, char *bound, size_t 
          * h2o's own, it went out twice and could not be removed). */
         funcd_httpd_set_server_name(g->httpd, NULL);
         funcd_httpd_set_threads(g->httpd, "funcd-gw", g->sched_batch);
-        pthread_rwlock_rdlock(&g->lock);
+        pthread_mutex_t *routes = routes_read(g);
         funcd_httpd_check_heads(g->httpd, g->capped != 0);
-        pthread_rwlock_unlock(&g->lock);
+        pthread_mutex_unlock(routes);
         funcd_httpd_set_tls(g->httpd, g->tls);
     }
     return rc;
@@ -517,7 +545,7 @@ static int gw_set_route(funcd_gateway *base, const funcd_route *route)
     e->target = route->target;
     funcd_fn_target_ref(e->target);
     size_t nsl = strlen(e->ns), nl = strlen(e->name);
-    pthread_rwlock_wrlock(&g->lock);
+    routes_write(g);
     route_entry **pp = find(g, e->ns, nsl, e->name, nl);
     route_entry *old = pp ? *pp : NULL;
     if (old) { /* the function's buckets and in-flight count go on */
@@ -534,7 +562,7 @@ static int gw_set_route(funcd_gateway *base, const funcd_route *route)
     }
     g->capped += (e->edge->max_body_bytes != 0) - (old && old->edge->max_body_bytes != 0);
     funcd_httpd_check_heads(g->httpd, g->capped != 0);
-    pthread_rwlock_unlock(&g->lock);
+    routes_written(g);
     if (old)
         free_entry(old);
     return 0;
@@ -543,7 +571,7 @@ static int gw_set_route(funcd_gateway *base, const funcd_route *route)
 static int gw_remove_route(funcd_gateway *base, const char *ns, const char *name)
 {
     embedded *g = (embedded *)base;
-    pthread_rwlock_wrlock(&g->lock);
+    routes_write(g);
     route_entry **pp = find(g, ns, strlen(ns), name, strlen(name));
     route_entry *e = pp ? *pp : NULL;
     if (e) {
@@ -551,7 +579,7 @@ static int gw_remove_route(funcd_gateway *base, const char *ns, const char *name
         g->capped -= e->edge->max_body_bytes != 0;
         funcd_httpd_check_heads(g->httpd, g->capped != 0);
     }
-    pthread_rwlock_unlock(&g->lock);
+    routes_written(g);
     if (!e)
         return funcd_error_set(FUNCD_ENOTFOUND, "no route for function %s/%s", ns, name);
     free_entry(e);
@@ -582,7 +610,9 @@ static void gw_free(funcd_gateway *base)
             free_entry(e);
         }
     funcd_gw_prefixes_clear(&g->prefixes);
-    pthread_rwlock_destroy(&g->lock);
+    for (unsigned i = 0; i <= g->threads; i++)
+        pthread_mutex_destroy(&g->locks[i].m);
+    free(g->locks);
     free(g);
 }
 
@@ -689,7 +719,13 @@ int funcd_gateway_embedded_new(funcd_gateway **out, unsigned threads)
     const char *sched = getenv("FUNCD_GATEWAY_SCHED");
     g->sched_batch = !(sched && strcmp(sched, "normal") == 0);
     g->logger.min = FUNCD_LOG_WARN;
-    pthread_rwlock_init(&g->lock, NULL);
+    g->locks = aligned_alloc(_Alignof(route_lock), sizeof(route_lock) * ((size_t)threads + 1));
+    if (!g->locks) {
+        free(g);
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the gateway");
+    }
+    for (unsigned i = 0; i <= threads; i++)
+        pthread_mutex_init(&g->locks[i].m, NULL);
     *out = &g->base;
     return 0;
 }
