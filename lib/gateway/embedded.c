@@ -717,6 +717,13 @@ int funcd_gateway_embedded_new(funcd_gateway **out, unsigned threads)
     g->threads = threads;
     /* SCHED_BATCH unless FUNCD_GATEWAY_SCHED=normal (docs/adr/0061). */
     const char *sched = getenv("FUNCD_GATEWAY_SCHED");
+    if (sched && *sched && strcmp(sched, "batch") != 0 && strcmp(sched, "normal") != 0) {
+        free(g);
+        return funcd_error_set(FUNCD_EINVAL,
+                               "FUNCD_GATEWAY_SCHED is \"%.40s\": it takes batch (the default) "
+                               "or normal",
+                               sched);
+    }
     g->sched_batch = !(sched && strcmp(sched, "normal") == 0);
     g->logger.min = FUNCD_LOG_WARN;
     g->locks = aligned_alloc(_Alignof(route_lock), sizeof(route_lock) * ((size_t)threads + 1));

@@ -750,10 +750,12 @@ static void *worker_main(void *arg)
         (void)pthread_setname_np(pthread_self(), name);
     }
     if (srv->sched_batch) {
-        /* Best effort: the policy is the thread's own, and a kernel or a
-         * seccomp filter that refuses it leaves the thread as it was. */
+        /* Best effort: the policy is the thread's own (pid 0: the calling
+         * thread), and a kernel or a seccomp filter that refuses it leaves
+         * the thread as it was. RESET_ON_FORK: a process or thread this one
+         * starts gets the default policy, not this one. */
         struct sched_param none = {0};
-        (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &none);
+        (void)sched_setscheduler(0, SCHED_BATCH | SCHED_RESET_ON_FORK, &none);
     }
     if (srv->hooks.on_thread_init)
         srv->hooks.on_thread_init(srv->hooks.payload, &w->ctx);

@@ -38,7 +38,7 @@ typedef struct attack_ctx {
 
 static int copy(const char *from, const char *to, mode_t mode)
 {
-    FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+    FILE *in = fopen(from, "rbe"), *out = in ? fopen(to, "wbe") : NULL;
     char buf[65536];
     size_t n;
     int rc = in && out ? 0 : -1;
@@ -301,12 +301,15 @@ static int run_mode(void (*fn)(attack_ctx *), int sandboxed)
         fprintf(f, "%s\n", instance);
         fclose(f);
     }
+    /* The artifact is written before the platform starts: a file open for
+     * writing while the platform starts processes may be held by one of
+     * them for a moment, and an exec of it then fails with ETXTBSY. */
+    int made = make_artifact(c.dir, sizeof(c.dir));
     int rc = env_up_with(&e, NULL, sandboxed ? NULL : funcd_with_sandbox(0),
                          funcd_with_state_dir(state), NULL);
     if (rc < 0) {
         fprintf(stderr, "  cannot start a platform: %s\n", funcd_error_last()->message);
-    } else if (make_artifact(c.dir, sizeof(c.dir)) < 0 ||
-               sv_create(&e, "hostile", FN_SPEC, c.dir) != 201 ||
+    } else if (made < 0 || sv_create(&e, "hostile", FN_SPEC, c.dir) != 201 ||
                !sv_wait_ready(&e, "hostile", 10000)) {
         fprintf(stderr, "  the hostile function is not Ready: %.500s\n", e.r.body);
         rc = -1;

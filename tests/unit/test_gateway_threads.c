@@ -85,7 +85,8 @@ static int gateway_threads_policy(int *policy, int n)
         fclose(f);
         unsigned i;
         if (got && sscanf(comm, "funcd-gw/%u", &i) == 1 && i < (unsigned)n) {
-            policy[i] = sched_getscheduler(atoi(e->d_name));
+            int p = sched_getscheduler(atoi(e->d_name));
+            policy[i] = p < 0 ? p : p & ~SCHED_RESET_ON_FORK;
             found++;
         }
     }
@@ -119,21 +120,35 @@ TEST(gateway_threads_are_named_and_batch_by_default)
     CHECK_INT(policy[1], SCHED_BATCH);
 }
 
-TEST(gateway_sched_normal_keeps_the_default_policy)
+TEST(gateway_sched_normal_keeps_the_policy_it_was_started_with)
 {
     int policy[2] = {-1, -1};
+    int ours = sched_getscheduler(0) & ~SCHED_RESET_ON_FORK; /* (a runner under chrt) */
     CHECK_INT(policy_of_running("normal", policy), 2);
-    CHECK_INT(policy[0], SCHED_OTHER);
-    CHECK_INT(policy[1], SCHED_OTHER);
+    CHECK_INT(policy[0], ours);
+    CHECK_INT(policy[1], ours);
+}
+
+TEST(a_gateway_sched_of_neither_is_refused)
+{
+    setenv("FUNCD_GATEWAY_SCHED", "Normal", 1);
+    funcd_gateway *g = NULL;
+    int rc = funcd_gateway_embedded_new(&g, 1);
+    unsetenv("FUNCD_GATEWAY_SCHED");
+    CHECK(rc < 0);
+    CHECK(g == NULL);
+    CHECK(strstr(funcd_error_last()->message, "FUNCD_GATEWAY_SCHED") != NULL);
 }
 
 int main(void)
 {
     unsetenv("FUNCD_GATEWAY_THREADS");
+    unsetenv("FUNCD_GATEWAY_SCHED");
     RUN(one_thread_when_confined_to_one_cpu);
     RUN(one_per_usable_cpu_at_most_four);
     RUN(explicit_counts_win);
     RUN(gateway_threads_are_named_and_batch_by_default);
-    RUN(gateway_sched_normal_keeps_the_default_policy);
+    RUN(gateway_sched_normal_keeps_the_policy_it_was_started_with);
+    RUN(a_gateway_sched_of_neither_is_refused);
     return HARNESS_END();
 }
