@@ -6,8 +6,8 @@
 # policies are measured in the same process, alternated, next to nginx:
 #   1. throughput, wrk -t1 -c50, BENCH_ROUNDS (5) rounds;
 #   2. latency p50 / p99 at -c1 and -c8, on an idle machine and with BENCH_HOGS (2)
-#      busy loops on the same CPUs (what a batch thread gives up: it does not preempt a
-#      running task when its socket wakes it).
+#      busy loops, not pinned: as many as the machine has CPUs keep every CPU busy (what a
+#      batch thread gives up: it does not preempt a running task when its socket wakes it).
 # Usage: bench/gateway-sched.sh [BUILD_DIR]   BENCH_SECONDS (5), BENCH_ROUNDS (5), BENCH_HOGS (2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
