@@ -17,7 +17,7 @@ runtime=(
   build-essential meson ninja-build pkg-config
   libevent-dev libh2o-evloop-dev libssl-dev libcjson-dev libyaml-dev libhttp-parser-dev
   libcurl4-openssl-dev libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev
-  libmbedtls-dev libsqlite3-dev libgit2-dev libarchive-dev libseccomp-dev zlib1g-dev
+  libmbedtls-dev libsqlite3-dev libgit2-dev libarchive-dev libseccomp-dev libisal-dev zlib1g-dev
   libnats-dev
   libpq-dev
   python3 git util-linux

@@ -16,15 +16,17 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
+#include <isa-l/igzip_lib.h>
+#include <stdint.h>
 
 #include "gateway/gateway.h"
 
 #define GZIP_MIN_BYTES 256   /* an answer known to be smaller goes as it is */
-#define GZIP_LEVEL 1         /* fast: the edge trades a little ratio for throughput */
 #define GZIP_OUT_FIRST 16384 /* a fresh stream's output buffer */
 #define GZIP_OUT_KEEP 65536  /* the largest output buffer a cached stream keeps */
 #define GZIP_CACHE_MAX 16    /* deflate streams a gateway thread keeps for reuse */
+
+static atomic_uint_fast64_t shape_ids; /* funcd_shape ids given */
 
 typedef struct set_header {
     h2o_iovec_t name; /* lowercase */
@@ -42,6 +44,7 @@ typedef struct strip_name {
 
 struct funcd_shape {
     atomic_uint refs;
+    uint64_t id; /* this process's, never reused: the gzip learners' key */
     int cors, any_origin, any_method, any_header, compress;
     h2o_iovec_t *origins;
     size_t n_origins;
@@ -182,6 +185,7 @@ int funcd_shape_new(funcd_shape **out, const funcd_edge *edge)
     if (!s)
         return -1;
     atomic_init(&s->refs, 1);
+    s->id = atomic_fetch_add_explicit(&shape_ids, 1, memory_order_relaxed) + 1;
     s->compress = edge->compress != 0;
     s->cors = edge->has_cors != 0;
     static const char *const safelisted[] = {"GET", "HEAD", "POST"};
@@ -481,72 +485,133 @@ static void add_vary(h2o_req_t *req, const char *what, size_t len)
 
 /* ---- gzip ----------------------------------------------------------------- */
 
-/* A deflate stream's window is sized to the answer when its length is
- * known: deflateReset clears a hash table of 2^(memLevel+9) bytes, 64 KiB
- * at the defaults, which for a 2 KiB answer cost more than compressing it.
- * A window no larger than the answer (plus zlib's 262-byte lookahead)
- * compresses it exactly as well. Streams are kept per window size. */
-#define GZ_WBITS_MIN 9
-#define GZ_WBITS_MAX 15
-#define GZ_CLASSES (GZ_WBITS_MAX - GZ_WBITS_MIN + 1)
+/*
+ * Answers are compressed with ISA-L's igzip at its fastest level, 0: one
+ * hash probe per position and the Huffman tables it is given
+ * (docs/adr/0062-gzip-isal-learned-tables.md). ISA-L's default tables are
+ * made for any data; a function's answers look alike (the same JSON keys,
+ * the same markup), and tables learned from them code them nearly as tightly
+ * as zlib's level 1 does, in about a third of its time.
+ *
+ * Learning, per function (its funcd_shape) and gateway thread, so that
+ * nothing is shared: the first GZIP_LEARN answers of every GZIP_ROUND are
+ * sampled (a histogram of their first GZIP_SAMPLE_MAX bytes); when a round
+ * has its samples, tables are built from them and serve the answers that
+ * follow. Each sampled answer that comes whole is also compressed a second
+ * time, into scratch, with the tables not in use (the function's own or
+ * ISA-L's default), and the next round uses whichever made fewer bytes: a
+ * function whose answers do not look alike goes back to the default tables
+ * after one round. An answer that comes whole is compressed in one call,
+ * which stores it as it is when coding would make it larger; a stream is
+ * deflated piece by piece, each with a sync flush.
+ */
+#define GZIP_LEARN 8           /* answers sampled per round */
+#define GZIP_ROUND 1024        /* a round starts every so many answers of a function */
+#define GZIP_SAMPLE_MAX 65536  /* bytes of one answer a histogram takes */
+#define GZIP_LEARNERS 32       /* functions a gateway thread learns (least recently used go) */
 
 typedef struct gz {
-    z_stream zs;
+    struct isal_zstream zs;
+    struct isal_hufftables tables; /* this answer's copy: its learner may rebuild its own */
     unsigned char *out;
     size_t cap;
-    int wbits;
     struct gz *next;
 } gz;
 
+typedef struct learner {
+    uint64_t shape;   /* the function's funcd_shape id; 0: a free place */
+    uint64_t last;    /* the thread's clock when it was last used */
+    uint64_t answers; /* answers compressed */
+    int have_own, use_own;
+    struct isal_hufftables own;
+    struct isal_huff_histogram *hist; /* the round's, while it samples */
+    unsigned sampled;                 /* answers ended into it */
+    uint64_t out_used, out_other;     /* whole sampled answers: bytes with the tables used, the others */
+} learner;
+
 static _Thread_local struct {
-    gz *free[GZ_CLASSES];
+    gz *free;
     unsigned n;
-    int closed; /* the thread is ending: streams returned now are freed */
+    int closed;        /* the thread is ending: streams returned now are freed */
+    learner *learners; /* GZIP_LEARNERS of them, from the first compressed answer on */
+    uint64_t clock;
 } gz_cache;
 
-/* The window for an answer of `size` bytes (SIZE_MAX: unknown). */
-static int gz_wbits(size_t size)
+
+/* The learner of function `id` on this thread; with `make`, a place is
+ * taken for it (the least recently used one's). NULL: none (or no memory). */
+static learner *learner_of(uint64_t id, int make)
 {
-    int wbits = GZ_WBITS_MAX;
-    while (wbits > GZ_WBITS_MIN && size != SIZE_MAX && size + 262 <= (size_t)1 << (wbits - 1))
-        wbits--;
-    return wbits;
+    if (!gz_cache.learners &&
+        (!make || !(gz_cache.learners = calloc(GZIP_LEARNERS, sizeof(learner)))))
+        return NULL;
+    learner *l = gz_cache.learners, *lru = l;
+    for (int i = 0; i < GZIP_LEARNERS; i++) {
+        if (l[i].shape == id) {
+            l[i].last = ++gz_cache.clock;
+            return &l[i];
+        }
+        if (l[i].last < lru->last)
+            lru = &l[i];
+    }
+    if (!make)
+        return NULL;
+    free(lru->hist);
+    memset(lru, 0, sizeof(*lru));
+    lru->shape = id;
+    lru->last = ++gz_cache.clock;
+    return lru;
+}
+
+/* A round has its samples: the better tables of the round go on, and the
+ * function's own are built again from what it sampled. */
+static void learner_round(learner *l)
+{
+    if (!l->have_own)
+        l->use_own = 1; /* tables from its own answers: the best guess */
+    else if (l->out_other && l->out_other < l->out_used)
+        l->use_own = !l->use_own;
+    if (isal_create_hufftables(&l->own, l->hist) == 0)
+        l->have_own = 1;
+    l->use_own &= l->have_own;
+    free(l->hist);
+    l->hist = NULL;
+    l->sampled = 0;
+    l->out_used = l->out_other = 0;
 }
 
 static void gz_destroy(gz *z)
 {
-    deflateEnd(&z->zs);
     free(z->out);
     free(z);
 }
 
-static gz *gz_take(size_t size)
+/* A stream ready for an answer, coding with `tables` (NULL: ISA-L's). */
+static gz *gz_take(const struct isal_hufftables *tables)
 {
-    int wbits = gz_wbits(size);
-    gz **head = &gz_cache.free[wbits - GZ_WBITS_MIN];
-    gz *z = *head;
+    gz *z = gz_cache.free;
     if (z) {
-        *head = z->next;
+        gz_cache.free = z->next;
         gz_cache.n--;
-        return z;
+    } else {
+        if (!(z = malloc(sizeof(*z))))
+            return NULL;
+        z->out = NULL;
+        z->cap = 0;
     }
-    z = calloc(1, sizeof(*z));
-    if (!z)
-        return NULL;
-    z->wbits = wbits;
-    /* windowBits + 16: a gzip wrapper, which every client takes; memLevel
-     * follows the window (8 at 15 bits, zlib's default) */
-    if (deflateInit2(&z->zs, GZIP_LEVEL, Z_DEFLATED, wbits + 16, wbits - 7, Z_DEFAULT_STRATEGY) !=
-        Z_OK) {
-        free(z);
-        return NULL;
+    isal_deflate_init(&z->zs);
+    z->zs.level = 0;
+    z->zs.gzip_flag = IGZIP_GZIP;
+    if (tables) {
+        memcpy(&z->tables, tables, sizeof(z->tables));
+        isal_deflate_set_hufftables(&z->zs, &z->tables, IGZIP_HUFFTABLE_CUSTOM);
     }
     return z;
 }
 
 static void gz_give_back(gz *z)
 {
-    if (gz_cache.closed || gz_cache.n >= GZIP_CACHE_MAX || deflateReset(&z->zs) != Z_OK) {
+    if (gz_cache.closed || gz_cache.n >= GZIP_CACHE_MAX) {
         gz_destroy(z);
         return;
     }
@@ -555,55 +620,96 @@ static void gz_give_back(gz *z)
         z->out = NULL;
         z->cap = 0;
     }
-    gz **head = &gz_cache.free[z->wbits - GZ_WBITS_MIN];
-    z->next = *head;
-    *head = z;
+    z->next = gz_cache.free;
+    gz_cache.free = z;
     gz_cache.n++;
 }
 
 void funcd_shape_thread_dispose(void)
 {
     gz_cache.closed = 1;
-    for (int k = 0; k < GZ_CLASSES; k++)
-        while (gz_cache.free[k]) {
-            gz *z = gz_cache.free[k];
-            gz_cache.free[k] = z->next;
-            gz_destroy(z);
-        }
+    while (gz_cache.free) {
+        gz *z = gz_cache.free;
+        gz_cache.free = z->next;
+        gz_destroy(z);
+    }
     gz_cache.n = 0;
+    for (int i = 0; gz_cache.learners && i < GZIP_LEARNERS; i++)
+        free(gz_cache.learners[i].hist);
+    free(gz_cache.learners);
+    gz_cache.learners = NULL;
 }
 
-/* Deflates `n` bytes into z->out from `*used` on; -1 when zlib fails or
- * memory runs out. */
-static int gz_run(gz *z, const void *in, size_t n, int flush, size_t *used)
+static int gz_reserve(gz *z, size_t cap)
 {
-    z->zs.next_in = (Bytef *)(uintptr_t)in;
-    z->zs.avail_in = (uInt)n;
-    for (;;) {
-        if (*used == z->cap) {
-            size_t cap = z->cap ? z->cap * 2 : GZIP_OUT_FIRST;
-            unsigned char *out = realloc(z->out, cap);
-            if (!out)
-                return -1;
-            z->out = out;
-            z->cap = cap;
-        }
-        z->zs.next_out = z->out + *used;
-        z->zs.avail_out = (uInt)(z->cap - *used);
-        int rc = deflate(&z->zs, flush);
-        *used = z->cap - z->zs.avail_out;
-        if (rc == Z_STREAM_ERROR)
+    if (z->cap >= cap)
+        return 0;
+    unsigned char *out = realloc(z->out, cap);
+    if (!out)
+        return -1;
+    z->out = out;
+    z->cap = cap;
+    return 0;
+}
+
+/* A whole answer in one call: the gzip member in z->out[0, *used). One
+ * call stores the bytes as they are where coding them would make more. */
+static int gz_whole(gz *z, h2o_iovec_t in, size_t *used)
+{
+    /* stored blocks: 5 bytes per 64 KiB; gzip's header and trailer: 18 */
+    if (in.len > UINT32_MAX / 2 || gz_reserve(z, in.len + in.len / 8192 + 1024) < 0)
+        return -1;
+    z->zs.next_in = (uint8_t *)in.base;
+    z->zs.avail_in = (uint32_t)in.len;
+    z->zs.end_of_stream = 1;
+    z->zs.flush = NO_FLUSH;
+    z->zs.next_out = z->out;
+    z->zs.avail_out = (uint32_t)z->cap;
+    if (isal_deflate_stateless(&z->zs) != COMP_OK)
+        return -1;
+    *used = z->cap - z->zs.avail_out;
+    return 0;
+}
+
+/* Deflates the pieces of a stream into z->out from `*used` on, with a sync
+ * flush after the last (or the end of the stream when `final`). */
+static int gz_stream(gz *z, h2o_iovec_t *in, size_t n, int final, size_t *used)
+{
+    struct isal_zstream *zs = &z->zs;
+    size_t i = 0;
+    do {
+        int last = i + 1 >= n;
+        if (n && in[i].len > UINT32_MAX / 2)
             return -1;
-        if (flush == Z_FINISH ? rc == Z_STREAM_END : z->zs.avail_in == 0 && z->zs.avail_out)
-            return 0;
-    }
+        zs->next_in = n ? (uint8_t *)in[i].base : NULL;
+        zs->avail_in = n ? (uint32_t)in[i].len : 0;
+        zs->flush = last && !final ? SYNC_FLUSH : NO_FLUSH;
+        zs->end_of_stream = last && final;
+        for (;;) {
+            if (*used == z->cap && gz_reserve(z, z->cap ? z->cap * 2 : GZIP_OUT_FIRST) < 0)
+                return -1;
+            zs->next_out = z->out + *used;
+            zs->avail_out = (uint32_t)(z->cap - *used);
+            if (isal_deflate(zs) != COMP_OK)
+                return -1;
+            size_t was = *used;
+            *used = z->cap - zs->avail_out;
+            if (zs->avail_in == 0 && zs->avail_out > 0 &&
+                (!zs->end_of_stream || zs->internal_state.state == ZSTATE_END))
+                break;
+            if (*used == was && zs->avail_out > 0)
+                return -1; /* no progress with room to write: never expected */
+        }
+    } while (++i < n);
+    return 0;
 }
 
 typedef struct gz_ostream {
     h2o_ostream_t super; /* first */
     gz *z;
-    int decided, plain;
-    size_t expect; /* the worker's Content-Length, SIZE_MAX: none */
+    uint64_t shape;   /* the function's funcd_shape id (its learner) */
+    int decided, plain, sample, started;
+    size_t sampled;   /* bytes of the answer histogrammed */
     h2o_iovec_t out;
 } gz_ostream;
 
@@ -633,13 +739,14 @@ static void gz_decide(gz_ostream *g, h2o_req_t *req, h2o_iovec_t *in, size_t n,
             req->res.content_length = total;
         return;
     }
-    size_t size = g->expect;
-    if (size == SIZE_MAX && !h2o_send_state_is_in_progress(state))
-        size = total; /* all of it is here */
-    if (!(g->z = gz_take(size))) {
+    learner *l = learner_of(g->shape, 1);
+    if (!(g->z = gz_take(l && l->use_own ? &l->own : NULL))) {
         g->plain = 1; /* out of memory: send it as it is */
         return;
     }
+    if (l && l->answers++ % GZIP_ROUND < GZIP_LEARN &&
+        (l->hist || (l->hist = calloc(1, sizeof(*l->hist)))))
+        g->sample = 1;
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_ENCODING, NULL,
                    H2O_STRLIT("gzip"));
     /* Other bytes than the worker's: a strong validator no longer holds. */
@@ -648,6 +755,18 @@ static void gz_decide(gz_ostream *g, h2o_req_t *req, h2o_iovec_t *in, size_t n,
         h2o_iovec_t *v = &req->res.headers.entries[e].value;
         if (!(v->len >= 2 && v->base[0] == 'W' && v->base[1] == '/'))
             *v = h2o_concat(&req->pool, h2o_iovec_init(H2O_STRLIT("W/")), *v);
+    }
+}
+
+/* Histograms what the sample still takes of these pieces. */
+static void gz_sample(gz_ostream *g, learner *l, const h2o_iovec_t *in, size_t n)
+{
+    for (size_t i = 0; i < n && g->sampled < GZIP_SAMPLE_MAX; i++) {
+        size_t take = GZIP_SAMPLE_MAX - g->sampled;
+        if (in[i].len < take)
+            take = in[i].len;
+        isal_update_histogram((uint8_t *)in[i].base, (int)take, l->hist);
+        g->sampled += take;
     }
 }
 
@@ -661,16 +780,38 @@ static void gz_do_send(h2o_ostream_t *os, h2o_req_t *req, h2o_iovec_t *in, size_
         h2o_ostream_send_next(os, req, in, n, state);
         return;
     }
+    /* the learner, unless its round ended or its place went to another
+     * function while this answer streamed */
+    learner *l = g->sample ? learner_of(g->shape, 0) : NULL;
+    if (l && !l->hist)
+        l = NULL;
+    if (l)
+        gz_sample(g, l, in, n);
+    int final = state == H2O_SEND_STATE_FINAL, whole = final && !g->started && n == 1;
+    g->started = 1;
     size_t used = 0;
-    int rc = 0;
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        rc = gz_run(g->z, in[i].base, in[i].len, Z_NO_FLUSH, &used);
-    if (rc == 0)
-        rc = gz_run(g->z, NULL, 0, state == H2O_SEND_STATE_FINAL ? Z_FINISH : Z_SYNC_FLUSH,
-                    &used);
-    if (rc < 0) {
+    if ((whole ? gz_whole(g->z, in[0], &used) : gz_stream(g->z, in, n, final, &used)) < 0) {
         h2o_ostream_send_next(os, req, NULL, 0, H2O_SEND_STATE_ERROR); /* cut the stream */
         return;
+    }
+    if (l && final) {
+        if (!whole && l->use_own) {
+            /* a stream: no second compression, but stored is what the
+             * default tables could do at worst */
+            l->out_used += g->z->zs.total_out;
+            l->out_other += g->z->zs.total_in + g->z->zs.total_in / 8192 + 32;
+        } else if (whole && l->have_own) { /* the other tables' bytes, for the round's choice */
+            gz *t = gz_take(l->use_own ? NULL : &l->own);
+            size_t other = 0;
+            if (t && gz_whole(t, in[0], &other) == 0) {
+                l->out_used += used;
+                l->out_other += other;
+            }
+            if (t)
+                gz_give_back(t);
+        }
+        if (++l->sampled >= GZIP_LEARN)
+            learner_round(l);
     }
     g->out = h2o_iovec_init(g->z->out, used);
     h2o_ostream_send_next(os, req, &g->out, used ? 1 : 0, state);
@@ -761,7 +902,7 @@ static void on_setup_ostream(h2o_req_prefilter_t *pf, h2o_req_t *req, h2o_ostrea
             g->super.next = *slot;
             *slot = &g->super;
             slot = &g->super.next;
-            g->expect = req->res.content_length;
+            g->shape = s->id;
             req->res.content_length = SIZE_MAX; /* decided on the first piece */
         }
     }

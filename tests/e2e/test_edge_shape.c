@@ -9,6 +9,7 @@
 
 #include "../harness.h"
 #include "test_serving_common.h"
+#include "fixtures/native/shape_body.h"
 
 #define ORIGIN "https://app.example"
 
@@ -44,21 +45,11 @@ static long dp(env *e, const char *method, const char *path, const char *const *
     return e2e_http_send(e->dp, method, path, NULL, headers, NULL, 0, &e->r);
 }
 
-/* The body the fixture's /shape sends for kb=N (its SHAPE_LINE lines). */
+/* The body the fixture's /shape sends for kb=N. */
 static char *shape_body(size_t kb, size_t *len)
 {
-    size_t want = kb * 1024, at = 0;
-    char *b = malloc(want + 1), line[128];
-    for (int i = 0; b && at < want; i++) {
-        int n = snprintf(line, sizeof(line), "line %06d: the edge compresses what is worth it\n", i);
-        size_t take = want - at < (size_t)n ? want - at : (size_t)n;
-        memcpy(b + at, line, take);
-        at += take;
-    }
-    if (b)
-        b[at] = '\0';
-    *len = at;
-    return b;
+    *len = kb * 1024;
+    return shape_body_make(*len, 0);
 }
 
 /* Inflates a gzip body; NULL when it is not one. */
@@ -381,6 +372,88 @@ SV_TEST(gzip)
 
 }
 
+/* One gzip'd /shape answer of function gz: `kb` KiB of text, or of letters;
+ * its body checked against the fixture's. The compressed size, or 0 (with
+ * *why) when the answer is not the gzip'd body. */
+static size_t gz_answer(env *e, size_t kb, int letters, const char *chunked, const char **why)
+{
+    static char msg[256];
+    static const char *const gzip[] = {"Accept-Encoding: gzip", NULL};
+    char path[256];
+    snprintf(path, sizeof(path), DP_PATH("gz") "/shape?kb=%zu&type=text/plain%s%s", kb,
+             letters ? "&fill=letters" : "", chunked ? chunked : "");
+    *why = msg;
+    if (dp(e, "GET", path, gzip) != 200 || strcmp(sv_header(&e->r, "Content-Encoding"), "gzip")) {
+        snprintf(msg, sizeof(msg), "GET %s: HTTP %ld, Content-Encoding \"%s\"", path, e->r.status,
+                 sv_header(&e->r, "Content-Encoding"));
+        return 0;
+    }
+    size_t want_len = kb * 1024, got_len = 0;
+    char *want = shape_body_make(want_len, letters), *got = gunzip(e->r.body, e->r.len, &got_len);
+    int same = want && got && got_len == want_len && memcmp(got, want, want_len) == 0;
+    free(want);
+    free(got);
+    if (!same) {
+        snprintf(msg, sizeof(msg), "GET %s: %zu bytes inflated, not the %zu the worker sent", path,
+                 got_len, want_len);
+        return 0;
+    }
+    *why = NULL;
+    return e->r.len;
+}
+
+#define GZ_ANSWER(var, kb, letters, chunked)                                                      \
+    do {                                                                                           \
+        const char *why_;                                                                          \
+        if (!((var) = gz_answer(e, (kb), (letters), (chunked), &why_)))                            \
+            FAILF("%s", why_);                                                                     \
+    } while (0)
+
+/*
+ * The gateway thread learns Huffman tables from a function's answers
+ * (shape.c, ADR 0062): the first answers go with ISA-L's default tables,
+ * then answers like them come out smaller. When the function's answers
+ * change to something its tables code badly (letters, after text), an
+ * answer is never larger than itself stored, the next round goes back to
+ * the default tables (smaller), and the round after to tables learned from
+ * the letters (smaller still). All on one keep-alive connection, so on one
+ * gateway thread; each step is allowed a few rounds of 1024 answers.
+ */
+SV_TEST(gzip_learns)
+{
+    CHECK(create_shaped(e, "gz"));
+    size_t first, size = 0;
+    GZ_ANSWER(first, 4, 0, NULL);
+    int n = 1;
+    for (; n < 64; n++) {
+        GZ_ANSWER(size, 4, 0, NULL);
+        if (size < first)
+            break;
+    }
+    if (size >= first)
+        FAILF("64 answers of the same text still %zu bytes each", size);
+    /* a streamed answer with the learned tables: two pieces, a sync flush between */
+    size_t streamed;
+    GZ_ANSWER(streamed, 16, 0, "&chunked=1");
+
+    /* letters now: coded with the text's tables they would grow; stored instead */
+    size_t stored;
+    GZ_ANSWER(stored, 16, 1, NULL);
+    if (stored < 16384 || stored > 16384 + 64)
+        FAILF("letters with tables learned from text: %zu bytes (want stored, 16384-16448)", stored);
+    size_t by_default = stored, own = stored;
+    for (int i = 0; i < 4 * 1024 && own >= by_default; i++) {
+        GZ_ANSWER(size, 16, 1, NULL);
+        if (by_default == stored && size < stored)
+            by_default = own = size; /* the default tables' round */
+        else if (size < by_default)
+            own = size; /* tables learned from the letters */
+    }
+    if (by_default >= stored || own >= by_default)
+        FAILF("letters: %zu stored, then %zu, then %zu bytes (want each smaller)", stored,
+              by_default, own);
+}
+
 int main(int argc, char **argv)
 {
     sv_init();
@@ -391,6 +464,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, cors_and_headers);
     SV_RUN(only, ran, headers_over_the_gateways);
     SV_RUN(only, ran, gzip);
+    SV_RUN(only, ran, gzip_learns);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no test case named %s\n", only);
