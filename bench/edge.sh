@@ -14,7 +14,8 @@
 # wrk sends Accept-Encoding: gzip and an allowed Origin to all three. They run in
 # BENCH_ROUNDS (5) rounds, the order rotated each round, with the ratios
 # funcd-edge / funcd-plain (the edge's cost) and funcd-edge / nginx-edge per round,
-# then each ratio of every round and their median;
+# then each ratio of every round and their median, and for compressed answers
+# the bytes each proxy sends for one after the rounds;
 # CPUs and the load average are printed with the figures.
 # Usage: bench/edge.sh [BUILD_DIR]   e.g. bash bench/edge.sh build-rel
 #   BENCH_SECONDS (5) per wrk run, BENCH_CONNECTIONS (50), BENCH_ROUNDS (5),
@@ -125,6 +126,10 @@ for size in $sizes; do
   report+="$out"
   report+=$(printf '%-44s %s' "funcd-edge / funcd-plain over $rounds rounds" "$(summary "${cost[@]}")")$'\n'
   report+=$(printf '%-44s %s' "funcd-edge / nginx-edge over $rounds rounds" "$(summary "${vs_nginx[@]}")")$'\n'
+  if [ "$size" -ge 256 ]; then # what each sends for it, once the rounds ran (funcd has learned)
+    gz_bytes() { curl -s -H 'Accept-Encoding: gzip' -H "Origin: $origin" "$(url_of "$1" "$size")" | wc -c; }
+    report+=$(printf '%-44s %s' "gzip'd answer: funcd-edge / nginx-edge bytes" "$(gz_bytes funcd-edge) / $(gz_bytes nginx-edge) (of $size)")$'\n'
+  fi
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
