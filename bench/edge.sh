@@ -14,7 +14,10 @@
 # wrk sends Accept-Encoding: gzip and an allowed Origin to all three. They run in
 # BENCH_ROUNDS (5) rounds, the order rotated each round, with the ratios
 # funcd-edge / funcd-plain (the edge's cost) and funcd-edge / nginx-edge per round,
-# then each ratio of every round and their median, and for compressed answers
+# then each ratio of every round and their median; the CPU the whole machine spent per
+# request in each run (bench/lib.sh cpu_us_per_request), and the edge's cost by it
+# (funcd-plain's over funcd-edge's: the throughput ratio of a machine kept busy, without the
+# turns of the scheduler that move requests/s between runs); and for compressed answers
 # the bytes each proxy sends for one after the rounds;
 # CPUs and the load average are printed with the figures.
 # Usage: bench/edge.sh [BUILD_DIR]   e.g. bash bench/edge.sh build-rel
@@ -102,30 +105,35 @@ report=""
 for size in $sizes; do
   res=$(wrk -t1 -c"$conns" -d"${duration}s" --latency "http://127.0.0.1:${FPORT[$size]}/")
   out=$(printf '  %-12s %10s requests/s   p50 / p99 %s' "floor" "$(rps <<<"$res")" "$(lat <<<"$res")")$'\n'
-  cost=() vs_nginx=()
+  cost=() vs_nginx=() cpu_cost=()
   for r in $(seq "$rounds"); do
     k=$(( (r - 1) % 3 ))
     order=("${targets[@]:$k}" "${targets[@]:0:$k}")
-    declare -A X P
+    declare -A X P C
     for t in "${order[@]}"; do
+      t0=$(cpu_ticks)
       res=$(wrk -t1 -c"$conns" -d"${duration}s" --latency -H 'Accept-Encoding: gzip' -H "Origin: $origin" "$(url_of $t "$size")")
+      C[$t]=$(cpu_us_per_request "$t0" "$(cpu_ticks)" "$res")
       X[$t]=$(rps <<<"$res")
       P[$t]=$(lat <<<"$res")
     done
     c=$(ratio "${X[funcd-edge]}" "${X[funcd-plain]}")
     n=$(ratio "${X[funcd-edge]}" "${X[nginx-edge]}")
+    u=$(ratio "${C[funcd-plain]}" "${C[funcd-edge]}")
     cost+=("$c")
     vs_nginx+=("$n")
+    cpu_cost+=("$u")
     out+=$(printf 'round %d (%s)\n' "$r" "${order[*]}")$'\n'
     for t in "${targets[@]}"; do
-      out+=$(printf '  %-12s %10s requests/s   p50 / p99 %s' "$t" "${X[$t]}" "${P[$t]}")$'\n'
+      out+=$(printf '  %-12s %10s requests/s   p50 / p99 %s   CPU %s us/request' "$t" "${X[$t]}" "${P[$t]}" "${C[$t]}")$'\n'
     done
-    out+=$(printf '  ratios: funcd-edge / funcd-plain %s, funcd-edge / nginx-edge %s' "$c" "$n")$'\n'
+    out+=$(printf '  ratios: funcd-edge / funcd-plain %s (by CPU per request %s), funcd-edge / nginx-edge %s' "$c" "$u" "$n")$'\n'
   done
   report+=$(printf '\n%s answers (%s)' "$size-byte" "$([ "$size" = 6 ] && echo 'text, left alone by gzip as tiny' || echo 'JSON, gzip-compressed')")$'\n'
   report+="$out"
   report+=$(printf '%-44s %s' "funcd-edge / funcd-plain over $rounds rounds" "$(summary "${cost[@]}")")$'\n'
   report+=$(printf '%-44s %s' "funcd-edge / nginx-edge over $rounds rounds" "$(summary "${vs_nginx[@]}")")$'\n'
+  report+=$(printf '%-44s %s' "funcd-plain / funcd-edge CPU per request" "$(summary "${cpu_cost[@]}")")$'\n'
   if [ "$size" -ge 256 ]; then # what each sends for it, once the rounds ran (funcd has learned)
     gz_bytes() { curl -s -H 'Accept-Encoding: gzip' -H "Origin: $origin" "$(url_of "$1" "$size")" | wc -c; }
     report+=$(printf '%-44s %s' "gzip'd answer: funcd-edge / nginx-edge bytes" "$(gz_bytes funcd-edge) / $(gz_bytes nginx-edge) (of $size)")$'\n'

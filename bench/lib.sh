@@ -9,6 +9,14 @@ wait_ok() { for _ in $(seq 400); do curl -sf -o /dev/null "$1" && return 0; slee
 rps() { awk '/Requests\/sec/ {print $2}'; }
 lat() { awk '$1=="50%" {p50=$2} $1=="99%" {p99=$2} END {print p50 " / " p99}'; }
 ratio() { python3 -c "print(f'{float($1)/float($2):.2f}')"; }
+# CPU time the whole machine spent (user, nice, system, irq, softirq), in clock ticks; taken
+# around a wrk run and divided by wrk's requests it is the CPU every party (client, proxy,
+# worker) spent per request: on a machine the run keeps busy, the throughput is the CPUs over
+# that, and unlike requests/s it hardly moves with how the scheduler's turns fell.
+cpu_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
+cpu_us_per_request() { # ticks-before ticks-after wrk-output
+  python3 -c "import os,re,sys; t=os.sysconf('SC_CLK_TCK'); n=int(re.search(r'(\d+) requests in', sys.argv[3]).group(1)); print(f'{($2-$1)*1e6/t/n:.1f}')" "$1" "$2" "$3"
+}
 
 # Starts funcd (--dev, ephemeral ports; extra flags appended) on the stores
 # the array funcd_store names (default: in memory; a script may set it, e.g.
