@@ -248,6 +248,9 @@ static void on_answers(h2o_multithread_receiver_t *receiver, h2o_linklist_t *mes
                 h2o_add_header_by_str(&req->pool, &req->res.headers, name.base, name.len, 0, NULL,
                                       value.base, value.len);
             }
+            /* with its length: see funcd_httpd_send */
+            if (req->res.status >= 200 && req->res.status != 204 && req->res.status != 304)
+                req->res.content_length = c->res_len;
             h2o_send_inline(req, c->res_body ? c->res_body : "", c->res_len);
         }
         call_free(c);

@@ -104,7 +104,12 @@ void funcd_gw_send_status(h2o_req_t *req, int code, const char *reason, const ch
     req->res.reason = funcd_httpd_reason(code);
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
                    H2O_STRLIT("application/json"));
-    h2o_send_inline(req, body ? body : "{}", body ? strlen(body) : 2);
+    /* With its length: h2o_send_inline sets none, and over HTTP/1.1 h2o
+     * 2.2.5 chunks only 200s, so any other status would go close-delimited
+     * and end a keep-alive connection at every refusal. */
+    size_t len = body ? strlen(body) : 2;
+    req->res.content_length = len;
+    h2o_send_inline(req, body ? body : "{}", len);
     free(body);
 }
 

@@ -983,6 +983,10 @@ void funcd_httpd_send(h2o_req_t *req, int status, const char *content_type, cons
     req->res.reason = funcd_httpd_reason(status);
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, content_type,
                    strlen(content_type));
+    /* With its length (h2o_send_inline sets none): over HTTP/1.1 h2o 2.2.5
+     * chunks only 200s, and any other status would end the connection. */
+    if (status >= 200 && status != 204 && status != 304)
+        req->res.content_length = len;
     h2o_send_inline(req, body, len);
 }
 
