@@ -494,21 +494,27 @@ static void add_vary(h2o_req_t *req, const char *what, size_t len)
  * as zlib's level 1 does, in about a third of its time.
  *
  * Learning, per function (its funcd_shape) and gateway thread, so that
- * nothing is shared: the first GZIP_LEARN answers of every GZIP_ROUND are
- * sampled (a histogram of their first GZIP_SAMPLE_MAX bytes); when a round
- * has its samples, tables are built from them and serve the answers that
- * follow. Each sampled answer that comes whole is also compressed a second
- * time, into scratch, with the tables not in use (the function's own or
- * ISA-L's default), and the next round uses whichever made fewer bytes: a
- * function whose answers do not look alike goes back to the default tables
- * after one round. An answer that comes whole is compressed in one call,
- * which stores it as it is when coding would make it larger; a stream is
- * deflated piece by piece, each with a sync flush.
+ * nothing is shared: once a function has kept its place for GZIP_ADMIT
+ * answers, the first GZIP_LEARN answers of every GZIP_ROUND are sampled (a
+ * histogram of their first GZIP_SAMPLE_MAX bytes); when a round has its
+ * samples, tables are built from them and serve the answers that follow.
+ * Each sampled answer is also compressed a second time, into scratch, with
+ * the tables not in use (the function's own or ISA-L's default), and the
+ * next round uses whichever made fewer bytes: a function whose answers do
+ * not look alike goes back to the default tables after one round.
+ *
+ * Learned tables code only answers that come whole, compressed in one call
+ * that stores the bytes as they are when coding would make them larger. A
+ * stream is deflated piece by piece, each with a sync flush, with ISA-L's
+ * default tables, or deflate's static ones (no table in the block: a small
+ * piece, or a stream that has come out larger than it went in).
  */
 #define GZIP_LEARN 8           /* answers sampled per round */
 #define GZIP_ROUND 1024        /* a round starts every so many answers of a function */
 #define GZIP_SAMPLE_MAX 65536  /* bytes of one answer a histogram takes */
-#define GZIP_LEARNERS 32       /* functions a gateway thread learns (least recently used go) */
+#define GZIP_ADMIT 64          /* answers a function's place must last before it samples */
+#define GZIP_LEARNERS 64       /* functions a gateway thread learns (least recently used go) */
+#define GZIP_STATIC_BELOW 1024 /* a stream's piece smaller than this: deflate's static tables */
 
 typedef struct gz {
     struct isal_zstream zs;
@@ -542,6 +548,8 @@ static _Thread_local struct {
  * taken for it (the least recently used one's). NULL: none (or no memory). */
 static learner *learner_of(uint64_t id, int make)
 {
+    if (gz_cache.closed)
+        return NULL;
     if (!gz_cache.learners &&
         (!make || !(gz_cache.learners = calloc(GZIP_LEARNERS, sizeof(learner)))))
         return NULL;
@@ -560,6 +568,9 @@ static learner *learner_of(uint64_t id, int make)
     memset(lru, 0, sizeof(*lru));
     lru->shape = id;
     lru->last = ++gz_cache.clock;
+    /* no sampling before GZIP_ADMIT answers: functions that only pass
+     * through a full table pay for no histogram */
+    lru->answers = GZIP_ROUND - GZIP_ADMIT;
     return lru;
 }
 
@@ -567,12 +578,16 @@ static learner *learner_of(uint64_t id, int make)
  * function's own are built again from what it sampled. */
 static void learner_round(learner *l)
 {
-    if (!l->have_own)
-        l->use_own = 1; /* tables from its own answers: the best guess */
-    else if (l->out_other && l->out_other < l->out_used)
+    if (!l->have_own || !l->out_other)
+        l->use_own = 1; /* no evidence: tables from its own answers are the best guess */
+    else if (l->out_other < l->out_used)
         l->use_own = !l->use_own;
-    if (isal_create_hufftables(&l->own, l->hist) == 0)
+    struct isal_hufftables *fresh = malloc(sizeof(*fresh));
+    if (fresh && isal_create_hufftables(fresh, l->hist) == 0) {
+        memcpy(&l->own, fresh, sizeof(*fresh));
         l->have_own = 1;
+    }
+    free(fresh);
     l->use_own &= l->have_own;
     free(l->hist);
     l->hist = NULL;
@@ -672,10 +687,19 @@ static int gz_whole(gz *z, h2o_iovec_t in, size_t *used)
 }
 
 /* Deflates the pieces of a stream into z->out from `*used` on, with a sync
- * flush after the last (or the end of the stream when `final`). */
-static int gz_stream(gz *z, h2o_iovec_t *in, size_t n, int final, size_t *used)
+ * flush after the last (or the end of the stream when `final`); `*grew`
+ * once the stream has come out larger than it went in. Each call starts a
+ * block: small pieces, and a stream that grew, get deflate's static tables
+ * (nothing in the block's header), the rest ISA-L's default ones. */
+static int gz_stream(gz *z, h2o_iovec_t *in, size_t n, int final, size_t *used, int *grew)
 {
     struct isal_zstream *zs = &z->zs;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += in[i].len;
+    isal_deflate_set_hufftables(zs, NULL, *grew || total < GZIP_STATIC_BELOW
+                                              ? IGZIP_HUFFTABLE_STATIC
+                                              : IGZIP_HUFFTABLE_DEFAULT);
     size_t i = 0;
     do {
         int last = i + 1 >= n;
@@ -694,13 +718,17 @@ static int gz_stream(gz *z, h2o_iovec_t *in, size_t n, int final, size_t *used)
                 return -1;
             size_t was = *used;
             *used = z->cap - zs->avail_out;
-            if (zs->avail_in == 0 && zs->avail_out > 0 &&
-                (!zs->end_of_stream || zs->internal_state.state == ZSTATE_END))
+            if (zs->avail_in == 0 && zs->end_of_stream ? zs->internal_state.state == ZSTATE_END
+                : zs->avail_in == 0 && (zs->avail_out > 0 || (zs->flush == SYNC_FLUSH &&
+                                                              zs->internal_state.state ==
+                                                                  ZSTATE_NEW_HDR)))
                 break;
             if (*used == was && zs->avail_out > 0)
                 return -1; /* no progress with room to write: never expected */
         }
     } while (++i < n);
+    if (zs->total_out > (uint64_t)zs->total_in + 64)
+        *grew = 1;
     return 0;
 }
 
@@ -708,7 +736,7 @@ typedef struct gz_ostream {
     h2o_ostream_t super; /* first */
     gz *z;
     uint64_t shape;   /* the function's funcd_shape id (its learner) */
-    int decided, plain, sample, started;
+    int decided, plain, sample, whole, grew;
     size_t sampled;   /* bytes of the answer histogrammed */
     h2o_iovec_t out;
 } gz_ostream;
@@ -740,7 +768,9 @@ static void gz_decide(gz_ostream *g, h2o_req_t *req, h2o_iovec_t *in, size_t n,
         return;
     }
     learner *l = learner_of(g->shape, 1);
-    if (!(g->z = gz_take(l && l->use_own ? &l->own : NULL))) {
+    /* whole: all of it in one piece, compressed in one call */
+    g->whole = !h2o_send_state_is_in_progress(state) && n == 1;
+    if (!(g->z = gz_take(g->whole && l && l->use_own ? &l->own : NULL))) {
         g->plain = 1; /* out of memory: send it as it is */
         return;
     }
@@ -787,20 +817,15 @@ static void gz_do_send(h2o_ostream_t *os, h2o_req_t *req, h2o_iovec_t *in, size_
         l = NULL;
     if (l)
         gz_sample(g, l, in, n);
-    int final = state == H2O_SEND_STATE_FINAL, whole = final && !g->started && n == 1;
-    g->started = 1;
+    int final = state == H2O_SEND_STATE_FINAL, whole = g->whole && final;
     size_t used = 0;
-    if ((whole ? gz_whole(g->z, in[0], &used) : gz_stream(g->z, in, n, final, &used)) < 0) {
+    if ((whole ? gz_whole(g->z, in[0], &used) : gz_stream(g->z, in, n, final, &used, &g->grew)) <
+        0) {
         h2o_ostream_send_next(os, req, NULL, 0, H2O_SEND_STATE_ERROR); /* cut the stream */
         return;
     }
     if (l && final) {
-        if (!whole && l->use_own) {
-            /* a stream: no second compression, but stored is what the
-             * default tables could do at worst */
-            l->out_used += g->z->zs.total_out;
-            l->out_other += g->z->zs.total_in + g->z->zs.total_in / 8192 + 32;
-        } else if (whole && l->have_own) { /* the other tables' bytes, for the round's choice */
+        if (whole && l->have_own) { /* the other tables' bytes, for the round's choice */
             gz *t = gz_take(l->use_own ? NULL : &l->own);
             size_t other = 0;
             if (t && gz_whole(t, in[0], &other) == 0) {
