@@ -548,7 +548,8 @@ static int gw_set_route(funcd_gateway *base, const funcd_route *route)
     routes_write(g);
     route_entry **pp = find(g, e->ns, nsl, e->name, nl);
     route_entry *old = pp ? *pp : NULL;
-    if (old) { /* the function's buckets and in-flight count go on */
+    if (old) { /* the function's buckets, in-flight count and gzip tables go on */
+        funcd_shape_inherit(e->shape, old->shape); /* (e is not yet seen by any thread) */
         funcd_edge_limiter *fresh = e->lim;
         e->lim = old->lim;
         old->lim = fresh;

@@ -245,6 +245,12 @@ oom:
     return -1;
 }
 
+void funcd_shape_inherit(funcd_shape *fresh, const funcd_shape *old)
+{
+    if (fresh && old)
+        fresh->id = old->id;
+}
+
 void funcd_shape_ref(funcd_shape *s)
 {
     atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);

@@ -34,6 +34,10 @@ typedef struct funcd_shape funcd_shape;
  * Content-Encoding are left alone by set and remove: the gateway owns
  * them (validation refuses them first). */
 int funcd_shape_new(funcd_shape **out, const funcd_edge *edge);
+/* `fresh` (not yet shared) takes `old`'s learned gzip tables: a route set
+ * again for the same function (each reconcile sets it) keeps what its
+ * gateway threads learned of its answers. Either may be NULL. */
+void funcd_shape_inherit(funcd_shape *fresh, const funcd_shape *old);
 void funcd_shape_ref(funcd_shape *s);
 void funcd_shape_unref(funcd_shape *s); /* NULL is fine */
 

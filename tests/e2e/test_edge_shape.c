@@ -442,6 +442,26 @@ SV_TEST_WITH(gzip_learns, one_gateway_thread(), NULL)
     if (size * 10 >= early * 9)
         FAILF("128 answers of the same text: %zu bytes, the 8th %zu (want 10%% fewer)", size,
               early);
+    /* The function updated (a longer timeout: the same workers, its route set
+     * again, as every reconcile does): what the thread learned goes on. */
+    size_t learned = size;
+    long put = 0;
+    for (int i = 0; i < 20 && put != 200; i++) {
+        CHECK_INT(env_req(e, "GET", FN_PATH("gz"), DEV_TOKEN, NULL), 200);
+        cJSON *fn = cJSON_Duplicate(e->r.json, 1);
+        cJSON_AddStringToObject(cJSON_GetObjectItem(fn, "spec"), "timeout", "31s");
+        char *text = cJSON_PrintUnformatted(fn);
+        cJSON_Delete(fn);
+        put = env_req(e, "PUT", FN_PATH("gz"), ADMIN_TOKEN, text); /* a host path */
+        free(text);
+        if (put != 409)
+            break;
+    }
+    CHECK_INT(put, 200);
+    CHECK(sv_wait_ready(e, "gz", 10000));
+    GZ_ANSWER(size, 4, 0, NULL);
+    if (size != learned)
+        FAILF("after an update that set the route again: %zu bytes, learned %zu", size, learned);
     /* a streamed answer: two pieces, a sync flush between */
     size_t streamed;
     GZ_ANSWER(streamed, 16, 0, "&chunked=1");
