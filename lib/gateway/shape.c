@@ -549,7 +549,6 @@ static _Thread_local struct {
     uint64_t clock;
 } gz_cache;
 
-
 /* The learner of function `id` on this thread; with `make`, a place is
  * taken for it (the least recently used one's). NULL: none (or no memory). */
 static learner *learner_of(uint64_t id, int make)
