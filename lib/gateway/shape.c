@@ -524,7 +524,6 @@ static void add_vary(h2o_req_t *req, const char *what, size_t len)
 
 typedef struct gz {
     struct isal_zstream zs;
-    struct isal_hufftables tables; /* this answer's copy: its learner may rebuild its own */
     unsigned char *out;
     size_t cap;
     struct gz *next;
@@ -606,7 +605,10 @@ static void gz_destroy(gz *z)
     free(z);
 }
 
-/* A stream ready for an answer, coding with `tables` (NULL: ISA-L's). */
+/* A stream ready for an answer, coding with `tables` (NULL: ISA-L's).
+ * Learned tables are a learner's own, not copied: they code only a whole
+ * answer, compressed within the call that took the stream, before any
+ * round can rebuild them. */
 static gz *gz_take(const struct isal_hufftables *tables)
 {
     gz *z = gz_cache.free;
@@ -622,10 +624,9 @@ static gz *gz_take(const struct isal_hufftables *tables)
     isal_deflate_init(&z->zs);
     z->zs.level = 0;
     z->zs.gzip_flag = IGZIP_GZIP;
-    if (tables) {
-        memcpy(&z->tables, tables, sizeof(z->tables));
-        isal_deflate_set_hufftables(&z->zs, &z->tables, IGZIP_HUFFTABLE_CUSTOM);
-    }
+    if (tables)
+        isal_deflate_set_hufftables(&z->zs, (struct isal_hufftables *)(uintptr_t)tables,
+                                    IGZIP_HUFFTABLE_CUSTOM);
     return z;
 }
 
@@ -723,10 +724,11 @@ static int gz_stream(gz *z, h2o_iovec_t *in, size_t n, int final, size_t *used, 
                 return -1;
             size_t was = *used;
             *used = z->cap - zs->avail_out;
-            if (zs->avail_in == 0 && zs->end_of_stream ? zs->internal_state.state == ZSTATE_END
-                : zs->avail_in == 0 && (zs->avail_out > 0 || (zs->flush == SYNC_FLUSH &&
-                                                              zs->internal_state.state ==
-                                                                  ZSTATE_NEW_HDR)))
+            int state = zs->internal_state.state;
+            int done = zs->end_of_stream ? state == ZSTATE_END
+                                         : zs->avail_out > 0 ||
+                                               (zs->flush == SYNC_FLUSH && state == ZSTATE_NEW_HDR);
+            if (zs->avail_in == 0 && done)
                 break;
             if (*used == was && zs->avail_out > 0)
                 return -1; /* no progress with room to write: never expected */
