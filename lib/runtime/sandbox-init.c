@@ -46,6 +46,7 @@
 
 #include "runtime/netns.h"
 #include "runtime/sandbox-child.h"
+#include "util/closerange.h"
 
 #define STAGING SANDBOX_STAGING
 #define RO_ATTRS (MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
@@ -274,7 +275,7 @@ static _Noreturn void worker_main(const job *j)
     if (j->cwd && chdir(j->cwd) != 0)
         funcd_sandbox_fail(j->err_w, "chdir ", j->cwd, errno);
     drop_privileges(j);
-    syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
+    funcd_close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -341,10 +342,10 @@ static void close_all_but(int *keep, int n)
         if (keep[i] < 3)
             continue;
         if ((unsigned)keep[i] > from)
-            syscall(SYS_close_range, from, (unsigned)keep[i] - 1, 0);
+            funcd_close_range(from, (unsigned)keep[i] - 1, 0);
         from = (unsigned)keep[i] + 1;
     }
-    syscall(SYS_close_range, from, ~0U, 0);
+    funcd_close_range(from, ~0U, 0);
 }
 
 /* The worker's stdio in place; nothing open but the job's descriptors. */

@@ -23,6 +23,7 @@
 #include "runtime/netns.h"
 #include "runtime/sandbox-child.h"
 #include "runtime/seccomp.h"
+#include "util/closerange.h"
 #include "util/spawn.h"
 #include "runtime/sandbox-init-bin.h" /* funcd_sandbox_init_bin: sandbox-init.c, built */
 
@@ -537,7 +538,7 @@ ON_SHARED_STACK static int init_exec_main(void *arg)
      * filler cloned this child stayed open in stage 0 and the init until
      * the init closed it, and an exec of that file in another sandbox then
      * failed with ETXTBSY (sandbox/escape-memory-hog, 1 run in CI). */
-    syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
+    funcd_close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
     syscall(SYS_fcntl, x->ctl, F_SETFD, 0);
     if (x->cg >= 0)
         syscall(SYS_fcntl, x->cg, F_SETFD, 0);

@@ -8,6 +8,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "util/closerange.h"
+
 static void say(const char *msg, size_t len)
 {
     ssize_t ignored = write(2, msg, len);
@@ -30,7 +32,7 @@ static void become(const funcd_spawn_spec *spec, pid_t parent, const sigset_t *n
         else if (fd == i)
             fcntl(fd, F_SETFD, 0); /* keep it across exec */
     }
-    syscall(SYS_close_range, 3, ~0U, 0);
+    funcd_close_range(3, ~0U, 0);
     if (spec->cwd && chdir(spec->cwd) != 0) {
         static const char msg[] = "funcd: cannot enter the function's directory\n";
         say(msg, sizeof(msg) - 1);

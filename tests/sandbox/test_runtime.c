@@ -16,7 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -1036,6 +1041,75 @@ TEST(a_worker_that_ends_at_once_is_told)
     CHECK_INT(right, 40);
 }
 
+/* In a child of the test: a descriptor left inheritable at LEAKED_FD, and
+ * close_range(2) refused (ENOSYS, as on a kernel before 5.9 or under a
+ * container manager's seccomp profile); a worker with and without the
+ * sandbox exits 3 if that descriptor reached it. Exits 0 when neither saw
+ * it. */
+#define LEAKED_FD 100
+static _Noreturn void start_where_close_range_is_refused(void)
+{
+    int fd = open("/dev/null", O_RDONLY); /* inheritable, like a host's */
+    if (fd < 0 || dup2(fd, LEAKED_FD) != LEAKED_FD)
+        _exit(2);
+    close(fd);
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_close_range, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof(filter) / sizeof(filter[0]), filter};
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+        _exit(2);
+    static const char *const argv[] = {"/bin/sh", "-c", "[ -e /proc/self/fd/100 ] && exit 3; exit 0",
+                                       NULL};
+    int bad = 0;
+    for (int sandbox = 0; sandbox < 2; sandbox++) {
+        loop_ctx l = {event_base_new(), 0, 0};
+        funcd_runtime *rt = NULL;
+        if (funcd_runtime_process_new_with(&rt, PROCESS_OPTS(sandbox, NULL)) < 0 ||
+            rt->attach(rt, l.base) < 0) {
+            fprintf(stderr, "  runtime: %s\n", funcd_error_last()->message);
+            _exit(1);
+        }
+        funcd_worker *w = start_worker(rt, &l, argv);
+        if (w) {
+            run_until_exit(&l);
+            if (!l.exited) {
+                rt->stop(rt, w, 0);
+                run_until_exit(&l);
+            }
+            fprintf(stderr, "  sandbox %d: the worker %s\n", sandbox,
+                    l.exited && WIFEXITED(l.status) && WEXITSTATUS(l.status) == 0
+                        ? "had no descriptor of ours"
+                        : "saw our descriptor (or did not end)");
+            bad |= !(l.exited && WIFEXITED(l.status) && WEXITSTATUS(l.status) == 0);
+            rt->release(rt, w);
+        } else {
+            bad = 1;
+        }
+        rt->free(rt);
+        event_base_free(l.base);
+    }
+    _exit(bad);
+}
+
+/* A worker gets no descriptor of the host's even where close_range(2) is
+ * refused: funcd then closes them one by one. */
+TEST(no_descriptor_passes_where_close_range_is_refused)
+{
+    pid_t pid = fork();
+    if (pid == 0)
+        start_where_close_range_is_refused();
+    CHECK(pid > 0);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    CHECK(WIFEXITED(status));
+    CHECK_INT(WEXITSTATUS(status), 0);
+}
+
 typedef struct waiter {
     int fd;
     volatile int stop;
@@ -1117,5 +1191,6 @@ int main(void)
     RUN(the_sandbox_has_none_of_our_groups);
     RUN(the_init_runs_where_memfds_are_noexec);
     RUN(a_worker_that_ends_at_once_is_told);
+    RUN(no_descriptor_passes_where_close_range_is_refused);
     return HARNESS_END();
 }
