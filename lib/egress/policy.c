@@ -35,6 +35,9 @@ struct funcd_egress_policies {
 
 /* ---- addresses ----------------------------------------------------------- */
 
+/* The first 12 bytes of an IPv4-mapped IPv6 address (::ffff:a.b.c.d). */
+static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
 int funcd_egress_parse_cidr(const char *s, funcd_egress_cidr *out)
 {
     char buf[64];
@@ -71,6 +74,13 @@ int funcd_egress_parse_cidr(const char *s, funcd_egress_cidr *out)
     for (unsigned bit = out->prefix; bit < max; bit++)
         if (out->addr[bit / 8] & (0x80 >> (bit % 8)))
             return -1;
+    /* IPv4-mapped ranges are IPv4 ones, as mapped addresses are. */
+    if (out->family == AF_INET6 && out->prefix >= 96 && memcmp(out->addr, mapped, 12) == 0) {
+        out->family = AF_INET;
+        out->prefix -= 96;
+        memmove(out->addr, out->addr + 12, 4);
+        memset(out->addr + 4, 0, 12);
+    }
     return 0;
 }
 
@@ -89,8 +99,6 @@ int funcd_egress_cidr_contains(const funcd_egress_cidr *c, int family, const uin
     return 1;
 }
 
-/* The first 12 bytes of an IPv4-mapped IPv6 address (::ffff:a.b.c.d). */
-static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
 int funcd_egress_addr_from_sockaddr(const struct sockaddr *sa, funcd_egress_addr *out)
 {
@@ -166,6 +174,31 @@ static const struct special {
 };
 #define N_SPECIALS (sizeof(specials) / sizeof(specials[0]))
 
+/* IPv6 prefixes whose addresses carry an IPv4 one in their last 4 bytes and
+ * reach it: NAT64's well-known prefix and the old IPv4-compatible form. (The
+ * mapped form is turned into IPv4 wherever an address is read.) */
+static const char *const carriers[] = {"64:ff9b::/96", "::/96"};
+#define N_CARRIERS (sizeof(carriers) / sizeof(carriers[0]))
+
+/* The IPv4 range a carried IPv6 range reaches, if it lies in a carrier. */
+static int carried(const funcd_egress_cidr *c, funcd_egress_cidr *v4)
+{
+    if (c->family != AF_INET6 || c->prefix < 96)
+        return 0;
+    for (size_t i = 0; i < N_CARRIERS; i++) {
+        funcd_egress_cidr k;
+        if (funcd_egress_parse_cidr(carriers[i], &k) == 0 &&
+            funcd_egress_cidr_contains(&k, AF_INET6, c->addr)) {
+            memset(v4, 0, sizeof(*v4));
+            v4->family = AF_INET;
+            v4->prefix = c->prefix - 96;
+            memcpy(v4->addr, c->addr + 12, 4);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static const struct special *special_of(const funcd_egress_addr *a, funcd_egress_cidr *range)
 {
     for (size_t i = 0; i < N_SPECIALS; i++) {
@@ -176,6 +209,19 @@ static const struct special *special_of(const funcd_egress_addr *a, funcd_egress
                 *range = c;
             return &specials[i];
         }
+    }
+    /* A carried IPv4 address is judged as itself: NAT64 of 169.254.169.254
+     * is the metadata service. */
+    funcd_egress_cidr host = {.family = a->family, .prefix = 128}, v4;
+    memcpy(host.addr, a->addr, 16);
+    int mapped_v6 = a->family == AF_INET6 && memcmp(a->addr, mapped, 12) == 0;
+    if (mapped_v6 || carried(&host, &v4)) {
+        funcd_egress_addr inner = {.family = AF_INET};
+        memcpy(inner.addr, a->addr + 12, 4);
+        const struct special *sp = special_of(&inner, NULL);
+        if (sp && range)
+            *range = host; /* only a rule naming this very address allows it */
+        return sp;
     }
     return NULL;
 }
@@ -190,6 +236,18 @@ const char *funcd_egress_cidr_special(const funcd_egress_cidr *c)
         if (funcd_egress_cidr_contains(&sp, c->family, c->addr) ||
             funcd_egress_cidr_contains(c, sp.family, sp.addr))
             return specials[i].word;
+    }
+    funcd_egress_cidr v4;
+    if (carried(c, &v4)) {
+        const char *word = funcd_egress_cidr_special(&v4);
+        if (word)
+            return word;
+    }
+    for (size_t i = 0; c->family == AF_INET6 && i < N_CARRIERS; i++) {
+        funcd_egress_cidr k; /* a range holding a whole carrier holds special ones */
+        if (funcd_egress_parse_cidr(carriers[i], &k) == 0 && c->prefix < 96 &&
+            funcd_egress_cidr_contains(c, AF_INET6, k.addr))
+            return "carries IPv4 (NAT64)";
     }
     return NULL;
 }

@@ -345,6 +345,14 @@ static void answer_rr(const uint8_t *msg, size_t rr, unsigned section, void *arg
             a->ttl = ttl;
         w->have_ttl = 1;
         int family = type == 1 && rdlen == 4 ? AF_INET : type == 28 && rdlen == 16 ? AF_INET6 : 0;
+        /* An IPv4-mapped AAAA (::ffff:a.b.c.d) is the IPv4 address: a socket
+         * connects to that, so it is judged as that. */
+        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (family == AF_INET6 && memcmp(rd, mapped, 12) == 0) {
+            family = AF_INET;
+            rd += 12;
+            rdlen = 4;
+        }
         if (family && klass == 1 && a->n_addrs < FUNCD_EGRESS_MAX_ADDRS) {
             a->addrs[a->n_addrs].family = family;
             memset(a->addrs[a->n_addrs].addr, 0, 16);

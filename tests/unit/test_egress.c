@@ -72,6 +72,20 @@ TEST(test_policy_validation)
             FAILF("accepted %s", bad[i].spec);
         CHECK_STR(err.field, bad[i].field);
     }
+    /* IPv6 spellings of special IPv4 ranges are special too (admission
+     * keeps them to admins) */
+    static const char *const mapped_specials[] = {"::ffff:127.0.0.1", "::ffff:0:0/96",
+                                                  "::ffff:169.254.0.0/112", "64:ff9b::/96",
+                                                  "64:ff9b::a9fe:a9fe"};
+    for (size_t i = 0; i < sizeof(mapped_specials) / sizeof(mapped_specials[0]); i++) {
+        funcd_egress_cidr c;
+        CHECK_INT(funcd_egress_parse_cidr(mapped_specials[i], &c), 0);
+        if (!funcd_egress_cidr_special(&c))
+            FAILF("%s is not special", mapped_specials[i]);
+    }
+    funcd_egress_cidr plain6;
+    CHECK_INT(funcd_egress_parse_cidr("2001:db8::/32", &plain6), 0);
+    CHECK(funcd_egress_cidr_special(&plain6) == NULL);
     CHECK_STR(funcd_kind_lookup("egp")->kind, "EgressPolicy");
     CHECK_STR(funcd_kind_by_plural("egresspolicies")->kind, "EgressPolicy");
 }
@@ -154,6 +168,26 @@ TEST(test_policy_decisions)
     CHECK_INT(addr_ok(p, "a", "::ffff:127.0.0.1", 8443, 0), 0);
     CHECK_INT(addr_ok(p, "a", "fe80::1", 8443, 0), 0);
     CHECK_INT(addr_ok(p, "a", "8.8.8.8", 8443, 0), 1);
+    /* IPv6 forms that reach an IPv4 address, as a DNS answer gives them
+     * (raw, not through the parser): judged by the address inside */
+    static const struct {
+        const char *bytes;
+        int allowed;
+    } v6[] = {
+        {"\0\0\0\0\0\0\0\0\0\0\xff\xff\xa9\xfe\xa9\xfe", 0}, /* ::ffff:169.254.169.254 */
+        {"\0\0\0\0\0\0\0\0\0\0\xff\xff\x7f\0\0\1", 0},         /* ::ffff:127.0.0.1 */
+        {"\0\x64\xff\x9b\0\0\0\0\0\0\0\0\xa9\xfe\xa9\xfe", 0},  /* NAT64 of the metadata */
+        {"\0\0\0\0\0\0\0\0\0\0\0\0\x7f\0\0\1", 0},             /* ::127.0.0.1 */
+        {"\0\x64\xff\x9b\0\0\0\0\0\0\0\0\x5d\xb8\xd8\x22", 1},  /* NAT64 of 93.184.216.34 */
+    };
+    for (size_t i = 0; i < sizeof(v6) / sizeof(v6[0]); i++) {
+        funcd_egress_addr m = {.family = AF_INET6};
+        memcpy(m.addr, v6[i].bytes, 16);
+        funcd_egress_decision d;
+        funcd_egress_check_addr(p, "a", &m, 80, 1, &d);
+        if (d.allowed != v6[i].allowed)
+            FAILF("IPv6 form %zu: allowed %d, expected %d", i, d.allowed, v6[i].allowed);
+    }
     /* ... only through a CIDR rule inside them */
     CHECK_INT(addr_ok(p, "a", "127.0.0.2", 80, 0), 1);
     CHECK_INT(addr_ok(p, "a", "127.0.0.2", 80, 1), 1);
@@ -343,6 +377,22 @@ TEST(test_parse_answer)
     CHECK_INT(a.ttl, 20);
     CHECK_INT(a.n_addrs, 2);
     CHECK_INT(a.addrs[1].addr[3], 2);
+    /* an AAAA record holding an IPv4-mapped address is that IPv4 address */
+    {
+        uint8_t m6[512];
+        memcpy(m6, q, n);
+        m6[2] = 0x81;
+        m6[3] = 0x80;
+        size_t len6 = n;
+        add_rr(m6, &len6, 0, 28, 60,
+               (const uint8_t *)"\0\0\0\0\0\0\0\0\0\0\xff\xff\x7f\0\0\1", 16);
+        funcd_egress_answer a6;
+        CHECK_INT(funcd_egress_parse_answer(m6, len6, &dq, &a6), 0);
+        CHECK_INT(a6.n_addrs, 1);
+        CHECK_INT(a6.addrs[0].family, AF_INET);
+        CHECK_INT(a6.addrs[0].addr[0], 127);
+        CHECK_INT(a6.addrs[0].addr[3], 1);
+    }
     /* the TTLs lowered to the time left */
     funcd_egress_dns_cap_ttl(m, len, 7);
     CHECK_INT(funcd_egress_parse_answer(m, len, &dq, &a), 0);
