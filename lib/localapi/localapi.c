@@ -49,6 +49,7 @@ struct funcd_localapi {
 struct call {
     funcd_localapi_socket *sock; /* NULL once the socket closed: no one to answer */
     struct evhttp_request *req;
+    struct evbuffer *body; /* the call's own: the request and its socket may go first */
     call *prev, *next;
 };
 
@@ -129,6 +130,7 @@ static void on_invoked(const funcd_invoke_res *res, void *arg)
                                 res->body_len);
         }
     }
+    evbuffer_free(c->body);
     free(c);
 }
 
@@ -184,11 +186,18 @@ static void invoke(funcd_localapi_socket *s, struct evhttp_request *req, const c
     char caller[200];
     snprintf(caller, sizeof(caller), "%s", s->name);
     const char *headers[] = {"X-Funcd-Caller", caller, type ? "Content-Type" : NULL, type, NULL};
-    struct evbuffer *body = evhttp_request_get_input_buffer(req);
-    size_t body_len = evbuffer_get_length(body);
+    /* The body moves (no copy) into the call: the invoker sends it when a
+     * slot is granted, maybe after the caller's connection, or its worker,
+     * is gone and evhttp freed the request. */
     call *c = calloc(1, sizeof(*c));
-    if (!c)
+    if (!c || !(c->body = evbuffer_new()) ||
+        evbuffer_add_buffer(c->body, evhttp_request_get_input_buffer(req)) < 0) {
+        if (c)
+            evbuffer_free(c->body);
+        free(c);
         return funcd_localapi_status(req, 503, "ServiceUnavailable", "out of memory");
+    }
+    size_t body_len = evbuffer_get_length(c->body);
     c->sock = s;
     c->req = req;
     funcd_invoke_req ir = {
@@ -197,11 +206,12 @@ static void invoke(funcd_localapi_socket *s, struct evhttp_request *req, const c
         .method = method,
         .path = path,
         .headers = headers,
-        .body = body_len ? evbuffer_pullup(body, -1) : NULL,
+        .body = body_len ? evbuffer_pullup(c->body, -1) : NULL,
         .body_len = body_len,
         .traceparent = evhttp_find_header(in, "traceparent"),
     };
     if (funcd_invoke(s->api->invoker, &ir, on_invoked, c) < 0) {
+        evbuffer_free(c->body);
         free(c);
         return funcd_localapi_status(req, 503, "ServiceUnavailable", "%s", funcd_error_last()->message);
     }

@@ -905,6 +905,11 @@ static void on_worker_exited(funcd_worker_ctx *w, int status, const funcd_worker
     snprintf(wc->pub.end_reason, sizeof(wc->pub.end_reason), "%s", end->reason);
     snprintf(wc->pub.end_message, sizeof(wc->pub.end_message), "%s", end->message);
     atomic_store(&wc->pub.ended, 1);
+    /* Its local API goes with the process, here on the loop (the only
+     * thread it may be touched on): the worker's last reference, and with
+     * it dispose, may be dropped by a gateway thread's request. */
+    funcd_localapi_close(wc->api);
+    wc->api = NULL;
     if (strcmp(end->reason, "OOMKilled") == 0)
         note_oom(ln, wc);
     note_load_exit(ln, w, status);
@@ -997,7 +1002,7 @@ static void on_worker_dispose(funcd_worker_ctx *w, void *data, void *payload)
             ln->svc[i].svc->detach(ln->svc[i].svc, wc->svc[i]);
             wc->svc[i] = NULL;
         }
-    funcd_localapi_close(wc->api);
+    funcd_localapi_close(wc->api); /* a worker whose end was never told (it never ran) */
     wc->api = NULL;
     pthread_mutex_destroy(&wc->pub.invocation_lock);
 }

@@ -118,6 +118,45 @@ SV_TEST(no_bindings_no_api)
     CHECK_CONTAINS(e->r.body, "no api: FUNCD_API is not set");
 }
 
+/* A caller that sends a call with a body through its local API and exits
+ * before the callee (from zero) takes it: funcd must send the callee the
+ * body it was given, never memory freed with the caller's socket. Run
+ * many times, since the caller's end and the callee's start race. */
+static const char leaver_py[] =
+    "import os, socket, time\n"
+    "def handler(req):\n"
+    "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+    "    s.connect(os.environ['FUNCD_API'][len('unix:'):])\n"
+    "    body = b'funcd-body-' * 6000\n"
+    "    s.sendall(b'POST /fn/callee/ HTTP/1.1\\r\\nHost: api\\r\\nContent-Length: %d\\r\\n'\n"
+    "              b'\\r\\n' % len(body) + body)\n"
+    "    time.sleep(0.02)\n"
+    "    os._exit(0)\n";
+
+SV_TEST(caller_gone_before_the_callee)
+{
+    char dir[256];
+    CHECK(sv_code_dir(dir, sizeof(dir), "main.py", leaver_py) == 0);
+    CHECK(sv_create(e, "leaver",
+                    "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":"
+                    "{\"path\":\"%s\"},\"bindings\":{\"invoke\":[\"callee\"]}}",
+                    dir) == 201);
+    CHECK(sv_wait_ready(e, "leaver", WAIT_MS));
+    CHECK(sv_native(e, "callee", "\"scaling\":{\"minReplicas\":0,\"idleTimeout\":\"1s\"},"
+                                 "\"env\":{\"FIXTURE_START_DELAY_MS\":\"300\"}") == 0);
+    for (int round = 0; round < 4 && !harness_failed_now; round++) {
+        /* the callee from zero each round: its start outlasts the caller */
+        CHECK(sv_wait_total(e, "callee", 0, 0, WAIT_MS, NULL));
+        long code = sv_invoke(e, "POST", DP_PATH("leaver") "/", "x");
+        if (code == 200)
+            FAILF("round %d: the caller answered although it exits", round);
+        /* the callee took its call (or none came), and the platform stands */
+        usleep(500 * 1000);
+        CHECK(sv_invoke(e, "POST", DP_PATH("callee") "/", "after") == 200);
+        CHECK_STR(jstr(e->r.json, "body"), "after");
+    }
+}
+
 SV_TEST(bad_bindings)
 {
     static const struct {
@@ -151,6 +190,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, node_calls_native);
     SV_RUN(only, ran, no_bindings_no_api);
     SV_RUN(only, ran, bad_bindings);
+    SV_RUN(only, ran, caller_gone_before_the_callee);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no case %s\n", only);
