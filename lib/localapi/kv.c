@@ -161,17 +161,49 @@ static void store_failed(struct evhttp_request *req, int rc, const char *key_sho
                               funcd_error_last()->message);
 }
 
-/* Stops at `stop_at` live keys. */
+/* Room for one more key under spec.maxKeys. Every row of the store counts,
+ * expired or not: the sweeper removes expired rows only now and then, and a
+ * stream of short-lived keys must not grow the store past its bound. When
+ * expired rows take the room, the put removes up to EXPIRED_INLINE of them
+ * first. 0: room; otherwise the answer (507, or the store's error) is sent. */
+#define EXPIRED_INLINE 64
+
 typedef struct counting {
-    int64_t n, stop_at;
+    int64_t rows, stop_at;
+    size_t n_expired;
+    char *expired_key[EXPIRED_INLINE];
+    uint64_t expired_rev[EXPIRED_INLINE];
 } counting;
 
-static int count_live(const funcd_store_kv *e, void *payload)
+static int count_rows(const funcd_store_kv *e, void *payload)
 {
     counting *c = payload;
-    if (!expired(e->value, e->len))
-        c->n++;
-    return c->n >= c->stop_at;
+    c->rows++;
+    if (expired(e->value, e->len) && c->n_expired < EXPIRED_INLINE &&
+        (c->expired_key[c->n_expired] = strdup(e->key)))
+        c->expired_rev[c->n_expired++] = e->revision;
+    return c->rows >= c->stop_at;
+}
+
+static int room_for_a_key(kvstore *kv, const char *shown, struct evhttp_request *req)
+{
+    counting c = {.stop_at = kv->max_keys + EXPIRED_INLINE};
+    int rc = funcd_port_store_list(kv->store, kv->prefix.data, count_rows, &c, NULL);
+    for (size_t i = 0; i < c.n_expired; i++) {
+        if (rc == 0 && c.rows >= kv->max_keys &&
+            funcd_port_store_del(kv->store, c.expired_key[i], c.expired_rev[i], NULL) == 0)
+            c.rows--;
+        free(c.expired_key[i]);
+    }
+    if (rc < 0) {
+        store_failed(req, rc, shown);
+        return -1;
+    }
+    if (c.rows < kv->max_keys)
+        return 0;
+    funcd_localapi_status(req, 507, "InsufficientStorage", "KVStore %s has %lld keys, its "
+                          "spec.maxKeys", kv->name, (long long)kv->max_keys);
+    return -1;
 }
 
 /* ---- operations ------------------------------------------------------------- */
@@ -222,14 +254,10 @@ static void op_put(kvstore *kv, const char *key, const char *shown, struct evhtt
     int rc = kv_get(kv, key, &old);
     free(old.value);
     if (rc == FUNCD_ENOTFOUND) {
-        counting c = {0, kv->max_keys};
-        if (funcd_port_store_list(kv->store, kv->prefix.data, count_live, &c, NULL) == 0 &&
-            c.n >= kv->max_keys)
-            return funcd_localapi_status(req, 507, "InsufficientStorage", "KVStore %s has %lld "
-                                         "keys, its spec.maxKeys", kv->name,
-                                         (long long)kv->max_keys);
         if (expected != FUNCD_STORE_ANY && expected != FUNCD_STORE_ABSENT)
             return store_failed(req, FUNCD_ENOTFOUND, shown);
+        if (room_for_a_key(kv, shown, req) < 0)
+            return;
     } else if (rc < 0) {
         return store_failed(req, rc, shown);
     }
@@ -301,6 +329,8 @@ static void op_increment(kvstore *kv, const char *key, const char *shown,
                                              "integer", shown);
         } else if (rc != FUNCD_ENOTFOUND) {
             return store_failed(req, rc, shown);
+        } else if (room_for_a_key(kv, shown, req) < 0) { /* a new key counts too */
+            return;
         } else if (kv->default_ttl_ms) {
             exp = (uint64_t)funcd_now_ms() + kv->default_ttl_ms;
         }

@@ -361,6 +361,60 @@ TEST(expired_keys_are_swept)
     sv_cleanup();
 }
 
+static const char churn_py[] =
+    "import funcd, time\n"
+    "def handler(req):\n"
+    "    kv, out = funcd.kv('small'), {'stored': 0}\n"
+    "    for i in range(40):\n"
+    "        kv.put('e%d' % i, 'x' * 64, ttl='1ms')  # gone before the next\n"
+    "        out['stored'] += 1\n"
+    "        time.sleep(0.003)\n"
+    "    kv.put('a', 'x')\n"
+    "    kv.put('b', 'x')\n"
+    "    try:\n"
+    "        kv.incr('c')\n"
+    "        out['incr'] = 'stored'\n"
+    "    except funcd.Error as e:\n"
+    "        out['incr'] = str(e)\n"
+    "    return out\n";
+
+/* Short-lived keys count against spec.maxKeys until they are removed, and
+ * a put that needs room removes expired ones itself: a stream of them
+ * never holds more rows than maxKeys in the store. A new key made by an
+ * increment counts too. */
+TEST(short_lived_keys_stay_within_max_keys)
+{
+    funcd_store *store = NULL;
+    CHECK_INT(funcd_store_memory_new(&store, 0), 0);
+    env e_, *e = &e_;
+    if (env_up_with(e, store, NULL, NULL, NULL) < 0) {
+        env_down(e);
+        sv_cleanup();
+        FAILF("cannot start a platform: %s", funcd_error_last()->message);
+    }
+    funcd_buf keys = FUNCD_BUF_INIT;
+    char dir[256];
+    CHECK(create_kvstore(e, "small", "{\"maxKeys\":2}") == 201);
+    CHECK(sv_code_dir(dir, sizeof(dir), "main.py", churn_py) == 0);
+    CHECK(sv_create(e, "churn", "{\"runtime\":\"python3\",\"handler\":\"main.handler\","
+                    "\"source\":{\"path\":\"%s\"},\"bindings\":{\"kv\":[\"small\"]}}", dir) == 201);
+    CHECK(sv_wait_ready(e, "churn", WAIT_MS));
+    if (sv_invoke(e, "POST", DP_PATH("churn") "/", NULL) != 200)
+        FAILF("churn: %ld %.500s", e->r.status, e->r.body);
+    CHECK_INT((int)cJSON_GetNumberValue(cJSON_GetObjectItem(e->r.json, "stored")), 40);
+    CHECK_CONTAINS(jstr(e->r.json, "incr"), "507");
+    const char *rows = kv_keys(store, &keys);
+    int n = 0;
+    for (const char *p = rows; (p = strstr(p, "small/")); p++)
+        n++;
+    if (n > 2)
+        FAILF("%d rows in a KVStore of maxKeys 2: %.300s", n, rows);
+    CHECK_STR(rows, "small/a small/b ");
+    funcd_buf_free(&keys);
+    env_down(e);
+    sv_cleanup();
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
@@ -374,6 +428,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, quota);
     SV_RUN(only, ran, namespaces_are_apart);
     SV_RUN(only, ran, expired_keys_are_swept);
+    SV_RUN(only, ran, short_lived_keys_stay_within_max_keys);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no case %s\n", only);
