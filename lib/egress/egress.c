@@ -537,8 +537,9 @@ static int dir_open(conn *c, relay_dir *d, int src, int dst, struct evbuffer *pe
     d->dst = dst;
     d->count = count;
     size_t head = first ? first->len : 0, rest = pending ? evbuffer_get_length(pending) : 0;
-    d->cap = head + rest <= RELAY_MIN ? RELAY_MIN : head + rest <= RELAY_MAX ? RELAY_MAX
-                                                                               : head + rest;
+    /* What came with the head is small (the head is read in small reads):
+     * a buffer of the first size holds it; growth is dir_flush's, budgeted. */
+    d->cap = head + rest <= RELAY_MIN ? RELAY_MIN : head + rest;
     if (!(d->buf = relay_alloc(eg, d->cap)))
         return -1;
     eg->relay_grown += d->cap - RELAY_MIN;
@@ -838,7 +839,9 @@ static void on_proxy_accept(struct evconnlistener *l, evutil_socket_t fd, struct
     if (eg->conns)
         eg->conns->prev = c;
     eg->conns = c;
-    bufferevent_set_max_single_read(c->down, MAX_READ);
+    /* Reads no larger than a head: what follows the head in the last read
+     * is all the relay starts with, within a relay buffer's first size. */
+    bufferevent_set_max_single_read(c->down, FUNCD_EGRESS_MAX_HEAD);
     bufferevent_set_max_single_write(c->down, MAX_READ);
     bufferevent_setcb(c->down, on_head, NULL, on_head_event, c);
     struct timeval tv = {HEAD_TIMEOUT_S, 0};
