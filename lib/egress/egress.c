@@ -47,6 +47,7 @@
 #define RELAY_BUDGET (256u << 20) /* all relay buffers beyond their first size, together */
 #define RELAY_SHRINK_MS 1000     /* quiet for this long: a grown buffer goes back to RELAY_MIN */
 #define MAX_READ (256u << 10)    /* per read() of a bufferevent (before relaying) */
+#define DNS_TCP_OUT_MAX (64u << 10) /* answers waiting for a DNS-over-TCP client: stop reading it */
 #define HEAD_TIMEOUT_S 30        /* to send a request head */
 #define DNS_TIMEOUT_S 3          /* an upstream DNS answer */
 #define DNS_MAX_WAITING 32       /* per worker: questions waiting for the upstream */
@@ -1190,6 +1191,12 @@ static void on_dns_tcp_read(struct bufferevent *bev, void *arg)
     dns_tcp *t = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
     for (;;) {
+        /* A client that does not read its answers is not read either until
+         * they drain (on_dns_tcp_drained): they do not pile up in funcd. */
+        if (evbuffer_get_length(bufferevent_get_output(bev)) > DNS_TCP_OUT_MAX) {
+            bufferevent_disable(bev, EV_READ);
+            return;
+        }
         uint8_t prefix[2];
         if (evbuffer_copyout(in, prefix, 2) < 2)
             return;
@@ -1208,6 +1215,15 @@ static void on_dns_tcp_read(struct bufferevent *bev, void *arg)
         evbuffer_remove(in, msg, len);
         dns_handle(t->cl, t, NULL, 0, msg, len);
     }
+}
+
+/* The answers drained below the write watermark: read questions again. */
+static void on_dns_tcp_drained(struct bufferevent *bev, void *arg)
+{
+    if (bufferevent_get_enabled(bev) & EV_READ)
+        return;
+    bufferevent_enable(bev, EV_READ);
+    on_dns_tcp_read(bev, arg); /* questions already read wait in the input */
 }
 
 static void on_dns_tcp_event(struct bufferevent *bev, short what, void *arg)
@@ -1237,8 +1253,9 @@ static void on_dns_tcp_accept(struct evconnlistener *l, evutil_socket_t fd, stru
         eg->dns_conns->prev = t;
     eg->dns_conns = t;
     struct timeval tv = {HEAD_TIMEOUT_S, 0};
-    bufferevent_set_timeouts(t->bev, &tv, NULL);
-    bufferevent_setcb(t->bev, on_dns_tcp_read, NULL, on_dns_tcp_event, t);
+    bufferevent_set_timeouts(t->bev, &tv, &tv); /* also: answers not taken for this long */
+    bufferevent_setwatermark(t->bev, EV_WRITE, DNS_TCP_OUT_MAX / 2, 0);
+    bufferevent_setcb(t->bev, on_dns_tcp_read, on_dns_tcp_drained, on_dns_tcp_event, t);
     bufferevent_enable(t->bev, EV_READ);
 }
 

@@ -1112,6 +1112,51 @@ TEST(test_relay_budget_holds_over_many_tunnels)
     close(origin);
 }
 
+/* A worker that sends DNS questions over TCP and never reads its answers:
+ * the gateway stops reading it once a few answers wait, so its writes
+ * block, rather than answers piling up in funcd's memory. */
+TEST(test_dns_tcp_client_that_never_reads)
+{
+    funcd_logger quiet = {NULL, FUNCD_LOG_WARN, NULL};
+    funcd_egress_config cfg = {.dns_upstream = "127.0.0.4:53", .logger = &quiet};
+    funcd_egress *eg = NULL;
+    CHECK_INT(funcd_egress_new(&eg, &cfg), 0);
+    uint16_t tcp_port;
+    int tcp = fake_bind("127.0.0.1", SOCK_STREAM, &tcp_port);
+    funcd_egress_client *cl = funcd_egress_attach(eg, "team", "fn", "fn-1", -1, -1, tcp);
+    CHECK(cl != NULL);
+    int fd = connect_to(tcp_port);
+    CHECK(fd >= 0);
+    int small = 4096; /* little room for answers on our side */
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    uint8_t q[512], msg[514];
+    size_t n = funcd_egress_dns_query("denied.test", 1, 0x4242, q, sizeof(q)); /* NXDOMAIN */
+    CHECK(n > 12);
+    msg[0] = (uint8_t)(n >> 8);
+    msg[1] = (uint8_t)n;
+    memcpy(msg + 2, q, n);
+    static uint8_t burst[514 * 64];
+    for (size_t i = 0; i < 64; i++)
+        memcpy(burst + i * (n + 2), msg, n + 2);
+    struct timeval tv = {0, 500 * 1000}; /* a write that waits this long: blocked */
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    size_t sent = 0, limit = (size_t)64 << 20;
+    while (sent < limit) {
+        ssize_t w = send(fd, burst, 64 * (n + 2), MSG_NOSIGNAL);
+        if (w <= 0)
+            break;
+        sent += (size_t)w;
+    }
+    fprintf(stderr, "  %zu KiB of questions sent before the gateway stopped reading\n",
+            sent >> 10);
+    if (sent >= limit)
+        FAILF("the gateway read %zu MiB of questions from a client that reads no answer",
+              sent >> 20);
+    close(fd);
+    funcd_egress_detach(eg, cl);
+    funcd_egress_free(eg);
+}
+
 int main(void)
 {
     evthread_use_pthreads();
@@ -1126,6 +1171,7 @@ int main(void)
     RUN(test_dns_cap);
     RUN(test_relay_shrinks);
     RUN(test_relay_budget_holds_over_many_tunnels);
+    RUN(test_dns_tcp_client_that_never_reads);
     funcd_buf_free(&audit_lines.text);
     funcd_buf_free(&fn_lines.text);
     return HARNESS_END();
