@@ -47,6 +47,7 @@
 #define RELAY_BUDGET (256u << 20) /* all relay buffers beyond their first size, together */
 #define RELAY_SHRINK_MS 1000     /* quiet for this long: a grown buffer goes back to RELAY_MIN */
 #define MAX_READ (256u << 10)    /* per read() of a bufferevent (before relaying) */
+#define MAX_CONNS 256             /* proxy connections of one worker at once (default) */
 #define DNS_TCP_OUT_MAX (64u << 10) /* answers waiting for a DNS-over-TCP client: stop reading it */
 #define HEAD_TIMEOUT_S 30        /* to send a request head */
 #define DNS_TIMEOUT_S 3          /* an upstream DNS answer */
@@ -66,6 +67,8 @@ struct funcd_egress_client {
     struct event *dns_udp;
     int refs; /* the attachment, each connection and DNS query (gateway thread) */
     unsigned queries; /* DNS questions waiting for the upstream (gateway thread) */
+    unsigned conns;   /* proxy connections open (gateway thread) */
+    int refusing;     /* connections over the most were refused since the last one ended */
 };
 
 typedef enum cmd_type { CMD_ATTACH, CMD_DETACH } cmd_type;
@@ -220,6 +223,8 @@ static void conn_free(conn *c)
         eg->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    c->cl->conns--;
+    c->cl->refusing = 0;
     client_unref(c->cl);
     free(c);
 }
@@ -819,6 +824,23 @@ static void on_proxy_accept(struct evconnlistener *l, evutil_socket_t fd, struct
 {
     funcd_egress_client *cl = arg;
     funcd_egress *eg = cl->eg;
+    unsigned most = eg->cfg.max_conns ? eg->cfg.max_conns : MAX_CONNS;
+    if (cl->conns >= most) { /* each holds two of funcd's descriptors */
+        char answer[256];
+        int body = snprintf(answer + 128, 128, "this worker has %u proxy connections open, the "
+                            "most a worker may\n", most);
+        int len = snprintf(answer, 128, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: "
+                           "text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", body);
+        memmove(answer + len, answer + 128, (size_t)body);
+        (void)send(fd, answer, (size_t)(len + body), MSG_DONTWAIT | MSG_NOSIGNAL);
+        close(fd);
+        if (!cl->refusing) /* once per spell, not per refusal */
+            funcd_log(eg->cfg.logger, FUNCD_LOG_WARN, "egress: %s/%s (%s): proxy connections "
+                      "refused: %u open, the most a worker may", cl->ns, cl->fn, cl->replica,
+                      most);
+        cl->refusing = 1;
+        return;
+    }
     conn *c = calloc(1, sizeof(*c));
     if (!c) {
         close(fd);
@@ -833,6 +855,7 @@ static void on_proxy_accept(struct evconnlistener *l, evutil_socket_t fd, struct
     }
     c->cl = cl;
     cl->refs++;
+    cl->conns++;
     c->down_fd = c->up_fd = -1;
     invocation_now(eg, cl, c->invocation, sizeof(c->invocation));
     c->start_ms = c->last_ms = now_ms();

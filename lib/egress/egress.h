@@ -57,6 +57,9 @@ typedef struct funcd_egress_config {
     /* A relay buffer grown by a bulk transfer goes back to its first size
      * (64 KiB) once its direction has moved no byte for this long; 0: 1 s. */
     unsigned relay_shrink_ms;
+    /* Proxy connections a worker may hold at once; beyond them a new one is
+     * answered 503 and closed. 0: 256. */
+    unsigned max_conns;
 } funcd_egress_config;
 
 /* Starts the gateway's thread. 0, or a negative FUNCD_E* with

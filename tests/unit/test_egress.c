@@ -1157,6 +1157,45 @@ TEST(test_dns_tcp_client_that_never_reads)
     funcd_egress_free(eg);
 }
 
+/* A worker holds at most max_conns proxy connections at once; beyond them
+ * it is answered 503 at once, and a connection that ends makes room. */
+TEST(test_proxy_connections_per_worker)
+{
+    funcd_logger quiet = {NULL, FUNCD_LOG_WARN, NULL};
+    funcd_egress_config cfg = {.dns_upstream = "127.0.0.4:53", .logger = &quiet, .max_conns = 8};
+    funcd_egress *eg = NULL;
+    CHECK_INT(funcd_egress_new(&eg, &cfg), 0);
+    uint16_t proxy_port;
+    int proxy = fake_bind("127.0.0.1", SOCK_STREAM, &proxy_port);
+    funcd_egress_client *cl = funcd_egress_attach(eg, "team", "fn", "fn-1", proxy, -1, -1);
+    CHECK(cl != NULL);
+    int fds[8];
+    for (int i = 0; i < 8; i++) /* open, saying nothing: each waits for its head */
+        CHECK((fds[i] = connect_to(proxy_port)) >= 0);
+    usleep(200 * 1000);
+    int extra = connect_to(proxy_port);
+    CHECK(extra >= 0);
+    struct timeval tv = {3, 0};
+    setsockopt(extra, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char answer[512] = {0};
+    CHECK(recv(extra, answer, sizeof(answer) - 1, 0) > 0);
+    CHECK(strncmp(answer, "HTTP/1.1 503 ", 13) == 0);
+    CHECK_CONTAINS(answer, "8 proxy connections");
+    close(extra);
+    close(fds[0]); /* room for one more */
+    usleep(200 * 1000);
+    int again = connect_to(proxy_port);
+    CHECK(again >= 0);
+    struct timeval short_tv = {0, 300 * 1000};
+    setsockopt(again, SOL_SOCKET, SO_RCVTIMEO, &short_tv, sizeof(short_tv));
+    CHECK(recv(again, answer, sizeof(answer) - 1, 0) < 0); /* nothing: it waits for a head */
+    close(again);
+    for (int i = 1; i < 8; i++)
+        close(fds[i]);
+    funcd_egress_detach(eg, cl);
+    funcd_egress_free(eg);
+}
+
 int main(void)
 {
     evthread_use_pthreads();
@@ -1172,6 +1211,7 @@ int main(void)
     RUN(test_relay_shrinks);
     RUN(test_relay_budget_holds_over_many_tunnels);
     RUN(test_dns_tcp_client_that_never_reads);
+    RUN(test_proxy_connections_per_worker);
     funcd_buf_free(&audit_lines.text);
     funcd_buf_free(&fn_lines.text);
     return HARNESS_END();
