@@ -453,7 +453,8 @@ class FuncdKV:
         if if_revision is not None:
             q.append('ifRevision=%d' % if_revision)
         if ttl is not None:
-            q.append('ttl=%s' % ttl)
+            from urllib.parse import quote
+            q.append('ttl=%s' % quote(str(ttl), safe=''))
         r = _api_call('PUT', self._path(key, '?' + '&'.join(q) if q else ''), _kv_value(value), {})
         return _kv_check(r, key).json()['revision']
 

@@ -19,6 +19,7 @@
 #include "util/misc.h"
 
 #define MAX_KEY 512
+#define MAX_TTL_MS (8760ull * 3600 * 1000) /* a year, as spec.defaultTTL */
 #define DEFAULT_MAX_KEYS 1000
 #define DEFAULT_MAX_VALUE (64 * 1024)
 #define DEFAULT_LIST_LIMIT 100
@@ -240,9 +241,9 @@ static void op_put(kvstore *kv, const char *key, const char *shown, struct evhtt
                                      "(0: the key must not exist)");
     if (if_rev && expected == 0)
         expected = FUNCD_STORE_ABSENT;
-    if (ttl && funcd_parse_duration_ms(ttl, &ttl_ms) < 0)
+    if (ttl && (funcd_parse_duration_ms(ttl, &ttl_ms) < 0 || ttl_ms > MAX_TTL_MS))
         return funcd_localapi_status(req, 400, "BadRequest", "ttl: must be a duration such as "
-                                     "\"30s\" or \"1h\" (\"0\": never expires)");
+                                     "\"30s\" or \"1h\", at most 8760h (\"0\": never expires)");
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
     if ((int64_t)len > kv->max_value)
@@ -463,7 +464,15 @@ void funcd_kv_request(funcd_store *store, funcd_kv_sweeper *sw, const char *ns,
     }
     kv.sw = sw;
     struct evkeyvalq query; /* initialized by the parse, also of "" */
-    evhttp_parse_query_str(q ? q + 1 : "", &query);
+    if (evhttp_parse_query_str(q ? q + 1 : "", &query) < 0) {
+        /* libevent then drops every parameter: an ifRevision must not be
+         * lost that way, turning a compare-and-set into a plain write */
+        evhttp_clear_headers(&query);
+        funcd_buf_free(&kv.prefix);
+        free(key);
+        return funcd_localapi_status(req, 400, "BadRequest", "the query is not name=value pairs "
+                                     "joined by &");
+    }
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     if (!key) {
         if (cmd == EVHTTP_REQ_GET)

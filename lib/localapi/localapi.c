@@ -210,9 +210,13 @@ static void invoke(funcd_localapi_socket *s, struct evhttp_request *req, const c
         .body_len = body_len,
         .traceparent = evhttp_find_header(in, "traceparent"),
     };
-    if (funcd_invoke(s->api->invoker, &ir, on_invoked, c) < 0) {
+    int rc = funcd_invoke(s->api->invoker, &ir, on_invoked, c);
+    if (rc < 0) {
         evbuffer_free(c->body);
         free(c);
+        if (rc == FUNCD_EINVAL) /* the call's own fault: its path, a header, its traceparent */
+            return funcd_localapi_status(req, 400, "BadRequest", "%s",
+                                         funcd_error_last()->message);
         return funcd_localapi_status(req, 503, "ServiceUnavailable", "%s", funcd_error_last()->message);
     }
     c->next = s->calls;

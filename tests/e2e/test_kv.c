@@ -165,7 +165,7 @@ SV_TEST(node_kv)
 }
 
 static const char limits_py[] =
-    "import funcd\n"
+    "import funcd, os, socket\n"
     "def handler(req):\n"
     "    kv, out = funcd.kv('cache'), {}\n"
     "    kv.put('k1', 'x')\n"
@@ -181,6 +181,24 @@ static const char limits_py[] =
     "        out['value'] = 'stored'\n"
     "    except funcd.Error as e:\n"
     "        out['value'] = str(e)\n"
+    "    try:\n"
+    "        kv.put('k1', 'x', ttl='9000h')  # over a year\n"
+    "        out['ttl'] = 'stored'\n"
+    "    except funcd.Error as e:\n"
+    "        out['ttl'] = str(e)\n"
+    "    # a query libevent cannot read must not lose its ifRevision\n"
+    "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+    "    s.connect(os.environ['FUNCD_API'][len('unix:'):])\n"
+    "    s.sendall(b'PUT /kv/cache/k1?ifRevision=1&x HTTP/1.1\\r\\nHost: api\\r\\n'\n"
+    "              b'Content-Length: 1\\r\\nConnection: close\\r\\n\\r\\nz')\n"
+    "    answer = b''\n"
+    "    while True:\n"
+    "        d = s.recv(4096)\n"
+    "        if not d:\n"
+    "            break\n"
+    "        answer += d\n"
+    "    out['query'] = answer.split(b' ')[1].decode()\n"
+    "    out['k1'] = kv.get('k1').text\n"
     "    return out\n";
 
 /* spec.maxKeys and spec.maxValueBytes hold. */
@@ -194,6 +212,9 @@ SV_TEST(store_limits)
     CHECK_CONTAINS(jstr(e->r.json, "keys"), "spec.maxKeys");
     CHECK_CONTAINS(jstr(e->r.json, "value"), "413");
     CHECK_CONTAINS(jstr(e->r.json, "value"), "spec.maxValueBytes");
+    CHECK_CONTAINS(jstr(e->r.json, "ttl"), "400");
+    CHECK_STR(jstr(e->r.json, "query"), "400");
+    CHECK_STR(jstr(e->r.json, "k1"), "replaced"); /* neither changed it */
 }
 
 /* The 101st KVStore of a namespace is refused (the default quota, 100);
