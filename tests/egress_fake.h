@@ -56,6 +56,8 @@ typedef struct fake_dns {
     atomic_int dropped; /* questions not answered */
     const char *watch;  /* a name whose question sets `watched` (NULL: none) */
     atomic_int watched;
+    atomic_int watched_head; /* that question's id << 16 | flags (bytes 0-3) */
+    atomic_int watched_len;  /* and its length */
     char names[FAKE_DNS_MAX][64];
     char addrs[FAKE_DNS_MAX][16];
     int n;
@@ -89,8 +91,12 @@ static void *fake_dns_main(void *arg)
             continue;
         uint16_t qtype = (uint16_t)(q[off] << 8 | q[off + 1]);
         off += 4;
-        if (d->watch && strcasecmp(name, d->watch) == 0)
+        if (d->watch && strcasecmp(name, d->watch) == 0) {
+            atomic_store(&d->watched_head, (int)((uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 |
+                                                 (uint32_t)q[2] << 8 | q[3]));
+            atomic_store(&d->watched_len, (int)n);
             atomic_store(&d->watched, 1);
+        }
         size_t dl = d->drop ? strlen(d->drop) : 0;
         if (dl && nl >= dl && strcasecmp(name + nl - dl, d->drop) == 0) {
             atomic_fetch_add(&d->dropped, 1);

@@ -897,9 +897,10 @@ typedef struct dns_query {
     int fd;                        /* our socket to the upstream */
     struct event *ev;
     int sent;                      /* times sent (one more after a timeout) */
-    uint8_t query[DNS_MAX];
+    uint8_t query[DNS_MAX];        /* as sent upstream: always funcd's own question */
     size_t query_len;
     funcd_egress_question q;
+    uint8_t worker_head[3];        /* a worker's question: its id and RD, for the answer */
 } dns_query;
 
 static void dns_tcp_release(dns_tcp *t)
@@ -975,11 +976,18 @@ static void query_done(dns_query *q, const uint8_t *msg, size_t len, const funcd
         return;
     }
     uint8_t buf[DNS_MAX];
-    if (!msg) {
+    if (!msg)
         len = funcd_egress_dns_error(q->query, q->query_len, &q->q, 2, buf, sizeof(buf));
-        msg = buf;
+    else if (len <= sizeof(buf))
+        memcpy(buf, msg, len);
+    else
+        len = 0;
+    if (len >= 12) { /* under the worker's id, with its RD */
+        buf[0] = q->worker_head[0];
+        buf[1] = q->worker_head[1];
+        buf[2] = (uint8_t)((buf[2] & ~1) | (q->worker_head[2] & 1));
     }
-    dns_reply(q->cl, q->tcp, (struct sockaddr *)&q->peer, q->peer_len, msg, len);
+    dns_reply(q->cl, q->tcp, (struct sockaddr *)&q->peer, q->peer_len, buf, len);
     query_free(q);
 }
 
@@ -1013,12 +1021,9 @@ static void on_upstream_answer(evutil_socket_t fd, short what, void *arg)
         query_done(q, NULL, 0, NULL);
         return;
     }
-    /* Only the answer to a plain question (RD, no CD, no EDNS options, as
-     * the proxy asks) is kept for everyone: a worker's own flags must not
-     * shape what other namespaces are told. */
-    int plain = q->query_len >= 12 && !(q->query[3] & 0x10) && q->query[10] == 0 &&
-                q->query[11] == 0;
-    if (a.cacheable && plain)
+    /* The question was funcd's own (RD, no EDNS, nothing after it), for a
+     * worker too: the answer may serve every namespace. */
+    if (a.cacheable)
         funcd_egress_dns_cache_put(q->cl->eg->cache, q->q.name, q->q.qtype, q->q.qclass, buf,
                                    (size_t)n, a.ttl, now_ms());
     query_done(q, buf, (size_t)n, &a);
@@ -1179,13 +1184,27 @@ static void dns_handle(funcd_egress_client *cl, dns_tcp *tcp, const struct socka
     }
     /* A worker's questions each hold a socket until answered: a bounded
      * number of them, the rest SERVFAIL (a flood costs the worker, not funcd). */
-    dns_query *x = cl->queries < DNS_MAX_WAITING ? upstream_ask(cl, msg, len, &q) : NULL;
+    /* Upstream goes funcd's own question for the name, under a fresh id:
+     * neither the worker's id, flags and options (EDNS data, trailing
+     * bytes: a channel out) nor its choices reach the resolver. */
+    uint8_t own[DNS_MAX];
+    funcd_egress_question oq = q;
+    size_t own_len = 0;
+    if (q.qclass == 1 && getrandom(&oq.id, sizeof(oq.id), GRND_NONBLOCK) == (ssize_t)sizeof(oq.id))
+        own_len = funcd_egress_dns_query(q.name, q.qtype, oq.id, own, sizeof(own));
+    if (!own_len) { /* not class IN (or no random id): refused */
+        dns_reply(cl, tcp, peer, peer_len, out,
+                  funcd_egress_dns_error(msg, len, &q, 5, out, sizeof(out)));
+        return;
+    }
+    dns_query *x = cl->queries < DNS_MAX_WAITING ? upstream_ask(cl, own, own_len, &oq) : NULL;
     if (!x) {
         dns_reply(cl, tcp, peer, peer_len, out,
                   funcd_egress_dns_error(msg, len, &q, 2, out, sizeof(out)));
         return;
     }
     x->counted = 1;
+    memcpy(x->worker_head, msg, 3);
     cl->queries++;
     x->tcp = tcp;
     if (tcp)

@@ -1196,6 +1196,59 @@ TEST(test_proxy_connections_per_worker)
     funcd_egress_free(eg);
 }
 
+/* What a worker's question becomes upstream: funcd's own (a fresh id, RD
+ * set, nothing after the question), so that the worker's id, flags and
+ * options (an EDNS record, trailing bytes) neither carry its data out nor
+ * shape the answers cached for every namespace; the worker gets its answer
+ * under its own id. */
+TEST(test_dns_questions_go_upstream_as_funcd_s_own)
+{
+    fake_dns dns = {0};
+    fake_dns_add(&dns, "allowed.test", "127.0.0.2");
+    dns.watch = "allowed.test";
+    CHECK_INT(fake_dns_start(&dns, "127.0.0.4"), 0);
+    char upstream[64];
+    snprintf(upstream, sizeof(upstream), "127.0.0.4:%u", dns.port);
+    funcd_logger quiet = {NULL, FUNCD_LOG_WARN, NULL};
+    funcd_egress_config cfg = {.dns_upstream = upstream, .logger = &quiet};
+    funcd_egress *eg = NULL;
+    CHECK_INT(funcd_egress_new(&eg, &cfg), 0);
+    put(funcd_egress_policies_of(eg), "team", "p", "{\"allow\":[{\"host\":\"allowed.test\"}]}");
+    uint16_t port;
+    int ufd = fake_bind("127.0.0.1", SOCK_DGRAM, &port);
+    funcd_egress_client *cl = funcd_egress_attach(eg, "team", "fn", "fn-1", -1, ufd, -1);
+    CHECK(cl != NULL);
+    uint8_t q[600], ans[512];
+    size_t n = dns_query("allowed.test", 0x4242, q);
+    q[2] = 0;  /* RD off */
+    q[11] = 1; /* an additional record: an EDNS OPT with an option carrying data */
+    static const uint8_t opt[] = {0, 0, 41, 0x10, 0, 0, 0, 0, 0, 0, 12, 0, 65001 >> 8,
+                                  65001 & 0xff, 0, 8, 's', 'e', 'c', 'r', 'e', 't', '!', '!'};
+    memcpy(q + n, opt, sizeof(opt));
+    n += sizeof(opt);
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    CHECK_INT(connect(fd, (struct sockaddr *)&to, sizeof(to)), 0);
+    CHECK_INT(send(fd, q, n, 0), (long long)n);
+    ssize_t got = recv(fd, ans, sizeof(ans), 0);
+    CHECK(got >= 12);
+    CHECK_INT(ans[0] << 8 | ans[1], 0x4242); /* the worker's id back */
+    CHECK_INT(ans[3] & 0x0f, 0);             /* NOERROR */
+    CHECK_INT(atomic_load(&dns.watched), 1);
+    uint32_t head = (uint32_t)atomic_load(&dns.watched_head);
+    if ((head >> 16) == 0x4242)
+        FAILF("the worker's id went upstream");
+    CHECK((head >> 8) & 1); /* RD */
+    CHECK_INT(atomic_load(&dns.watched_len), 12 + 14 + 4); /* the question, nothing else */
+    close(fd);
+    funcd_egress_detach(eg, cl);
+    funcd_egress_free(eg);
+    fake_dns_stop(&dns);
+}
+
 int main(void)
 {
     evthread_use_pthreads();
@@ -1212,6 +1265,7 @@ int main(void)
     RUN(test_relay_budget_holds_over_many_tunnels);
     RUN(test_dns_tcp_client_that_never_reads);
     RUN(test_proxy_connections_per_worker);
+    RUN(test_dns_questions_go_upstream_as_funcd_s_own);
     funcd_buf_free(&audit_lines.text);
     funcd_buf_free(&fn_lines.text);
     return HARNESS_END();
