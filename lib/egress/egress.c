@@ -181,6 +181,8 @@ struct conn {
     funcd_egress_answer answers[2];
     int answered[2];              /* 1: answers[i] holds the upstream's word */
     struct event *idle;
+    struct event *head_deadline; /* the whole head within head_timeout_ms of the accept */
+    size_t scanned;              /* head bytes searched for its end so far */
     struct event *shrink; /* a grown relay buffer may go back to RELAY_MIN */
     funcd_egress_request req;
     uint64_t start_ms, last_ms;
@@ -206,6 +208,8 @@ static void conn_free(conn *c)
         bufferevent_free(c->up);
     if (c->idle)
         event_free(c->idle);
+    if (c->head_deadline)
+        event_free(c->head_deadline);
     if (c->shrink)
         event_free(c->shrink);
     if (c->dirs) {
@@ -781,12 +785,22 @@ static void on_head_event(struct bufferevent *bev, short what, void *arg)
     conn_free(c); /* the worker left (or took too long) before a whole head */
 }
 
+static void on_head_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    conn *c = arg;
+    if (c->state == S_HEAD)
+        conn_free(c); /* a head sent a byte at a time holds nothing longer than this */
+}
+
 static void on_head(struct bufferevent *bev, void *arg)
 {
     conn *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
-    struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, NULL);
+    struct evbuffer_ptr from; /* where the end may start: not searched again each read */
+    evbuffer_ptr_set(in, &from, c->scanned > 3 ? c->scanned - 3 : 0, EVBUFFER_PTR_SET);
+    struct evbuffer_ptr end = evbuffer_search(in, "\r\n\r\n", 4, &from);
     if (end.pos < 0) {
+        c->scanned = evbuffer_get_length(in);
         if (evbuffer_get_length(in) > FUNCD_EGRESS_MAX_HEAD) {
             c->state = S_DENIED;
             answer(c, 431, "Request Header Fields Too Large",
@@ -794,6 +808,7 @@ static void on_head(struct bufferevent *bev, void *arg)
         }
         return;
     }
+    event_del(c->head_deadline);
     size_t len = (size_t)end.pos + 4;
     char why[160];
     int status = FUNCD_EGRESS_MAX_HEAD + 1;
@@ -868,8 +883,13 @@ static void on_proxy_accept(struct evconnlistener *l, evutil_socket_t fd, struct
     bufferevent_set_max_single_read(c->down, FUNCD_EGRESS_MAX_HEAD);
     bufferevent_set_max_single_write(c->down, MAX_READ);
     bufferevent_setcb(c->down, on_head, NULL, on_head_event, c);
-    struct timeval tv = {HEAD_TIMEOUT_S, 0};
-    bufferevent_set_timeouts(c->down, &tv, NULL);
+    struct timeval tv = tv_ms(eg->cfg.head_timeout_ms ? eg->cfg.head_timeout_ms
+                                                      : HEAD_TIMEOUT_S * 1000u);
+    if (!(c->head_deadline = evtimer_new(eg->base, on_head_deadline, c))) {
+        conn_free(c);
+        return;
+    }
+    evtimer_add(c->head_deadline, &tv); /* a deadline: a read does not move it */
     bufferevent_enable(c->down, EV_READ);
 }
 

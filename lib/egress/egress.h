@@ -60,6 +60,9 @@ typedef struct funcd_egress_config {
     /* Proxy connections a worker may hold at once; beyond them a new one is
      * answered 503 and closed. 0: 256. */
     unsigned max_conns;
+    /* A proxy connection's whole request head must come within this long
+     * of its accept (a deadline, not an idle timeout); 0: 30 s. */
+    unsigned head_timeout_ms;
 } funcd_egress_config;
 
 /* Starts the gateway's thread. 0, or a negative FUNCD_E* with

@@ -1249,6 +1249,41 @@ TEST(test_dns_questions_go_upstream_as_funcd_s_own)
     fake_dns_stop(&dns);
 }
 
+/* A request head sent a byte at a time is ended at its deadline from the
+ * accept, however often bytes come. */
+TEST(test_head_deadline)
+{
+    funcd_logger quiet = {NULL, FUNCD_LOG_WARN, NULL};
+    funcd_egress_config cfg = {.dns_upstream = "127.0.0.4:53", .logger = &quiet,
+                               .head_timeout_ms = 500};
+    funcd_egress *eg = NULL;
+    CHECK_INT(funcd_egress_new(&eg, &cfg), 0);
+    uint16_t proxy_port;
+    int proxy = fake_bind("127.0.0.1", SOCK_STREAM, &proxy_port);
+    funcd_egress_client *cl = funcd_egress_attach(eg, "team", "fn", "fn-1", proxy, -1, -1);
+    CHECK(cl != NULL);
+    int fd = connect_to(proxy_port);
+    CHECK(fd >= 0);
+    static const char slow[] = "GET http://allowed.test/ HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaa";
+    int closed_after_ms = -1;
+    for (int i = 0; i < 20 && closed_after_ms < 0; i++) { /* a byte every 100 ms, 2 s */
+        if (send(fd, slow + i, 1, MSG_NOSIGNAL) != 1) {
+            closed_after_ms = i * 100;
+            break;
+        }
+        usleep(100 * 1000);
+        char b;
+        ssize_t n = recv(fd, &b, 1, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN))
+            closed_after_ms = (i + 1) * 100;
+    }
+    fprintf(stderr, "  closed after about %d ms\n", closed_after_ms);
+    CHECK(closed_after_ms >= 400 && closed_after_ms <= 1200);
+    close(fd);
+    funcd_egress_detach(eg, cl);
+    funcd_egress_free(eg);
+}
+
 int main(void)
 {
     evthread_use_pthreads();
@@ -1266,6 +1301,7 @@ int main(void)
     RUN(test_dns_tcp_client_that_never_reads);
     RUN(test_proxy_connections_per_worker);
     RUN(test_dns_questions_go_upstream_as_funcd_s_own);
+    RUN(test_head_deadline);
     funcd_buf_free(&audit_lines.text);
     funcd_buf_free(&fn_lines.text);
     return HARNESS_END();
