@@ -1,6 +1,7 @@
 /* Egress policies: compiling EgressPolicy specs and the decisions made
  * from them (policy.h). */
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <ctype.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -10,6 +11,10 @@
 
 #include "egress/policy.h"
 #include "funcd/sys/error.h"
+#include "util/misc.h"
+
+#define NODE_ADDRS_MAX 64      /* this node's own addresses kept */
+#define NODE_ADDRS_TTL_MS 60000 /* read again after this long */
 
 typedef struct rule {
     char *host;              /* a host pattern, or NULL for a CIDR rule */
@@ -31,6 +36,9 @@ struct funcd_egress_policies {
     funcd_egress_addr *platform;
     uint16_t *platform_ports;
     size_t n_platform;
+    funcd_egress_addr node[NODE_ADDRS_MAX]; /* this node's own addresses (its interfaces') */
+    size_t n_node;
+    int64_t node_read_ms; /* when they were read (again after NODE_ADDRS_TTL_MS) */
 };
 
 /* ---- addresses ----------------------------------------------------------- */
@@ -171,6 +179,8 @@ static const struct special {
     /* Where clouds put their metadata services besides 169.254.169.254:
      * Alibaba's 100.100.100.200, AWS's fd00:ec2::254. */
     {"100.64.0.0/10", "shared (cloud metadata)"}, {"fc00::/7", "unique-local (cloud metadata)"},
+    /* Azure's platform service (the metadata's neighbour, the VM agent's) */
+    {"168.63.129.16", "a cloud platform service"},
 };
 #define N_SPECIALS (sizeof(specials) / sizeof(specials[0]))
 
@@ -533,6 +543,31 @@ static int inside(const funcd_egress_cidr *rule_cidr, const funcd_egress_cidr *s
            funcd_egress_cidr_contains(special, rule_cidr->family, rule_cidr->addr);
 }
 
+/* This node's own addresses, read from its interfaces at most once a
+ * minute: a name resolving to one reaches the node's own services (sshd,
+ * a kubelet, anything bound to all addresses), which no tenant's host rule
+ * should open. */
+static int is_node_locked(funcd_egress_policies *p, const funcd_egress_addr *a)
+{
+    int64_t now = funcd_mono_ms();
+    if (!p->node_read_ms || now - p->node_read_ms >= NODE_ADDRS_TTL_MS) {
+        struct ifaddrs *all = NULL;
+        if (getifaddrs(&all) == 0) {
+            p->n_node = 0;
+            for (struct ifaddrs *i = all; i && p->n_node < NODE_ADDRS_MAX; i = i->ifa_next)
+                if (i->ifa_addr && funcd_egress_addr_from_sockaddr(i->ifa_addr,
+                                                                   &p->node[p->n_node]) == 0)
+                    p->n_node++;
+            freeifaddrs(all);
+        }
+        p->node_read_ms = now;
+    }
+    for (size_t i = 0; i < p->n_node; i++)
+        if (p->node[i].family == a->family && memcmp(p->node[i].addr, a->addr, 16) == 0)
+            return 1;
+    return 0;
+}
+
 static int is_platform_locked(funcd_egress_policies *p, const funcd_egress_addr *a, uint16_t port)
 {
     for (size_t i = 0; i < p->n_platform; i++) {
@@ -555,9 +590,17 @@ void funcd_egress_check_addr(funcd_egress_policies *p, const char *ns, const fun
     funcd_egress_addr_str(a, as, sizeof(as));
     funcd_egress_cidr special_range;
     const struct special *sp = special_of(a, &special_range);
+    static const struct special node_word = {NULL, "this node's own address"};
     d->allowed = 0;
     pthread_mutex_lock(&p->lock);
     int platform = is_platform_locked(p, a, port);
+    if (!sp && is_node_locked(p, a)) { /* only a rule naming this very address */
+        sp = &node_word;
+        memset(&special_range, 0, sizeof(special_range));
+        special_range.family = a->family;
+        special_range.prefix = a->family == AF_INET ? 32 : 128;
+        memcpy(special_range.addr, a->addr, 16);
+    }
     if (platform)
         snprintf(d->rule, sizeof(d->rule), "%s:%u is funcd's own listener", as, port);
     else if (sp)

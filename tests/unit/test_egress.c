@@ -5,6 +5,7 @@
  * with a fake DNS upstream on 127.0.0.4 and "outside" origins on 127.0.0.2
  * and 127.0.0.3.
  */
+#include <ifaddrs.h>
 #include <event2/thread.h>
 #include <poll.h>
 #include <pthread.h>
@@ -188,6 +189,31 @@ TEST(test_policy_decisions)
         if (d.allowed != v6[i].allowed)
             FAILF("IPv6 form %zu: allowed %d, expected %d", i, d.allowed, v6[i].allowed);
     }
+    /* this node's own addresses: not by name nor by a wide rule, only by a
+     * rule naming the address (port 8443 has a 0.0.0.0/0 rule above) */
+    char node_ip[INET6_ADDRSTRLEN] = "";
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) == 0) {
+        for (struct ifaddrs *i = ifs; i && !node_ip[0]; i = i->ifa_next) {
+            funcd_egress_addr na;
+            if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+                funcd_egress_addr_from_sockaddr(i->ifa_addr, &na) == 0 && !funcd_egress_special(&na))
+                funcd_egress_addr_str(&na, node_ip, sizeof(node_ip));
+        }
+        freeifaddrs(ifs);
+    }
+    if (node_ip[0]) {
+        CHECK_INT(addr_ok(p, "a", node_ip, 443, 1), 0);
+        CHECK_INT(addr_ok(p, "a", node_ip, 8443, 0), 0);
+        char named[128];
+        snprintf(named, sizeof(named), "{\"allow\":[{\"cidr\":\"%s/32\",\"ports\":[22]}]}", node_ip);
+        put(p, "a", "node", named);
+        CHECK_INT(addr_ok(p, "a", node_ip, 22, 0), 1);
+        funcd_egress_policies_remove(p, "a", "node");
+    } else {
+        fprintf(stderr, "  (no address of this node outside the special ranges: not tried)\n");
+    }
+    CHECK_INT(addr_ok(p, "a", "168.63.129.16", 8443, 0), 0);
     /* ... only through a CIDR rule inside them */
     CHECK_INT(addr_ok(p, "a", "127.0.0.2", 80, 0), 1);
     CHECK_INT(addr_ok(p, "a", "127.0.0.2", 80, 1), 1);
