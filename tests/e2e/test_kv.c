@@ -347,18 +347,26 @@ static const char *kv_keys(funcd_store *store, funcd_buf *out)
     return out->data ? out->data : "";
 }
 
+/* A platform on a memory store the test also reads (the store's keys). */
+static int platform_on_memory_store(env *e, funcd_store **store)
+{
+    if (funcd_store_memory_new(store, 0) < 0)
+        return -1;
+    if (env_up_with(e, *store, NULL, NULL, NULL) == 0)
+        return 0;
+    env_down(e);
+    sv_cleanup();
+    return -1;
+}
+
 /* Nobody reads them again, yet expired keys leave the store, and so do
  * the keys of a KVStore that was deleted: the sweeper. */
 TEST(expired_keys_are_swept)
 {
     funcd_store *store = NULL;
-    CHECK_INT(funcd_store_memory_new(&store, 0), 0);
     env e_, *e = &e_;
-    if (env_up_with(e, store, NULL, NULL, NULL) < 0) {
-        env_down(e);
-        sv_cleanup();
+    if (platform_on_memory_store(e, &store) < 0)
         FAILF("cannot start a platform: %s", funcd_error_last()->message);
-    }
     funcd_buf keys = FUNCD_BUF_INIT;
     char dir[256], dir2[256];
     CHECK(create_kvstore(e, "cache", "{}") == 201);
@@ -406,13 +414,9 @@ static const char churn_py[] =
 TEST(short_lived_keys_stay_within_max_keys)
 {
     funcd_store *store = NULL;
-    CHECK_INT(funcd_store_memory_new(&store, 0), 0);
     env e_, *e = &e_;
-    if (env_up_with(e, store, NULL, NULL, NULL) < 0) {
-        env_down(e);
-        sv_cleanup();
+    if (platform_on_memory_store(e, &store) < 0)
         FAILF("cannot start a platform: %s", funcd_error_last()->message);
-    }
     funcd_buf keys = FUNCD_BUF_INIT;
     char dir[256];
     CHECK(create_kvstore(e, "small", "{\"maxKeys\":2}") == 201);

@@ -948,6 +948,21 @@ TEST(the_sandbox_has_none_of_our_groups)
     CHECK(strstr(groups, "65534") == NULL);
 }
 
+/* Runs `fn` in a child of the test: its exit status, or -1 when it did
+ * not exit (a signal). */
+static int in_a_child(void (*fn)(void))
+{
+    pid_t pid = fork();
+    if (pid == 0)
+        fn();
+    if (pid < 0)
+        return -1;
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 /* In a child of the test: a new pid namespace (its own /proc) whose memfds
  * are not executable unless asked for (vm.memfd_noexec 1: the sysctl is
  * per pid namespace, so the host's is untouched); a sandboxed worker is
@@ -994,19 +1009,13 @@ static _Noreturn void start_where_memfds_are_noexec(void)
  * executable one. */
 TEST(the_init_runs_where_memfds_are_noexec)
 {
-    pid_t pid = fork();
-    if (pid == 0)
-        start_where_memfds_are_noexec();
-    CHECK(pid > 0);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    CHECK(WIFEXITED(status));
-    if (WEXITSTATUS(status) == 77) {
+    int status = in_a_child(start_where_memfds_are_noexec);
+    CHECK(status >= 0);
+    if (status == 77) {
         fprintf(stderr, "  (this kernel has no vm.memfd_noexec: nothing to try)\n");
         return;
     }
-    CHECK_INT(WEXITSTATUS(status), 0);
+    CHECK_INT(status, 0);
 }
 
 /* A worker that ends at once is told with its own status, every time: the
@@ -1099,15 +1108,7 @@ static _Noreturn void start_where_close_range_is_refused(void)
  * refused: funcd then closes them one by one. */
 TEST(no_descriptor_passes_where_close_range_is_refused)
 {
-    pid_t pid = fork();
-    if (pid == 0)
-        start_where_close_range_is_refused();
-    CHECK(pid > 0);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    CHECK(WIFEXITED(status));
-    CHECK_INT(WEXITSTATUS(status), 0);
+    CHECK_INT(in_a_child(start_where_close_range_is_refused), 0);
 }
 
 typedef struct waiter {

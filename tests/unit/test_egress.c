@@ -914,6 +914,21 @@ TEST(test_gateway)
 /* A worker may have at most 32 questions waiting for the upstream: its
  * 33rd is refused (SERVFAIL) without reaching the upstream, while another
  * worker's questions are still forwarded and answered. */
+/* A gateway asking names of `dns` (on 127.0.0.4), with namespace "team"'s
+ * policy "p" of `spec`. */
+static funcd_egress *gateway_over(const fake_dns *dns, const char *spec)
+{
+    static funcd_logger quiet = {NULL, FUNCD_LOG_WARN, NULL};
+    char upstream[64];
+    snprintf(upstream, sizeof(upstream), "127.0.0.4:%u", dns->port);
+    funcd_egress_config cfg = {.dns_upstream = upstream, .logger = &quiet};
+    funcd_egress *eg = NULL;
+    if (funcd_egress_new(&eg, &cfg) < 0)
+        return NULL;
+    put(funcd_egress_policies_of(eg), "team", "p", spec);
+    return eg;
+}
+
 TEST(test_dns_cap)
 {
     fake_dns dns = {0};
@@ -921,14 +936,9 @@ TEST(test_dns_cap)
     dns.drop = ".hang.allowed.test"; /* an upstream that never answers these */
     dns.watch = "q32.hang.allowed.test";
     CHECK_INT(fake_dns_start(&dns, "127.0.0.4"), 0);
-    char upstream[64];
-    snprintf(upstream, sizeof(upstream), "127.0.0.4:%u", dns.port);
-    funcd_logger quiet = {NULL, FUNCD_LOG_WARN, NULL};
-    funcd_egress_config cfg = {.dns_upstream = upstream, .logger = &quiet};
-    funcd_egress *eg = NULL;
-    CHECK_INT(funcd_egress_new(&eg, &cfg), 0);
-    put(funcd_egress_policies_of(eg), "team", "p",
-        "{\"allow\":[{\"host\":\"allowed.test\"},{\"host\":\"*.allowed.test\"}]}");
+    funcd_egress *eg =
+        gateway_over(&dns, "{\"allow\":[{\"host\":\"allowed.test\"},{\"host\":\"*.allowed.test\"}]}");
+    CHECK(eg != NULL);
     uint16_t a_port, b_port;
     int a_fd = fake_bind("127.0.0.1", SOCK_DGRAM, &a_port);
     int b_fd = fake_bind("127.0.0.1", SOCK_DGRAM, &b_port);
@@ -1233,13 +1243,8 @@ TEST(test_dns_questions_go_upstream_as_funcd_s_own)
     fake_dns_add(&dns, "allowed.test", "127.0.0.2");
     dns.watch = "allowed.test";
     CHECK_INT(fake_dns_start(&dns, "127.0.0.4"), 0);
-    char upstream[64];
-    snprintf(upstream, sizeof(upstream), "127.0.0.4:%u", dns.port);
-    funcd_logger quiet = {NULL, FUNCD_LOG_WARN, NULL};
-    funcd_egress_config cfg = {.dns_upstream = upstream, .logger = &quiet};
-    funcd_egress *eg = NULL;
-    CHECK_INT(funcd_egress_new(&eg, &cfg), 0);
-    put(funcd_egress_policies_of(eg), "team", "p", "{\"allow\":[{\"host\":\"allowed.test\"}]}");
+    funcd_egress *eg = gateway_over(&dns, "{\"allow\":[{\"host\":\"allowed.test\"}]}");
+    CHECK(eg != NULL);
     uint16_t port;
     int ufd = fake_bind("127.0.0.1", SOCK_DGRAM, &port);
     funcd_egress_client *cl = funcd_egress_attach(eg, "team", "fn", "fn-1", -1, ufd, -1);
