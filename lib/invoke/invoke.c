@@ -87,6 +87,7 @@ struct call {
     char grant_error[256];
     /* the exchange */
     funcd_slot *slot;
+    unsigned hops; /* funcd_invoke_req.hops */
     int began;
     peer_entry *peer;
     funcd_http_call *http;
@@ -608,6 +609,7 @@ int funcd_invoke(funcd_invoker *inv, const funcd_invoke_req *req, funcd_invoke_d
     c->inv = inv;
     c->done = done;
     c->arg = arg;
+    c->hops = req->hops;
     c->body = req->body;
     c->body_len = req->body ? req->body_len : 0;
     c->max_response = req->max_response ? req->max_response : DEFAULT_MAX_RESPONSE;
@@ -657,6 +659,15 @@ int funcd_invoke(funcd_invoker *inv, const funcd_invoke_req *req, funcd_invoke_d
     event_add(c->deadline, &tv);
     acquire(c);
     return 0;
+}
+
+unsigned funcd_invoke_hops_on(funcd_invoker *inv, uint64_t worker_id)
+{
+    unsigned most = 0;
+    for (call *c = inv ? inv->calls : NULL; c; c = c->next)
+        if (c->slot && c->hops > most && funcd_slot_worker_id(c->slot) == worker_id)
+            most = c->hops;
+    return most;
 }
 
 /* ---- the invoker ------------------------------------------------------ */

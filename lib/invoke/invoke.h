@@ -34,6 +34,7 @@ typedef struct funcd_invoke_req {
     size_t max_response;               /* bytes of answer body kept; 0: 1 MiB */
     const char *invocation_id;         /* sent as X-Funcd-Invocation-Id; NULL: a new one */
     const char *traceparent;           /* NULL: a new trace */
+    unsigned hops;                     /* calls on the chain up to this one (fn-to-fn); 0: none */
 } funcd_invoke_req;
 
 typedef struct funcd_invoke_res {
@@ -54,6 +55,10 @@ typedef void (*funcd_invoke_done_fn)(const funcd_invoke_res *res, void *arg);
    0, or FUNCD_ENOMEM / FUNCD_EINVAL (then `done` never runs). */
 int funcd_invoke(funcd_invoker *inv, const funcd_invoke_req *req, funcd_invoke_done_fn done,
                  void *arg);
+
+/* On the loop: the most hops among the calls this invoker has on worker
+ * `worker_id` now (funcd_slot_worker_id); 0 when it serves none of them. */
+unsigned funcd_invoke_hops_on(funcd_invoker *inv, uint64_t worker_id);
 
 /* ---- the platform's side ---------------------------------------------- */
 

@@ -34,8 +34,13 @@ struct funcd_localapi_socket {
     char **invoke; /* NULL-terminated */
     char **kv;     /* NULL-terminated */
     call *calls;   /* in flight */
+    uint64_t worker_id;
     funcd_localapi_socket *prev, *next;
 };
+
+/* Calls along one chain of fn-to-fn calls (A calls B calls C ...): a cycle
+ * in the bindings ends here, not when every slot of the pools is taken. */
+#define MAX_HOPS 8
 
 struct funcd_localapi {
     struct event_base *loop;
@@ -175,6 +180,14 @@ static void invoke(funcd_localapi_socket *s, struct evhttp_request *req, const c
         return funcd_localapi_status(req, 405, "MethodNotAllowed", "this method is not passed on");
     if (!s->api->invoker)
         return funcd_localapi_status(req, 503, "ServiceUnavailable", "funcd is shutting down");
+    /* The caller's depth: the deepest call its worker is serving now. */
+    unsigned hops = funcd_invoke_hops_on(s->api->invoker, s->worker_id);
+    if (hops >= MAX_HOPS)
+        return funcd_localapi_status(req, 508, "LoopDetected",
+                                     "function %s/%s is the %uth call of a chain of "
+                                     "function-to-function calls, the most there may be; "
+                                     "is there a cycle in spec.bindings.invoke?",
+                                     s->ns, s->name, hops);
     char callee[64], path[2048];
     snprintf(callee, sizeof(callee), "%.*s", (int)len, name);
     if (snprintf(path, sizeof(path), "%s%s", *rest == '?' ? "/" : "", rest) >=
@@ -209,6 +222,7 @@ static void invoke(funcd_localapi_socket *s, struct evhttp_request *req, const c
         .body = body_len ? evbuffer_pullup(c->body, -1) : NULL,
         .body_len = body_len,
         .traceparent = evhttp_find_header(in, "traceparent"),
+        .hops = hops + 1,
     };
     int rc = funcd_invoke(s->api->invoker, &ir, on_invoked, c);
     if (rc < 0) {
@@ -289,6 +303,7 @@ funcd_localapi_socket *funcd_localapi_open(funcd_localapi *api, const char *path
         goto fail;
     }
     s->api = api;
+    s->worker_id = caller->worker_id;
     snprintf(s->path, sizeof(s->path), "%s", path);
     int fd = listen_unix(path);
     if (fd < 0) {

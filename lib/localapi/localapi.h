@@ -50,6 +50,7 @@ typedef struct funcd_localapi_caller {
     const char *replica;
     const char *const *invoke;
     const char *const *kv; /* spec.bindings.kv */
+    uint64_t worker_id;    /* the worker's funcd_slot_worker_id: where its calls come from */
 } funcd_localapi_caller;
 
 /* Listens at `path` (created 0600; the worker sees it as its own). NULL

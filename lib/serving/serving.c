@@ -948,7 +948,7 @@ static void on_worker_prepare(funcd_worker_ctx *w, void *data, void *payload)
         snprintf(path, sizeof(path), "%s/" FUNCD_LOCALAPI_SOCKET, w->dir);
         funcd_localapi_caller caller = {ln->ns, ln->name, w->replica,
                                         (const char *const *)ln->invoke,
-                                        (const char *const *)ln->kv};
+                                        (const char *const *)ln->kv, wc->pub.id};
         if (!(wc->api = funcd_localapi_open(ln->s->cfg.localapi, path, &caller)))
             funcd_log(ln->s->cfg.logger, FUNCD_LOG_WARN, "replica %s has no local API: %s",
                       w->replica, funcd_error_last()->message);

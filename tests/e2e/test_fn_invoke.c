@@ -157,6 +157,31 @@ SV_TEST(caller_gone_before_the_callee)
     }
 }
 
+/* A function bound to itself that calls itself on every request: the chain
+ * ends at the hop limit with 508, passed back up, rather than filling its
+ * pool's slots until the timeout. */
+static const char recurse_py[] =
+    "import funcd\n"
+    "def handler(req):\n"
+    "    r = funcd.invoke('rec', b'', path='/')\n"
+    "    return r.status, {'content-type': 'application/json'}, r.body\n";
+
+SV_TEST(a_binding_cycle_ends_at_the_hop_limit)
+{
+    char dir[256];
+    CHECK(sv_code_dir(dir, sizeof(dir), "main.py", recurse_py) == 0);
+    CHECK(sv_create(e, "rec",
+                    "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":"
+                    "{\"path\":\"%s\"},\"bindings\":{\"invoke\":[\"rec\"]},\"scaling\":"
+                    "{\"maxReplicas\":12,\"concurrency\":1,\"queueLength\":4}}",
+                    dir) == 201);
+    CHECK(sv_wait_ready(e, "rec", WAIT_MS));
+    long code = sv_invoke(e, "POST", DP_PATH("rec") "/", "x");
+    if (code != 508)
+        FAILF("a cycle of calls: %ld %.300s", code, e->r.body ? e->r.body : "");
+    CHECK_CONTAINS(e->r.body, "spec.bindings.invoke");
+}
+
 SV_TEST(bad_bindings)
 {
     static const struct {
@@ -191,6 +216,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, no_bindings_no_api);
     SV_RUN(only, ran, bad_bindings);
     SV_RUN(only, ran, caller_gone_before_the_callee);
+    SV_RUN(only, ran, a_binding_cycle_ends_at_the_hop_limit);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no case %s\n", only);
