@@ -27,6 +27,8 @@ static inline void funcd_close_range(unsigned from, unsigned to, unsigned flags)
     struct rlimit rl = {FUNCD_FD_CEILING, FUNCD_FD_CEILING};
     getrlimit(RLIMIT_NOFILE, &rl);
     rlim_t limit = rl.rlim_cur > rl.rlim_max ? rl.rlim_cur : rl.rlim_max;
+    if (limit == 0)
+        return; /* no descriptor can be open */
     unsigned last = limit == RLIM_INFINITY || limit > FUNCD_FD_CEILING ? FUNCD_FD_CEILING - 1
                                                                        : (unsigned)limit - 1;
     if (last > to)
