@@ -34,23 +34,32 @@ static const char caller_js[] =
     "            body: r.body};\n"
     "};\n";
 
-/* The caller (`runtime` python3 or node) named `name`, bound to `bound`
- * (a JSON list, or NULL: no bindings). */
-static int caller(env *e, const char *name, const char *runtime, const char *bound)
+/* A function of `code` (python3 or node) named `name`, bound to `bound`
+ * (a JSON list, or NULL: no bindings), with `more` spec fields (or ""),
+ * ready. */
+static int bound_fn(env *e, const char *name, const char *runtime, const char *code,
+                    const char *bound, const char *more)
 {
     char dir[256], bindings[256] = "";
     int py = strcmp(runtime, "python3") == 0;
-    if (sv_code_dir(dir, sizeof(dir), py ? "main.py" : "index.js", py ? caller_py : caller_js) != 0)
+    if (sv_code_dir(dir, sizeof(dir), py ? "main.py" : "index.js", code) != 0)
         return -1;
     if (bound)
         snprintf(bindings, sizeof(bindings), ",\"bindings\":{\"invoke\":%s}", bound);
-    if (sv_create(e, name, "{\"runtime\":\"%s\",\"handler\":\"%s\",\"source\":{\"path\":\"%s\"}%s}",
-                  runtime, py ? "main.handler" : "index.js", dir, bindings) != 201)
+    if (sv_create(e, name, "{\"runtime\":\"%s\",\"handler\":\"%s\",\"source\":{\"path\":\"%s\"}%s%s}",
+                  runtime, py ? "main.handler" : "index.js", dir, bindings, more) != 201)
         return -1;
     if (sv_wait_ready(e, name, WAIT_MS))
         return 0;
     fprintf(stderr, "%s is not ready: %.600s\n", name, e->r.body ? e->r.body : "");
     return -1;
+}
+
+/* The caller (`runtime` python3 or node) named `name`, bound to `bound`. */
+static int caller(env *e, const char *name, const char *runtime, const char *bound)
+{
+    int py = strcmp(runtime, "python3") == 0;
+    return bound_fn(e, name, runtime, py ? caller_py : caller_js, bound, "");
 }
 
 /* The callee: the native fixture, from zero. */
@@ -135,13 +144,7 @@ static const char leaver_py[] =
 
 SV_TEST(caller_gone_before_the_callee)
 {
-    char dir[256];
-    CHECK(sv_code_dir(dir, sizeof(dir), "main.py", leaver_py) == 0);
-    CHECK(sv_create(e, "leaver",
-                    "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":"
-                    "{\"path\":\"%s\"},\"bindings\":{\"invoke\":[\"callee\"]}}",
-                    dir) == 201);
-    CHECK(sv_wait_ready(e, "leaver", WAIT_MS));
+    CHECK(bound_fn(e, "leaver", "python3", leaver_py, "[\"callee\"]", "") == 0);
     CHECK(sv_native(e, "callee", "\"scaling\":{\"minReplicas\":0,\"idleTimeout\":\"1s\"},"
                                  "\"env\":{\"FIXTURE_START_DELAY_MS\":\"300\"}") == 0);
     for (int round = 0; round < 4 && !harness_failed_now; round++) {
@@ -168,14 +171,8 @@ static const char recurse_py[] =
 
 SV_TEST(a_binding_cycle_ends_at_the_hop_limit)
 {
-    char dir[256];
-    CHECK(sv_code_dir(dir, sizeof(dir), "main.py", recurse_py) == 0);
-    CHECK(sv_create(e, "rec",
-                    "{\"runtime\":\"python3\",\"handler\":\"main.handler\",\"source\":"
-                    "{\"path\":\"%s\"},\"bindings\":{\"invoke\":[\"rec\"]},\"scaling\":"
-                    "{\"maxReplicas\":12,\"concurrency\":1,\"queueLength\":4}}",
-                    dir) == 201);
-    CHECK(sv_wait_ready(e, "rec", WAIT_MS));
+    CHECK(bound_fn(e, "rec", "python3", recurse_py, "[\"rec\"]",
+                   ",\"scaling\":{\"maxReplicas\":12,\"concurrency\":1,\"queueLength\":4}") == 0);
     long code = sv_invoke(e, "POST", DP_PATH("rec") "/", "x");
     if (code != 508)
         FAILF("a cycle of calls: %ld %.300s", code, e->r.body ? e->r.body : "");

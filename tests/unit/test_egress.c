@@ -1193,18 +1193,34 @@ TEST(test_dns_tcp_client_that_never_reads)
     funcd_egress_free(eg);
 }
 
+/* A gateway of `cfg` (its upstream and logger filled in) with one worker's
+ * proxy socket attached: `*cl` and its port. */
+static funcd_egress *gateway_with_proxy(funcd_egress_config *cfg, funcd_egress_client **cl,
+                                        uint16_t *port)
+{
+    static funcd_logger quiet = {NULL, FUNCD_LOG_WARN, NULL};
+    cfg->dns_upstream = "127.0.0.4:53";
+    cfg->logger = &quiet;
+    funcd_egress *eg = NULL;
+    if (funcd_egress_new(&eg, cfg) < 0)
+        return NULL;
+    int proxy = fake_bind("127.0.0.1", SOCK_STREAM, port);
+    if (!(*cl = funcd_egress_attach(eg, "team", "fn", "fn-1", proxy, -1, -1))) {
+        funcd_egress_free(eg);
+        return NULL;
+    }
+    return eg;
+}
+
 /* A worker holds at most max_conns proxy connections at once; beyond them
  * it is answered 503 at once, and a connection that ends makes room. */
 TEST(test_proxy_connections_per_worker)
 {
-    funcd_logger quiet = {NULL, FUNCD_LOG_WARN, NULL};
-    funcd_egress_config cfg = {.dns_upstream = "127.0.0.4:53", .logger = &quiet, .max_conns = 8};
-    funcd_egress *eg = NULL;
-    CHECK_INT(funcd_egress_new(&eg, &cfg), 0);
+    funcd_egress_config cfg = {.max_conns = 8};
     uint16_t proxy_port;
-    int proxy = fake_bind("127.0.0.1", SOCK_STREAM, &proxy_port);
-    funcd_egress_client *cl = funcd_egress_attach(eg, "team", "fn", "fn-1", proxy, -1, -1);
-    CHECK(cl != NULL);
+    funcd_egress_client *cl = NULL;
+    funcd_egress *eg = gateway_with_proxy(&cfg, &cl, &proxy_port);
+    CHECK(eg != NULL);
     int fds[8];
     for (int i = 0; i < 8; i++) /* open, saying nothing: each waits for its head */
         CHECK((fds[i] = connect_to(proxy_port)) >= 0);
@@ -1284,15 +1300,11 @@ TEST(test_dns_questions_go_upstream_as_funcd_s_own)
  * accept, however often bytes come. */
 TEST(test_head_deadline)
 {
-    funcd_logger quiet = {NULL, FUNCD_LOG_WARN, NULL};
-    funcd_egress_config cfg = {.dns_upstream = "127.0.0.4:53", .logger = &quiet,
-                               .head_timeout_ms = 500};
-    funcd_egress *eg = NULL;
-    CHECK_INT(funcd_egress_new(&eg, &cfg), 0);
+    funcd_egress_config cfg = {.head_timeout_ms = 500};
     uint16_t proxy_port;
-    int proxy = fake_bind("127.0.0.1", SOCK_STREAM, &proxy_port);
-    funcd_egress_client *cl = funcd_egress_attach(eg, "team", "fn", "fn-1", proxy, -1, -1);
-    CHECK(cl != NULL);
+    funcd_egress_client *cl = NULL;
+    funcd_egress *eg = gateway_with_proxy(&cfg, &cl, &proxy_port);
+    CHECK(eg != NULL);
     int fd = connect_to(proxy_port);
     CHECK(fd >= 0);
     static const char slow[] = "GET http://allowed.test/ HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaa";
