@@ -16,7 +16,6 @@
 #include "funcd/sys/error.h"
 #include "util/misc.h"
 
-extern char **environ;
 
 typedef struct stream {
     int fd;
@@ -163,9 +162,10 @@ static int spawn(funcd_child *c, const funcd_child_spec *spec)
         }
     }
     const char *const default_argv[] = {spec->path, NULL};
+    const char *const no_env[] = {NULL};
     funcd_spawn_spec sp = {spec->path,
                            (char *const *)(spec->argv ? spec->argv : default_argv),
-                           spec->env ? (char *const *)spec->env : environ, NULL,
+                           (char *const *)(spec->env ? spec->env : no_env), NULL,
                            {pipes[0][0], pipes[1][1], pipes[2][1]}};
     pid_t pid = funcd_spawn(&sp);
     int fork_err = errno;

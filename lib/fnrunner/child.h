@@ -21,7 +21,7 @@ typedef struct funcd_child funcd_child;
 typedef struct funcd_child_spec {
     const char *path;        /* the program to execve */
     const char *const *argv; /* NULL: {path, NULL} */
-    const char *const *env;  /* NULL: inherit */
+    const char *const *env;  /* NULL: none (never funcd's own) */
     const void *input;       /* written to stdin, then stdin is closed */
     size_t input_len;
     size_t max_stdout; /* more kills the child: FUNCD_CHILD_TOO_BIG */

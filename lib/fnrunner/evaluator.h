@@ -40,6 +40,11 @@ enum {
 /* How much of a failed function's stderr goes into the status message. */
 #define FUNCD_EVAL_STDERR_TAIL 4096
 
+/* The environment an exec function or a functions-dir worker starts with
+ * (a worker's overrides add to it): never funcd's own, which may hold its
+ * credentials. */
+extern const char *const funcd_eval_default_env[];
+
 typedef struct funcd_eval_request {
     const uint8_t *rl; /* the ResourceList, passed through untouched */
     size_t rl_len;

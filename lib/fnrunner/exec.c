@@ -35,6 +35,9 @@ typedef struct exec_run {
     int64_t timeout_ms;
 } exec_run;
 
+const char *const funcd_eval_default_env[] = {"PATH=/usr/local/bin:/usr/bin:/bin",
+                                              "LANG=C.UTF-8", NULL};
+
 static int has_dotdot(const char *path)
 {
     for (const char *p = path; (p = strstr(p, "..")); p += 2)
@@ -169,7 +172,8 @@ static void start(exec_eval *e, funcd_eval_job *job, const char *path)
         return;
     }
     *r = (exec_run){e, job, NULL, deadline - now};
-    funcd_child_spec spec = {.path = path, .input = job->req.rl, .input_len = job->req.rl_len,
+    funcd_child_spec spec = {.path = path, .env = funcd_eval_default_env,
+                             .input = job->req.rl, .input_len = job->req.rl_len,
                              .max_stdout = e->max_message, .max_stderr = e->max_message,
                              .deadline_ms = deadline};
     if (funcd_child_run(&r->child, e->loop, &spec, on_child_done, r) < 0) {

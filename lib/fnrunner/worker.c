@@ -277,12 +277,10 @@ static launch *launch_new(worker_eval *we, const char *image, const char *name,
         launch_free(ln);
         return NULL;
     }
-    static const char *const defaults[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
-                                           NULL};
     const char *const argv[] = {ln->program, NULL};
     const funcd_worker_bind binds[] = {{dir, NULL, 0, 0}, {we->shim, NULL, 0, 0}};
     funcd_launch_spec spec = {.cwd = dir, .binds = binds, .n_binds = 2};
-    int rc = launch_workers(we, ln, &spec, argv, defaults, ov);
+    int rc = launch_workers(we, ln, &spec, argv, funcd_eval_default_env, ov);
     free(dir);
     if (rc < 0) {
         launch_free(ln);

@@ -301,6 +301,25 @@ TEST(exec_deadline_kills_the_function)
     CHECK(took >= 250 && took < 3000);
 }
 
+/* An exec function runs with the environment a warm worker gets (PATH,
+ * LANG), not funcd's: the daemon's own (a token, a database password, an
+ * S3 master secret file's path) is not the function's to read. */
+TEST(exec_runs_with_its_own_environment)
+{
+    setenv("FUNCD_TEST_SECRET", "do-not-pass", 1);
+    funcd_eval_job job;
+    CHECK(eval(&job, NULL, "env.sh", "x", 0));
+    unsetenv("FUNCD_TEST_SECRET");
+    int status = job.res.status;
+    char log[4096];
+    snprintf(log, sizeof(log), "%s", job.res.log.data ? job.res.log.data : "");
+    funcd_eval_job_clear(&job);
+    CHECK_INT(status, FUNCD_EVAL_OK);
+    CHECK(!strstr(log, "do-not-pass"));
+    CHECK_CONTAINS(log, "PATH=/usr/local/bin:/usr/bin:/bin\n");
+    CHECK_CONTAINS(log, "LANG=C.UTF-8\n");
+}
+
 TEST(exec_output_over_the_limit)
 {
     funcd_eval_job job;
@@ -519,6 +538,7 @@ static void setup(void)
                             "printf 'cannot do it\\nreally\\n' >&2\nexit 3\n");
     write_script("slow.sh", "sleep 30\n");
     write_script("ignore.sh", "echo ignored\n");
+    write_script("env.sh", "cat\nenv >&2\n");
     write_script("big.sh", "head -c 100000 /dev/zero\n");
     loop = event_base_new();
     if (!loop || funcd_store_memory_new(&store, 0) < 0)
@@ -543,6 +563,7 @@ int main(void)
     RUN(exec_ok_passes_stdout_and_stderr);
     RUN(exec_nonzero_exit_is_internal_with_stderr_and_results);
     RUN(exec_deadline_kills_the_function);
+    RUN(exec_runs_with_its_own_environment);
     RUN(exec_output_over_the_limit);
     RUN(exec_large_input_read_or_ignored);
     RUN(exec_path_relative_absolute_and_refused);
