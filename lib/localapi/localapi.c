@@ -3,7 +3,9 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/http.h>
+#include <event2/listener.h>
 #include <event2/keyvalq_struct.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +37,15 @@ struct funcd_localapi_socket {
     char **kv;     /* NULL-terminated */
     call *calls;   /* in flight */
     uint64_t worker_id;
+    /* The connections open now, at most FUNCD_LOCALAPI_MAX_CONNS: evhttp's
+     * listener pauses there. A new connection's bufferevent waits in
+     * `fresh` (a reference held) until `settle` runs, right after evhttp set
+     * the connection up, and gives it a close callback that counts it out. */
+    struct evconnlistener *lev;
+    struct event *settle;
+    struct bufferevent *fresh[FUNCD_LOCALAPI_MAX_CONNS];
+    unsigned n_fresh, conns;
+    int closing;
     funcd_localapi_socket *prev, *next;
 };
 
@@ -251,6 +262,52 @@ static void on_request(struct evhttp_request *req, void *arg)
                 target ? target : "such path");
 }
 
+/* ---- connections -------------------------------------------------------- */
+
+/* libevent 2.1's evhttp has no connection limit, and a worker could open
+ * connections until funcd ran out of descriptors. It hands each accepted
+ * connection a bufferevent from on_new_conn, before the connection exists;
+ * settle then finds the connection (the bufferevent's callback argument)
+ * and sets its close callback, which evhttp calls once when it frees it. */
+static void on_conn_closed(struct evhttp_connection *evcon, void *arg)
+{
+    funcd_localapi_socket *s = arg;
+    if (s->conns > 0 && s->conns-- == FUNCD_LOCALAPI_MAX_CONNS && !s->closing)
+        evconnlistener_enable(s->lev);
+}
+
+static void on_settle(evutil_socket_t fd, short what, void *arg)
+{
+    funcd_localapi_socket *s = arg;
+    for (unsigned i = 0; i < s->n_fresh; i++) {
+        struct bufferevent *bev = s->fresh[i];
+        void *evcon = NULL;
+        bufferevent_getcb(bev, NULL, NULL, NULL, &evcon);
+        if (evcon && !s->closing)
+            evhttp_connection_set_closecb(evcon, on_conn_closed, s);
+        else /* evhttp could not set it up (out of memory) and freed it */
+            on_conn_closed(NULL, s);
+        bufferevent_decref(bev);
+    }
+    s->n_fresh = 0;
+}
+
+static struct bufferevent *on_new_conn(struct event_base *base, void *arg)
+{
+    funcd_localapi_socket *s = arg;
+    if (s->n_fresh == FUNCD_LOCALAPI_MAX_CONNS)
+        return NULL; /* cannot happen: the listener pauses first */
+    struct bufferevent *bev = bufferevent_socket_new(base, -1, 0);
+    if (!bev)
+        return NULL; /* evhttp tries its own, uncounted */
+    bufferevent_incref(bev);
+    s->fresh[s->n_fresh++] = bev;
+    if (++s->conns == FUNCD_LOCALAPI_MAX_CONNS)
+        evconnlistener_disable(s->lev);
+    event_active(s->settle, EV_TIMEOUT, 0);
+    return bev;
+}
+
 /* ---- sockets ------------------------------------------------------------ */
 
 static char **copy_names(const char *const *names)
@@ -311,12 +368,16 @@ funcd_localapi_socket *funcd_localapi_open(funcd_localapi *api, const char *path
                         strerror(errno));
         goto fail;
     }
-    if (!evhttp_accept_socket_with_handle(s->http, fd)) {
+    struct evhttp_bound_socket *bound = NULL;
+    if (!(s->settle = event_new(api->loop, -1, 0, on_settle, s)) ||
+        !(bound = evhttp_accept_socket_with_handle(s->http, fd))) {
         close(fd);
         unlink(path);
         funcd_error_set(FUNCD_ENOMEM, "out of memory listening for the local API");
         goto fail;
     }
+    s->lev = evhttp_bound_socket_get_listener(bound);
+    evhttp_set_bevcb(s->http, on_new_conn, s);
     evhttp_set_max_body_size(s->http, MAX_BODY);
     evhttp_set_max_headers_size(s->http, MAX_HEADERS);
     evhttp_set_timeout(s->http, IDLE_TIMEOUT_S);
@@ -333,6 +394,8 @@ fail:
     if (s) {
         if (s->http)
             evhttp_free(s->http);
+        if (s->settle)
+            event_free(s->settle);
         funcd_strv_free(s->invoke);
         funcd_strv_free(s->kv);
         free(s->replica);
@@ -360,6 +423,9 @@ void funcd_localapi_close(funcd_localapi_socket *s)
         c->sock = NULL;
         c->req = NULL;
     }
+    s->closing = 1;
+    on_settle(-1, 0, s); /* lets go of new connections' bufferevents */
+    event_free(s->settle);
     evhttp_free(s->http);
     unlink(s->path);
     funcd_strv_free(s->invoke);

@@ -27,6 +27,10 @@
 #include "funcd/sys/store.h"
 #include "util/log.h"
 
+/* Connections one worker's socket holds open at once; beyond them, new
+ * ones wait in the socket's listen backlog until one closes. */
+#define FUNCD_LOCALAPI_MAX_CONNS 128u
+
 /* The socket's name in a worker's runtime directory. */
 #define FUNCD_LOCALAPI_SOCKET "api.sock"
 
