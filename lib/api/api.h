@@ -24,6 +24,7 @@
 #define FUNCD_API_MAX_OBJECT_BYTES (1024 * 1024) /* one encoded object */
 #define FUNCD_API_MAX_NAME 63                   /* DNS-1123 label */
 #define FUNCD_API_MAX_DEPTH 64                  /* JSON/YAML nesting */
+#define FUNCD_API_WORKFLOW_MAX_STEPS 128        /* spec.steps of a Workflow */
 
 /* Which field is wrong and why. `field` is a dotted path such as
  * "spec.scaling.maxReplicas" or "metadata.labels[app]"; empty when the

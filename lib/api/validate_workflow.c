@@ -15,7 +15,7 @@
 #include "api/jsonpath.h"
 #include "api/jsonschema.h"
 
-#define MAX_STEPS 128
+#define MAX_STEPS FUNCD_API_WORKFLOW_MAX_STEPS
 #define MAX_DEPENDS 64
 
 static const funcd__api_range attempts_range = {1, 100}, concurrency_range = {1, 1000},

@@ -126,7 +126,10 @@ static void start_run(funcd_cp *cp, const funcd_cp_request *req, const char *ns,
     } else {
         uint64_t rev = 0;
         rc = funcd_workflow_run_store(cp->store, ns, run, &rev);
-        if (rc < 0) {
+        if (rc == FUNCD_ENOSPC) {
+            funcd_cp_status(resp, 429, "TooManyRequests", NULL, "%s",
+                            funcd_error_last()->message);
+        } else if (rc < 0) {
             store_error(resp, rc, "storing the run");
         } else {
             char rv[32];

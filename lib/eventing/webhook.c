@@ -174,6 +174,12 @@ void funcd__evs_webhook_run(funcd_evsources *s, struct funcd_gw_call *call)
         funcd_gw_call_answer_status(call, 400, "BadRequest", "%s", funcd_error_last()->message);
         return;
     }
+    if (rc == FUNCD_ENOSPC) { /* a quota of the target's namespace */
+        funcd_gw_call_answer_status(call, 429, "TooManyRequests",
+                                    "the event could not be queued: %s; send it again later",
+                                    funcd_error_last()->message);
+        return;
+    }
     if (rc < 0) {
         funcd_gw_call_answer_status(call, 503, "ServiceUnavailable",
                                     "the event could not be queued: %s; send it again later",

@@ -32,7 +32,7 @@
 #include "util/misc.h"
 #include "workflow/workflow.h"
 
-#define MAX_STEPS 64
+#define MAX_STEPS FUNCD_API_WORKFLOW_MAX_STEPS
 #define DEFAULT_BACKOFF_MS 1000
 #define MAX_BACKOFF_MS 60000
 
@@ -57,6 +57,8 @@ struct run {
     uint64_t rev;
     unsigned pending; /* invocations and retry timers outstanding */
     int dead;         /* dropped: freed once nothing is pending */
+    int64_t next_write_ms; /* monotonic: no write of the record before (write_gap) */
+    struct event *later;   /* advances the run at next_write_ms */
     size_t nsteps;
     const cJSON *step[MAX_STEPS]; /* spec.workflowSpec.steps, in order */
     unsigned char *busy[MAX_STEPS]; /* per item: 1 invoking, 2 waiting to retry */
@@ -132,6 +134,8 @@ static int step_done(const cJSON *st)
 
 static void run_free(run *r)
 {
+    if (r->later)
+        event_free(r->later);
     for (size_t i = 0; i < MAX_STEPS; i++)
         free(r->busy[i]);
     cJSON_Delete(r->doc);
@@ -204,12 +208,47 @@ static void forget_active(funcd_workflows *w, const char *ns, const char *id)
         funcd_port_store_del(w->cfg.store, key, FUNCD_STORE_ANY, NULL);
 }
 
+static void finish(run *r, const char *phase, const char *message);
+
+/* Drops every output from the record: the steps', their items' and the run's. */
+static void shed_outputs(run *r)
+{
+    cJSON *st = status_of(r);
+    cJSON_DeleteItemFromObjectCaseSensitive(st, "output");
+    for (cJSON *s = steps_status(r) ? steps_status(r)->child : NULL; s; s = s->next) {
+        cJSON_DeleteItemFromObjectCaseSensitive(s, "output");
+        cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
+        for (cJSON *it = items ? items->child : NULL; it; it = it->next)
+            cJSON_DeleteItemFromObjectCaseSensitive(it, "output");
+    }
+}
+
+/* How long after writing `len` bytes the record is written again. */
+static int64_t write_gap(size_t len)
+{
+    int64_t ms = (int64_t)(len * 1000 / FUNCD_WORKFLOW_WRITE_RATE);
+    return ms > FUNCD_WORKFLOW_MIN_WRITE_GAP_MS ? ms : FUNCD_WORKFLOW_MIN_WRITE_GAP_MS;
+}
+
+/* A record past FUNCD_WORKFLOW_MAX_RECORD fails its run: the outputs go,
+ * and what is written says why. Every write of a finished run drops it. */
 static int persist(run *r)
 {
     char *text = cJSON_PrintUnformatted(r->doc);
+    if (text && strlen(text) > FUNCD_WORKFLOW_MAX_RECORD) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "the run's record grew to %zu bytes, more than the %u a run "
+                 "may hold: its outputs were dropped (pass large results by reference, a blob "
+                 "key, not by value)", strlen(text), FUNCD_WORKFLOW_MAX_RECORD);
+        free(text);
+        shed_outputs(r);
+        finish(r, "Failed", msg);
+        text = cJSON_PrintUnformatted(r->doc);
+    }
     uint64_t rev = 0;
     int rc = text ? funcd_port_store_put(r->w->cfg.store, r->key, text, strlen(text), r->rev, &rev)
                   : funcd_error_set(FUNCD_ENOMEM, "out of memory encoding a workflow run");
+    size_t len = text ? strlen(text) : 0;
     free(text);
     if (rc < 0) {
         funcd_log(r->w->cfg.logger, FUNCD_LOG_WARN,
@@ -219,8 +258,11 @@ static int persist(run *r)
         return -1;
     }
     r->rev = rev;
-    if (funcd_workflow_run_finished(r->doc)) /* no longer costs the tick anything */
+    r->next_write_ms = funcd_mono_ms() + write_gap(len);
+    if (funcd_workflow_run_finished(r->doc)) { /* no longer costs the tick anything */
         forget_active(r->w, r->ns, r->id);
+        r->dead = 1; /* done here; calls still out are ignored */
+    }
     return 0;
 }
 
@@ -356,10 +398,15 @@ static int begin_step(run *r, size_t i, cJSON *st)
     size_t n = 1;
     if (each) {
         const cJSON *list = eval_path(each, v);
-        if (!cJSON_IsArray(list)) {
+        int len = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : 0;
+        if (!cJSON_IsArray(list) || len > FUNCD_WORKFLOW_MAX_ITEMS) {
             char msg[600];
-            snprintf(msg, sizeof(msg), "forEach %s names %s, not a list", each,
-                     list ? "a value" : "nothing");
+            if (cJSON_IsArray(list))
+                snprintf(msg, sizeof(msg), "forEach %s names a list of %d items, more than the "
+                         "%d a step may run", each, len, FUNCD_WORKFLOW_MAX_ITEMS);
+            else
+                snprintf(msg, sizeof(msg), "forEach %s names %s, not a list", each,
+                         list ? "a value" : "nothing");
             set_str(st, "phase", "Failed");
             set_str(st, "message", msg);
             failed = 1;
@@ -484,9 +531,33 @@ static int step_pass(run *r, size_t i, launch *todo, size_t *ntodo, size_t cap, 
     return changed;
 }
 
+static void advance(run *r);
+
+static void on_later(evutil_socket_t fd, short what, void *arg)
+{
+    run *r = arg;
+    funcd_workflows *w = r->w;
+    advance(r);
+    reap(w);
+}
+
+/* 1 when the record was written less than its gap ago: the run advances
+ * (writes, then starts what follows) once the gap is over. */
+static int too_soon(run *r)
+{
+    int64_t wait = r->next_write_ms - funcd_mono_ms();
+    if (wait <= 0 || (!r->later && !(r->later = evtimer_new(r->w->cfg.loop, on_later, r))))
+        return 0;
+    if (!evtimer_pending(r->later, NULL)) {
+        struct timeval tv = {(time_t)(wait / 1000), (suseconds_t)(wait % 1000) * 1000};
+        evtimer_add(r->later, &tv);
+    }
+    return 1;
+}
+
 static void advance(run *r)
 {
-    if (r->dead || r->w->stopping)
+    if (r->dead || r->w->stopping || too_soon(r))
         return;
     cJSON *st = status_of(r);
     int changed = 0, run_failed = 0;
@@ -525,12 +596,8 @@ static void advance(run *r)
     }
     if (!changed)
         return;
-    if (persist(r) < 0)
+    if (persist(r) < 0 || r->dead) /* written finished: calls still out are ignored */
         return;
-    if (funcd_workflow_run_finished(r->doc)) {
-        r->dead = 1; /* done here; calls still out are ignored */
-        return;
-    }
     for (size_t k = 0; k < ntodo && !r->dead; k++)
         start_call(r, todo[k].step, todo[k].index);
 }

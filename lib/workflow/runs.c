@@ -106,6 +106,11 @@ int funcd_workflow_run_finished(const cJSON *run)
                      strcmp(phase, "Cancelled") == 0);
 }
 
+static int count_one(const funcd_store_kv *kv, void *payload)
+{
+    return ++*(unsigned *)payload >= FUNCD_WORKFLOW_MAX_ACTIVE;
+}
+
 int funcd_workflow_run_store(funcd_store *s, const char *ns, const cJSON *run, uint64_t *rev)
 {
     const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
@@ -117,6 +122,19 @@ int funcd_workflow_run_store(funcd_store *s, const char *ns, const cJSON *run, u
         rc = funcd_workflow_run_key(active, sizeof(active), FUNCD_WORKFLOW_ACTIVE_PREFIX, ns, id);
     if (rc < 0)
         return rc;
+    /* The index of unfinished runs counts them: a namespace holds at most
+     * FUNCD_WORKFLOW_MAX_ACTIVE (a burst of events, or of API calls, cannot
+     * queue runs without end). */
+    char prefix[128];
+    unsigned unfinished = 0;
+    snprintf(prefix, sizeof(prefix), FUNCD_WORKFLOW_ACTIVE_PREFIX "%s/", ns);
+    rc = funcd_port_store_list(s, prefix, count_one, &unfinished, NULL);
+    if (rc < 0)
+        return rc;
+    if (unfinished >= FUNCD_WORKFLOW_MAX_ACTIVE)
+        return funcd_error_set(FUNCD_ENOSPC, "namespace %s has %u unfinished workflow runs, the "
+                               "most it may have; start more once some finish", ns,
+                               FUNCD_WORKFLOW_MAX_ACTIVE);
     char *text = cJSON_PrintUnformatted(run);
     if (!text)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory storing a workflow run");

@@ -30,6 +30,19 @@
 #define FUNCD_WORKFLOW_DEFAULT_PAYLOAD_LIMIT (1024 * 1024)
 #define FUNCD_WORKFLOW_DEFAULT_RETENTION_MS (7ull * 24 * 3600 * 1000)
 #define FUNCD_WORKFLOW_MAX_RUN_ID 96
+/* A forEach step runs at most this many items: a longer list fails it. */
+#define FUNCD_WORKFLOW_MAX_ITEMS 1000
+/* A run's record is at most this long: outputs that would pass it fail the
+ * run (they are dropped from the record). */
+#define FUNCD_WORKFLOW_MAX_RECORD (16u << 20)
+/* A run writes its record at most at this rate (bytes per second), and at
+ * most every FUNCD_WORKFLOW_MIN_WRITE_GAP_MS: the transitions between two
+ * writes are written together, and what they start waits for the write. */
+#define FUNCD_WORKFLOW_WRITE_RATE (8u << 20)
+#define FUNCD_WORKFLOW_MIN_WRITE_GAP_MS 20
+/* Unfinished runs of one namespace at most: one more is refused
+ * (FUNCD_ENOSPC) until one finishes. */
+#define FUNCD_WORKFLOW_MAX_ACTIVE 1000
 
 /* ---- typed edges (edges.c) ---------------------------------------------------- */
 

@@ -6,7 +6,9 @@
  */
 #include "../harness.h"
 #include "test_serving_common.h"
+#include "port/store.h"
 #include "util/misc.h"
+#include "workflow/workflow.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -437,6 +439,11 @@ typedef struct counting {
 
 static atomic_long runs_listed;
 
+/* When each run record was written (the puts of /workflowruns/ keys). */
+#define MAX_WRITES 4096
+static int64_t write_ms[MAX_WRITES];
+static atomic_int writes;
+
 #define CINNER(s) (((counting *)(s))->inner)
 
 typedef struct count_cb {
@@ -457,6 +464,11 @@ static int c_get(funcd_store *s, const char *k, funcd_store_value *o)
 }
 static int c_put(funcd_store *s, const char *k, const void *v, size_t n, uint64_t x, uint64_t *r)
 {
+    if (strncmp(k, "/workflowruns/", 14) == 0) {
+        int i = atomic_fetch_add(&writes, 1);
+        if (i < MAX_WRITES)
+            write_ms[i] = funcd_mono_ms();
+    }
     return CINNER(s)->put(CINNER(s), k, v, n, x, r);
 }
 static int c_del(funcd_store *s, const char *k, uint64_t x, uint64_t *r)
@@ -544,6 +556,135 @@ TEST(finished_runs_cost_no_tick)
     CHECK_STR(phase, "Succeeded");
 }
 
+/* What one run may cost the store (review: a forEach over 20,000 items
+ * rewrote its whole record on every item's transition, 22 MB/s of writes
+ * from a 40 KB request): a forEach runs at most FUNCD_WORKFLOW_MAX_ITEMS
+ * items, a run's record is written at most every
+ * FUNCD_WORKFLOW_MIN_WRITE_GAP_MS (transitions in between are written
+ * together), and outputs that would make the record longer than
+ * FUNCD_WORKFLOW_MAX_RECORD fail the run. Also: every step of a workflow
+ * with more than 64 steps runs (the engine kept 64 and dropped the rest). */
+TEST(run_limits)
+{
+    env e_;
+    env *e = &e_;
+    funcd_store *store = counting_store();
+    if (!store || env_up_with(e, store, funcd_with_workflow(0, 0, 0, 0), NULL, NULL) < 0) {
+        env_down(e);
+        sv_cleanup();
+        FAILF("cannot start a platform: %s", funcd_error_last()->message);
+    }
+    char dir[256], id[128], spec[8192], input[8192];
+    int ok = sv_fixture("workflow", dir, sizeof(dir)) == 0 &&
+             py_function(e, dir, "echo", "echo", NULL) == 201 &&
+             py_function(e, dir, "big", "big", NULL) == 201 &&
+             workflow(e, "each", "{\"steps\":[{\"name\":\"say\",\"function\":\"echo\","
+                                 "\"forEach\":\"$.input\",\"maxConcurrency\":8}]}") == 201;
+    /* 150 items: every write of the record at least the gap after the one
+     * before (the first put is the API's, creating it). */
+    size_t n = (size_t)snprintf(input, sizeof(input), "[0");
+    for (int i = 1; i < 150; i++)
+        n += (size_t)snprintf(input + n, sizeof(input) - n, ",%d", i);
+    snprintf(input + n, sizeof(input) - n, "]");
+    atomic_store(&writes, 0);
+    const char *phase = ok && start(e, "each", input, id, sizeof(id)) == 201 ? wait_run(e, id) : "";
+    char each_phase[32];
+    snprintf(each_phase, sizeof(each_phase), "%s", phase ? phase : "?");
+    int w = atomic_load(&writes);
+    int64_t min_gap = INT64_MAX;
+    for (int i = 2; i < w && i < MAX_WRITES; i++)
+        if (write_ms[i] - write_ms[i - 1] < min_gap)
+            min_gap = write_ms[i] - write_ms[i - 1];
+    fprintf(stderr, "  a forEach of 150 items: %d writes of its record, at least %" PRId64
+            " ms apart\n", w, min_gap);
+
+    /* 1001 items: the step fails, nothing is called. */
+    n = (size_t)snprintf(input, sizeof(input), "[0");
+    for (int i = 1; i < 1001; i++)
+        n += (size_t)snprintf(input + n, sizeof(input) - n, ",0");
+    snprintf(input + n, sizeof(input) - n, "]");
+    phase = ok && start(e, "each", input, id, sizeof(id)) == 201 ? wait_run(e, id) : "";
+    char many_phase[32], many_msg[300];
+    snprintf(many_phase, sizeof(many_phase), "%s", phase ? phase : "?");
+    snprintf(many_msg, sizeof(many_msg), "%s", jstr(e->r.json, "status.message") ?: "");
+
+    /* Outputs past the record's bound: 12 items of ~900 KB fail the run,
+     * and the record is written without them. */
+    ok = ok && workflow(e, "heavy", "{\"steps\":[{\"name\":\"make\",\"function\":\"big\","
+                                   "\"forEach\":\"$.input\",\"maxConcurrency\":4}]}") == 201;
+    n = (size_t)snprintf(input, sizeof(input), "[{\"size\":900000}");
+    for (int i = 1; i < 12; i++)
+        n += (size_t)snprintf(input + n, sizeof(input) - n, ",{\"size\":900000}");
+    snprintf(input + n, sizeof(input) - n, "]");
+    phase = ok && start(e, "heavy", input, id, sizeof(id)) == 201 ? wait_run(e, id) : "";
+    char heavy_phase[32], heavy_msg[300];
+    snprintf(heavy_phase, sizeof(heavy_phase), "%s", phase ? phase : "?");
+    snprintf(heavy_msg, sizeof(heavy_msg), "%s", jstr(e->r.json, "status.message") ?: "");
+    size_t heavy_len = strlen(e->r.body ? e->r.body : "");
+
+    /* 66 steps, each after the one before: all of them run. */
+    n = (size_t)snprintf(spec, sizeof(spec), "{\"steps\":[{\"name\":\"s0\",\"function\":\"echo\"}");
+    for (int i = 1; i < 66; i++)
+        n += (size_t)snprintf(spec + n, sizeof(spec) - n, ",{\"name\":\"s%d\",\"function\":"
+                              "\"echo\",\"dependsOn\":[\"s%d\"]}", i, i - 1);
+    snprintf(spec + n, sizeof(spec) - n, "]}");
+    ok = ok && workflow(e, "long", spec) == 201;
+    phase = ok && start(e, "long", "\"x\"", id, sizeof(id)) == 201 ? wait_run(e, id) : "";
+    char long_phase[32];
+    snprintf(long_phase, sizeof(long_phase), "%s", phase ? phase : "?");
+    int steps = 0;
+    for (const cJSON *s = jget(e->r.json, "status.steps") ? jget(e->r.json, "status.steps")->child
+                                                          : NULL; s; s = s->next)
+        steps += strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(s, "phase")) ?: "",
+                        "Succeeded") == 0;
+    const char *last = jstr(e->r.json, "status.steps.s65.phase");
+    char last_phase[32];
+    snprintf(last_phase, sizeof(last_phase), "%s", last ? last : "?");
+    env_down(e);
+    sv_cleanup();
+    CHECK(ok);
+    CHECK_STR(each_phase, "Succeeded");
+    CHECK(min_gap >= FUNCD_WORKFLOW_MIN_WRITE_GAP_MS - 1);
+    CHECK_STR(many_phase, "Failed");
+    CHECK_CONTAINS(many_msg, "a list of 1001 items, more than the 1000 a step may run");
+    CHECK_STR(heavy_phase, "Failed");
+    CHECK_CONTAINS(heavy_msg, "a run may hold");
+    CHECK(heavy_len < (1u << 20));
+    CHECK_STR(long_phase, "Succeeded");
+    CHECK_INT(steps, 66);
+    CHECK_STR(last_phase, "Succeeded");
+}
+
+/* A namespace holds at most FUNCD_WORKFLOW_MAX_ACTIVE unfinished runs:
+ * one more is refused, in that namespace only. */
+TEST(unfinished_runs_per_namespace)
+{
+    funcd_store *s = NULL;
+    CHECK(funcd_store_memory_new(&s, 0) == 0);
+    char key[128];
+    for (int i = 0; i < FUNCD_WORKFLOW_MAX_ACTIVE; i++) {
+        snprintf(key, sizeof(key), FUNCD_WORKFLOW_ACTIVE_PREFIX "busy/run-%d", i);
+        funcd_port_store_put(s, key, "{}", 2, FUNCD_STORE_ANY, NULL);
+    }
+    cJSON *wf = cJSON_Parse("{\"metadata\":{\"name\":\"w\",\"generation\":1},"
+                            "\"spec\":{\"steps\":[{\"name\":\"a\",\"function\":\"f\"}]}}");
+    cJSON *in = cJSON_CreateNull();
+    cJSON *busy = funcd_workflow_run_new("busy", wf, in);
+    cJSON *calm = funcd_workflow_run_new("calm", wf, in);
+    int refused = funcd_workflow_run_store(s, "busy", busy, NULL);
+    char msg[256];
+    snprintf(msg, sizeof(msg), "%s", funcd_error_last()->message);
+    int stored = funcd_workflow_run_store(s, "calm", calm, NULL);
+    cJSON_Delete(busy);
+    cJSON_Delete(calm);
+    cJSON_Delete(in);
+    cJSON_Delete(wf);
+    s->free(s);
+    CHECK_INT(refused, FUNCD_ENOSPC);
+    CHECK_CONTAINS(msg, "namespace busy has 1000 unfinished workflow runs");
+    CHECK_INT(stored, 0);
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : NULL;
@@ -557,6 +698,8 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, contracts);
     SV_RUN(only, ran, finished_runs_cost_no_tick);
     SV_RUN(only, ran, eventsource_starts_runs);
+    SV_RUN(only, ran, run_limits);
+    SV_RUN(only, ran, unfinished_runs_per_namespace);
     if (only && !ran) {
         fprintf(stderr, "no case named %s\n", only);
         return 1;
