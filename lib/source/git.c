@@ -602,7 +602,11 @@ static int fetch_remote(git_repository *repo, const char *url, git_oid *head, in
     return rc;
 }
 
-/* With the mirror locked: fetch unless `ref` is a commit we already have, resolve, write the tree. */
+/*
+ * With the mirror locked: fetch unless `ref` is a commit this URL's mirror
+ * already has, resolve, write the tree (or find it written). The mirror holds
+ * only what this URL sent, so a commit resolved here came from this URL.
+ */
 static int fetch_locked(const char *repos, const char *trees, const char *url, const char *ref,
                         char commit[41], char *err, size_t errlen)
 {
@@ -680,12 +684,9 @@ int funcd_git_fetch(const char *cache_dir, const char *url, const char *ref, con
         rc = make_cache_dirs(cache_dir, repos, trees, err, errlen);
     if (rc)
         return rc;
-    if (is_hex(want, GIT_OID_HEXSZ, GIT_OID_HEXSZ)) {
-        char cached[PATH_LEN];
-        memcpy(commit, want, sizeof commit);
-        if (path_fmt(cached, sizeof cached, "%s/%s", trees, commit) == 0 && is_dir(cached))
-            return finish(trees, commit, sub, out, err, errlen);
-    }
+    /* No shortcut to a cached tree here: trees are shared by every URL, and a
+     * commit id names a tree only for a URL whose own mirror holds the commit
+     * (fetch_locked skips the network then). */
     if ((rc = funcd_git_init()) < 0)
         return fail(err, errlen, rc, "%s", funcd_error_last()->message);
     rc = fetch_locked(repos, trees, url, want, commit, err, errlen);

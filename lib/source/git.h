@@ -53,8 +53,10 @@ void funcd_git_shutdown(void);
 /*
  * Fetches `url` into its mirror, resolves `ref` to a commit and returns the
  * commit's tree (written once) joined with `path` (a relative subdirectory,
- * NULL or "" for the root). When `ref` is a full commit id whose tree is
- * already cached, nothing is fetched and `url` is not contacted.
+ * NULL or "" for the root). When `ref` is a full commit id that this URL's
+ * mirror already holds, nothing is fetched and `url` is not contacted; a
+ * commit's tree cached from another URL is not enough (that URL may be one
+ * the caller could not have named).
  */
 int funcd_git_fetch(const char *cache_dir, const char *url, const char *ref, const char *path,
                     funcd_git_result *out, char *err, size_t errlen);

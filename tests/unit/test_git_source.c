@@ -232,6 +232,28 @@ TEST(cached_commit_needs_no_remote)
     CHECK_INT(by_branch, FUNCD_EIO); /* a branch moves: it is always fetched */
 }
 
+/*
+ * review17-artifacts M-4: a cached tree is served only for a URL whose own
+ * mirror holds the commit, so naming another URL with a commit id someone
+ * else fetched gets nothing without that URL handing the commit over.
+ */
+TEST(cached_commit_needs_its_own_url)
+{
+    char empty[400], absent[400];
+    snprintf(empty, sizeof empty, "%s/empty.git", root);
+    snprintf(absent, sizeof absent, "%s/absent.git", root);
+    CHECK_INT(sh("git init -q --bare %s", empty), 0);
+    funcd_git_result r;
+    char err[512] = "";
+    CHECK_INT(fetch(first, NULL, &r, err), 0); /* the tree of `first` is cached */
+    CHECK_INT(funcd_git_fetch(cache, empty, first, NULL, &r, err, sizeof err), FUNCD_ENOTFOUND);
+    CHECK_CONTAINS(err, "not found in");
+    CHECK_STR(r.dir, "");
+    CHECK_INT(funcd_git_fetch(cache, absent, first, NULL, &r, err, sizeof err), FUNCD_EIO);
+    CHECK_CONTAINS(err, "git: cannot reach ");
+    CHECK_STR(r.commit, "");
+}
+
 TEST(deleted_branch_is_pruned)
 {
     funcd_git_result r;
@@ -328,6 +350,7 @@ int main(void)
     RUN(path_must_stay_inside_and_be_a_directory);
     RUN(unreachable_url);
     RUN(cached_commit_needs_no_remote);
+    RUN(cached_commit_needs_its_own_url);
     RUN(deleted_branch_is_pruned);
     RUN(unsafe_entry_name_is_refused);
     RUN(concurrent_fetches_of_one_url);
