@@ -64,13 +64,62 @@ static int admit_egress(const funcd_token *t, const cJSON *obj, funcd_cp_respons
     return 1;
 }
 
-int funcd_cp_admit(const funcd_cp *cp, const funcd_kind *kind, const funcd_token *t,
-                   const cJSON *obj, funcd_cp_response *resp)
+/* 1 when `text` starts with `ns` and then `sep`. */
+static int under_namespace(const char *text, const char *root, const char *ns, char sep)
+{
+    size_t r = strlen(root), n = strlen(ns);
+    return strncmp(text, root, r) == 0 && strncmp(text + r, ns, n) == 0 && text[r + n] == sep;
+}
+
+/* A blob or bus EventSource reaches only what its namespace owns: a blob
+ * prefix under s3/{ns}/ (its S3 buckets), a bus subject and queue group
+ * under "{ns}.". The rest of the blob store (every namespace's invocations,
+ * logs and buckets, bundles, the operator's own objects) and of the bus is
+ * the operator's: 1 when the source stays inside; 0 with `resp` a 403. */
+static int admit_eventsource(const funcd_token *t, const char *ns, const cJSON *obj,
+                             funcd_cp_response *resp)
+{
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
+    const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "type"));
+    const cJSON *blob = cJSON_GetObjectItemCaseSensitive(spec, "blob");
+    const cJSON *bus = cJSON_GetObjectItemCaseSensitive(spec, "bus");
+    const char *field = NULL, *value = NULL, *owned = NULL;
+    char root[80];
+    if (type && strcmp(type, "blob") == 0) { /* no spec.blob: the whole store */
+        value = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(blob, "prefix"));
+        if (!value || !under_namespace(value, "s3/", ns, '/'))
+            field = "spec.blob.prefix", owned = "its S3 buckets' objects";
+        snprintf(root, sizeof(root), "s3/%s/", ns);
+    } else if (bus) {
+        const char *subject = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(bus, "subject"));
+        const char *group = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(bus,
+                                                                                 "queueGroup"));
+        if (subject && !under_namespace(subject, "", ns, '.'))
+            field = "spec.bus.subject", value = subject;
+        else if (group && !under_namespace(group, "", ns, '.'))
+            field = "spec.bus.queueGroup", value = group;
+        owned = "its subjects and queue groups";
+        snprintf(root, sizeof(root), "%s.", ns);
+    }
+    if (!field)
+        return 1;
+    funcd_cp_status(resp, 403, "Forbidden", field,
+                    "%s: \"%s\" is outside what namespace %s owns (%s, \"%s...\"); only an "
+                    "admin may reach the rest, which other namespaces and the platform share "
+                    "(role %s)",
+                    field, value ? value : "", ns, owned, root, funcd_role_name(t->role));
+    return 0;
+}
+
+int funcd_cp_admit(const funcd_cp *cp, const funcd_kind *kind, const char *ns,
+                   const funcd_token *t, const cJSON *obj, funcd_cp_response *resp)
 {
     if (t->role == FUNCD_ROLE_ADMIN)
         return 1;
     if (strcmp(kind->kind, "EgressPolicy") == 0)
         return admit_egress(t, obj, resp);
+    if (strcmp(kind->kind, "EventSource") == 0)
+        return admit_eventsource(t, ns, obj, resp);
     if (strcmp(kind->kind, "Function") != 0 && strcmp(kind->kind, "Site") != 0)
         return 1;
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");

@@ -657,7 +657,7 @@ static void create_object(funcd_cp *cp, const funcd_cp_request *req, const route
     cJSON *obj = decode_body(req, r, resp), *out = NULL;
     if (!obj)
         return;
-    if (!funcd_cp_admit(cp, r->kind, t, obj, resp) ||
+    if (!funcd_cp_admit(cp, r->kind, r->ns, t, obj, resp) ||
         !funcd_cp_admit_quota(cp, r->kind, r->ns, obj, resp) ||
         (strcmp(r->kind->kind, "Workflow") == 0 &&
          !funcd_cp_admit_workflow(cp, r->ns, obj, resp))) {
@@ -679,7 +679,7 @@ static void replace_object(funcd_cp *cp, const funcd_cp_request *req, const rout
     cJSON *obj = decode_body(req, r, resp), *out = NULL;
     if (!obj)
         return;
-    if (!funcd_cp_admit(cp, r->kind, t, obj, resp) ||
+    if (!funcd_cp_admit(cp, r->kind, r->ns, t, obj, resp) ||
         !funcd_cp_admit_quota(cp, r->kind, r->ns, obj, resp) ||
         (strcmp(r->kind->kind, "Workflow") == 0 &&
          !funcd_cp_admit_workflow(cp, r->ns, obj, resp))) {

@@ -107,9 +107,10 @@ int funcd_cp_invocations(funcd_cp *cp, const funcd_cp_request *req, const struct
                          funcd_cp_response *resp);
 
 /* Admission (admission.c): 1 when `t` may write `obj` (decoded and
- * validated, of `kind`); 0 with `resp` set to a 403 naming the field. */
-int funcd_cp_admit(const funcd_cp *cp, const funcd_kind *kind, const funcd_token *t,
-                   const cJSON *obj, funcd_cp_response *resp);
+ * validated, of `kind`) in namespace `ns`; 0 with `resp` set to a 403
+ * naming the field. */
+int funcd_cp_admit(const funcd_cp *cp, const funcd_kind *kind, const char *ns,
+                   const funcd_token *t, const cJSON *obj, funcd_cp_response *resp);
 /* 1 when the object may be created under the namespace's quotas (KVStores:
  * cp->kv_store_quota); 0 with `resp` set to 403 naming the quota. An
  * object that exists already (a replace) is always allowed. */

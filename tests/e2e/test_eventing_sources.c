@@ -111,14 +111,19 @@ static int make_sink(env *e)
     return warm == 200 ? 0 : -1;
 }
 
-static long make_source(env *e, const char *name, const char *spec)
+static long make_source_as(env *e, const char *token, const char *name, const char *spec)
 {
     char body[2048];
     snprintf(body, sizeof(body),
              "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"EventSource\",\"metadata\":"
              "{\"name\":\"%s\"},\"spec\":%s}",
              name, spec);
-    return REQ("POST", NS("default") "/eventsources", DEV_TOKEN, body);
+    return REQ("POST", NS("default") "/eventsources", token, body);
+}
+
+static long make_source(env *e, const char *name, const char *spec)
+{
+    return make_source_as(e, DEV_TOKEN, name, spec);
 }
 
 /* ---- what the API refuses --------------------------------------------------------- */
@@ -138,6 +143,28 @@ SV_TEST_WITH(refused, NULL, NULL)
                           "\"target\":{\"function\":\"f\"}}"),
               400);
     CHECK_STATUS(400, "BadRequest", "spec.cron.schedule");
+    /* A developer's blob and bus sources stay inside the namespace: not
+     * another namespace's invocations (their keys), not the whole bus, not
+     * another namespace's queue group (it would take half its messages). */
+    CHECK_INT(make_source(e, "spy", "{\"type\":\"blob\",\"blob\":{\"prefix\":"
+                          "\"invocations/other/\"},\"target\":{\"function\":\"f\"}}"),
+              403);
+    CHECK_STATUS(403, "Forbidden", "spec.blob.prefix");
+    CHECK_CONTAINS(e->r.body, "s3/default/");
+    CHECK_INT(make_source(e, "spy", "{\"type\":\"blob\",\"blob\":{\"prefix\":"
+                          "\"s3/defaultx/\"},\"target\":{\"function\":\"f\"}}"),
+              403);
+    CHECK_INT(make_source(e, "spy", "{\"type\":\"blob\",\"target\":{\"function\":\"f\"}}"),
+              403);
+    CHECK_INT(make_source(e, "all", "{\"type\":\"bus\",\"bus\":{\"subject\":\">\"},"
+                          "\"target\":{\"function\":\"f\"}}"),
+              403);
+    CHECK_STATUS(403, "Forbidden", "spec.bus.subject");
+    CHECK_INT(make_source(e, "steal", "{\"type\":\"bus\",\"bus\":{\"subject\":"
+                          "\"default.orders\",\"queueGroup\":\"funcd.eventsource.other.orders\"},"
+                          "\"target\":{\"function\":\"f\"}}"),
+              403);
+    CHECK_STATUS(403, "Forbidden", "spec.bus.queueGroup");
     /* Nothing was made of them. */
     CHECK_INT(REQ("GET", NS("default") "/eventsources", DEV_TOKEN, NULL), 200);
     CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 0);
@@ -278,15 +305,15 @@ SV_TEST_WITH(bus, funcd_with_log_observer(on_log, NULL), with_kept_bus())
     CHECK(make_sink(e) == 0);
     /* Two sources in one queue group stand for two nodes: each message goes
      * to one of them. */
-    const char *spec = "{\"type\":\"bus\",\"bus\":{\"subject\":\"orders.created\",\"queueGroup\":"
-                       "\"workers\"},\"target\":{\"function\":\"sink\"}}";
+    const char *spec = "{\"type\":\"bus\",\"bus\":{\"subject\":\"default.orders.created\","
+                       "\"queueGroup\":\"default.workers\"},\"target\":{\"function\":\"sink\"}}";
     CHECK_INT(make_source(e, "orders-a", spec), 201);
     CHECK_INT(make_source(e, "orders-b", spec), 201);
     env_sleep_ms(1000); /* both subscribed */
     for (int i = 0; i < 20; i++) {
         char msg[32];
         snprintf(msg, sizeof(msg), "order %d", i);
-        CHECK_INT(the_bus->publish(the_bus, "orders.created", msg, strlen(msg)), 0);
+        CHECK_INT(the_bus->publish(the_bus, "default.orders.created", msg, strlen(msg)), 0);
     }
     if (!wait_events(20, 30000)) {
         REQ("GET", NS("default") "/eventsources/orders-a", DEV_TOKEN, NULL);
@@ -300,7 +327,7 @@ SV_TEST_WITH(bus, funcd_with_log_observer(on_log, NULL), with_kept_bus())
         CHECK_INT(count_with("body", msg), 1);
     }
     CHECK_STR(ev_get(0, "ce-type"), "dev.funcd.bus.message");
-    CHECK_STR(ev_get(0, "ce-subject"), "orders.created");
+    CHECK_STR(ev_get(0, "ce-subject"), "default.orders.created");
     forget_events();
 }
 
@@ -369,8 +396,9 @@ TEST(blob)
         FAILF("cannot start a platform: %s", funcd_error_last()->message);
     }
     int ok = make_sink(e) == 0 &&
-             make_source(e, "uploads", "{\"type\":\"blob\",\"blob\":{\"prefix\":\"uploads/\","
-                         "\"pollInterval\":\"200ms\"},\"target\":{\"function\":\"sink\"}}") == 201;
+             make_source_as(e, ADMIN_TOKEN, "uploads", "{\"type\":\"blob\",\"blob\":{\"prefix\":"
+                            "\"uploads/\",\"pollInterval\":\"200ms\"},\"target\":{\"function\":"
+                            "\"sink\"}}") == 201;
     ok = ok && write_objects(0, 50) == 0 && wait_events(50, 60000);
     if (!ok) {
         const char *why = each_once(50);
