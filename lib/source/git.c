@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "artifact/bundle.h"
 #include "funcd/sys/error.h"
 #include "util/misc.h"
 
@@ -227,7 +228,10 @@ static int finish(const char *trees, const char *commit, const char *sub, funcd_
 
 typedef struct tree_writer {
     git_repository *repo;
+    git_odb *odb;
     const char *commit;
+    uint64_t entries, max_entries; /* written so far, and the limit */
+    uint64_t bytes, max_bytes;
     char *err;
     size_t errlen;
 } tree_writer;
@@ -245,10 +249,30 @@ static int safe_name(const char *name)
     return *name && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
 }
 
+/* Counts a blob's bytes against the limit, from its header: before it is read into memory. */
+static int count_bytes(tree_writer *w, const git_tree_entry *e)
+{
+    size_t size;
+    git_object_t type;
+    if (git_odb_read_header(&size, &type, w->odb, git_tree_entry_id(e)) < 0)
+        return fail(w->err, w->errlen, FUNCD_EIO, "git: cannot read '%s' of commit %s: %s",
+                    git_tree_entry_name(e), w->commit, git_message());
+    if (size > w->max_bytes - w->bytes)
+        return fail(w->err, w->errlen, FUNCD_EINVAL,
+                    "git: commit %s is refused: its files hold more than %llu bytes, the limit "
+                    "for a git source",
+                    w->commit, (unsigned long long)w->max_bytes);
+    w->bytes += size;
+    return 0;
+}
+
 static int write_blob(tree_writer *w, int dirfd, const git_tree_entry *e, mode_t mode)
 {
     const char *name = git_tree_entry_name(e);
     git_blob *blob;
+    int counted = count_bytes(w, e);
+    if (counted)
+        return counted;
     if (git_blob_lookup(&blob, w->repo, git_tree_entry_id(e)) < 0)
         return fail(w->err, w->errlen, FUNCD_EIO, "git: cannot read '%s' of commit %s: %s", name,
                     w->commit, git_message());
@@ -269,6 +293,9 @@ static int write_link(tree_writer *w, int dirfd, const git_tree_entry *e)
 {
     const char *name = git_tree_entry_name(e);
     git_blob *blob;
+    int counted = count_bytes(w, e);
+    if (counted)
+        return counted;
     if (git_blob_lookup(&blob, w->repo, git_tree_entry_id(e)) < 0)
         return fail(w->err, w->errlen, FUNCD_EIO, "git: cannot read link '%s' of commit %s: %s",
                     name, w->commit, git_message());
@@ -324,6 +351,12 @@ static int write_entry(tree_writer *w, int dirfd, const git_tree_entry *e, int d
     if (!safe_name(name))
         return fail(w->err, w->errlen, FUNCD_EINVAL, "git: commit %s has an unsafe entry name '%s'",
                     w->commit, name);
+    /* Trees may name one subtree many times (a "git bomb"): each time counts. */
+    if (++w->entries > w->max_entries)
+        return fail(w->err, w->errlen, FUNCD_EINVAL,
+                    "git: commit %s is refused: it has more than %llu entries (files, "
+                    "directories, links), the limit for a git source",
+                    w->commit, (unsigned long long)w->max_entries);
     switch (git_tree_entry_filemode(e)) {
     case GIT_FILEMODE_TREE:
     case GIT_FILEMODE_COMMIT:
@@ -377,8 +410,8 @@ static int write_commit_tree(tree_writer *w, const git_oid *id, const char *dir)
 }
 
 /* Writes the tree once: into a temporary directory, then renamed to trees/<commit>. */
-static int ensure_tree(git_repository *repo, const git_oid *id, const char *trees, char *err,
-                       size_t errlen)
+static int ensure_tree(git_repository *repo, const git_oid *id, const char *trees,
+                       const funcd_git_options *opts, char *err, size_t errlen)
 {
     char hex[GIT_OID_HEXSZ + 1], final[PATH_LEN], tmp[PATH_LEN];
     git_oid_tostr(hex, sizeof hex, id);
@@ -390,8 +423,19 @@ static int ensure_tree(git_repository *repo, const git_oid *id, const char *tree
     if (!mkdtemp(tmp))
         return fail(err, errlen, os_code(errno), "git: cannot create a directory in %s: %s", trees,
                     strerror(errno));
-    tree_writer w = {repo, hex, err, errlen};
-    int rc = write_commit_tree(&w, id, tmp);
+    tree_writer w = {
+        .repo = repo,
+        .commit = hex,
+        .max_entries = opts && opts->max_entries ? opts->max_entries : FUNCD_BUNDLE_MAX_ENTRIES,
+        .max_bytes = opts && opts->max_bytes ? opts->max_bytes : FUNCD_BUNDLE_MAX_TOTAL,
+        .err = err,
+        .errlen = errlen,
+    };
+    int rc = git_repository_odb(&w.odb, repo) < 0
+                 ? fail(err, errlen, FUNCD_EIO, "git: cannot open the objects of the mirror: %s",
+                        git_message())
+                 : write_commit_tree(&w, id, tmp);
+    git_odb_free(w.odb);
     if (rc == 0 && rename(tmp, final) < 0) {
         /* Another fetch (of another URL with the same commit) won the race: use its tree. */
         if (errno != EEXIST && errno != ENOTEMPTY)
@@ -608,7 +652,7 @@ static int fetch_remote(git_repository *repo, const char *url, git_oid *head, in
  * only what this URL sent, so a commit resolved here came from this URL.
  */
 static int fetch_locked(const char *repos, const char *trees, const char *url, const char *ref,
-                        char commit[41], char *err, size_t errlen)
+                        const funcd_git_options *opts, char commit[41], char *err, size_t errlen)
 {
     char key[65], path[PATH_LEN];
     if (url_key(url, key) < 0)
@@ -628,7 +672,7 @@ static int fetch_locked(const char *repos, const char *trees, const char *url, c
     if (rc == 0)
         rc = resolve_local(repo, url, ref, has_head ? &head : NULL, &id, err, errlen);
     if (rc == 0)
-        rc = ensure_tree(repo, &id, trees, err, errlen);
+        rc = ensure_tree(repo, &id, trees, opts, err, errlen);
     if (rc == 0)
         git_oid_tostr(commit, 41, &id);
     git_repository_free(repo);
@@ -667,6 +711,13 @@ static int make_cache_dirs(const char *cache_dir, char *repos, char *trees, char
 int funcd_git_fetch(const char *cache_dir, const char *url, const char *ref, const char *path,
                     funcd_git_result *out, char *err, size_t errlen)
 {
+    return funcd_git_fetch_opts(cache_dir, url, ref, path, NULL, out, err, errlen);
+}
+
+int funcd_git_fetch_opts(const char *cache_dir, const char *url, const char *ref,
+                         const char *path, const funcd_git_options *opts, funcd_git_result *out,
+                         char *err, size_t errlen)
+{
     char repos[PATH_LEN], trees[PATH_LEN], sub[PATH_LEN], want[PATH_LEN], commit[41];
     if (ref && strlen(ref) > MAX_REF_LEN)
         return fail(err, errlen, FUNCD_EINVAL, "git: ref '%.40s...' is longer than %d bytes", ref,
@@ -689,7 +740,7 @@ int funcd_git_fetch(const char *cache_dir, const char *url, const char *ref, con
      * (fetch_locked skips the network then). */
     if ((rc = funcd_git_init()) < 0)
         return fail(err, errlen, rc, "%s", funcd_error_last()->message);
-    rc = fetch_locked(repos, trees, url, want, commit, err, errlen);
+    rc = fetch_locked(repos, trees, url, want, opts, commit, err, errlen);
     git_libgit2_shutdown();
     return rc ? rc : finish(trees, commit, sub, out, err, errlen);
 }

@@ -24,8 +24,9 @@
  *
  * Errors: FUNCD_EIO when the URL cannot be reached or read ("git: cannot
  * reach URL: <libgit2's message>"), FUNCD_ENOTFOUND for an unknown ref or a
- * missing `path`, FUNCD_EINVAL for a bad argument or a `path` that escapes
- * the tree or is not a directory, FUNCD_ENOSPC when the disk is full.
+ * missing `path`, FUNCD_EINVAL for a bad argument, a `path` that escapes
+ * the tree or is not a directory, or a commit over the limits
+ * (funcd_git_options), FUNCD_ENOSPC when the disk is full.
  * `err` (if not NULL) and funcd_error_last() get the same message.
  *
  * Threads: every function is blocking (run it off the event loop) and may
@@ -40,6 +41,18 @@
 #define FUNCD_SOURCE_GIT_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+/*
+ * What a fetch may do. A zero field means its default; NULL means all
+ * defaults. A commit's tree is written only while it stays within the
+ * limits (the same as a bundle's, artifact/bundle.h): one that passes them
+ * fails with FUNCD_EINVAL naming the limit, and nothing of it is left.
+ */
+typedef struct funcd_git_options {
+    uint64_t max_entries; /* files, directories, links, submodules; 0: FUNCD_BUNDLE_MAX_ENTRIES */
+    uint64_t max_bytes;   /* bytes of files and link targets; 0: FUNCD_BUNDLE_MAX_TOTAL */
+} funcd_git_options;
 
 typedef struct funcd_git_result {
     char dir[1024];  /* absolute: cache_dir/trees/<commit>[/<path>] */
@@ -60,6 +73,10 @@ void funcd_git_shutdown(void);
  */
 int funcd_git_fetch(const char *cache_dir, const char *url, const char *ref, const char *path,
                     funcd_git_result *out, char *err, size_t errlen);
+/* The same, with `opts` (NULL: the defaults, as funcd_git_fetch). */
+int funcd_git_fetch_opts(const char *cache_dir, const char *url, const char *ref,
+                         const char *path, const funcd_git_options *opts, funcd_git_result *out,
+                         char *err, size_t errlen);
 
 /*
  * Resolves `ref` (same rules as funcd_git_fetch) to a commit by asking the

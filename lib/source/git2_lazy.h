@@ -29,6 +29,8 @@
     X(git_object_lookup) \
     X(git_object_lookup_prefix) \
     X(git_object_peel) \
+    X(git_odb_free) \
+    X(git_odb_read_header) \
     X(git_oid_cpy) \
     X(git_oid_equal) \
     X(git_oid_fromstr) \
@@ -45,6 +47,7 @@
     X(git_repository_config) \
     X(git_repository_free) \
     X(git_repository_init) \
+    X(git_repository_odb) \
     X(git_repository_open_bare) \
     X(git_tree_entry_byindex) \
     X(git_tree_entry_filemode) \
@@ -84,6 +87,8 @@ int funcd__git2_load(void);
 #define git_object_lookup (funcd__git2.git_object_lookup)
 #define git_object_lookup_prefix (funcd__git2.git_object_lookup_prefix)
 #define git_object_peel (funcd__git2.git_object_peel)
+#define git_odb_free (funcd__git2.git_odb_free)
+#define git_odb_read_header (funcd__git2.git_odb_read_header)
 #define git_oid_cpy (funcd__git2.git_oid_cpy)
 #define git_oid_equal (funcd__git2.git_oid_equal)
 #define git_oid_fromstr (funcd__git2.git_oid_fromstr)
@@ -100,6 +105,7 @@ int funcd__git2_load(void);
 #define git_repository_config (funcd__git2.git_repository_config)
 #define git_repository_free (funcd__git2.git_repository_free)
 #define git_repository_init (funcd__git2.git_repository_init)
+#define git_repository_odb (funcd__git2.git_repository_odb)
 #define git_repository_open_bare (funcd__git2.git_repository_open_bare)
 #define git_tree_entry_byindex (funcd__git2.git_tree_entry_byindex)
 #define git_tree_entry_filemode (funcd__git2.git_tree_entry_filemode)

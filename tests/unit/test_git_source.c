@@ -63,11 +63,24 @@ static int make_remote(void)
     return sh("cd %s && git tag -a v1 -m v1 && git tag light && git push -q origin v1 light", work);
 }
 
-static int fetch(const char *ref, const char *path, funcd_git_result *out, char *err)
+static int fetch_with(const funcd_git_options *opts, const char *ref, const char *path,
+                      funcd_git_result *out, char *err)
 {
     char url[320];
     snprintf(url, sizeof url, "file://%s", bare);
-    return funcd_git_fetch(cache, url, ref, path, out, err, 512);
+    return funcd_git_fetch_opts(cache, url, ref, path, opts, out, err, 512);
+}
+
+static int fetch(const char *ref, const char *path, funcd_git_result *out, char *err)
+{
+    return fetch_with(NULL, ref, path, out, err);
+}
+
+static int tree_cached(const char *commit)
+{
+    char p[400];
+    snprintf(p, sizeof p, "%s/trees/%s", cache, commit);
+    return access(p, F_OK) == 0;
 }
 
 static int file_mode(const char *dir, const char *name, struct stat *st)
@@ -283,6 +296,54 @@ TEST(unsafe_entry_name_is_refused)
     CHECK_INT(tmp_dirs_left(), 0);
 }
 
+/*
+ * review17-artifacts M-2: a "git bomb", a few objects whose trees name the
+ * same subtree ten times per level, would write 10^5 files; the tree writer
+ * stops at the bundle's 10,000 entries and leaves nothing behind.
+ */
+TEST(git_bomb_stops_at_the_entry_limit)
+{
+    CHECK_INT(sh("cd %s && b=$(echo boom | git hash-object -w --stdin) && "
+                 "t=$(for i in 0 1 2 3 4 5 6 7 8 9; do printf '100644 blob %%s\\tf%%s\\n' $b $i; "
+                 "done | git mktree) && for level in 1 2 3 4; do "
+                 "t=$(for i in 0 1 2 3 4 5 6 7 8 9; do printf '040000 tree %%s\\td%%s\\n' $t $i; "
+                 "done | git mktree); done && c=$(git commit-tree $t -m bomb) && "
+                 "git push -q origin $c:refs/heads/bomb",
+                 work),
+              0);
+    char bomb[41];
+    CHECK_INT(rev_parse("bomb", bomb), 0);
+    funcd_git_result r;
+    char err[512] = "";
+    CHECK_INT(fetch("bomb", NULL, &r, err), FUNCD_EINVAL);
+    CHECK_CONTAINS(err, "has more than 10000 entries");
+    CHECK_CONTAINS(err, bomb);
+    CHECK_INT(tree_cached(bomb), 0);
+    CHECK_INT(tmp_dirs_left(), 0);
+}
+
+/* The bytes of files (and link targets) count too, and a limit given is the one applied. */
+TEST(file_bytes_are_limited)
+{
+    CHECK_INT(sh("cd %s && b=$(head -c 600 /dev/zero | git hash-object -w --stdin) && "
+                 "t=$(printf '100644 blob %%s\\ta\\n100644 blob %%s\\tb\\n' $b $b | git mktree) && "
+                 "c=$(git commit-tree $t -m big) && git push -q origin $c:refs/heads/big",
+                 work),
+              0);
+    char big[41];
+    CHECK_INT(rev_parse("big", big), 0);
+    funcd_git_result r;
+    char err[512] = "";
+    funcd_git_options tight = {.max_bytes = 1000};
+    CHECK_INT(fetch_with(&tight, "big", NULL, &r, err), FUNCD_EINVAL);
+    CHECK_CONTAINS(err, "more than 1000 bytes");
+    CHECK_INT(tree_cached(big), 0);
+    CHECK_INT(tmp_dirs_left(), 0);
+    funcd_git_options enough = {.max_bytes = 1200, .max_entries = 2};
+    CHECK_INT(fetch_with(&enough, "big", NULL, &r, err), 0);
+    CHECK_STR(r.commit, big);
+}
+
 static void *fetch_thread(void *arg)
 {
     funcd_git_result *r = arg;
@@ -353,6 +414,8 @@ int main(void)
     RUN(cached_commit_needs_its_own_url);
     RUN(deleted_branch_is_pruned);
     RUN(unsafe_entry_name_is_refused);
+    RUN(git_bomb_stops_at_the_entry_limit);
+    RUN(file_bytes_are_limited);
     RUN(concurrent_fetches_of_one_url);
     funcd_remove_tree(root);
     return HARNESS_END();
