@@ -94,6 +94,12 @@ static void usage(FILE *out)
             "  --dlq-retention DURATION   how long dead letters are kept (default 168h)\n"
             "  --dlq-max-entries N        dead letters kept per namespace; the oldest go\n"
             "                             first (default 10000)\n"
+            "  --queue-max-pending N      async invocations and events not yet final, per\n"
+            "                             namespace; more: 429 (default 10000; 0: off)\n"
+            "  --queue-max-bytes BYTES    bytes the delivery queue holds per namespace\n"
+            "                             (records, bodies; default 1073741824; 0: off)\n"
+            "  --async-max-body BYTES     /async/ body cap of functions whose edge sets none\n"
+            "                             (default 1048576; 0: the gateway's 64 MiB)\n"
             "  --blob-poll-interval DURATION  how often blob EventSources list their prefix\n"
             "                             unless spec.blob.pollInterval says (default 15s)\n"
             "  --workflow-step-timeout DURATION  default timeout of a workflow step's call\n"
@@ -204,6 +210,8 @@ typedef struct flags {
     uint64_t wf_step_timeout, wf_retry, wf_retention, wf_payload;
     int wf_set;
     uint64_t invocation_retention, dlq_retention, dlq_max;
+    uint64_t queue_limits[3]; /* --queue-max-pending, --queue-max-bytes, --async-max-body */
+    int queue_set[3];
     const char *tls_cert, *tls_key;
     int tls_self_signed;
     funcd_log_level level;
@@ -268,7 +276,8 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_BUS, O_STORE, O_BLOB, O_DP_METRICS, O_METRICS_OPEN, O_OTLP, O_TLS, O_TLS_CERT,
        O_TLS_KEY, O_NODE_NAME, O_NODE_ADDR, O_LEASE_TTL, O_BLOB_POLL, O_KV_QUOTA, O_SITE_INDEX, O_SITE_CACHE, O_SITE_SEND_TIMEOUT, O_WF_TIMEOUT,
        O_WF_RETRY, O_WF_RETENTION, O_WF_PAYLOAD, O_INV_RETENTION, O_DLQ_RETENTION,
-       O_DLQ_MAX, O_S3_LISTEN, O_S3_SECRET, O_S3_MAX_UPLOAD, O_EGRESS_DNS };
+       O_DLQ_MAX, O_S3_LISTEN, O_S3_SECRET, O_S3_MAX_UPLOAD, O_EGRESS_DNS,
+       O_QUEUE_PENDING, O_QUEUE_BYTES, O_ASYNC_BODY };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -341,6 +350,9 @@ static const struct option long_opts[] = {
     {"invocation-retention", required_argument, 0, O_INV_RETENTION},
     {"dlq-retention", required_argument, 0, O_DLQ_RETENTION},
     {"dlq-max-entries", required_argument, 0, O_DLQ_MAX},
+    {"queue-max-pending", required_argument, 0, O_QUEUE_PENDING},
+    {"queue-max-bytes", required_argument, 0, O_QUEUE_BYTES},
+    {"async-max-body", required_argument, 0, O_ASYNC_BODY},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -519,6 +531,15 @@ static int parse_one(int c, const char *arg, flags *f)
         return parse_duration("dlq-retention", arg, &f->dlq_retention) ? 2 : -1;
     case O_DLQ_MAX:
         return parse_count("dlq-max-entries", arg, 10000000, &f->dlq_max) ? 2 : -1;
+    case O_QUEUE_PENDING:
+        f->queue_set[0] = 1;
+        return parse_count("queue-max-pending", arg, 10000000, &f->queue_limits[0]) ? 2 : -1;
+    case O_QUEUE_BYTES:
+        f->queue_set[1] = 1;
+        return parse_count("queue-max-bytes", arg, 1ull << 50, &f->queue_limits[1]) ? 2 : -1;
+    case O_ASYNC_BODY:
+        f->queue_set[2] = 1;
+        return parse_count("async-max-body", arg, 64ull << 20, &f->queue_limits[2]) ? 2 : -1;
     case O_TLS:
         if (strcmp(arg, "self-signed") != 0) {
             fprintf(stderr, "funcd: --tls takes \"self-signed\", not \"%s\" (for a certificate of "
@@ -877,6 +898,11 @@ static int build_platform(const flags *f, const char *shims)
                   : NULL,
         f->invocation_retention || f->dlq_retention || f->dlq_max
             ? funcd_with_delivery_retention(f->invocation_retention, f->dlq_retention, f->dlq_max)
+            : NULL,
+        f->queue_set[0] || f->queue_set[1] || f->queue_set[2]
+            ? funcd_with_queue_limits(f->queue_set[0] ? f->queue_limits[0] : UINT64_MAX,
+                                      f->queue_set[1] ? f->queue_limits[1] : UINT64_MAX,
+                                      f->queue_set[2] ? f->queue_limits[2] : UINT64_MAX)
             : NULL,
         f->tls_cert ? funcd_with_tls_cert_files(f->tls_cert, f->tls_key) : NULL,
         /* Kept with the data (a restart serves the same certificate), or in

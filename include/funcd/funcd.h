@@ -239,6 +239,17 @@ FUNCD_EXTERN funcd_option *funcd_with_blob_poll_interval(uint64_t ms);
 FUNCD_EXTERN funcd_option *funcd_with_delivery_retention(uint64_t invocation_ms, uint64_t dlq_ms,
                                                          uint64_t dlq_max_entries);
 
+/** Caps of the delivery queue, per namespace: items not yet final
+ *  (`max_pending`, default 10000) and bytes held (`max_bytes`, default
+ *  1 GiB: the records and bodies of its pending and kept invocations and
+ *  of its dead letters). A submission past either is refused before its
+ *  body is stored (429 on the data plane). `async_max_body`: the body cap
+ *  of /async/ for a function whose edge sets none (default 1 MiB). 0 turns
+ *  a cap off (async_max_body: the gateway's 64 MiB); UINT64_MAX keeps the
+ *  default. docs/eventing.md. */
+FUNCD_EXTERN funcd_option *funcd_with_queue_limits(uint64_t max_pending, uint64_t max_bytes,
+                                                   uint64_t async_max_body);
+
 /* ---- workflows (docs/workflows.md) ---------------------------------------- */
 
 /** Workflows (docs/workflows.md): the default timeout of a step's

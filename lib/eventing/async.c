@@ -7,6 +7,7 @@
  */
 #include "eventing/async.h"
 
+#include <cjson/cJSON.h>
 #include <event2/event.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -61,6 +62,29 @@ static int dns_name(const char *s, size_t n)
     return 1;
 }
 
+/* 429 with Retry-After and a JSON Status naming the cap. */
+static void answer_full(funcd_gw_call *call, const char *why)
+{
+    cJSON *st = cJSON_CreateObject();
+    cJSON_AddStringToObject(st, "kind", "Status");
+    cJSON_AddStringToObject(st, "apiVersion", "v1");
+    cJSON_AddStringToObject(st, "status", "Failure");
+    cJSON_AddStringToObject(st, "message", why);
+    cJSON_AddStringToObject(st, "reason", "TooManyRequests");
+    cJSON_AddNumberToObject(st, "code", 429);
+    char *json = cJSON_PrintUnformatted(st);
+    cJSON_Delete(st);
+    if (!json) {
+        funcd_gw_call_answer_status(call, 503, "ServiceUnavailable", "out of memory");
+        return;
+    }
+    char retry[16];
+    snprintf(retry, sizeof(retry), "%d", FUNCD_QUEUE_RETRY_AFTER_S);
+    const char *headers[] = {"Retry-After", retry, NULL};
+    funcd_gw_call_answer(call, 429, "application/json", headers, json, strlen(json));
+    free(json);
+}
+
 static void handle(funcd_async *a, funcd_gw_call *call)
 {
     const char *raw = funcd_gw_call_path(call);
@@ -100,6 +124,14 @@ static void handle(funcd_async *a, funcd_gw_call *call)
                                     "larger than function %s/%s takes (spec.edge.limits."
                                     "maxBodyBytes: %llu bytes)", nsb, nameb,
                                     (unsigned long long)max_body);
+        return;
+    }
+    if (!max_body && a->cfg.max_body && body_len > a->cfg.max_body) {
+        funcd_gw_call_answer_status(call, 413, "RequestEntityTooLarge", "the request body is "
+                                    "larger than /async/ takes (%llu bytes, funcd "
+                                    "--async-max-body); function %s/%s may take more with "
+                                    "spec.edge.limits.maxBodyBytes",
+                                    (unsigned long long)a->cfg.max_body, nsb, nameb);
         return;
     }
     char subject[256] = "", message[512] = "";
@@ -158,6 +190,10 @@ static void handle(funcd_async *a, funcd_gw_call *call)
     int rc = funcd_queue_submit(a->cfg.queue, &item, id, sizeof(id));
     if (rc == FUNCD_EINVAL) {
         funcd_gw_call_answer_status(call, 400, "BadRequest", "%s", funcd_error_last()->message);
+        return;
+    }
+    if (rc == FUNCD_ENOSPC) { /* a cap of the namespace's queue: nothing was stored */
+        answer_full(call, funcd_error_last()->message);
         return;
     }
     if (rc < 0) {

@@ -28,6 +28,8 @@ typedef struct funcd_async_config {
     funcd_edge_authorize_fn authorize; /* tokens of `authenticated` functions; NULL: refuse them */
     void *authorize_payload;
     const funcd_logger *logger;
+    uint64_t max_body; /* bodies of functions whose edge sets no cap (funcd --async-max-body);
+                          0: none but the gateway's */
 } funcd_async_config;
 
 int funcd_async_new(funcd_async **out, const funcd_async_config *cfg);

@@ -51,6 +51,7 @@
 #define SWEEP_EVERY_MS 60000
 #define STORE_RETRY_MS 1000 /* the store was away: look again this much later */
 #define BUCKETS 4096
+#define RECOUNT_MS (FUNCD_QUEUE_RETRY_AFTER_S * 1000) /* a full namespace is counted again */
 
 typedef struct qitem {
     char ns[256];
@@ -73,6 +74,20 @@ typedef struct inbox_entry {
     char id[FUNCD_QUEUE_ID_MAX];
     struct inbox_entry *next;
 } inbox_entry;
+
+/* What a namespace holds in the queue as this node knows it (the caps,
+ * max_pending and max_bytes): counted from the store, then kept up to date
+ * with what this node submits, finishes and sweeps. A node that does not
+ * dispatch (a cluster) does not see items finish, so its figures only grow:
+ * a namespace that looks full is counted again (at most every
+ * RECOUNT_MS) before a submission is refused. */
+typedef struct ns_usage {
+    char ns[256];
+    uint64_t pending, bytes;
+    int counted;
+    int64_t counted_ms; /* monotonic */
+    struct ns_usage *next;
+} ns_usage;
 
 typedef struct outcome_sub {
     char *prefix;
@@ -97,6 +112,8 @@ struct funcd_queue {
     outcome_sub *subs;
     funcd_callbacks callbacks; /* X-Callback-Url deliveries on their way */
     uint64_t rng;
+    pthread_mutex_t usage_lock; /* `usage` (submissions come from any thread) */
+    ns_usage *usage;
 };
 
 /* ---- names and keys --------------------------------------------------- */
@@ -310,6 +327,138 @@ static qitem *learn(funcd_queue *q, const char *ns, const char *id, int64_t at)
     q->buckets[b] = it;
     schedule(q, it, at);
     return it;
+}
+
+/* ---- caps per namespace ------------------------------------------------ */
+
+/* The bytes a record (or a dead letter) holds: itself and its bodies. A
+ * dead-lettered invocation's request body is its dead letter's. */
+static uint64_t held_by(const cJSON *rec, size_t rec_len, int deadletter)
+{
+    const char *state = str_at(rec, "state");
+    uint64_t n = rec_len;
+    if (deadletter || !state || strcmp(state, "DeadLettered") != 0)
+        n += (uint64_t)num_at(rec, "bodyLen");
+    if (!deadletter && funcd_queue_state_final(state))
+        n += (uint64_t)num_at(rec, "responseLen");
+    return n;
+}
+
+typedef struct ns_count {
+    uint64_t pending, bytes;
+    int deadletters;
+} ns_count;
+
+static int on_count_key(const funcd_store_kv *kv, void *arg)
+{
+    ns_count *c = arg;
+    cJSON *rec = cJSON_ParseWithLength(kv->value, kv->len);
+    if (!rec)
+        return 0;
+    c->bytes += held_by(rec, kv->len, c->deadletters);
+    c->pending += !c->deadletters && !funcd_queue_state_final(str_at(rec, "state"));
+    cJSON_Delete(rec);
+    return 0;
+}
+
+/* Counts what namespace `ns` holds from the store. */
+static int count_ns(funcd_queue *q, const char *ns, ns_count *c)
+{
+    char prefix[300];
+    snprintf(prefix, sizeof(prefix), "%s%s/", FUNCD_QUEUE_RECORDS, ns);
+    int rc = funcd_port_store_list(q->cfg.store, prefix, on_count_key, c, NULL);
+    c->deadletters = 1;
+    snprintf(prefix, sizeof(prefix), "%s%s/", FUNCD_QUEUE_DEADLETTERS, ns);
+    return rc < 0 ? rc : funcd_port_store_list(q->cfg.store, prefix, on_count_key, c, NULL);
+}
+
+/* Under usage_lock. NULL when out of memory. */
+static ns_usage *usage_of(funcd_queue *q, const char *ns)
+{
+    for (ns_usage *u = q->usage; u; u = u->next)
+        if (strcmp(u->ns, ns) == 0)
+            return u;
+    ns_usage *u = calloc(1, sizeof(*u));
+    if (u) {
+        snprintf(u->ns, sizeof(u->ns), "%s", ns);
+        u->next = q->usage;
+        q->usage = u;
+    }
+    return u;
+}
+
+static int over(const funcd_queue *q, const ns_usage *u, uint64_t bytes)
+{
+    return (q->cfg.max_pending && u->pending + 1 > q->cfg.max_pending) ||
+           (q->cfg.max_bytes && u->bytes + bytes > q->cfg.max_bytes);
+}
+
+/* Takes a place for an item of `bytes` in namespace `ns`, or refuses it
+ * (FUNCD_ENOSPC naming the cap). */
+static int admit(funcd_queue *q, const char *ns, uint64_t bytes)
+{
+    if (!q->cfg.max_pending && !q->cfg.max_bytes)
+        return 0;
+    pthread_mutex_lock(&q->usage_lock);
+    ns_usage *u = usage_of(q, ns);
+    if (!u) {
+        pthread_mutex_unlock(&q->usage_lock);
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory queueing an invocation");
+    }
+    int64_t now = funcd_mono_ms();
+    int recount = !u->counted || (over(q, u, bytes) && now - u->counted_ms >= RECOUNT_MS);
+    if (recount) {
+        pthread_mutex_unlock(&q->usage_lock);
+        ns_count c = {0};
+        int rc = count_ns(q, ns, &c);
+        pthread_mutex_lock(&q->usage_lock);
+        if (rc < 0) {
+            pthread_mutex_unlock(&q->usage_lock);
+            return rc;
+        }
+        u->pending = c.pending;
+        u->bytes = c.bytes;
+        u->counted = 1;
+        u->counted_ms = now;
+    }
+    uint64_t pending = u->pending, held = u->bytes;
+    int refused = over(q, u, bytes);
+    if (!refused) {
+        u->pending++;
+        u->bytes += bytes;
+    }
+    pthread_mutex_unlock(&q->usage_lock);
+    if (!refused)
+        return 0;
+    if (recount) /* once per count, not per refusal */
+        funcd_log(q->cfg.logger, FUNCD_LOG_WARN, "delivery queue: namespace %s is full (%llu "
+                  "items pending, %llu bytes held): submissions are refused", ns,
+                  (unsigned long long)pending, (unsigned long long)held);
+    if (q->cfg.max_pending && pending + 1 > q->cfg.max_pending)
+        return funcd_error_set(FUNCD_ENOSPC, "namespace %s has %llu invocations and events "
+                               "waiting for delivery, the most the queue holds (funcd "
+                               "--queue-max-pending %llu)", ns, (unsigned long long)pending,
+                               (unsigned long long)q->cfg.max_pending);
+    return funcd_error_set(FUNCD_ENOSPC, "namespace %s holds %llu bytes in the delivery queue; "
+                           "%llu more would pass its cap (funcd --queue-max-bytes %llu) until "
+                           "finished invocations expire or dead letters are purged", ns,
+                           (unsigned long long)held, (unsigned long long)bytes,
+                           (unsigned long long)q->cfg.max_bytes);
+}
+
+/* What this node saw leave or grow: an item final (`done`), bytes added
+ * (its answer) or freed (`freed`, a sweep). */
+static void usage_change(funcd_queue *q, const char *ns, int done, uint64_t added, uint64_t freed)
+{
+    pthread_mutex_lock(&q->usage_lock);
+    for (ns_usage *u = q->usage; u; u = u->next)
+        if (strcmp(u->ns, ns) == 0) {
+            u->pending -= done && u->pending ? 1 : 0;
+            u->bytes += added;
+            u->bytes -= freed < u->bytes ? freed : u->bytes;
+            break;
+        }
+    pthread_mutex_unlock(&q->usage_lock);
 }
 
 /* ---- dispatching ------------------------------------------------------- */
@@ -532,6 +681,7 @@ static void on_attempt_done(const funcd_invoke_res *res, void *arg)
         funcd_port_store_del(q->cfg.store, key, FUNCD_STORE_ANY, NULL);
         if (state == FUNCD_QSTATE_DEADLETTERED)
             dlq_cap(q, it->ns);
+        usage_change(q, it->ns, 1, res->body_len, 0);
         if (str_at(rec, "callbackUrl"))
             deliver_callback(q, it, res);
     }
@@ -709,6 +859,7 @@ static int on_index_key(const funcd_store_kv *kv, void *arg)
 typedef struct sweep_entry {
     char *key;
     uint64_t rev;
+    uint64_t bytes; /* what deleting it frees */
     struct sweep_entry *next;
 } sweep_entry;
 
@@ -728,10 +879,12 @@ static int on_sweep_key(const funcd_store_kv *kv, void *arg)
     int64_t t = num_at(rec, s->time_field);
     int due = (!s->final_only || funcd_queue_state_final(str_at(rec, "state"))) && t &&
               t < s->before;
+    uint64_t bytes = held_by(rec, kv->len, !s->final_only);
     cJSON_Delete(rec);
     sweep_entry *e = due ? calloc(1, sizeof(*e)) : NULL;
     if (e && (e->key = strdup(kv->key))) {
         e->rev = kv->revision;
+        e->bytes = bytes;
         e->next = s->list;
         s->list = e;
     } else {
@@ -763,6 +916,7 @@ static void sweep_prefix(funcd_queue *q, const char *prefix, const char *time_fi
                     funcd_port_blob_del(q->cfg.blob, key);
                 }
                 drop_request_blob(q, ns, slash + 1, !records, records);
+                usage_change(q, ns, 0, 0, e->bytes);
             }
         }
         free(e->key);
@@ -910,17 +1064,19 @@ int funcd_queue_submit(funcd_queue *q, const funcd_queue_item *item, char *id_ou
     }
     int64_t now = funcd_now_ms();
     cJSON *rec = new_record(item, id, now);
-    if (!rec)
+    char *text = rec ? cJSON_PrintUnformatted(rec) : NULL;
+    cJSON_Delete(rec);
+    if (!text)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory queueing an invocation");
-    int rc = 0;
-    if (item->body_len) {
+    int rc = admit(q, item->ns, strlen(text) + item->body_len); /* before anything is stored */
+    if (rc == 0 && item->body_len) {
         char bkey[600];
         blob_key(bkey, sizeof(bkey), item->ns, id, "request");
         rc = funcd_port_blob_put(q->cfg.blob, bkey, item->body ? item->body : "", item->body_len);
     }
     if (rc == 0)
-        rc = put_record(q->cfg.store, key, rec, FUNCD_STORE_ABSENT, NULL);
-    cJSON_Delete(rec);
+        rc = funcd_port_store_put(q->cfg.store, key, text, strlen(text), FUNCD_STORE_ABSENT, NULL);
+    free(text);
     if (rc == FUNCD_EEXISTS)
         return 0; /* submitted at the same moment by someone else */
     if (rc < 0)
@@ -1028,6 +1184,7 @@ int funcd_queue_new(funcd_queue **out, const funcd_queue_config *cfg)
     if (!q->cfg.tick_ms)
         q->cfg.tick_ms = DEFAULT_TICK_MS;
     pthread_mutex_init(&q->lock, NULL);
+    pthread_mutex_init(&q->usage_lock, NULL);
     q->callbacks.loop = cfg->loop;
     if (getrandom(&q->rng, sizeof(q->rng), 0) != (ssize_t)sizeof(q->rng) || !q->rng)
         q->rng = (uint64_t)funcd_now_ms() | 1;
@@ -1145,6 +1302,12 @@ void funcd_queue_free(funcd_queue *q)
         event_free(q->tick);
     if (q->kick)
         event_free(q->kick);
+    while (q->usage) {
+        ns_usage *u = q->usage;
+        q->usage = u->next;
+        free(u);
+    }
+    pthread_mutex_destroy(&q->usage_lock);
     pthread_mutex_destroy(&q->lock);
     free(q);
 }

@@ -54,9 +54,14 @@ typedef struct funcd_queue_item {
 
 /* Persisted (store record + blob body) before it returns 0; `id_out` (>= 64 bytes) gets the id
    (the item's id when it is made of [A-Za-z0-9._:-] and at most 100 bytes, else "h-" and a hash
-   of it). FUNCD_EUNAVAILABLE when the store is away, FUNCD_EINVAL for a bad item. Any
+   of it). FUNCD_EUNAVAILABLE when the store is away, FUNCD_EINVAL for a bad item,
+   FUNCD_ENOSPC when its namespace is at a cap of the queue (max_pending, max_bytes; the
+   message names it; nothing was stored: try again in FUNCD_QUEUE_RETRY_AFTER_S). Any
    thread (it blocks on the store's writes). */
 int funcd_queue_submit(funcd_queue *q, const funcd_queue_item *item, char *id_out, size_t id_len);
+
+/* A namespace at a cap is counted again from the store at most this often. */
+#define FUNCD_QUEUE_RETRY_AFTER_S 5
 
 typedef enum { FUNCD_QUEUE_DELIVERED, FUNCD_QUEUE_RETRIED, FUNCD_QUEUE_DEADLETTERED } funcd_queue_outcome;
 
@@ -86,6 +91,9 @@ typedef struct funcd_queue_config {
     uint64_t dlq_retention_ms;         /* 0: 7 days */
     unsigned dlq_max_entries;          /* per namespace; 0: 10000 */
     uint64_t tick_ms;                  /* how often the leader looks for work others queued; 0: 1 s */
+    /* Caps per namespace (0: off): items not final, and bytes held (the records and bodies of
+       its pending and kept items and of its dead letters). */
+    uint64_t max_pending, max_bytes;
 } funcd_queue_config;
 
 int funcd_queue_new(funcd_queue **out, const funcd_queue_config *cfg);

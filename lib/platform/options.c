@@ -14,6 +14,9 @@
 static funcd_option oom_option = {OPT_OOM};
 
 #define FUNCD_WF_DEFAULT_RETENTION_MS (7ull * 24 * 3600 * 1000) /* finished workflow runs */
+#define FUNCD_QUEUE_DEFAULT_MAX_PENDING 10000  /* items not final, per namespace */
+#define FUNCD_QUEUE_DEFAULT_MAX_BYTES (1ull << 30) /* bytes held, per namespace */
+#define FUNCD_ASYNC_DEFAULT_MAX_BODY (1ull << 20) /* /async/ bodies (OpenFaaS's NATS: 1 MB) */
 
 static funcd_option *opt_new(option_kind kind)
 {
@@ -298,6 +301,12 @@ funcd_option *funcd_with_delivery_retention(uint64_t invocation_ms, uint64_t dlq
                                             uint64_t dlq_max_entries)
 {
     return number_option(OPT_DELIVERY_RETENTION, invocation_ms, dlq_ms, dlq_max_entries);
+}
+
+funcd_option *funcd_with_queue_limits(uint64_t max_pending, uint64_t max_bytes,
+                                      uint64_t async_max_body)
+{
+    return number_option(OPT_QUEUE_LIMITS, max_pending, max_bytes, async_max_body);
 }
 
 funcd_option *funcd_with_blob_poll_interval(uint64_t ms)
@@ -763,6 +772,14 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
         keep_nonzero(&cfg->dlq_retention_ms, o->n[1]);
         keep_nonzero(&cfg->dlq_max_entries, o->n[2]);
         break;
+    case OPT_QUEUE_LIMITS:
+        if (o->n[0] != UINT64_MAX)
+            cfg->queue_max_pending = o->n[0];
+        if (o->n[1] != UINT64_MAX)
+            cfg->queue_max_bytes = o->n[1];
+        if (o->n[2] != UINT64_MAX)
+            cfg->async_max_body = o->n[2];
+        break;
     case OPT_BLOB_POLL_INTERVAL:
         if (o->n[0] < 100)
             return funcd_error_set(FUNCD_EINVAL, "funcd_with_blob_poll_interval: %llu ms is too "
@@ -799,6 +816,9 @@ int funcd_config_apply(funcd_config *cfg, funcd_option *const *options, size_t c
     cfg->logger.min = FUNCD_LOG_INFO;
     cfg->sandbox = 1;
     cfg->wf_retention_ms = FUNCD_WF_DEFAULT_RETENTION_MS;
+    cfg->queue_max_pending = FUNCD_QUEUE_DEFAULT_MAX_PENDING;
+    cfg->queue_max_bytes = FUNCD_QUEUE_DEFAULT_MAX_BYTES;
+    cfg->async_max_body = FUNCD_ASYNC_DEFAULT_MAX_BODY;
     for (int pass = 0; pass < 2; pass++)
         for (size_t i = 0; i < count; i++)
             if (rc == 0 && options[i] && is_preset(options[i]) == (pass == 0))

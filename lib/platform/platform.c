@@ -790,14 +790,16 @@ static int build(funcd_platform *p)
                              .logger = &p->cfg.logger,
                              .invocation_retention_ms = p->cfg.invocation_retention_ms,
                              .dlq_retention_ms = p->cfg.dlq_retention_ms,
-                             .dlq_max_entries = (unsigned)p->cfg.dlq_max_entries};
+                             .dlq_max_entries = (unsigned)p->cfg.dlq_max_entries,
+                             .max_pending = p->cfg.queue_max_pending,
+                             .max_bytes = p->cfg.queue_max_bytes};
     if ((rc = funcd_queue_new(&p->queue, &qc)) < 0 || (rc = make_evsources(p)) < 0 ||
         (rc = funcd_queue_metrics_start(p->queue, p->metrics)) < 0)
         return rc; /* (the event sources submit to the queue) */
     funcd_async_config ac = {.loop = p->base, .queue = p->queue, .serving = p->serving,
                              .authorize = p->cfg.edge.authorize,
                              .authorize_payload = p->cfg.edge.authorize_payload,
-                             .logger = &p->cfg.logger};
+                             .logger = &p->cfg.logger, .max_body = p->cfg.async_max_body};
     if ((rc = funcd_async_new(&p->async, &ac)) < 0)
         return rc;
     p->cp.queue = p->queue;

@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <math.h>
+#include <stdint.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -227,6 +228,74 @@ SV_TEST_WITH(dlq_retention_sweeps, funcd_with_delivery_retention(0, 5000, 0), NU
     CHECK(e2e_now_ms() - at >= 4000);
 }
 
+/* review17-controlplane H-1: the queue holds at most --queue-max-pending
+ * invocations not yet final per namespace: beyond, /async/ answers 429 with
+ * Retry-After and a Status naming the cap, before the body is stored; the
+ * places come back once the items are final. */
+SV_TEST_WITH(queue_full_is_429, funcd_with_queue_limits(2, 0, UINT64_MAX), NULL)
+{
+    CHECK(make_broken(e) == 0);
+    char location[2][512];
+    for (int i = 0; i < 2; i++) {
+        CHECK_INT(post_async(e, "broken/", NULL, NULL, "payload"), 202);
+        snprintf(location[i], sizeof(location[i]), "%s", sv_header(&e->r, "Location"));
+    }
+    CHECK_INT(post_async(e, "broken/", NULL, NULL, "payload"), 429);
+    CHECK_DP_STATUS(429, "TooManyRequests");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "--queue-max-pending 2");
+    CHECK(sv_header(&e->r, "Retry-After") && atoi(sv_header(&e->r, "Retry-After")) >= 1);
+    CHECK_INT(REQ("GET", NS("default") "/invocations", DEV_TOKEN, NULL), 200);
+    CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 2);
+    for (int i = 0; i < 2; i++)
+        if (!wait_state(e, location[i], "DeadLettered"))
+            FAILF("not DeadLettered: %.500s", e->r.body);
+    CHECK_INT(post_async(e, "broken/", NULL, NULL, "payload"), 202);
+}
+
+/* --queue-max-bytes counts what a namespace keeps: a finished invocation's
+ * request and answer stay (the retention), and the next one that would
+ * pass the cap is 429 naming it. */
+SV_TEST_WITH(queue_bytes_cap_is_429, funcd_with_queue_limits(0, 48 * 1024, UINT64_MAX), NULL)
+{
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    CHECK_INT(sv_create(e, "echo", NATIVE_SPEC(""), dir), 201);
+    if (!sv_wait_ready(e, "echo", 10000))
+        FAILF("not Ready: %.500s", e->r.body);
+    static char body[20 * 1024 + 1];
+    memset(body, 'a', sizeof(body) - 1);
+    CHECK_INT(post_async(e, "echo/", NULL, NULL, body), 202);
+    char location[512];
+    snprintf(location, sizeof(location), "%s", sv_header(&e->r, "Location"));
+    if (!wait_state(e, location, "Succeeded"))
+        FAILF("not Succeeded: %.500s", e->r.body);
+    CHECK_INT(post_async(e, "echo/", NULL, NULL, body), 429);
+    CHECK_DP_STATUS(429, "TooManyRequests");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "--queue-max-bytes 49152");
+    CHECK_INT(post_async(e, "echo/", NULL, NULL, "small"), 202);
+}
+
+/* /async/ takes at most --async-max-body (1 MiB) unless the function's
+ * spec.edge.limits.maxBodyBytes says how much it takes. */
+SV_TEST(async_body_cap)
+{
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    CHECK_INT(sv_create(e, "echo", NATIVE_SPEC(""), dir), 201);
+    CHECK(sv_native(e, "roomy", "\"edge\":{\"limits\":{\"maxBodyBytes\":\"2Mi\"}}") == 0);
+    if (!sv_wait_ready(e, "echo", 10000))
+        FAILF("not Ready: %.500s", e->r.body);
+    static char body[(1u << 20) + 2];
+    size_t big = sizeof(body) - 1;
+    memset(body, 'a', big);
+    CHECK_INT(post_async(e, "echo/", NULL, NULL, body), 413);
+    CHECK_DP_STATUS(413, "RequestEntityTooLarge");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "--async-max-body");
+    CHECK_INT(post_async(e, "roomy/", NULL, NULL, body), 202);
+    body[big - 1] = '\0'; /* 1 MiB: taken */
+    CHECK_INT(post_async(e, "echo/", NULL, NULL, body), 202);
+}
+
 /* ---- eventing's metrics ------------------------------------------------- */
 
 /* The value of the sample `series` (exactly its name and labels) in the
@@ -430,6 +499,9 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, eventing_metrics);
     SV_RUN(only, ran, callback_url);
     SV_RUN(only, ran, edge_auth_applies);
+    SV_RUN(only, ran, queue_full_is_429);
+    SV_RUN(only, ran, queue_bytes_cap_is_429);
+    SV_RUN(only, ran, async_body_cap);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no test case named %s\n", only);

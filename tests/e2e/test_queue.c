@@ -15,6 +15,7 @@
 
 #include <event2/event.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 
 #define NATIVE_SPEC(extra)                                                                         \
@@ -82,6 +83,7 @@ typedef struct loop_job {
     const char *replay_ns, *replay_id;
     int rc;
     char id[128];
+    char error[512]; /* funcd_error_last() on the loop, when rc < 0 */
     int over;
 } loop_job;
 
@@ -95,6 +97,8 @@ static void on_loop(evutil_socket_t fd, short what, void *arg)
         j->rc = funcd_queue_submit(q, &j->item, j->id, sizeof(j->id));
     else
         j->rc = funcd_queue_replay(q, j->replay_ns, j->replay_id);
+    if (j->rc < 0)
+        snprintf(j->error, sizeof(j->error), "%s", funcd_error_last()->message);
     pthread_mutex_lock(&lock);
     j->over = 1;
     pthread_mutex_unlock(&lock);
@@ -123,11 +127,14 @@ static int subscribe(env *e)
     return run_on_loop(e, &j);
 }
 
+static char last_error[512]; /* of the last submit that failed */
+
 static int submit(env *e, const funcd_queue_item *item, char *id_out)
 {
     loop_job j = {.kind = 1, .item = *item};
     int rc = run_on_loop(e, &j);
     snprintf(id_out, 128, "%s", j.id);
+    snprintf(last_error, sizeof(last_error), "%s", j.error);
     return rc;
 }
 
@@ -246,6 +253,46 @@ SV_TEST(client_error_is_final)
     CHECK_INT(outcomes[0].status, 422);
 }
 
+/* review17-controlplane H-1: the queue holds at most max_pending items not
+ * final and max_bytes bytes per namespace; past a cap a submission is
+ * FUNCD_ENOSPC naming it, and nothing of it is stored. Another namespace
+ * has places of its own. */
+SV_TEST_WITH(caps_per_namespace, funcd_with_queue_limits(2, 8192, UINT64_MAX), NULL)
+{
+    /* No such function: each item waits 10 s after its first attempt. */
+    funcd_queue_item item = {.ns = "default", .function = "nobody", .body = "b", .body_len = 1,
+                             .origin = "test/caps",
+                             .delivery = {.attempts = 3, .backoff_initial_ms = 10000}};
+    char id[128];
+    CHECK_INT(submit(e, &item, id), 0);
+    CHECK_INT(submit(e, &item, id), 0);
+    item.id = "refused-1";
+    CHECK_INT(submit(e, &item, id), FUNCD_ENOSPC);
+    CHECK_CONTAINS(last_error, "--queue-max-pending 2");
+    CHECK_INT(REQ("GET", NS("default") "/invocations/refused-1", DEV_TOKEN, NULL), 404);
+    CHECK_INT(REQ("GET", NS("default") "/invocations", DEV_TOKEN, NULL), 200);
+    CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 2);
+    /* Bytes: 7000 fit in another namespace, 2000 more do not. */
+    static char big[7000];
+    memset(big, 'x', sizeof(big));
+    funcd_queue_item other = item;
+    other.ns = "other";
+    other.id = NULL;
+    other.body = big;
+    other.body_len = sizeof(big);
+    CHECK_INT(submit(e, &other, id), 0);
+    other.body_len = 2000;
+    other.id = "refused-2";
+    CHECK_INT(submit(e, &other, id), FUNCD_ENOSPC);
+    CHECK_CONTAINS(last_error, "--queue-max-bytes 8192");
+    CHECK_INT(REQ("GET", NS("other") "/invocations/refused-2", ADMIN_TOKEN, NULL), 404);
+    /* A small one still fits there, and an id already queued adds nothing. */
+    other.body_len = 10;
+    other.id = "small";
+    CHECK_INT(submit(e, &other, id), 0);
+    CHECK_INT(submit(e, &other, id), 0);
+}
+
 int main(int argc, char **argv)
 {
     sv_init();
@@ -254,6 +301,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, delivered_once);
     SV_RUN(only, ran, retried_then_deadlettered_then_replayed);
     SV_RUN(only, ran, client_error_is_final);
+    SV_RUN(only, ran, caps_per_namespace);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no test case named %s\n", only);
