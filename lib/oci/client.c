@@ -99,7 +99,7 @@ struct funcd_oci_client {
     struct event_base *loop;
     oci_transport *t;
     funcd_oci_stats stats;
-    char *blob_dir, *auth_file, *os, *arch;
+    char *blob_dir, *manifest_dir, *auth_file, *os, *arch;
     funcd_oci_pull_handle *pulls;
     funcd_oci_verify_handle *verifies;
     blob_fetch *fetches;
@@ -172,6 +172,31 @@ static char *blob_path(const funcd_oci_client *c, const char *digest)
     return funcd_buf_detach(&b, NULL);
 }
 
+/*
+ * A manifest is cached per registry and repository it was read from, in
+ * manifests/<sha256 of "registry/repository@digest">: a pull by digest takes
+ * it from the cache only when it names that registry and repository. Another
+ * one claiming the digest is asked for the manifest itself, whose bytes must
+ * hash to the digest (review17 H-1: a registry's HEAD 200 proves nothing).
+ */
+static char *manifest_path(const funcd_oci_client *c, const funcd_oci_ref *ref,
+                           const char *digest)
+{
+    funcd_buf key = FUNCD_BUF_INIT, path = FUNCD_BUF_INIT;
+    unsigned char sum[32];
+    char hex[65];
+    if (funcd_buf_printf(&key, "%s/%s@%s", ref->registry, ref->repository, digest) < 0) {
+        funcd_buf_free(&key);
+        return NULL;
+    }
+    mbedtls_sha256_ret((const unsigned char *)key.data, key.len, sum, 0);
+    funcd_buf_free(&key);
+    for (size_t i = 0; i < sizeof(sum); i++)
+        snprintf(hex + 2 * i, 3, "%02x", sum[i]);
+    funcd_buf_printf(&path, "%s/%s", c->manifest_dir, hex);
+    return funcd_buf_detach(&path, NULL);
+}
+
 static int mkdir_p(const char *path)
 {
     char *p = funcd_strdup(path);
@@ -212,10 +237,9 @@ static int read_small_file(const char *path, size_t max, char **out, size_t *len
     return 0;
 }
 
-/* Writes `data` as the cache entry for `digest` (temp file, then rename). */
-static void cache_store(funcd_oci_client *c, const char *digest, const char *data, size_t len)
+/* Writes `data` as the cache file `final` (a temp file, then rename); frees `final`. */
+static void cache_store(funcd_oci_client *c, char *final, const char *data, size_t len)
 {
-    char *final = blob_path(c, digest);
     funcd_buf tmp = FUNCD_BUF_INIT;
     funcd_buf_printf(&tmp, "%s/.tmp-m-XXXXXX", c->blob_dir);
     int fd = final && tmp.data ? mkstemp(tmp.data) : -1;
@@ -739,11 +763,12 @@ static void on_manifest(oci_req *r, int rc, const char *message, void *ctx)
     const char *body = oci_req_body(r, &len);
     if (p->hops == 0)
         p->from_registry = 1;
-    cache_store(p->c, got, body, len);
+    cache_store(p->c, manifest_path(p->c, &p->ref, got), body, len);
     pull_got_manifest(p, body, len, oci_req_content_type(r), got);
 }
 
-/* `reference`: a tag, or a digest (then a cached copy answers without a request). */
+/* `reference`: a tag, or a digest (then a copy cached from this registry and
+ * repository answers without a request). */
 static void pull_fetch_manifest(funcd_oci_pull_handle *p, const char *reference)
 {
     funcd_oci_client *c = p->c;
@@ -751,7 +776,7 @@ static void pull_fetch_manifest(funcd_oci_pull_handle *p, const char *reference)
     free(p->requested_digest);
     p->requested_digest = by_digest ? funcd_strdup(reference) : NULL;
     if (by_digest) {
-        char *path = blob_path(c, reference), *json = NULL;
+        char *path = manifest_path(c, &p->ref, reference), *json = NULL;
         size_t len = 0;
         int hit = path && read_small_file(path, MANIFEST_MAX, &json, &len) == 0;
         free(path);
@@ -1026,15 +1051,18 @@ int funcd_oci_client_new(funcd_oci_client **out, struct event_base *loop,
     funcd_buf b = FUNCD_BUF_INIT;
     funcd_buf_printf(&b, "%s/blobs/sha256", o->cache_dir);
     c->blob_dir = funcd_buf_detach(&b, NULL);
+    funcd_buf_printf(&b, "%s/manifests", o->cache_dir);
+    c->manifest_dir = funcd_buf_detach(&b, NULL);
     c->auth_file = o->auth_file ? funcd_strdup(o->auth_file) : NULL;
     c->os = funcd_strdup(o->os ? o->os : "linux");
     c->arch = funcd_strdup(o->arch ? o->arch : default_arch());
-    if (!c->blob_dir || !c->os || !c->arch || (o->auth_file && !c->auth_file)) {
+    if (!c->blob_dir || !c->manifest_dir || !c->os || !c->arch ||
+        (o->auth_file && !c->auth_file)) {
         funcd_oci_client_free(c);
         return funcd_error_set(FUNCD_ENOMEM, "registry client: out of memory");
     }
-    if (mkdir_p(c->blob_dir) < 0) {
-        int rc = funcd_error_set(FUNCD_EIO, "image cache %s cannot be created: %s", c->blob_dir,
+    if (mkdir_p(c->blob_dir) < 0 || mkdir_p(c->manifest_dir) < 0) {
+        int rc = funcd_error_set(FUNCD_EIO, "image cache %s cannot be created: %s", o->cache_dir,
                                  strerror(errno));
         funcd_oci_client_free(c);
         return rc;
@@ -1065,6 +1093,7 @@ void funcd_oci_client_free(funcd_oci_client *c)
     oci_transport_free(c->t);
     event_del(&c->progress_ev);
     free(c->blob_dir);
+    free(c->manifest_dir);
     free(c->auth_file);
     free(c->os);
     free(c->arch);

@@ -145,7 +145,9 @@ typedef struct funcd_oci_client funcd_oci_client;
 typedef struct funcd_oci_pull_handle funcd_oci_pull_handle;
 
 typedef struct funcd_oci_client_options {
-    const char *cache_dir;            /* required: blobs in cache_dir/blobs/sha256/<hex> */
+    const char *cache_dir;            /* required: blobs in cache_dir/blobs/sha256/<hex>,
+                                         manifests per registry and repository in
+                                         cache_dir/manifests */
     const char *auth_file;            /* Docker config JSON for every pull, or NULL */
     const char *certs_dir;            /* DIR/<host[:port]>/ca.crt, or NULL */
     const char *const *insecure;      /* NULL-terminated "host:port" list (loopback only) */

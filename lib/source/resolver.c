@@ -31,6 +31,10 @@
 /* <registry>/<repository>@<digest>: pulled with no credentials, so no
  * Function needs its own checked to get it from the cache */
 #define IMAGE_PUBLIC_PREFIX "/imagepublic/"
+/* <registry>/<repository>@<digest>: the image's manifest came from there, so
+ * its metadata under /images/<digest> serves references to it (and only to
+ * it: another registry naming the digest proves nothing; review17 H-1) */
+#define IMAGE_FROM_PREFIX "/imagefrom/"
 /* <url>#<ref>: the commit a poll of a branch found, when, and by which node */
 #define GIT_REF_PREFIX "/gitrefs/"
 /* A node that does not poll (not the cluster's leader) polls itself once no
@@ -312,8 +316,42 @@ static cJSON *load_json(funcd_sources *s, const char *prefix, const char *id)
     return obj;
 }
 
-/* The image's metadata under its digest and, when `tag_resolved` (this
- * node read the tag at the registry), the tag's digest and when. */
+/* "<registry>/<repository>@<digest>" of `ref`'s image, or "" */
+static void image_key(const char *ref, const char *digest, char *out, size_t n)
+{
+    funcd_oci_ref r;
+    out[0] = 0;
+    if (funcd_oci_ref_parse(&r, ref) == 0) {
+        snprintf(out, n, "%s/%s@%s", r.registry, r.repository, digest);
+        funcd_oci_ref_free(&r);
+    }
+}
+
+/* Whether the store has `prefix` + image_key(ref, digest). */
+static int has_image_key(funcd_sources *s, const char *prefix, const char *ref,
+                         const char *digest)
+{
+    char key[512];
+    image_key(ref, digest, key, sizeof(key));
+    cJSON *o = key[0] ? load_json(s, prefix, key) : NULL;
+    cJSON_Delete(o);
+    return o != NULL;
+}
+
+static void put_image_key(funcd_sources *s, const char *prefix, const char *ref,
+                          const char *digest)
+{
+    char key[512];
+    image_key(ref, digest, key, sizeof(key));
+    cJSON *o = cJSON_CreateObject();
+    if (key[0] && o)
+        store_json(s, prefix, key, o);
+    cJSON_Delete(o);
+}
+
+/* The image's metadata under its digest, that `ref`'s registry and
+ * repository hold it and, when `tag_resolved` (this node read the tag at the
+ * registry), the tag's digest and when. */
 static void remember_image(funcd_sources *s, const char *ref, const funcd_oci_image *img,
                            int tag_resolved)
 {
@@ -352,6 +390,7 @@ static void remember_image(funcd_sources *s, const char *ref, const funcd_oci_im
     cJSON_AddStringToObject(m, "pulledAt", ts);
     store_json(s, IMAGE_META_PREFIX, img->digest, m);
     cJSON_Delete(m);
+    put_image_key(s, IMAGE_FROM_PREFIX, ref, img->digest);
     cJSON *t = tag_resolved ? cJSON_CreateObject() : NULL;
     if (!t)
         return;
@@ -395,8 +434,9 @@ static char *tag_within(funcd_sources *s, const char *ref, uint64_t every, int64
     return digest;
 }
 
-/* The image as remembered, if the tag is fresh (or pinned by digest) and
- * every layer is still in the cache: a restart needs no registry. */
+/* The image as remembered, if the tag is fresh (or pinned by digest), it
+ * was pulled from `ref`'s registry and repository, and every layer is still
+ * in the cache: a restart needs no registry. */
 static funcd_oci_image *remembered_image(funcd_sources *s, const char *ref)
 {
     funcd_oci_ref r;
@@ -406,7 +446,9 @@ static funcd_oci_image *remembered_image(funcd_sources *s, const char *ref)
     funcd_oci_ref_free(&r);
     if (!digest)
         digest = fresh_tag(s, ref, NULL);
-    cJSON *m = digest ? load_json(s, IMAGE_META_PREFIX, digest) : NULL;
+    cJSON *m = digest && has_image_key(s, IMAGE_FROM_PREFIX, ref, digest)
+                   ? load_json(s, IMAGE_META_PREFIX, digest)
+                   : NULL;
     funcd_oci_image *img = m ? calloc(1, sizeof(*img)) : NULL;
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(m, "layers");
     size_t n = (size_t)cJSON_GetArraySize(layers);
@@ -575,26 +617,6 @@ static void image_refused(entry *e, const char *message)
     publish(e, 1);
 }
 
-/* "<registry>/<repository>@<digest>" of the entry's image, or "" */
-static void public_key(const entry *e, const char *digest, char *out, size_t n)
-{
-    funcd_oci_ref r;
-    out[0] = 0;
-    if (funcd_oci_ref_parse(&r, e->ref) == 0) {
-        snprintf(out, n, "%s/%s@%s", r.registry, r.repository, digest);
-        funcd_oci_ref_free(&r);
-    }
-}
-
-static int image_is_public(entry *e, const char *digest)
-{
-    char key[512];
-    public_key(e, digest, key, sizeof(key));
-    cJSON *o = key[0] ? load_json(e->s, IMAGE_PUBLIC_PREFIX, key) : NULL;
-    cJSON_Delete(o);
-    return o != NULL;
-}
-
 static void on_checked(int rc, const char *message, void *payload)
 {
     entry *e = payload;
@@ -622,24 +644,21 @@ static int ensure_client(funcd_sources *s)
  * An image this entry did not just read from the registry itself (it was
  * remembered, or its manifest was in the cache) runs only when it is
  * public or the entry's own credentials read its manifest at the registry
- * (funcd_oci_verify; docs/adr/0023-cached-image-credentials.md).
+ * (funcd_oci_verify; docs/adr/0023-cached-image-credentials.md). That is
+ * the registry and repository the image was pulled from: neither cache
+ * serves a reference naming another (remembered_image; the client's
+ * manifests are kept per repository).
  */
 static void check_image(entry *e, funcd_oci_image *img, int remembered)
 {
     funcd_sources *s = e->s;
     if (img->from_registry) {
-        if (!img->with_credentials) { /* anyone may read it */
-            char key[512];
-            public_key(e, img->digest, key, sizeof(key));
-            cJSON *o = cJSON_CreateObject();
-            if (key[0] && o)
-                store_json(s, IMAGE_PUBLIC_PREFIX, key, o);
-            cJSON_Delete(o);
-        }
+        if (!img->with_credentials) /* anyone may read it */
+            put_image_key(s, IMAGE_PUBLIC_PREFIX, e->ref, img->digest);
         image_allowed(e, img, remembered);
         return;
     }
-    if (image_is_public(e, img->digest)) {
+    if (has_image_key(s, IMAGE_PUBLIC_PREFIX, e->ref, img->digest)) {
         image_allowed(e, img, remembered);
         return;
     }
@@ -870,11 +889,12 @@ static void image_ready(entry *e, job *j)
     e->res.env = strv_copy(img->env);
     e->res.working_dir = funcd_strdup(img->working_dir);
     e->res.user = funcd_strdup(img->user);
-    if (!old || strcmp(old, img->digest) != 0) { /* GET /images shows it to e->ns */
+    if (!old || strcmp(old, img->digest) != 0) { /* GET /images shows it to e->ns, as e->ref */
         char key[400];
         snprintf(key, sizeof(key), "%s/%s", e->ns, img->digest);
         cJSON *o = cJSON_CreateObject();
-        store_json(s, IMAGE_NS_PREFIX, key, o);
+        if (o && cJSON_AddStringToObject(o, "ref", e->ref))
+            store_json(s, IMAGE_NS_PREFIX, key, o);
         cJSON_Delete(o);
     }
     if (old) {
@@ -1229,10 +1249,11 @@ typedef struct list_ctx {
     int n;
     int (*visible)(const char *ns, void *payload);
     void *payload;
-    funcd_buf digests; /* "|d1|d2|...|" of the images the caller may see */
+    cJSON *refs; /* digest → the reference a namespace the caller may see used for it */
 } list_ctx;
 
-/* /imagens/<ns>/<digest>: note the digest when the caller may see ns. */
+/* /imagens/<ns>/<digest>: note the digest, and the reference ns named it by
+ * ("" in a record older than that), when the caller may see ns. */
 static int note_visible(const funcd_store_kv *kv, void *payload)
 {
     list_ctx *c = payload;
@@ -1241,35 +1262,56 @@ static int note_visible(const funcd_store_kv *kv, void *payload)
         return 0;
     char ns[256];
     snprintf(ns, sizeof(ns), "%.*s", (int)(slash - rest), rest);
-    if (c->visible(ns, c->payload))
-        funcd_buf_printf(&c->digests, "%s%s|", c->digests.len ? "" : "|", slash + 1);
+    if (!c->visible(ns, c->payload) || cJSON_GetObjectItemCaseSensitive(c->refs, slash + 1))
+        return 0;
+    cJSON *o = cJSON_ParseWithLength(kv->value, kv->len);
+    const char *ref = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "ref"));
+    cJSON_AddStringToObject(c->refs, slash + 1, ref ? ref : "");
+    cJSON_Delete(o);
     return 0;
 }
 
+/* An image's metadata; to a caller who may not see every namespace, only
+ * those its namespaces pulled or run, with the reference they used (the
+ * metadata's is whichever pull came last, maybe another tenant's). */
 static int list_one(const funcd_store_kv *kv, void *payload)
 {
     list_ctx *c = payload;
-    if (c->visible) {
-        char want[100];
-        snprintf(want, sizeof(want), "|%s|", kv->key + strlen(IMAGE_META_PREFIX));
-        if (!c->digests.data || !strstr(c->digests.data, want))
-            return 0;
+    if (!c->visible) {
+        funcd_buf_printf(c->out, "%s%.*s", c->n++ ? "," : "", (int)kv->len,
+                         (const char *)kv->value);
+        return 0;
     }
-    funcd_buf_printf(c->out, "%s%.*s", c->n++ ? "," : "", (int)kv->len, (const char *)kv->value);
+    const char *ref = cJSON_GetStringValue(
+        cJSON_GetObjectItemCaseSensitive(c->refs, kv->key + strlen(IMAGE_META_PREFIX)));
+    cJSON *m = ref ? cJSON_ParseWithLength(kv->value, kv->len) : NULL;
+    if (!cJSON_IsObject(m)) {
+        cJSON_Delete(m);
+        return 0;
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(m, "ref");
+    cJSON_AddStringToObject(m, "ref", ref);
+    char *text = cJSON_PrintUnformatted(m);
+    if (text)
+        funcd_buf_printf(c->out, "%s%s", c->n++ ? "," : "", text);
+    free(text);
+    cJSON_Delete(m);
     return 0;
 }
 
 int funcd_sources_list_images(funcd_sources *s, int (*visible)(const char *ns, void *payload),
                               void *payload, funcd_buf *out)
 {
-    list_ctx c = {out, 0, visible, payload, FUNCD_BUF_INIT};
+    list_ctx c = {out, 0, visible, payload, cJSON_CreateObject()};
+    if (!c.refs)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory");
     int rc = visible ? funcd_port_store_list(s->cfg.store, IMAGE_NS_PREFIX, note_visible, &c, NULL)
                      : 0;
     funcd_buf_puts(out, "{\"items\":[");
     if (rc == 0)
         rc = funcd_port_store_list(s->cfg.store, IMAGE_META_PREFIX, list_one, &c, NULL);
     funcd_buf_puts(out, "]}");
-    funcd_buf_free(&c.digests);
+    cJSON_Delete(c.refs);
     return rc;
 }
 

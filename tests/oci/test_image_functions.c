@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "e2e/test_serving_common.h"
+#include "fake_registry.h"
 #include "harness.h"
 #include "registry_env.h"
 #include "util/buf.h"
@@ -218,15 +219,17 @@ static const char *ready_reason(const cJSON *fn)
     return r ? r : "";
 }
 
-/* Polls until Ready=False with `reason` (past any Pulling/Extracting); 1 when
- * so, else prints the last state. e->r holds the last GET. */
-static int wait_failure(env *e, const char *name, const char *reason, int timeout_ms)
+/* Polls until the Function `name` of namespace `ns` (read with `token`) is
+ * Ready=False with `reason` (past any Pulling/Extracting); 1 when so, else
+ * prints the last state. e->r holds the last GET. */
+static int wait_failure_in(env *e, const char *ns, const char *token, const char *name,
+                           const char *reason, int timeout_ms)
 {
     int64_t end = e2e_now_ms() + timeout_ms;
     char path[256];
-    snprintf(path, sizeof(path), FN_PATH("%s"), name);
+    snprintf(path, sizeof(path), API "/namespaces/%s/functions/%s", ns, name);
     do {
-        if (env_req(e, "GET", path, DEV_TOKEN, NULL) == 200 &&
+        if (env_req(e, "GET", path, token, NULL) == 200 &&
             strcmp(ready_reason(e->r.json), reason) == 0 &&
             jstr(sv_ready_condition(e->r.json), "status") &&
             strcmp(jstr(sv_ready_condition(e->r.json), "status"), "False") == 0)
@@ -236,6 +239,11 @@ static int wait_failure(env *e, const char *name, const char *reason, int timeou
     fprintf(stderr, "  %s never failed with %s; its last state:\n  %.2000s\n", name, reason,
             e->r.body ? e->r.body : "");
     return 0;
+}
+
+static int wait_failure(env *e, const char *name, const char *reason, int timeout_ms)
+{
+    return wait_failure_in(e, "default", DEV_TOKEN, name, reason, timeout_ms);
 }
 
 static int wait_ready_verbose(env *e, const char *name)
@@ -932,6 +940,143 @@ static void public_cache(void)
     on_platform(NULL, NULL, NULL, public_cached_image);
 }
 
+/* ---- another registry claiming a cached digest (review17 H-1) ----------------------- */
+
+static fake_registry claimer; /* HEAD 200 for any manifest, other bytes for a GET */
+
+/* Polls until team-b's Function `name` is Ready=True; e->r holds the last GET. */
+static int team_b_ready(env *e, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof(path), NS("team-b") "/functions/%s", name);
+    int64_t end = e2e_now_ms() + WAIT_MS;
+    do {
+        if (env_req(e, "GET", path, TEAM_B_TOKEN, NULL) == 200 &&
+            jstr(sv_ready_condition(e->r.json), "status") &&
+            strcmp(jstr(sv_ready_condition(e->r.json), "status"), "True") == 0)
+            return 1;
+        env_sleep_ms(50);
+    } while (e2e_now_ms() < end);
+    fprintf(stderr, "  %s never became Ready; its last state:\n  %.2000s\n", name,
+            e->r.body ? e->r.body : "");
+    return 0;
+}
+
+/* team-b's Function `name` on `image` (`extra`: more spec members). */
+static long team_b_function(env *e, const char *name, const char *image, const char *extra)
+{
+    char body[1024];
+    snprintf(body, sizeof(body),
+             "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":"
+             "\"%s\"},\"spec\":{\"runtime\":\"native\",\"source\":{\"image\":\"%s\"}%s}}",
+             name, image, extra);
+    return env_req(e, "POST", NS("team-b") "/functions", TEAM_B_TOKEN, body);
+}
+
+/* The function runner evaluates `image` of a podExecutor FunctionConfig made
+ * for it; its exit status, stderr in `err`. */
+static int eval_config_image(env *e, const char *config, const char *image, char *err,
+                             size_t err_len)
+{
+    char body[768], out[4096];
+    snprintf(body, sizeof(body),
+             "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"FunctionConfig\",\"metadata\":"
+             "{\"name\":\"%s\"},\"spec\":{\"image\":\"%s\",\"podExecutor\":{}}}",
+             config, image);
+    if (env_req(e, "POST", NS("default") "/functionconfigs", DEV_TOKEN, body) != 201)
+        return -1;
+    int rc = -1;
+    for (int i = 0; i < 20; i++) {
+        rc = funcdctl_eval(e, image, out, sizeof(out), err, err_len);
+        if (rc == 0 || !strstr(err, "NOT_FOUND"))
+            break; /* only the instant before the runner saw the config is retried */
+        env_sleep_ms(100);
+    }
+    return rc;
+}
+
+/*
+ * The private worker:1 and krm:1 of team-a ("default") are on this node.
+ * team-b names their digests at a registry that claims every digest (HEAD
+ * 200; a GET gets other bytes): an API pull, a Function and the function
+ * runner's image get nothing of the cache, for the claimer's manifest is
+ * read and does not match; team-b's image list shows nothing of team-a's.
+ * The same manifest in a repository that holds it (mirror/worker, team-b's
+ * own credentials) runs: its manifest read there, its layers from the
+ * cache, listed to each namespace under the reference it used.
+ */
+static void foreign_digest_body(env *e)
+{
+    char ref[256], digest[80], krm_digest[80], mirror_digest[80], stolen[400], id[64];
+    char err[4096], layout[400];
+    funcd_buf m = FUNCD_BUF_INIT;
+    int have = registry_manifest("worker:1", digest, &m) == 0;
+    funcd_buf_free(&m);
+    have = have && registry_manifest("krm:1", krm_digest, &m) == 0;
+    funcd_buf_free(&m);
+    CHECK(have);
+    CHECK_INT(create_named_secret(e, "default", DEV_TOKEN, "regcred", REGISTRY_PASS), 201);
+    CHECK_INT(create_named_secret(e, "team-b", TEAM_B_TOKEN, "goodcred", REGISTRY_PASS), 201);
+    serve_image(e, "fn-a", "worker:1", ",\"imagePullSecrets\":[\"regcred\"]");
+    if (harness_failed_now)
+        return;
+    image_ref(ref, sizeof(ref), "krm:1");
+    CHECK_INT(start_api_pull(e, "default", DEV_TOKEN, ref, "[\"regcred\"]", id), 202);
+    CHECK_STR(wait_api_pull(e, "default", DEV_TOKEN, id), "Done");
+
+    snprintf(stolen, sizeof(stolen), "%s/whatever/x@%s", claimer.addr, digest);
+    CHECK_INT(start_api_pull(e, "team-b", TEAM_B_TOKEN, stolen, NULL, id), 202);
+    CHECK_STR(wait_api_pull(e, "team-b", TEAM_B_TOKEN, id), "Failed");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "does not match its digest");
+    CHECK_INT(team_b_function(e, "steal", stolen, ""), 201);
+    CHECK(wait_failure_in(e, "team-b", TEAM_B_TOKEN, "steal", "ImagePullFailed", WAIT_MS));
+    CHECK_CONTAINS(jstr(sv_ready_condition(e->r.json), "message"), "does not match its digest");
+    CHECK(sv_invoke(e, "GET", "/fn/team-b/steal/", NULL) != 200);
+
+    snprintf(stolen, sizeof(stolen), "%s/fns/krm@%s", claimer.addr, krm_digest);
+    if (eval_config_image(e, "stolen-krm", stolen, err, sizeof(err)) == 0)
+        FAILF("the function runner ran team-a's krm image as %s", stolen);
+    CHECK_CONTAINS(err, "does not match its digest");
+    CHECK(atomic_load(&claimer.manifest_gets) >= 3); /* each was asked for the manifest */
+
+    CHECK_INT(env_req(e, "GET", API "/images", TEAM_B_TOKEN, NULL), 200);
+    if (strstr(e->r.body, digest) || strstr(e->r.body, krm_digest) || strstr(e->r.body, reg.addr))
+        FAILF("team-b sees team-a's images: %s", e->r.body);
+
+    snprintf(layout, sizeof(layout), "%s/worker", layouts);
+    CHECK(registry_env_push(&reg, layout, "mirror/worker:1", 0) == 0);
+    have = registry_manifest("mirror/worker:1", mirror_digest, &m) == 0;
+    funcd_buf_free(&m);
+    CHECK(have);
+    CHECK_STR(mirror_digest, digest);
+    int manifests = registry_requests("\"GET /v2/mirror/worker/manifests/sha256:");
+    int blobs = registry_requests("\"GET /v2/mirror/worker/blobs/");
+    snprintf(stolen, sizeof(stolen), "%s/mirror/worker@%s", reg.addr, digest);
+    CHECK_INT(team_b_function(e, "mirror", stolen, ",\"imagePullSecrets\":[\"goodcred\"]"), 201);
+    CHECK(team_b_ready(e, "mirror"));
+    CHECK_INT(sv_invoke(e, "GET", "/fn/team-b/mirror/x", NULL), 200);
+    CHECK(registry_requests("\"GET /v2/mirror/worker/manifests/sha256:") > manifests);
+    CHECK_INT(registry_requests("\"GET /v2/mirror/worker/blobs/"), blobs);
+    CHECK_INT(env_req(e, "GET", API "/images", TEAM_B_TOKEN, NULL), 200);
+    CHECK_CONTAINS(e->r.body, stolen);
+    if (strstr(e->r.body, "/worker:1"))
+        FAILF("team-b sees team-a's reference: %s", e->r.body);
+    CHECK_INT(env_req(e, "GET", API "/images", DEV_TOKEN, NULL), 200);
+    image_ref(ref, sizeof(ref), "worker:1");
+    CHECK_CONTAINS(e->r.body, ref);
+    if (strstr(e->r.body, "mirror/worker"))
+        FAILF("team-a sees team-b's reference: %s", e->r.body);
+}
+
+static void foreign_digest(void)
+{
+    claimer = (fake_registry){.claims_any = 1};
+    if (fake_registry_start(&claimer) < 0)
+        FAILF("cannot start the claiming registry");
+    on_platform(NULL, funcd_with_insecure_registry(claimer.addr), NULL, foreign_digest_body);
+    fake_registry_stop(&claimer);
+}
+
 /* `msg` with every `addr` replaced by "ADDR". */
 static void without_addr(const char *msg, const char *addr, char *out, size_t n)
 {
@@ -1148,6 +1293,7 @@ static const image_case cases[] = {
     {"images-scope", REGISTRY_PLAIN, images_scope},
     {"private-cache", REGISTRY_HTPASSWD, private_cache},
     {"public-cache", REGISTRY_PLAIN, public_cache},
+    {"foreign-digest", REGISTRY_HTPASSWD, foreign_digest},
     {"allow-list", REGISTRY_PLAIN, allow_list},
     {"contract-label", REGISTRY_PLAIN, contract_label},
     {"site-workdir-escape", REGISTRY_PLAIN, site_workdir_escape},

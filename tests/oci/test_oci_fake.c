@@ -1,0 +1,155 @@
+/*
+ * The OCI client against registries the test plays (fake_registry.c), for
+ * what a real registry never does: one that claims to hold every digest
+ * (review17 H-1).
+ */
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake_registry.h"
+#include "funcd/common.h"
+#include "harness.h"
+#include "oci/oci.h"
+#include "util/misc.h"
+
+#if defined(__aarch64__)
+#define ARCH "arm64"
+#else
+#define ARCH "amd64"
+#endif
+#define CONFIG "{\"architecture\":\"" ARCH "\",\"os\":\"linux\",\"config\":{\"Entrypoint\":[\"/app\"]}}"
+#define LAYER_BYTES 3000
+
+static struct event_base *loop;
+static char work[256];
+static fake_registry victim, claimer;
+static char victim_manifest[1024];
+
+typedef struct result {
+    int finished, rc;
+    char msg[512];
+    funcd_oci_image *img;
+} result;
+
+static void on_done(int rc, const char *message, funcd_oci_image *image, void *payload)
+{
+    result *r = payload;
+    r->finished = 1;
+    r->rc = rc;
+    snprintf(r->msg, sizeof(r->msg), "%s", message ? message : "");
+    r->img = image;
+}
+
+/* A client that may reach both registries, with a cache of its own. */
+static funcd_oci_client *new_client(void)
+{
+    static int seq;
+    char cache[400];
+    snprintf(cache, sizeof(cache), "%s/c%d", work, ++seq);
+    const char *insecure[] = {victim.addr, claimer.addr, NULL};
+    funcd_oci_client_options o = {.cache_dir = cache, .insecure = insecure};
+    funcd_oci_client *c;
+    return funcd_oci_client_new(&c, loop, &o) == 0 ? c : NULL;
+}
+
+/* Pulls `ref` and runs the loop until done (20 s at most); the image stays r->img's. */
+static void pull(funcd_oci_client *c, const char *ref, result *r)
+{
+    memset(r, 0, sizeof(*r));
+    if (funcd_oci_pull(c, ref, NULL, NULL, on_done, r, NULL) < 0) {
+        r->rc = funcd_error_last()->code;
+        snprintf(r->msg, sizeof(r->msg), "%s", funcd_error_last()->message);
+        return;
+    }
+    int64_t end = funcd_mono_ms() + 20000;
+    while (!r->finished && funcd_mono_ms() < end)
+        event_base_loop(loop, EVLOOP_ONCE);
+    if (!r->finished)
+        snprintf(r->msg, sizeof(r->msg), "(still pulling)");
+}
+
+/*
+ * review17 H-1: a manifest in the cache serves a pull by digest only of the
+ * registry and repository it was read from. Another registry that claims the
+ * digest is asked for the manifest itself, and its bytes must hash to it: the
+ * claimer's do not, so nothing cached comes of it. A repository that really
+ * holds the same manifest gets it after one request, the blobs from the cache.
+ */
+TEST(cached_manifest_serves_only_its_repository)
+{
+    char ref[300];
+    funcd_oci_client *c = new_client();
+    CHECK(c);
+    result r;
+    snprintf(ref, sizeof(ref), "%s/team-a/app:1", victim.addr);
+    pull(c, ref, &r);
+    int pulled = r.rc == 0 && r.img && strcmp(r.img->digest, victim.manifest_digest) == 0;
+    funcd_oci_image_free(r.img);
+    funcd_oci_stats before = *funcd_oci_client_stats(c);
+
+    snprintf(ref, sizeof(ref), "%s/anything/x@%s", claimer.addr, victim.manifest_digest);
+    pull(c, ref, &r);
+    funcd_oci_image_free(r.img);
+    result stolen = r;
+    int claimer_gets = atomic_load(&claimer.manifest_gets);
+    funcd_oci_stats after_stolen = *funcd_oci_client_stats(c);
+
+    snprintf(ref, sizeof(ref), "%s/team-a/app@%s", victim.addr, victim.manifest_digest);
+    pull(c, ref, &r);
+    funcd_oci_image_free(r.img);
+    result same_repo = r;
+    funcd_oci_stats after_same = *funcd_oci_client_stats(c);
+
+    snprintf(ref, sizeof(ref), "%s/mirror/app@%s", victim.addr, victim.manifest_digest);
+    pull(c, ref, &r);
+    funcd_oci_image_free(r.img);
+    funcd_oci_stats after_mirror = *funcd_oci_client_stats(c);
+    funcd_oci_client_free(c);
+
+    CHECK(pulled);
+    if (stolen.rc == 0)
+        FAILF("%s/anything/x got the image of %s/team-a/app from the cache", claimer.addr,
+              victim.addr);
+    CHECK_CONTAINS(stolen.msg, "does not match its digest");
+    CHECK_INT(claimer_gets, 1);
+    CHECK_INT(same_repo.rc, 0);
+    CHECK_INT(after_same.manifest_requests, after_stolen.manifest_requests);
+    CHECK_INT(r.rc, 0);
+    CHECK_INT(after_mirror.manifest_requests, after_same.manifest_requests + 1);
+    CHECK_INT(after_mirror.blob_transfers, before.blob_transfers);
+}
+
+int main(void)
+{
+    loop = event_base_new();
+    snprintf(work, sizeof(work), "/tmp/funcd-oci-fake-XXXXXX");
+    if (!loop || !mkdtemp(work))
+        return 1;
+    char layer[LAYER_BYTES], layer_digest[72], config_digest[72];
+    memset(layer, 'x', sizeof(layer));
+    fake_registry_digest(layer, sizeof(layer), layer_digest);
+    fake_registry_digest(CONFIG, strlen(CONFIG), config_digest);
+    snprintf(victim_manifest, sizeof(victim_manifest),
+             "{\"schemaVersion\":2,\"mediaType\":\"%s\",\"config\":{\"mediaType\":"
+             "\"application/vnd.oci.image.config.v1+json\",\"digest\":\"%s\",\"size\":%zu},"
+             "\"layers\":[{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar\","
+             "\"digest\":\"%s\",\"size\":%d}]}",
+             FUNCD_OCI_MT_OCI_MANIFEST, config_digest, strlen(CONFIG), layer_digest, LAYER_BYTES);
+    victim.manifest = victim_manifest;
+    victim.config = CONFIG;
+    victim.layer_bytes = LAYER_BYTES;
+    claimer.claims_any = 1;
+    if (fake_registry_start(&victim) < 0 || fake_registry_start(&claimer) < 0) {
+        fprintf(stderr, "FAIL cannot start the fake registries\n");
+        harness_failed++;
+    } else {
+        RUN(cached_manifest_serves_only_its_repository);
+    }
+    fake_registry_stop(&victim);
+    fake_registry_stop(&claimer);
+    event_base_free(loop);
+    funcd_remove_tree(work);
+    return HARNESS_END();
+}
