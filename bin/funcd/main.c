@@ -100,6 +100,8 @@ static void usage(FILE *out)
             "                             (records, bodies; default 1073741824; 0: off)\n"
             "  --async-max-body BYTES     /async/ body cap of functions whose edge sets none\n"
             "                             (default 1048576; 0: the gateway's 64 MiB)\n"
+            "  --callback-allow CIDR[,CIDR...]  internal addresses X-Callback-Url may reach\n"
+            "                             (default: none; loopback, link-local... refused)\n"
             "  --blob-poll-interval DURATION  how often blob EventSources list their prefix\n"
             "                             unless spec.blob.pollInterval says (default 15s)\n"
             "  --workflow-step-timeout DURATION  default timeout of a workflow step's call\n"
@@ -212,6 +214,7 @@ typedef struct flags {
     uint64_t invocation_retention, dlq_retention, dlq_max;
     uint64_t queue_limits[3]; /* --queue-max-pending, --queue-max-bytes, --async-max-body */
     int queue_set[3];
+    const char *callback_allow;
     const char *tls_cert, *tls_key;
     int tls_self_signed;
     funcd_log_level level;
@@ -277,7 +280,7 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_TLS_KEY, O_NODE_NAME, O_NODE_ADDR, O_LEASE_TTL, O_BLOB_POLL, O_KV_QUOTA, O_SITE_INDEX, O_SITE_CACHE, O_SITE_SEND_TIMEOUT, O_WF_TIMEOUT,
        O_WF_RETRY, O_WF_RETENTION, O_WF_PAYLOAD, O_INV_RETENTION, O_DLQ_RETENTION,
        O_DLQ_MAX, O_S3_LISTEN, O_S3_SECRET, O_S3_MAX_UPLOAD, O_EGRESS_DNS,
-       O_QUEUE_PENDING, O_QUEUE_BYTES, O_ASYNC_BODY };
+       O_QUEUE_PENDING, O_QUEUE_BYTES, O_ASYNC_BODY, O_CALLBACK_ALLOW };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -353,6 +356,7 @@ static const struct option long_opts[] = {
     {"queue-max-pending", required_argument, 0, O_QUEUE_PENDING},
     {"queue-max-bytes", required_argument, 0, O_QUEUE_BYTES},
     {"async-max-body", required_argument, 0, O_ASYNC_BODY},
+    {"callback-allow", required_argument, 0, O_CALLBACK_ALLOW},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0},
 };
@@ -540,6 +544,13 @@ static int parse_one(int c, const char *arg, flags *f)
     case O_ASYNC_BODY:
         f->queue_set[2] = 1;
         return parse_count("async-max-body", arg, 64ull << 20, &f->queue_limits[2]) ? 2 : -1;
+    case O_CALLBACK_ALLOW:
+        if (f->callback_allow) {
+            fprintf(stderr, "funcd: give one --callback-allow with a comma-separated list\n");
+            return 2;
+        }
+        f->callback_allow = arg;
+        return -1;
     case O_TLS:
         if (strcmp(arg, "self-signed") != 0) {
             fprintf(stderr, "funcd: --tls takes \"self-signed\", not \"%s\" (for a certificate of "
@@ -904,6 +915,7 @@ static int build_platform(const flags *f, const char *shims)
                                       f->queue_set[1] ? f->queue_limits[1] : UINT64_MAX,
                                       f->queue_set[2] ? f->queue_limits[2] : UINT64_MAX)
             : NULL,
+        f->callback_allow ? funcd_with_callback_allow(f->callback_allow) : NULL,
         f->tls_cert ? funcd_with_tls_cert_files(f->tls_cert, f->tls_key) : NULL,
         /* Kept with the data (a restart serves the same certificate), or in
          * the state directory. */

@@ -250,6 +250,13 @@ FUNCD_EXTERN funcd_option *funcd_with_delivery_retention(uint64_t invocation_ms,
 FUNCD_EXTERN funcd_option *funcd_with_queue_limits(uint64_t max_pending, uint64_t max_bytes,
                                                    uint64_t async_max_body);
 
+/** Internal addresses X-Callback-Url callbacks may reach: a comma-separated
+ *  list of CIDRs or addresses ("127.0.0.1", "fd00::/8"); repeatable.
+ *  Without it a callback to a loopback, link-local, unspecified or
+ *  multicast address, or to one of this node's own, is refused (funcd's
+ *  own listeners always are). docs/eventing.md. */
+FUNCD_EXTERN funcd_option *funcd_with_callback_allow(const char *cidrs);
+
 /* ---- workflows (docs/workflows.md) ---------------------------------------- */
 
 /** Workflows (docs/workflows.md): the default timeout of a step's

@@ -140,6 +140,7 @@ static cJSON *to_object(funcd_cp *cp, const cJSON *rec, int deadletter, int resp
     if (num_at(rec, "status"))
         cJSON_AddNumberToObject(st, "statusCode", (double)num_at(rec, "status"));
     copy_item(st, rec, "error", NULL);
+    copy_item(st, rec, "callback", NULL); /* how X-Callback-Url went: state, statusCode, error */
     add_time(st, "updateTime", num_at(rec, "updatedMs"));
     const char *state = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rec, "state"));
     if (state && strcmp(state, "Pending") == 0 && num_at(rec, "attempts"))

@@ -154,7 +154,7 @@ static void handle(funcd_async *a, funcd_gw_call *call)
     }
     const char *callback = funcd_gw_call_header(call, "x-callback-url");
     char why[200];
-    if (callback && funcd_queue_callback_url_ok(callback, why, sizeof(why)) < 0) {
+    if (callback && funcd_queue_callback_url_ok(a->cfg.queue, callback, why, sizeof(why)) < 0) {
         funcd_gw_call_answer_status(call, 400, "BadRequest", "%s", why);
         return;
     }

@@ -4,30 +4,223 @@
  * body, its status in X-Funcd-Status (and X-Function-Status), the id in
  * X-Funcd-Invocation-Id (and X-Call-Id), the final state in X-Funcd-State.
  *
+ * The caller may be anyone who can reach the data plane, and funcd itself
+ * sends the request (no sandbox, no egress policy): so the host is resolved
+ * here and the connection goes to an address that was checked, never to a
+ * loopback, link-local, unspecified or multicast one, nor one of this
+ * node's own, unless the operator allowed it (funcd --callback-allow), and
+ * never to funcd's own listeners (review17-controlplane M-1).
+ *
  * One try, no retry: the result stays readable at the invocation's
  * Location for the retention, which is where a caller that missed the
- * callback looks. libevent's HTTP client, on the platform loop.
+ * callback looks; the record's `callback` says how it went. libevent's HTTP
+ * client, on the platform loop.
  */
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/util.h>
+#include <ifaddrs.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "egress/policy.h"
 #include "eventing/queue_internal.h"
+#include "funcd/sys/error.h"
+#include "port/store.h"
 #include "util/log.h"
 
 #define CALLBACK_TIMEOUT_S 10
+#define MAX_IN_FLIGHT 256 /* callbacks on their way at once; more are skipped */
 
 typedef struct cb_ctx {
     funcd_callbacks *owner;
     struct evhttp_connection *conn;
     struct event *reap; /* frees the connection once its request is done */
-    const funcd_logger *logger;
+    char ns[256], id[FUNCD_QUEUE_ID_MAX];
     char what[400]; /* "invocation ns/id to URL", for the log */
     struct cb_ctx *prev, *next;
 } cb_ctx;
+
+/* ---- where a callback may go -------------------------------------------- */
+
+static int port_of(const struct sockaddr_storage *ss)
+{
+    return ntohs(ss->ss_family == AF_INET ? ((const struct sockaddr_in *)ss)->sin_port
+                                          : ((const struct sockaddr_in6 *)ss)->sin6_port);
+}
+
+static int node_address(const funcd_egress_addr *a)
+{
+    struct ifaddrs *all = NULL;
+    if (getifaddrs(&all) != 0)
+        return 0;
+    int found = 0;
+    funcd_egress_addr b;
+    for (struct ifaddrs *i = all; i && !found; i = i->ifa_next)
+        found = i->ifa_addr && funcd_egress_addr_from_sockaddr(i->ifa_addr, &b) == 0 &&
+                b.family == a->family && memcmp(b.addr, a->addr, 16) == 0;
+    freeifaddrs(all);
+    return found;
+}
+
+/* Why a callback may not connect to `a` port `port` (a sentence for the
+ * log and the caller), or NULL when it may. */
+static const char *refused(const funcd_callbacks *o, const funcd_egress_addr *a, int port,
+                           char *why, size_t why_len)
+{
+    char as[INET6_ADDRSTRLEN];
+    funcd_egress_addr_str(a, as, sizeof(as));
+    const char *special = funcd_egress_special(a);
+    int own = !special && node_address(a);
+    static const uint8_t any[16];
+    for (size_t i = 0; i < o->n_listeners; i++) {
+        funcd_egress_addr l;
+        if (port_of(&o->listeners[i]) != port ||
+            funcd_egress_addr_from_sockaddr((const struct sockaddr *)&o->listeners[i], &l) < 0)
+            continue;
+        int wildcard = memcmp(l.addr, any, 16) == 0;
+        if ((l.family == a->family && memcmp(l.addr, a->addr, 16) == 0) ||
+            (wildcard && (special || own))) {
+            snprintf(why, why_len, "%s port %d is funcd's own listener", as, port);
+            return why;
+        }
+    }
+    for (size_t i = 0; i < o->n_allow; i++)
+        if (funcd_egress_cidr_contains(&o->allow[i], a->family, a->addr))
+            return NULL;
+    if (!special && !own)
+        return NULL;
+    snprintf(why, why_len, "%s is %s; callbacks to internal addresses are refused unless the "
+             "operator allows them (funcd --callback-allow)", as,
+             special ? special : "this node's own address");
+    return why;
+}
+
+static int parse_allow(funcd_callbacks *o, const char *list)
+{
+    for (const char *s = list; s && *s;) {
+        size_t n = strcspn(s, ",");
+        char one[64];
+        snprintf(one, sizeof(one), "%.*s", (int)(n < sizeof(one) - 1 ? n : sizeof(one) - 1), s);
+        funcd_egress_cidr c;
+        if (n && funcd_egress_parse_cidr(one, &c) == 0) { /* (checked by the options) */
+            funcd_egress_cidr *v = realloc(o->allow, (o->n_allow + 1) * sizeof(*v));
+            if (!v)
+                return funcd_error_set(FUNCD_ENOMEM, "out of memory");
+            o->allow = v;
+            o->allow[o->n_allow++] = c;
+        }
+        s += n + (s[n] == ',');
+    }
+    return 0;
+}
+
+int funcd_callbacks_init(funcd_callbacks *o, struct event_base *loop, funcd_store *store,
+                         const funcd_logger *logger, const char *const *allow,
+                         const char *const listeners[4])
+{
+    memset(o, 0, sizeof(*o));
+    o->loop = loop;
+    o->store = store;
+    o->logger = logger;
+    for (size_t i = 0; i < 4; i++) {
+        int len = (int)sizeof(o->listeners[0]);
+        if (listeners[i] && *listeners[i] &&
+            evutil_parse_sockaddr_port(listeners[i], (struct sockaddr *)&o->listeners[o->n_listeners],
+                                       &len) == 0)
+            o->n_listeners++;
+    }
+    for (const char *const *a = allow; a && *a; a++)
+        if (parse_allow(o, *a) < 0)
+            return FUNCD_ENOMEM;
+    return 0;
+}
+
+/* The URL's host and port; the host without an IPv6 literal's brackets. */
+static int split_url(const struct evhttp_uri *u, char *host, size_t host_len, int *port)
+{
+    const char *h = evhttp_uri_get_host(u);
+    if (!h || !*h)
+        return -1;
+    size_t n = strlen(h);
+    if (h[0] == '[' && n > 2 && h[n - 1] == ']')
+        snprintf(host, host_len, "%.*s", (int)(n - 2), h + 1);
+    else
+        snprintf(host, host_len, "%s", h);
+    *port = evhttp_uri_get_port(u) < 0 ? 80 : evhttp_uri_get_port(u);
+    return 0;
+}
+
+int funcd_queue_callback_url_ok(funcd_queue *q, const char *url, char *why, size_t why_len)
+{
+    struct evhttp_uri *u = url ? evhttp_uri_parse(url) : NULL;
+    const char *scheme = u ? evhttp_uri_get_scheme(u) : NULL;
+    char host[256];
+    int port = 0;
+    int ok = u && scheme && strcmp(scheme, "http") == 0 &&
+             split_url(u, host, sizeof(host), &port) == 0 && strlen(url) <= 2048;
+    if (!ok)
+        snprintf(why, why_len, "X-Callback-Url must be an http:// URL with a host (at most "
+                 "2048 bytes)");
+    funcd_egress_addr a;
+    char reason[300];
+    if (ok && funcd_egress_addr_parse(host, &a) == 0 &&
+        refused(funcd_queue_callbacks(q), &a, port, reason, sizeof(reason))) {
+        snprintf(why, why_len, "X-Callback-Url: %s", reason);
+        ok = 0;
+    }
+    if (u)
+        evhttp_uri_free(u);
+    return ok ? 0 : -1;
+}
+
+/* ---- the outcome, on the invocation's record ------------------------------ */
+
+/* record.callback = {state, statusCode, error}: Delivered (2xx), Failed (an
+ * answer of another status, or none), Refused (the address), Skipped (too
+ * many on their way). A few tries against concurrent writes; a record gone
+ * (swept) or a store away: only the log has it. */
+static void record(funcd_callbacks *o, const char *ns, const char *id, const char *state,
+                   int code, const char *error)
+{
+    char key[600];
+    funcd_queue_key(key, sizeof(key), FUNCD_QUEUE_RECORDS, ns, id);
+    for (int tries = 0; tries < 3; tries++) {
+        funcd_store_value v = {0};
+        if (funcd_port_store_get(o->store, key, &v) < 0)
+            return;
+        cJSON *rec = cJSON_ParseWithLength(v.value, v.len);
+        free(v.value);
+        cJSON *cb = cJSON_CreateObject();
+        char *text = NULL;
+        if (rec && cb) {
+            cJSON_AddStringToObject(cb, "state", state);
+            if (code)
+                cJSON_AddNumberToObject(cb, "statusCode", code);
+            if (error)
+                cJSON_AddStringToObject(cb, "error", error);
+            cJSON_DeleteItemFromObjectCaseSensitive(rec, "callback");
+            cJSON_AddItemToObject(rec, "callback", cb);
+            cb = NULL;
+            text = cJSON_PrintUnformatted(rec);
+        }
+        cJSON_Delete(cb);
+        cJSON_Delete(rec);
+        int rc = text ? funcd_port_store_put(o->store, key, text, strlen(text), v.revision, NULL)
+                      : FUNCD_ENOMEM;
+        free(text);
+        if (rc != FUNCD_ECONFLICT)
+            return;
+    }
+}
+
+/* ---- sending --------------------------------------------------------------- */
 
 static void ctx_free(cb_ctx *c)
 {
@@ -42,6 +235,7 @@ static void ctx_free(cb_ctx *c)
         evhttp_connection_free(c->conn); /* a request still out goes with it, unanswered */
     if (c->reap)
         event_free(c->reap);
+    o->in_flight--;
     free(c);
 }
 
@@ -54,76 +248,112 @@ void funcd_callbacks_free(funcd_callbacks *o)
 {
     while (o->head)
         ctx_free(o->head);
-}
-
-int funcd_queue_callback_url_ok(const char *url, char *why, size_t why_len)
-{
-    struct evhttp_uri *u = url ? evhttp_uri_parse(url) : NULL;
-    const char *scheme = u ? evhttp_uri_get_scheme(u) : NULL;
-    int ok = u && scheme && strcmp(scheme, "http") == 0 && evhttp_uri_get_host(u) &&
-             *evhttp_uri_get_host(u) && strlen(url) <= 2048;
-    if (!ok)
-        snprintf(why, why_len, "X-Callback-Url must be an http:// URL with a host (at most "
-                 "2048 bytes)");
-    if (u)
-        evhttp_uri_free(u);
-    return ok ? 0 : -1;
+    free(o->allow);
+    o->allow = NULL;
+    o->n_allow = 0;
 }
 
 static void on_done(struct evhttp_request *req, void *arg)
 {
     cb_ctx *c = arg;
     int code = req ? evhttp_request_get_response_code(req) : 0;
-    if (code < 200 || code >= 300)
-        funcd_log(c->logger, FUNCD_LOG_WARN, "callback of %s: %s %d", c->what,
+    int ok = code >= 200 && code < 300;
+    if (!ok)
+        funcd_log(c->owner->logger, FUNCD_LOG_WARN, "callback of %s: %s %d", c->what,
                   code ? "answered" : "failed", code);
+    record(c->owner, c->ns, c->id, ok ? "Delivered" : "Failed", code,
+           code ? NULL : "no answer (connection refused, reset or timed out)");
     /* libevent frees the request after this returns; the connection (ours)
      * goes on the loop's next turn. */
     event_active(c->reap, EV_TIMEOUT, 0);
 }
 
-void funcd_queue_callback(funcd_callbacks *owner, const funcd_logger *logger, const char *url,
-                          const char *ns, const char *id, const char *function, const char *state,
-                          const funcd_invoke_res *res)
+/* The first address `host` resolves to that a callback may reach, as a
+ * numeric string in `out`; else -1 with why in `why`. Resolves on the loop
+ * (as libevent's client without a DNS base does). */
+static int pick_address(const funcd_callbacks *o, const char *host, int port, char *out,
+                        size_t out_len, char *why, size_t why_len)
 {
-    struct event_base *loop = owner->loop;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int gai = getaddrinfo(host, NULL, &hints, &res);
+    if (gai != 0) {
+        snprintf(why, why_len, "cannot resolve %s: %s", host, gai_strerror(gai));
+        return -1;
+    }
+    int found = 0;
+    for (struct addrinfo *ai = res; ai && !found; ai = ai->ai_next) {
+        funcd_egress_addr a;
+        char reason[300];
+        if (funcd_egress_addr_from_sockaddr(ai->ai_addr, &a) < 0)
+            continue;
+        if (refused(o, &a, port, reason, sizeof(reason))) {
+            if (ai == res)
+                snprintf(why, why_len, "%s", reason);
+            continue;
+        }
+        funcd_egress_addr_str(&a, out, out_len);
+        found = 1;
+    }
+    freeaddrinfo(res);
+    return found ? 0 : -1;
+}
+
+void funcd_queue_callback(funcd_callbacks *o, const char *url, const char *ns, const char *id,
+                          const char *function, const char *state, const funcd_invoke_res *res)
+{
     struct evhttp_uri *u = evhttp_uri_parse(url);
-    if (!u)
+    char host[256], host_header[260], addr[INET6_ADDRSTRLEN], why[400] = "";
+    int port = 0;
+    if (!u || split_url(u, host, sizeof(host), &port) < 0) {
+        if (u)
+            evhttp_uri_free(u);
         return;
-    const char *host = evhttp_uri_get_host(u);
-    int port = evhttp_uri_get_port(u);
+    }
+    snprintf(host_header, sizeof(host_header), "%s", evhttp_uri_get_host(u));
     const char *path = evhttp_uri_get_path(u);
     const char *query = evhttp_uri_get_query(u);
     char target[2200];
     snprintf(target, sizeof(target), "%s%s%s", path && *path ? path : "/", query ? "?" : "",
              query ? query : "");
-    cb_ctx *c = calloc(1, sizeof(*c));
-    if (!c) {
-        evhttp_uri_free(u);
+    evhttp_uri_free(u);
+    if (o->in_flight >= MAX_IN_FLIGHT) {
+        funcd_log(o->logger, FUNCD_LOG_WARN, "callback of invocation %s/%s to %.200s skipped: "
+                  "%d callbacks are on their way", ns, id, url, MAX_IN_FLIGHT);
+        record(o, ns, id, "Skipped", 0, "too many callbacks on their way");
         return;
     }
-    c->owner = owner;
-    c->next = owner->head;
-    if (owner->head)
-        owner->head->prev = c;
-    owner->head = c;
+    if (pick_address(o, host, port, addr, sizeof(addr), why, sizeof(why)) < 0) {
+        funcd_log(o->logger, FUNCD_LOG_WARN, "callback of invocation %s/%s to %.200s refused: %s",
+                  ns, id, url, why);
+        record(o, ns, id, "Refused", 0, why);
+        return;
+    }
+    cb_ctx *c = calloc(1, sizeof(*c));
+    if (!c)
+        return;
+    c->owner = o;
+    c->next = o->head;
+    if (o->head)
+        o->head->prev = c;
+    o->head = c;
+    o->in_flight++;
+    snprintf(c->ns, sizeof(c->ns), "%s", ns);
+    snprintf(c->id, sizeof(c->id), "%s", id);
+    snprintf(c->what, sizeof(c->what), "invocation %s/%s to %.200s", ns, id, url);
     struct evhttp_request *req = evhttp_request_new(on_done, c);
-    c->conn = host ? evhttp_connection_base_new(loop, NULL, host, port < 0 ? 80 : port) : NULL;
-    c->reap = event_new(loop, -1, 0, on_reap, c);
+    c->conn = evhttp_connection_base_new(o->loop, NULL, addr, (unsigned short)port);
+    c->reap = event_new(o->loop, -1, 0, on_reap, c);
     if (!req || !c->conn || !c->reap) {
         if (req)
             evhttp_request_free(req);
         ctx_free(c);
-        evhttp_uri_free(u);
         return;
     }
-    c->logger = logger;
-    snprintf(c->what, sizeof(c->what), "invocation %s/%s to %.200s", ns, id, url);
     evhttp_connection_set_timeout(c->conn, CALLBACK_TIMEOUT_S);
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     char status[16];
     snprintf(status, sizeof(status), "%d", res->status);
-    evhttp_add_header(h, "Host", host);
+    evhttp_add_header(h, "Host", host_header);
     evhttp_add_header(h, "Connection", "close");
     evhttp_add_header(h, "X-Funcd-Invocation-Id", id);
     evhttp_add_header(h, "X-Call-Id", id);
@@ -139,8 +369,8 @@ void funcd_queue_callback(funcd_callbacks *owner, const funcd_logger *logger, co
         evbuffer_add(evhttp_request_get_output_buffer(req), res->body, res->body_len);
     if (evhttp_make_request(c->conn, req, EVHTTP_REQ_POST, target) != 0) {
         /* libevent freed the request */
-        funcd_log(logger, FUNCD_LOG_WARN, "callback of %s: cannot send it", c->what);
+        funcd_log(o->logger, FUNCD_LOG_WARN, "callback of %s: cannot send it", c->what);
+        record(o, ns, id, "Failed", 0, "cannot send it");
         ctx_free(c);
     }
-    evhttp_uri_free(u);
 }

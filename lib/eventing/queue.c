@@ -1160,8 +1160,13 @@ int funcd_queue_purge(funcd_queue *q, const char *ns, const char *id)
 
 static void deliver_callback(funcd_queue *q, const qitem *it, const funcd_invoke_res *res)
 {
-    funcd_queue_callback(&q->callbacks, q->cfg.logger, str_at(it->rec, "callbackUrl"), it->ns,
-                         it->id, str_at(it->rec, "function"), str_at(it->rec, "state"), res);
+    funcd_queue_callback(&q->callbacks, str_at(it->rec, "callbackUrl"), it->ns, it->id,
+                         str_at(it->rec, "function"), str_at(it->rec, "state"), res);
+}
+
+funcd_callbacks *funcd_queue_callbacks(funcd_queue *q)
+{
+    return &q->callbacks;
 }
 
 /* ---- lifecycle --------------------------------------------------------- */
@@ -1185,7 +1190,6 @@ int funcd_queue_new(funcd_queue **out, const funcd_queue_config *cfg)
         q->cfg.tick_ms = DEFAULT_TICK_MS;
     pthread_mutex_init(&q->lock, NULL);
     pthread_mutex_init(&q->usage_lock, NULL);
-    q->callbacks.loop = cfg->loop;
     if (getrandom(&q->rng, sizeof(q->rng), 0) != (ssize_t)sizeof(q->rng) || !q->rng)
         q->rng = (uint64_t)funcd_now_ms() | 1;
     q->wake = event_new(cfg->loop, -1, 0, on_wake, q);
@@ -1193,7 +1197,9 @@ int funcd_queue_new(funcd_queue **out, const funcd_queue_config *cfg)
     q->kick = event_new(cfg->loop, -1, 0, on_kick, q);
     struct timeval every = {(time_t)(q->cfg.tick_ms / 1000),
                             (suseconds_t)(q->cfg.tick_ms % 1000) * 1000};
-    if (!q->wake || !q->tick || !q->kick || event_add(q->tick, &every) < 0) {
+    if (funcd_callbacks_init(&q->callbacks, cfg->loop, cfg->store, cfg->logger,
+                             cfg->callback_allow, cfg->platform_addrs) < 0 ||
+        !q->wake || !q->tick || !q->kick || event_add(q->tick, &every) < 0) {
         funcd_queue_free(q);
         return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the delivery queue");
     }

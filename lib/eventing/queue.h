@@ -94,6 +94,10 @@ typedef struct funcd_queue_config {
     /* Caps per namespace (0: off): items not final, and bytes held (the records and bodies of
        its pending and kept items and of its dead letters). */
     uint64_t max_pending, max_bytes;
+    /* X-Callback-Url (async_callback.c): comma-separated CIDR lists of internal addresses
+       callbacks may reach (NULL: none), and funcd's own listeners ("host:port"), never reached. */
+    const char *const *callback_allow;
+    const char *platform_addrs[4];
 } funcd_queue_config;
 
 int funcd_queue_new(funcd_queue **out, const funcd_queue_config *cfg);

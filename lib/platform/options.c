@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "egress/policy.h"
 #include "funcd/sys/error.h"
 #include "util/hostpath.h"
 #include "util/misc.h"
@@ -308,6 +309,10 @@ funcd_option *funcd_with_queue_limits(uint64_t max_pending, uint64_t max_bytes,
 {
     return number_option(OPT_QUEUE_LIMITS, max_pending, max_bytes, async_max_body);
 }
+funcd_option *funcd_with_callback_allow(const char *cidrs)
+{
+    return string_option(OPT_CALLBACK_ALLOW, cidrs);
+}
 
 funcd_option *funcd_with_blob_poll_interval(uint64_t ms)
 {
@@ -342,6 +347,23 @@ static int add_to_list(char ***list, funcd_option *o, const char *what)
     o->str = NULL;
     *list = v;
     return 0;
+}
+
+/* funcd_with_callback_allow: every entry of the list must be a CIDR or an
+ * address. */
+static int add_callback_allow(funcd_config *cfg, funcd_option *o)
+{
+    for (const char *s = o->str; s && *s;) {
+        size_t n = strcspn(s, ",");
+        char one[64];
+        funcd_egress_cidr c;
+        snprintf(one, sizeof(one), "%.*s", (int)n, s);
+        if (n == 0 || n >= sizeof(one) || funcd_egress_parse_cidr(one, &c) < 0)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_callback_allow: \"%.*s\" is not "
+                                   "a CIDR or an address", (int)(n < 64 ? n : 64), s);
+        s += n + (s[n] == ',');
+    }
+    return add_to_list(&cfg->callback_allow, o, "funcd_with_callback_allow");
 }
 
 funcd_option *funcd_with_stream_buffer_limit(size_t bytes)
@@ -780,6 +802,7 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
         if (o->n[2] != UINT64_MAX)
             cfg->async_max_body = o->n[2];
         break;
+    case OPT_CALLBACK_ALLOW: return add_callback_allow(cfg, o);
     case OPT_BLOB_POLL_INTERVAL:
         if (o->n[0] < 100)
             return funcd_error_set(FUNCD_EINVAL, "funcd_with_blob_poll_interval: %llu ms is too "
@@ -852,6 +875,7 @@ void funcd_config_clear(funcd_config *cfg)
     free(cfg->registry_certs_dir);
     funcd_strv_free(cfg->insecure_registries);
     funcd_strv_free(cfg->allowed_registries);
+    funcd_strv_free(cfg->callback_allow);
     funcd_strv_free(cfg->seccomp_allow);
     funcd_strv_free(cfg->source_roots);
     free(cfg->encryption_key_file);

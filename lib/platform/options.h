@@ -69,6 +69,7 @@ typedef enum option_kind {
     OPT_S3, /* str: the host listener, namespaces[0]: the secret file; n[0]: max upload */
     OPT_EGRESS_DNS_UPSTREAM,
     OPT_QUEUE_LIMITS,
+    OPT_CALLBACK_ALLOW,
 } option_kind;
 
 struct funcd_option {
@@ -165,6 +166,7 @@ typedef struct funcd_config {
     uint64_t invocation_retention_ms, dlq_retention_ms, dlq_max_entries; /* 0: the queue's */
     uint64_t queue_max_pending, queue_max_bytes; /* per namespace; 0: off */
     uint64_t async_max_body;      /* /async/ bodies of functions whose edge sets no cap; 0: off */
+    char **callback_allow;        /* funcd_with_callback_allow's lists, or NULL */
     int s3;                       /* funcd_with_s3 was given: the S3 gateway runs */
     char *s3_listen;              /* its host listener, or NULL */
     char *s3_secret_file;         /* NULL: generated in the state directory (or in memory) */

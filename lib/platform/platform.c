@@ -792,7 +792,10 @@ static int build(funcd_platform *p)
                              .dlq_retention_ms = p->cfg.dlq_retention_ms,
                              .dlq_max_entries = (unsigned)p->cfg.dlq_max_entries,
                              .max_pending = p->cfg.queue_max_pending,
-                             .max_bytes = p->cfg.queue_max_bytes};
+                             .max_bytes = p->cfg.queue_max_bytes,
+                             .callback_allow = (const char *const *)p->cfg.callback_allow,
+                             .platform_addrs = {p->addr, p->data_plane_addr, p->fn_runner_addr,
+                                                p->s3_addr}};
     if ((rc = funcd_queue_new(&p->queue, &qc)) < 0 || (rc = make_evsources(p)) < 0 ||
         (rc = funcd_queue_metrics_start(p->queue, p->metrics)) < 0)
         return rc; /* (the event sources submit to the queue) */

@@ -10,6 +10,7 @@
 #include "util/misc.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <netinet/in.h>
@@ -428,7 +429,21 @@ static void *catch_one(void *arg)
     return NULL;
 }
 
-SV_TEST(callback_url)
+/* Listens on 127.0.0.1 (a port of its own) for the callback. 0, or -1. */
+static int catcher_listen(catcher *c)
+{
+    c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof(a);
+    if (c->fd < 0 || bind(c->fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(c->fd, 4) != 0 ||
+        getsockname(c->fd, (struct sockaddr *)&a, &al) != 0)
+        return -1;
+    c->port = ntohs(a.sin_port);
+    return 0;
+}
+
+/* The tests run on loopback: the operator allows callbacks there. */
+SV_TEST_WITH(callback_url, funcd_with_callback_allow("127.0.0.1"), NULL)
 {
     char dir[256];
     CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
@@ -436,12 +451,7 @@ SV_TEST(callback_url)
     if (!sv_wait_ready(e, "echo", 10000))
         FAILF("not Ready: %.500s", e->r.body);
     catcher c = {0};
-    c.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof(a);
-    CHECK(c.fd >= 0 && bind(c.fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(c.fd, 4) == 0 &&
-          getsockname(c.fd, (struct sockaddr *)&a, &al) == 0);
-    c.port = ntohs(a.sin_port);
+    CHECK(catcher_listen(&c) == 0);
     CHECK(pthread_create(&c.thread, NULL, catch_one, &c) == 0);
     char cb[128];
     snprintf(cb, sizeof(cb), "X-Callback-Url: http://127.0.0.1:%d/done?k=v", c.port);
@@ -464,9 +474,86 @@ SV_TEST(callback_url)
     CHECK_CONTAINS(c.got, "X-Funcd-Status: 200");
     CHECK_CONTAINS(c.got, "X-Funcd-State: Succeeded");
     CHECK_CONTAINS(c.got, "\"body\":\"called back\"");
+    /* How it went is on the invocation. */
+    char location[512];
+    snprintf(location, sizeof(location), NS("default") "/invocations/%s", id);
+    int64_t end = e2e_now_ms() + 10000;
+    while (REQ("GET", location, DEV_TOKEN, NULL) == 200 && !jstr(e->r.json, "status.callback.state") &&
+           e2e_now_ms() < end)
+        env_sleep_ms(50);
+    CHECK_STR(jstr(e->r.json, "status.callback.state"), "Delivered");
+    CHECK_INT((int)jnum(e->r.json, "status.callback.statusCode"), 200);
     /* Not an http:// URL: refused before anything is queued. */
     static const char *const bad[] = {"X-Callback-Url: ftp://127.0.0.1/x", NULL};
     CHECK_INT(post_async(e, "echo/cb", NULL, bad, "x"), 400);
+    /* funcd's own listeners stay out of reach, allowed or not. */
+    snprintf(cb, sizeof(cb), "X-Callback-Url: %s/fn/default/echo/", e->dp_base);
+    CHECK_INT(post_async(e, "echo/cb", NULL, h, "x"), 400);
+    CHECK_DP_STATUS(400, "BadRequest");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "funcd's own listener");
+}
+
+/* review17-controlplane M-1: an anonymous caller's X-Callback-Url made funcd
+ * POST to loopback and link-local addresses (SSRF). Without the operator's
+ * allowance an address such as these is 400 at submission, naming the
+ * header; a name that resolves to one is refused when the callback would
+ * connect, which the log and the invocation's status.callback say, and
+ * nothing reaches the listener. */
+SV_TEST(callback_refuses_internal_addresses)
+{
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    CHECK_INT(sv_create(e, "echo", NATIVE_SPEC(""), dir), 201);
+    if (!sv_wait_ready(e, "echo", 10000))
+        FAILF("not Ready: %.500s", e->r.body);
+    catcher c = {0};
+    CHECK(catcher_listen(&c) == 0);
+    char cb[160];
+    const char *h[] = {cb, NULL};
+    const char *literal[][2] = {{"http://127.0.0.1:%d/admin?all=1", "loopback"},
+                                {"http://169.254.169.254/latest/meta-data/%d", "link-local"},
+                                {"http://[::1]:%d/", "loopback"},
+                                {"http://0.0.0.0:%d/", "unspecified"},
+                                {"http://224.0.0.1:%d/", "multicast"}};
+    for (size_t i = 0; i < sizeof(literal) / sizeof(literal[0]); i++) {
+        char url[128];
+        snprintf(url, sizeof(url), literal[i][0], c.port);
+        snprintf(cb, sizeof(cb), "X-Callback-Url: %s", url);
+        if (post_async(e, "echo/", NULL, h, "x") != 400) {
+            close(c.fd);
+            FAILF("%s: HTTP %ld, want 400: %.300s", url, e->r.status, e->r.body);
+        }
+        CHECK_DP_STATUS(400, "BadRequest");
+        CHECK_CONTAINS(jstr(e->r.json, "message"), "X-Callback-Url");
+        CHECK_CONTAINS(jstr(e->r.json, "message"), literal[i][1]);
+    }
+    /* A name: checked on the address it resolves to. */
+    snprintf(cb, sizeof(cb), "X-Callback-Url: http://localhost:%d/admin?all=1", c.port);
+    long code = post_async(e, "echo/", NULL, h, "x");
+    char location[512];
+    snprintf(location, sizeof(location), "%s", sv_header(&e->r, "Location"));
+    if (code != 202) {
+        close(c.fd);
+        FAILF("HTTP %ld: %.300s", code, e->r.body);
+    }
+    int64_t end = e2e_now_ms() + 15000;
+    while (REQ("GET", location, DEV_TOKEN, NULL) == 200 && !jstr(e->r.json, "status.callback.state") &&
+           e2e_now_ms() < end)
+        env_sleep_ms(50);
+    const char *state = jstr(e->r.json, "status.callback.state");
+    char error[300];
+    const char *err = jstr(e->r.json, "status.callback.error");
+    snprintf(error, sizeof(error), "%s", err ? err : "");
+    /* Nothing came to the listener. */
+    int flags = fcntl(c.fd, F_GETFL);
+    fcntl(c.fd, F_SETFL, flags | O_NONBLOCK);
+    int got = accept(c.fd, NULL, NULL);
+    if (got >= 0)
+        close(got);
+    close(c.fd);
+    CHECK(got < 0);
+    CHECK_STR(state, "Refused");
+    CHECK_CONTAINS(error, "is loopback");
 }
 
 /* An authenticated function needs the token on /async/ as on /fn/; the
@@ -498,6 +585,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, dlq_retention_sweeps);
     SV_RUN(only, ran, eventing_metrics);
     SV_RUN(only, ran, callback_url);
+    SV_RUN(only, ran, callback_refuses_internal_addresses);
     SV_RUN(only, ran, edge_auth_applies);
     SV_RUN(only, ran, queue_full_is_429);
     SV_RUN(only, ran, queue_bytes_cap_is_429);
