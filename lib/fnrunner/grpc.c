@@ -69,6 +69,7 @@ struct funcd_grpc_server {
     nghttp2_option *option;
     conn *conns;
     unsigned n_conns;
+    int full; /* the listener is paused: n_conns reached cfg.max_conns */
     char *unix_path; /* the Unix socket we made, removed at free */
 };
 
@@ -81,6 +82,7 @@ struct conn {
     int in_recv;            /* inside mem_recv: submit, but flush later */
     int read_paused;
     int tls;                /* bev is an OpenSSL bufferevent */
+    int handshaking;        /* TLS: its handshake is not done (its timeout is the handshake's) */
 };
 
 struct funcd_grpc_call {
@@ -144,6 +146,18 @@ static void call_stop_timer(funcd_grpc_call *call)
     }
 }
 
+/* A connection with no call in flight may be silent for cfg.idle_ms, then
+ * it is closed (conn_event); one with calls waits for them. Either way a
+ * client that takes none of what is written to it for that long is cut. */
+static void conn_idle_watch(conn *c)
+{
+    if (c->handshaking)
+        return; /* the handshake's own timeout runs */
+    struct timeval idle = {(time_t)(c->srv->cfg.idle_ms / 1000),
+                           (suseconds_t)(c->srv->cfg.idle_ms % 1000) * 1000};
+    bufferevent_set_timeouts(c->bev, c->calls ? NULL : &idle, &idle);
+}
+
 /* The stream is gone: the call leaves its connection, cancelled unless it
  * was answered; freed unless the handler still holds it. */
 static void call_detach(funcd_grpc_call *call)
@@ -157,6 +171,8 @@ static void call_detach(funcd_grpc_call *call)
         if (call->next)
             call->next->prev = call->prev;
         nghttp2_session_set_stream_user_data(c->h2, call->stream_id, NULL);
+        if (!c->calls)
+            conn_idle_watch(c);
     }
     call->conn = NULL;
     call->prev = call->next = NULL;
@@ -422,6 +438,8 @@ static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *frame, voi
     if (c->calls)
         c->calls->prev = call;
     c->calls = call;
+    if (!call->next)
+        conn_idle_watch(c); /* busy: not idle */
     return 0;
 }
 
@@ -538,8 +556,13 @@ static void conn_free(conn *c)
         c->srv->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    c->srv->n_conns--;
+    funcd_grpc_server *s = c->srv;
+    s->n_conns--;
     free(c);
+    if (s->full && s->n_conns < s->cfg.max_conns && s->listener) {
+        s->full = 0;
+        evconnlistener_enable(s->listener);
+    }
 }
 
 static void conn_fail(conn *c, const char *why)
@@ -607,12 +630,16 @@ static void conn_write(struct bufferevent *bev, void *arg)
 
 static void conn_event(struct bufferevent *bev, short what, void *arg)
 {
-    if (what & BEV_EVENT_CONNECTED) { /* the TLS handshake is done: no time limit from now */
-        bufferevent_set_timeouts(bev, NULL, NULL);
+    conn *c = arg;
+    if (what & BEV_EVENT_CONNECTED) { /* the TLS handshake is done: idle time from now */
+        c->handshaking = 0;
+        conn_idle_watch(c);
         return;
     }
     if (what & BEV_EVENT_TIMEOUT)
-        conn_fail(arg, "the TLS handshake did not complete in time");
+        conn_fail(c, c->handshaking            ? "the TLS handshake did not complete in time"
+                     : what & BEV_EVENT_WRITING ? "the client took nothing for the idle timeout"
+                                                : "idle: no call for the idle timeout");
     else if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
         conn_fail(arg, what & BEV_EVENT_EOF ? "closed by the client"
                                             : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
@@ -646,6 +673,7 @@ int funcd_grpc_server_adopt(funcd_grpc_server *s, struct bufferevent *bev)
     bufferevent_setcb(bev, conn_read, conn_write, conn_event, c);
     bufferevent_setwatermark(bev, EV_WRITE, OUT_LOW, 0);
     bufferevent_enable(bev, EV_READ | EV_WRITE);
+    conn_idle_watch(c);
     conn_flush(c);
     return 0;
 }
@@ -676,9 +704,13 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     if (funcd_grpc_server_adopt(s, bev) < 0) {
         log_at(s, FUNCD_LOG_WARN, "grpc: %s", funcd_error_last()->message);
     } else if (ssl) {
-        s->conns->tls = 1; /* adopt put it first */
+        s->conns->tls = s->conns->handshaking = 1; /* adopt put it first */
         struct timeval handshake = {TLS_HANDSHAKE_S, 0};
         bufferevent_set_timeouts(bev, &handshake, &handshake);
+    }
+    if (s->n_conns >= s->cfg.max_conns && !s->full) { /* the rest wait in the backlog */
+        s->full = 1;
+        evconnlistener_disable(l);
     }
 }
 
@@ -697,7 +729,8 @@ static void on_accept_error(struct evconnlistener *l, void *arg)
 static void on_accept_retry(evutil_socket_t fd, short what, void *arg)
 {
     funcd_grpc_server *s = arg;
-    evconnlistener_enable(s->listener);
+    if (!s->full)
+        evconnlistener_enable(s->listener);
 }
 
 /* ---- the server --------------------------------------------------------- */
@@ -750,6 +783,10 @@ int funcd_grpc_server_new(funcd_grpc_server **out, const funcd_grpc_config *cfg,
         s->cfg.max_message = FUNCD_GRPC_DEFAULT_MAX_MESSAGE;
     if (s->cfg.max_message > UINT32_MAX)
         s->cfg.max_message = UINT32_MAX;
+    if (!s->cfg.max_conns)
+        s->cfg.max_conns = FUNCD_GRPC_DEFAULT_MAX_CONNS;
+    if (!s->cfg.idle_ms)
+        s->cfg.idle_ms = FUNCD_GRPC_DEFAULT_IDLE_MS;
     if (make_callbacks(s) < 0) {
         funcd_grpc_server_free(s);
         return funcd_error_set(FUNCD_ENOMEM, "out of memory for the gRPC server");
@@ -804,6 +841,7 @@ void funcd_grpc_server_free(funcd_grpc_server *s)
         return;
     if (s->listener)
         evconnlistener_free(s->listener);
+    s->listener = NULL;
     if (s->accept_retry)
         event_free(s->accept_retry);
     while (s->conns) {

@@ -48,6 +48,8 @@ enum funcd_grpc_status {
 };
 
 #define FUNCD_GRPC_DEFAULT_MAX_MESSAGE ((size_t)6 << 20)
+#define FUNCD_GRPC_DEFAULT_MAX_CONNS 1024u
+#define FUNCD_GRPC_DEFAULT_IDLE_MS (300u * 1000)
 #define FUNCD_GRPC_HEALTH_CHECK_PATH "/grpc.health.v1.Health/Check"
 
 typedef struct funcd_grpc_server funcd_grpc_server;
@@ -76,6 +78,12 @@ typedef struct funcd_grpc_config {
      * borrowed, used while the server lives. A Unix socket stays plain
      * (its mode guards it). NULL: h2c. */
     struct ssl_ctx_st *tls;
+    /* Connections open at once on the listener; beyond, new ones wait in
+     * the listen backlog. 0: FUNCD_GRPC_DEFAULT_MAX_CONNS. */
+    unsigned max_conns;
+    /* A connection with no call in flight that sends nothing for this long
+     * is closed (clients connect again). 0: FUNCD_GRPC_DEFAULT_IDLE_MS. */
+    unsigned idle_ms;
 } funcd_grpc_config;
 
 /* Listens on `addr`: "host:port" (port 0: ephemeral), or "unix:/path" (a

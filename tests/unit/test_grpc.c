@@ -258,19 +258,27 @@ static void *loop_main(void *arg)
     return NULL;
 }
 
-static int fixture_start(fixture *fx, size_t max_message)
+static int fixture_start_with(fixture *fx, size_t max_message, unsigned max_conns,
+                              unsigned idle_ms)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, (void (*)(void))evthread_use_pthreads);
     memset(fx, 0, sizeof(*fx));
     fx->base = event_base_new();
     funcd_grpc_config cfg = {fx->base, max_message, test_handler, fx, NULL};
+    cfg.max_conns = max_conns;
+    cfg.idle_ms = idle_ms;
     if (!fx->base || funcd_grpc_server_new(&fx->srv, &cfg, "127.0.0.1:0", fx->addr,
                                            sizeof(fx->addr)) != 0) {
         fprintf(stderr, "  server: %s\n", funcd_error_last()->message);
         return -1;
     }
     return pthread_create(&fx->thread, NULL, loop_main, fx);
+}
+
+static int fixture_start(fixture *fx, size_t max_message)
+{
+    return fixture_start_with(fx, max_message, 0, 0);
 }
 
 static void fixture_stop(fixture *fx)
@@ -1045,6 +1053,66 @@ TEST(response_over_limit_is_resource_exhausted)
     CHECK_INT(n2, 0);
 }
 
+/* A plain TCP connection to `addr` that sends nothing. */
+static int silent_connect(const char *addr)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    sin.sin_port = htons((uint16_t)atoi(strrchr(addr, ':') + 1));
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* 1 when the server closed `fd` within `ms` (what it sent before is read). */
+static int closed_within(int fd, int ms)
+{
+    char buf[512];
+    int64_t end = funcd_mono_ms() + ms;
+    while (funcd_mono_ms() < end) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 50) == 1) {
+            ssize_t n = read(fd, buf, sizeof(buf));
+            if (n <= 0)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* The runner's listener holds at most max_conns connections (the next
+ * waits in the backlog until one closes), and one with no call in flight
+ * that sends nothing for idle_ms is closed; a call longer than that is
+ * answered (review: any number of connections, each held for ever). */
+TEST(connections_are_capped_and_idle_ones_closed)
+{
+    fixture own;
+    CHECK(fixture_start_with(&own, 0, 3, 400) == 0);
+    int fds[4];
+    for (int i = 0; i < 4; i++)
+        fds[i] = silent_connect(own.addr);
+    usleep(100 * 1000);
+    unsigned at_cap = server_connections(&own);
+    close(fds[0]);
+    usleep(100 * 1000);
+    unsigned after_one = server_connections(&own); /* the waiting one came in */
+    int idle_closed = closed_within(fds[1], 2000);
+    reply *slow = rpc(own.addr, "/test.Echo/Sleep", NULL, NULL, "900", 3);
+    int slow_ok = slow && slow->grpc_status == 0;
+    reply_free(slow);
+    for (int i = 1; i < 4; i++)
+        close(fds[i]);
+    fixture_stop(&own);
+    CHECK(fds[0] >= 0 && fds[3] >= 0);
+    CHECK_INT(at_cap, 3);
+    CHECK_INT(after_one, 3);
+    CHECK(idle_closed);
+    CHECK(slow_ok);
+}
+
 TEST(shutdown_sends_goaway_and_cancels)
 {
     fixture own;
@@ -1110,5 +1178,6 @@ int main(void)
     fixture_stop(&fx);
     RUN(response_over_limit_is_resource_exhausted);
     RUN(shutdown_sends_goaway_and_cancels);
+    RUN(connections_are_capped_and_idle_ones_closed);
     return HARNESS_END();
 }
