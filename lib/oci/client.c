@@ -27,7 +27,6 @@
 #include "util/misc.h"
 
 #define MANIFEST_MAX (4u << 20)
-#define CONFIG_MAX (4u << 20)
 #define MANIFEST_ACCEPT                                                                            \
     FUNCD_OCI_MT_OCI_MANIFEST ", " FUNCD_OCI_MT_OCI_INDEX ", " FUNCD_OCI_MT_DOCKER_MANIFEST     \
                               ", " FUNCD_OCI_MT_DOCKER_LIST
@@ -406,7 +405,7 @@ static void pull_assemble(funcd_oci_pull_handle *p)
     funcd_oci_client *c = p->c;
     char *path = blob_path(c, p->m.config.digest), *json = NULL;
     size_t len = 0;
-    if (!path || read_small_file(path, CONFIG_MAX, &json, &len) < 0) {
+    if (!path || read_small_file(path, FUNCD_OCI_CONFIG_MAX, &json, &len) < 0) {
         free(path);
         pull_fail(p, FUNCD_EIO, "%s: cannot read its config blob from the cache", p->display);
         return;
@@ -590,7 +589,7 @@ static void on_blob_done(oci_req *r, int rc, const char *message, void *ctx)
     else if (strcmp(got, f->digest) != 0)
         funcd_buf_printf(&m, "blob %s does not match its digest (the registry sent %s); refused",
                          f->digest, got);
-    else if (f->size && oci_req_received(r) != f->size)
+    else if (oci_req_received(r) != f->size)
         funcd_buf_printf(&m, "blob %s is %llu bytes, its descriptor says %llu; refused", f->digest,
                          (unsigned long long)oci_req_received(r), (unsigned long long)f->size);
     else if (store_fetched(f) < 0)

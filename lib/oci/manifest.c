@@ -82,6 +82,15 @@ static int kind_of(const cJSON *root, const char *media_type)
     return -1;
 }
 
+/* A config or a layer is never empty: a size of 0 would bound no download. */
+static int not_empty(const funcd_oci_descriptor *d, const char *what)
+{
+    if (d->size == 0)
+        return funcd_error_set(FUNCD_EINVAL,
+                               "manifest: %s has \"size\" 0; no config or layer is empty", what);
+    return 0;
+}
+
 static int parse_image_manifest(funcd_oci_manifest *m, const cJSON *root)
 {
     const cJSON *sv = cJSON_GetObjectItemCaseSensitive(root, "schemaVersion");
@@ -90,6 +99,14 @@ static int parse_image_manifest(funcd_oci_manifest *m, const cJSON *root)
                                sv->valueint);
     int rc = descriptor_parse(&m->config, cJSON_GetObjectItemCaseSensitive(root, "config"),
                               "config");
+    if (rc == 0)
+        rc = not_empty(&m->config, "config");
+    if (rc == 0 && m->config.size > FUNCD_OCI_CONFIG_MAX)
+        rc = funcd_error_set(FUNCD_EINVAL,
+                             "manifest: config has \"size\" %llu, more than the %llu bytes a "
+                             "config may have",
+                             (unsigned long long)m->config.size,
+                             (unsigned long long)FUNCD_OCI_CONFIG_MAX);
     if (rc < 0)
         return rc;
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(root, "layers");
@@ -101,6 +118,7 @@ static int parse_image_manifest(funcd_oci_manifest *m, const cJSON *root)
     m->layers = calloc(n ? (size_t)n : 1, sizeof(*m->layers));
     if (!m->layers)
         return funcd_error_set(FUNCD_ENOMEM, "manifest: out of memory");
+    uint64_t total = m->config.size;
     const cJSON *l;
     cJSON_ArrayForEach(l, layers)
     {
@@ -108,7 +126,16 @@ static int parse_image_manifest(funcd_oci_manifest *m, const cJSON *root)
         snprintf(what, sizeof(what), "layer %zu", m->n_layers);
         if ((rc = descriptor_parse(&m->layers[m->n_layers], l, what)) < 0)
             return rc;
-        m->n_layers++;
+        const funcd_oci_descriptor *d = &m->layers[m->n_layers++];
+        if ((rc = not_empty(d, what)) < 0)
+            return rc;
+        total += d->size;
+        if (total > FUNCD_OCI_IMAGE_MAX)
+            return funcd_error_set(FUNCD_EINVAL,
+                                   "manifest: with %s (\"size\" %llu) the image declares %llu "
+                                   "bytes, more than the %llu an image may have",
+                                   what, (unsigned long long)d->size, (unsigned long long)total,
+                                   (unsigned long long)FUNCD_OCI_IMAGE_MAX);
     }
     return 0;
 }

@@ -59,6 +59,17 @@ int funcd_oci_registry_allowed(const char *host_port, const char *const *allowed
 #define FUNCD_OCI_MT_DOCKER_MANIFEST "application/vnd.docker.distribution.manifest.v2+json"
 #define FUNCD_OCI_MT_DOCKER_LIST "application/vnd.docker.distribution.manifest.list.v2+json"
 
+/*
+ * What an image may declare (review17 M-1): a config of 1 byte to
+ * FUNCD_OCI_CONFIG_MAX, layers of at least 1 byte, and config and layers
+ * together at most FUNCD_OCI_IMAGE_MAX bytes, which bounds each blob too
+ * (a blob is received up to its declared size and must be exactly that).
+ * The image limit is twice unpacking's on file content (unpack.h, 2 GiB):
+ * room for tar headers and data that does not compress.
+ */
+#define FUNCD_OCI_CONFIG_MAX ((uint64_t)4 << 20)
+#define FUNCD_OCI_IMAGE_MAX ((uint64_t)4 << 30)
+
 typedef struct funcd_oci_descriptor {
     char *media_type;
     char *digest;
@@ -79,7 +90,9 @@ typedef struct funcd_oci_manifest {
  * Parses a manifest or an index (content type `media_type`, or the body's
  * mediaType when NULL/unknown). From an index it selects the entry for
  * os/arch (variant-less "arm64" also matches "arm64/v8"). FUNCD_EINVAL on
- * malformed input, FUNCD_ENOTFOUND when an index has no entry for the platform.
+ * malformed input or sizes past the limits above (the message names the
+ * descriptor and "size"), FUNCD_ENOTFOUND when an index has no entry for
+ * the platform.
  */
 int funcd_oci_manifest_parse(funcd_oci_manifest *out, const char *json, size_t len,
                              const char *media_type, const char *os, const char *arch);

@@ -419,7 +419,7 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *arg)
         r->sink_error = "the response is larger than allowed";
         return 0;
     }
-    if (r->expect_size && r->received + n > r->expect_size) {
+    if (r->fd >= 0 && r->received + n > r->expect_size) {
         r->sink_error = "the blob is larger than its descriptor says";
         return 0;
     }

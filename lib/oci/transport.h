@@ -46,7 +46,7 @@ typedef struct oci_req_spec {
     const oci_creds *creds; /* copied; NULL: anonymous */
     int fd;                 /* >= 0: a 2xx body goes here; else to memory */
     size_t max_body;        /* memory bodies above this fail */
-    uint64_t expect_size;   /* a file body over this fails; 0: no limit */
+    uint64_t expect_size;   /* a file body over this fails (0: any byte does) */
     oci_req_data_fn on_data;
     int head;               /* a HEAD request (no body) */
 } oci_req_spec;

@@ -1,7 +1,8 @@
 /*
  * The OCI client against registries the test plays (fake_registry.c), for
  * what a real registry never does: one that claims to hold every digest
- * (review17 H-1).
+ * (review17 H-1), and ones whose blobs are not what their manifests declare
+ * (review17 M-1).
  */
 #include <event2/event.h>
 #include <stdio.h>
@@ -121,6 +122,116 @@ TEST(cached_manifest_serves_only_its_repository)
     CHECK_INT(after_mirror.blob_transfers, before.blob_transfers);
 }
 
+/* A registry whose manifest declares `layers` (JSON descriptors) and sends
+ * `layer_bytes` bytes for each: started, or -1. */
+static int start_liar(fake_registry *f, char *manifest, size_t n, const char *layers,
+                      size_t layer_bytes)
+{
+    char config_digest[72];
+    fake_registry_digest(CONFIG, strlen(CONFIG), config_digest);
+    snprintf(manifest, n,
+             "{\"schemaVersion\":2,\"mediaType\":\"%s\",\"config\":{\"mediaType\":"
+             "\"application/vnd.oci.image.config.v1+json\",\"digest\":\"%s\",\"size\":%zu},"
+             "\"layers\":[%s]}",
+             FUNCD_OCI_MT_OCI_MANIFEST, config_digest, strlen(CONFIG), layers);
+    *f = (fake_registry){.manifest = manifest, .config = CONFIG, .layer_bytes = layer_bytes};
+    return fake_registry_start(f);
+}
+
+/* Pulls liar:1 from `f` with a client of its own; its stats in `st`. */
+static void pull_from_liar(fake_registry *f, result *r, funcd_oci_stats *st)
+{
+    char cache[400], ref[128];
+    snprintf(cache, sizeof(cache), "%s/liar-%s", work, f->addr);
+    const char *insecure[] = {f->addr, NULL};
+    funcd_oci_client_options o = {.cache_dir = cache, .insecure = insecure};
+    funcd_oci_client *c = NULL;
+    memset(r, 0, sizeof(*r));
+    if (funcd_oci_client_new(&c, loop, &o) < 0) {
+        snprintf(r->msg, sizeof(r->msg), "no client: %s", funcd_error_last()->message);
+        r->rc = -1;
+        return;
+    }
+    snprintf(ref, sizeof(ref), "%s/liar:1", f->addr);
+    pull(c, ref, r);
+    *st = *funcd_oci_client_stats(c);
+    funcd_oci_image_free(r->img);
+    r->img = NULL;
+    funcd_oci_client_free(c);
+}
+
+#define LAYER_OF(digest, size)                                                                     \
+    "{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar\",\"digest\":\"" digest      \
+    "\",\"size\":" size "}"
+#define ANY_DIGEST "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+
+/* review17 M-1: a layer declared with size 0 was a layer of any size (the
+ * registry streamed a GiB). It is refused before anything is downloaded. */
+TEST(empty_layer_is_refused_before_any_transfer)
+{
+    fake_registry f;
+    char manifest[1024];
+    CHECK(start_liar(&f, manifest, sizeof(manifest), LAYER_OF(ANY_DIGEST, "0"), 8u << 20) == 0);
+    result r;
+    funcd_oci_stats st;
+    pull_from_liar(&f, &r, &st);
+    int blob_gets = atomic_load(&f.blob_gets);
+    fake_registry_stop(&f);
+    CHECK_INT(r.rc, FUNCD_EINVAL);
+    CHECK_CONTAINS(r.msg, "layer 0");
+    CHECK_CONTAINS(r.msg, "\"size\"");
+    CHECK_INT(blob_gets, 0);
+    CHECK_INT(st.bytes_downloaded, 0);
+}
+
+/* Declared sizes that add up past what an image may have (4 GiB) are
+ * refused before anything is downloaded. */
+TEST(image_over_its_limit_is_refused_before_any_transfer)
+{
+    fake_registry f;
+    char manifest[1024];
+    CHECK(start_liar(&f, manifest, sizeof(manifest),
+                     LAYER_OF(ANY_DIGEST, "3221225472") "," LAYER_OF(ANY_DIGEST, "3221225472"),
+                     1000) == 0);
+    result r;
+    funcd_oci_stats st;
+    pull_from_liar(&f, &r, &st);
+    int blob_gets = atomic_load(&f.blob_gets);
+    fake_registry_stop(&f);
+    CHECK_INT(r.rc, FUNCD_EINVAL);
+    CHECK_CONTAINS(r.msg, "4294967296");
+    CHECK_INT(blob_gets, 0);
+}
+
+/* A blob is received up to its declared size and no further; a shorter one
+ * is refused too. */
+TEST(blob_must_be_its_declared_size)
+{
+    fake_registry f;
+    char manifest[1024];
+    CHECK(start_liar(&f, manifest, sizeof(manifest), LAYER_OF(ANY_DIGEST, "1000"), 4u << 20) == 0);
+    result r;
+    funcd_oci_stats st;
+    pull_from_liar(&f, &r, &st);
+    fake_registry_stop(&f);
+    CHECK(r.rc < 0);
+    CHECK_CONTAINS(r.msg, "larger than its descriptor");
+    CHECK(st.bytes_downloaded <= 1000 + strlen(CONFIG));
+
+    char layer[500], digest[72], layers[300];
+    memset(layer, 'x', sizeof(layer));
+    fake_registry_digest(layer, sizeof(layer), digest);
+    snprintf(layers, sizeof(layers),
+             "{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar\",\"digest\":\"%s\","
+             "\"size\":1000}",
+             digest);
+    CHECK(start_liar(&f, manifest, sizeof(manifest), layers, sizeof(layer)) == 0);
+    pull_from_liar(&f, &r, &st);
+    fake_registry_stop(&f);
+    CHECK(r.rc < 0);
+    CHECK_CONTAINS(r.msg, "is 500 bytes, its descriptor says 1000");
+}
+
 int main(void)
 {
     loop = event_base_new();
@@ -146,6 +257,9 @@ int main(void)
         harness_failed++;
     } else {
         RUN(cached_manifest_serves_only_its_repository);
+        RUN(empty_layer_is_refused_before_any_transfer);
+        RUN(image_over_its_limit_is_refused_before_any_transfer);
+        RUN(blob_must_be_its_declared_size);
     }
     fake_registry_stop(&victim);
     fake_registry_stop(&claimer);

@@ -84,7 +84,7 @@ static const char manifest[] =
     "\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":\"" D1
     "\",\"size\":12},\"layers\":[{\"mediaType\":\"application/vnd.oci.image.layer.v1.tar+gzip\","
     "\"digest\":\"" D2 "\",\"size\":345},{\"mediaType\":\"application/vnd.docker.image.rootfs."
-    "diff.tar.gzip\",\"digest\":\"" D3 "\",\"size\":0}]}";
+    "diff.tar.gzip\",\"digest\":\"" D3 "\",\"size\":32}]}";
 
 TEST(image_manifest)
 {
@@ -126,6 +126,45 @@ TEST(manifest_rejects_unsafe_digests)
         }
         CHECK_INT(rc, FUNCD_EINVAL);
     }
+}
+
+/* A manifest whose config has `config_size` bytes and whose layers are `layers` (JSON). */
+static int parse_sizes(const char *config_size, const char *layers)
+{
+    char json[1024];
+    snprintf(json, sizeof(json),
+             "{\"schemaVersion\":2,\"config\":{\"digest\":\"" D1 "\",\"size\":%s},"
+             "\"layers\":[%s]}",
+             config_size, layers);
+    funcd_oci_manifest m;
+    int rc = funcd_oci_manifest_parse(&m, json, strlen(json), FUNCD_OCI_MT_OCI_MANIFEST, NULL,
+                                      NULL);
+    if (rc == 0)
+        funcd_oci_manifest_free(&m);
+    return rc;
+}
+
+#define LAYER(size) "{\"digest\":\"" D2 "\",\"size\":" size "}"
+
+/* review17 M-1: what a manifest declares bounds what is downloaded, so it
+ * must bound something: no empty config or layer (a size of 0 was "no
+ * limit"), a config of at most 4 MiB, an image of at most 4 GiB. */
+TEST(manifest_sizes_are_bounded)
+{
+    CHECK_INT(parse_sizes("12", LAYER("4294967284")), 0); /* exactly the limit */
+    CHECK_INT(parse_sizes("12", LAYER("0")), FUNCD_EINVAL);
+    CHECK_CONTAINS(funcd_error_last()->message, "layer 0");
+    CHECK_CONTAINS(funcd_error_last()->message, "\"size\"");
+    CHECK_INT(parse_sizes("0", LAYER("1")), FUNCD_EINVAL);
+    CHECK_CONTAINS(funcd_error_last()->message, "config");
+    CHECK_CONTAINS(funcd_error_last()->message, "\"size\"");
+    CHECK_INT(parse_sizes("4194305", LAYER("1")), FUNCD_EINVAL); /* 4 MiB + 1 */
+    CHECK_CONTAINS(funcd_error_last()->message, "config");
+    CHECK_INT(parse_sizes("12", LAYER("1") "," LAYER("5368709120")), FUNCD_EINVAL);
+    CHECK_CONTAINS(funcd_error_last()->message, "layer 1");
+    CHECK_INT(parse_sizes("12", LAYER("3221225472") "," LAYER("3221225472")), FUNCD_EINVAL);
+    CHECK_CONTAINS(funcd_error_last()->message, "4294967296");
+    CHECK_INT(parse_sizes("12", LAYER("4294967285")), FUNCD_EINVAL); /* one byte over */
 }
 
 static const char index_json[] =
@@ -241,6 +280,7 @@ int main(void)
     RUN(loopback_hosts);
     RUN(image_manifest);
     RUN(manifest_rejects_unsafe_digests);
+    RUN(manifest_sizes_are_bounded);
     RUN(index_platform_selection);
     RUN(image_config);
     RUN(www_authenticate);
