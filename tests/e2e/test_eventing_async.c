@@ -253,6 +253,29 @@ SV_TEST_WITH(queue_full_is_429, funcd_with_queue_limits(2, 0, UINT64_MAX), NULL)
     CHECK_INT(post_async(e, "broken/", NULL, NULL, "payload"), 202);
 }
 
+/* An unsigned webhook's events count against the same caps: at the cap the
+ * sender is refused (429) and nothing is queued. */
+SV_TEST_WITH(webhook_queue_full_is_429, funcd_with_queue_limits(1, 0, UINT64_MAX), NULL)
+{
+    CHECK(make_broken(e) == 0);
+    CHECK_INT(REQ("POST", NS("default") "/eventsources", DEV_TOKEN,
+                  "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"EventSource\",\"metadata\":"
+                  "{\"name\":\"hook\"},\"spec\":{\"type\":\"webhook\",\"target\":{\"function\":"
+                  "\"broken\"},\"delivery\":{\"attempts\":3,\"backoff\":{\"initial\":\"10s\"}}}}"),
+              201);
+    int64_t end = e2e_now_ms() + 5000;
+    while (e2e_http_send(e->dp, "POST", "/events/default/hook", NULL, NULL, "{}", 2, &e->r) == 404 &&
+           e2e_now_ms() < end)
+        env_sleep_ms(20);
+    CHECK_INT(e->r.status, 202);
+    CHECK_INT(e2e_http_send(e->dp, "POST", "/events/default/hook", NULL, NULL, "{}", 2, &e->r),
+              429);
+    CHECK_DP_STATUS(429, "TooManyRequests");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "--queue-max-pending 1");
+    CHECK_INT(REQ("GET", NS("default") "/invocations", DEV_TOKEN, NULL), 200);
+    CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 1);
+}
+
 /* --queue-max-bytes counts what a namespace keeps: a finished invocation's
  * request and answer stay (the retention), and the next one that would
  * pass the cap is 429 naming it. */
@@ -589,6 +612,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, edge_auth_applies);
     SV_RUN(only, ran, queue_full_is_429);
     SV_RUN(only, ran, queue_bytes_cap_is_429);
+    SV_RUN(only, ran, webhook_queue_full_is_429);
     SV_RUN(only, ran, async_body_cap);
     e2e_client_global_cleanup();
     if (only && !ran) {
