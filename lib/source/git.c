@@ -9,16 +9,19 @@
 #include <fcntl.h>
 #include "source/git2_lazy.h"
 #include <mbedtls/sha256.h>
+#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "artifact/bundle.h"
 #include "funcd/sys/error.h"
+#include "oci/oci.h"
 #include "util/misc.h"
 
 #define PATH_LEN 1024
@@ -570,6 +573,173 @@ static int has_commit(git_repository *repo, const char *hex)
     return 1;
 }
 
+/* ---- which addresses a fetch reaches ---------------------------------------------------------- */
+
+/*
+ * Every connection libgit2 makes for a network URL (http, git://, ssh, and
+ * https, whose TLS runs over this) opens a plain socket stream; funcd
+ * registers its own (funcd_git_init), which connects only to addresses a
+ * registry pull could reach: not loopback, link-local, unspecified or
+ * multicast (funcd_oci_addr_is_internal) unless the operator named the
+ * host. The address checked is the one connected to, so a name that
+ * resolves elsewhere later changes nothing. A fetch says which hosts are
+ * named, and learns that its host was refused, through `net_rule`, which is
+ * per thread: libgit2 connects on the thread that fetches.
+ */
+typedef struct net_rule {
+    const funcd_git_options *opts;
+    char refused[256]; /* a host none of whose addresses may be reached */
+} net_rule;
+
+static _Thread_local net_rule *rule;
+
+/* libgit2 1.5's ssh transport takes the socket out of the stream as if it were
+ * libgit2's own socket stream: these first fields must stay as they are there. */
+typedef struct guarded_stream {
+    git_stream parent;
+    char *host;
+    char *port;
+    int s;
+} guarded_stream;
+
+static int host_named(const funcd_git_options *o, const char *host, const char *port)
+{
+    char host_port[300];
+    if (strchr(host, ':'))
+        snprintf(host_port, sizeof host_port, "[%s]:%s", host, port);
+    else
+        snprintf(host_port, sizeof host_port, "%s:%s", host, port);
+    const char *const *lists[] = {o ? o->insecure_hosts : NULL, o ? o->allowed_hosts : NULL};
+    for (int i = 0; i < 2; i++)
+        for (const char *const *h = lists[i]; h && *h; h++)
+            if (funcd_oci_registry_matches(*h, host_port))
+                return 1;
+    return 0;
+}
+
+static int stream_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int stream_error(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    git_error_set_str(GIT_ERROR_NET, msg);
+    return -1;
+}
+
+static int guarded_connect(git_stream *stream)
+{
+    guarded_stream *st = (guarded_stream *)stream;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *info;
+    int gai = getaddrinfo(st->host, st->port, &hints, &info);
+    if (gai != 0)
+        return stream_error("failed to resolve address for %s: %s", st->host, gai_strerror(gai));
+    int named = host_named(rule ? rule->opts : NULL, st->host, st->port), tried = 0, e = 0;
+    for (struct addrinfo *a = info; a; a = a->ai_next) {
+        if (!named && funcd_oci_addr_is_internal(a->ai_addr))
+            continue;
+        tried++;
+        int s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (s >= 0 && connect(s, a->ai_addr, a->ai_addrlen) == 0) {
+            st->s = s;
+            break;
+        }
+        e = errno;
+        if (s >= 0)
+            close(s);
+    }
+    freeaddrinfo(info);
+    if (st->s >= 0)
+        return 0;
+    if (!tried) {
+        if (rule)
+            snprintf(rule->refused, sizeof rule->refused, "%s", st->host);
+        return stream_error("%s is at an address git sources may not reach", st->host);
+    }
+    return stream_error("failed to connect to %s: %s", st->host, strerror(e));
+}
+
+static ssize_t guarded_read(git_stream *stream, void *data, size_t len)
+{
+    guarded_stream *st = (guarded_stream *)stream;
+    ssize_t n = recv(st->s, data, len, 0);
+    if (n < 0)
+        stream_error("error receiving socket data: %s", strerror(errno));
+    return n;
+}
+
+static ssize_t guarded_write(git_stream *stream, const char *data, size_t len, int flags)
+{
+    guarded_stream *st = (guarded_stream *)stream;
+    ssize_t n = send(st->s, data, len, flags | MSG_NOSIGNAL);
+    if (n < 0)
+        stream_error("error sending data: %s", strerror(errno));
+    return n;
+}
+
+static int guarded_close(git_stream *stream)
+{
+    guarded_stream *st = (guarded_stream *)stream;
+    int rc = st->s >= 0 ? close(st->s) : 0;
+    st->s = -1;
+    return rc;
+}
+
+static void guarded_free(git_stream *stream)
+{
+    guarded_stream *st = (guarded_stream *)stream;
+    guarded_close(stream);
+    free(st->host);
+    free(st->port);
+    free(st);
+}
+
+static int guarded_new(git_stream **out, const char *host, const char *port)
+{
+    guarded_stream *st = calloc(1, sizeof *st);
+    if (st) {
+        st->host = strdup(host);
+        st->port = strdup(port);
+    }
+    if (!st || !st->host || !st->port) {
+        if (st)
+            guarded_free(&st->parent);
+        git_error_set_oom();
+        return -1;
+    }
+    st->s = -1;
+    st->parent.version = GIT_STREAM_VERSION;
+    st->parent.connect = guarded_connect;
+    st->parent.read = guarded_read;
+    st->parent.write = guarded_write;
+    st->parent.close = guarded_close;
+    st->parent.free = guarded_free;
+    *out = &st->parent;
+    return 0;
+}
+
+/* libgit2's error for `url`, unless the URL's host was refused: then funcd's words, naming it. */
+static int remote_failed(const char *what, const char *url, char *err, size_t errlen)
+{
+    if (rule && rule->refused[0])
+        return fail(err, errlen, FUNCD_EIO,
+                    "git: cannot reach %s: host %s is refused: it is (or resolves to) a loopback, "
+                    "link-local, unspecified or multicast address, which git sources reach only "
+                    "when the operator names the host (funcd --allowed-registry or "
+                    "--insecure-registry HOST:PORT)",
+                    url, rule->refused);
+    const char *msg = git_message();
+    /* libgit2's own words for this case name a config key, not the cause. */
+    const char *hint = strstr(msg, "safe.directory")
+                           ? " (the repository is owned by another user: add it to git's "
+                             "safe.directory or change its owner)"
+                           : "";
+    return fail(err, errlen, FUNCD_EIO, "git: cannot %s %s: %s%s", what, url, msg, hint);
+}
+
 /* ---- talking to the remote ----------------------------------------------------------------------- */
 
 /*
@@ -595,13 +765,7 @@ static int connect_remote(git_remote *remote, const char *url, char *err, size_t
     git_remote_init_callbacks(&cb, GIT_REMOTE_CALLBACKS_VERSION);
     if (git_remote_connect(remote, GIT_DIRECTION_FETCH, &cb, NULL, NULL) == 0)
         return 0;
-    const char *msg = git_message();
-    /* libgit2's own words for this case name a config key, not the cause. */
-    const char *hint = strstr(msg, "safe.directory")
-                           ? " (the repository is owned by another user: add it to git's "
-                             "safe.directory or change its owner)"
-                           : "";
-    return fail(err, errlen, FUNCD_EIO, "git: cannot reach %s: %s%s", url, msg, hint);
+    return remote_failed("reach", url, err, errlen);
 }
 
 static const git_remote_head *find_head(const git_remote_head **heads, size_t n, const char *name)
@@ -613,13 +777,15 @@ static const git_remote_head *find_head(const git_remote_head **heads, size_t n,
 }
 
 /* Connects, remembers the remote's HEAD, and fetches branches and tags (pruning gone ones). */
-static int fetch_remote(git_repository *repo, const char *url, git_oid *head, int *has_head,
-                        char *err, size_t errlen)
+static int fetch_remote(git_repository *repo, const char *url, const funcd_git_options *opts,
+                        git_oid *head, int *has_head, char *err, size_t errlen)
 {
     git_remote *remote = NULL;
     int rc = new_remote(&remote, repo, url, err, errlen);
     if (rc)
         return rc;
+    net_rule net = {opts, ""};
+    rule = &net;
     rc = connect_remote(remote, url, err, errlen);
     const git_remote_head **heads = NULL;
     size_t n = 0;
@@ -640,9 +806,10 @@ static int fetch_remote(git_repository *repo, const char *url, git_oid *head, in
         fo.update_fetchhead = 0;
         fo.download_tags = GIT_REMOTE_DOWNLOAD_TAGS_NONE;
         if (git_remote_fetch(remote, &arr, &fo, NULL) < 0)
-            rc = fail(err, errlen, FUNCD_EIO, "git: cannot fetch from %s: %s", url, git_message());
+            rc = remote_failed("fetch from", url, err, errlen);
     }
     git_remote_free(remote);
+    rule = NULL;
     return rc;
 }
 
@@ -668,7 +835,7 @@ static int fetch_locked(const char *repos, const char *trees, const char *url, c
     git_oid head, id;
     int has_head = 0;
     if (rc == 0 && !(is_hex(ref, GIT_OID_HEXSZ, GIT_OID_HEXSZ) && has_commit(repo, ref)))
-        rc = fetch_remote(repo, url, &head, &has_head, err, errlen);
+        rc = fetch_remote(repo, url, opts, &head, &has_head, err, errlen);
     if (rc == 0)
         rc = resolve_local(repo, url, ref, has_head ? &head : NULL, &id, err, errlen);
     if (rc == 0)
@@ -688,6 +855,14 @@ int funcd_git_init(void)
         return FUNCD_EIO;
     if (git_libgit2_init() < 0)
         return funcd_error_set(FUNCD_EIO, "git: libgit2 failed to initialise: %s", git_message());
+    /* Again at every init: libgit2 forgets it when the last user shuts it down. */
+    static git_stream_registration guarded = {GIT_STREAM_VERSION, guarded_new, NULL};
+    if (git_stream_register(GIT_STREAM_STANDARD, &guarded) < 0) {
+        int rc = funcd_error_set(FUNCD_EIO, "git: cannot register funcd's socket stream: %s",
+                                 git_message());
+        git_libgit2_shutdown();
+        return rc;
+    }
     return 0;
 }
 
@@ -791,12 +966,15 @@ static int resolve_advertised(const git_remote_head **heads, size_t n, const cha
     return is_hex(ref, MIN_ABBREV, GIT_OID_HEXSZ - 1) ? match_abbrev(heads, n, ref, out) : -1;
 }
 
-static int ls_remote(const char *url, const char *ref, char commit[41], char *err, size_t errlen)
+static int ls_remote(const char *url, const char *ref, const funcd_git_options *opts,
+                     char commit[41], char *err, size_t errlen)
 {
     git_remote *remote = NULL;
     int rc = new_remote(&remote, NULL, url, err, errlen);
     if (rc)
         return rc;
+    net_rule net = {opts, ""};
+    rule = &net;
     rc = connect_remote(remote, url, err, errlen);
     const git_remote_head **heads = NULL;
     size_t n = 0;
@@ -810,11 +988,12 @@ static int ls_remote(const char *url, const char *ref, char commit[41], char *er
     if (rc == 0)
         git_oid_tostr(commit, 41, &id);
     git_remote_free(remote);
+    rule = NULL;
     return rc;
 }
 
-int funcd_git_ls_remote(const char *url, const char *ref, char commit[41], char *err,
-                        size_t errlen)
+int funcd_git_ls_remote(const char *url, const char *ref, const funcd_git_options *opts,
+                        char commit[41], char *err, size_t errlen)
 {
     char want[PATH_LEN], name[PATH_LEN];
     if (ref && strlen(ref) > MAX_REF_LEN)
@@ -834,7 +1013,7 @@ int funcd_git_ls_remote(const char *url, const char *ref, char commit[41], char 
     int rc = funcd_git_init();
     if (rc < 0)
         return fail(err, errlen, rc, "%s", funcd_error_last()->message);
-    rc = ls_remote(url, name, commit, err, errlen);
+    rc = ls_remote(url, name, opts, commit, err, errlen);
     git_libgit2_shutdown();
     return rc;
 }

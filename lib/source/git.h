@@ -22,8 +22,14 @@
  * resolves inside the sandbox's own root); submodules become empty
  * directories. No filters (.gitattributes, LFS) are applied.
  *
+ * Network URLs reach no loopback, link-local, unspecified or multicast
+ * address unless the operator named the host (funcd_git_options): funcd
+ * gives libgit2 its own socket stream, which checks every address it
+ * connects to (funcd_oci_addr_is_internal, as registry pulls do).
+ *
  * Errors: FUNCD_EIO when the URL cannot be reached or read ("git: cannot
- * reach URL: <libgit2's message>"), FUNCD_ENOTFOUND for an unknown ref or a
+ * reach URL: <libgit2's message>", or "...: host H is refused: ..." for an
+ * address the rule above closes), FUNCD_ENOTFOUND for an unknown ref or a
  * missing `path`, FUNCD_EINVAL for a bad argument, a `path` that escapes
  * the tree or is not a directory, or a commit over the limits
  * (funcd_git_options), FUNCD_ENOSPC when the disk is full.
@@ -52,6 +58,12 @@
 typedef struct funcd_git_options {
     uint64_t max_entries; /* files, directories, links, submodules; 0: FUNCD_BUNDLE_MAX_ENTRIES */
     uint64_t max_bytes;   /* bytes of files and link targets; 0: FUNCD_BUNDLE_MAX_TOTAL */
+    /* Hosts the operator named, "host[:port]" (no port: 443), each list
+     * NULL-terminated or NULL: the registries of funcd --insecure-registry
+     * and --allowed-registry. A network URL's host is reached at a loopback,
+     * link-local, unspecified or multicast address only when named here. */
+    const char *const *insecure_hosts;
+    const char *const *allowed_hosts;
 } funcd_git_options;
 
 typedef struct funcd_git_result {
@@ -82,9 +94,10 @@ int funcd_git_fetch_opts(const char *cache_dir, const char *url, const char *ref
  * Resolves `ref` (same rules as funcd_git_fetch) to a commit by asking the
  * remote for its refs, without fetching objects: cheap enough to poll. A
  * full commit id is returned as is; an abbreviated one cannot be resolved
- * this way unless it prefixes an advertised commit (FUNCD_ENOTFOUND).
+ * this way unless it prefixes an advertised commit (FUNCD_ENOTFOUND). Of
+ * `opts` (may be NULL) only the named hosts count.
  */
-int funcd_git_ls_remote(const char *url, const char *ref, char commit[41], char *err,
-                        size_t errlen);
+int funcd_git_ls_remote(const char *url, const char *ref, const funcd_git_options *opts,
+                        char commit[41], char *err, size_t errlen);
 
 #endif

@@ -9,6 +9,7 @@
 #define FUNCD_SOURCE_GIT2_LAZY_H
 
 #include <git2.h>
+#include <git2/sys/stream.h> /* git_stream_register: funcd's socket stream (git.c) */
 
 #define FUNCD_GIT2_FUNCTIONS(X) \
     X(git_blob_free) \
@@ -21,6 +22,8 @@
     X(git_config_free) \
     X(git_config_set_string) \
     X(git_error_last) \
+    X(git_error_set_oom) \
+    X(git_error_set_str) \
     X(git_fetch_options_init) \
     X(git_libgit2_init) \
     X(git_libgit2_shutdown) \
@@ -49,6 +52,7 @@
     X(git_repository_init) \
     X(git_repository_odb) \
     X(git_repository_open_bare) \
+    X(git_stream_register) \
     X(git_tree_entry_byindex) \
     X(git_tree_entry_filemode) \
     X(git_tree_entry_id) \
@@ -79,6 +83,8 @@ int funcd__git2_load(void);
 #define git_config_free (funcd__git2.git_config_free)
 #define git_config_set_string (funcd__git2.git_config_set_string)
 #define git_error_last (funcd__git2.git_error_last)
+#define git_error_set_oom (funcd__git2.git_error_set_oom)
+#define git_error_set_str (funcd__git2.git_error_set_str)
 #define git_fetch_options_init (funcd__git2.git_fetch_options_init)
 #define git_libgit2_init (funcd__git2.git_libgit2_init)
 #define git_libgit2_shutdown (funcd__git2.git_libgit2_shutdown)
@@ -107,6 +113,7 @@ int funcd__git2_load(void);
 #define git_repository_init (funcd__git2.git_repository_init)
 #define git_repository_odb (funcd__git2.git_repository_odb)
 #define git_repository_open_bare (funcd__git2.git_repository_open_bare)
+#define git_stream_register (funcd__git2.git_stream_register)
 #define git_tree_entry_byindex (funcd__git2.git_tree_entry_byindex)
 #define git_tree_entry_filemode (funcd__git2.git_tree_entry_filemode)
 #define git_tree_entry_id (funcd__git2.git_tree_entry_id)

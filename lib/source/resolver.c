@@ -232,9 +232,11 @@ static void *thread_main(void *arg)
         j->rc = funcd_rootfs_cache_get(s->rootfs, img->digest, (const char *const *)img->layer_paths,
                                        (const char *const *)img->layer_media_types, img->n_layers,
                                        j->rootfs, sizeof(j->rootfs), j->err, sizeof(j->err));
-    } else {
-        j->rc = funcd_git_fetch(s->git_dir, e->url, e->gref, e->path, &j->git, j->err,
-                                sizeof(j->err));
+    } else { /* the hosts the operator named for pulls are reached at any address */
+        funcd_git_options opts = {.insecure_hosts = s->cfg.insecure,
+                                  .allowed_hosts = s->cfg.allowed};
+        j->rc = funcd_git_fetch_opts(s->git_dir, e->url, e->gref, e->path, &opts, &j->git,
+                                     j->err, sizeof(j->err));
     }
     pthread_mutex_lock(&s->lock);
     j->next = s->done;

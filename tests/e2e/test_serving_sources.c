@@ -95,6 +95,21 @@ static int answers(env *e, const char *version)
     return 0;
 }
 
+/* The Ready condition of `name` once its fetch failed (it is Fetching first). */
+static const cJSON *fetch_failed(env *e, const char *name)
+{
+    const cJSON *ready = NULL;
+    for (int i = 0; i < 200; i++) {
+        if (!sv_wait_condition(e, name, "False", 10000))
+            return NULL;
+        ready = sv_ready_condition(e->r.json);
+        if (strcmp(jstr(ready, "reason"), "Fetching") != 0)
+            return ready;
+        env_sleep_ms(50);
+    }
+    return NULL;
+}
+
 #define SPEC "{\"runtime\":\"native\",\"mode\":\"exec\",\"handler\":\"handler.sh\"," \
              "\"source\":{\"git\":{\"url\":\"%s\",\"ref\":\"main\",\"path\":\"fn\"}}%s}"
 
@@ -145,16 +160,22 @@ TEST(git)
              "\"source\":{\"git\":{\"url\":\"%s\",\"ref\":\"no-such-branch\"}}}",
              repo);
     CHECK_INT(sv_create(e, "bad-ref", "%s", body), 201);
-    const cJSON *ready = NULL;
-    for (int i = 0; i < 200; i++) { /* pending (Fetching) first, then failed */
-        CHECK(sv_wait_condition(e, "bad-ref", "False", 10000));
-        ready = sv_ready_condition(e->r.json);
-        if (strcmp(jstr(ready, "reason"), "Fetching") != 0)
-            break;
-        env_sleep_ms(50);
-    }
+    const cJSON *ready = fetch_failed(e, "bad-ref");
+    CHECK(ready != NULL);
     CHECK_STR(jstr(ready, "reason"), "GitFetchFailed");
     CHECK(jstr(ready, "message") && strstr(jstr(ready, "message"), "no-such-branch"));
+
+    /* A URL at a loopback address is refused before anything connects, and the status names
+     * the host, not what answered there (review17-artifacts M-3: a port scanner before). */
+    CHECK_INT(sv_create(e, "scan",
+                        "{\"runtime\":\"native\",\"mode\":\"exec\",\"handler\":\"handler.sh\","
+                        "\"source\":{\"git\":{\"url\":\"http://localhost:1/x.git\"}}}"),
+              201);
+    ready = fetch_failed(e, "scan");
+    CHECK(ready != NULL);
+    CHECK_STR(jstr(ready, "reason"), "GitFetchFailed");
+    CHECK(jstr(ready, "message") && strstr(jstr(ready, "message"), "host localhost is refused"));
+    CHECK(jstr(ready, "message") && !strstr(jstr(ready, "message"), "Connection refused"));
     env_down(e);
     sv_cleanup();
     char left[512];
