@@ -540,7 +540,7 @@ TEST(fetch_from_a_named_git_daemon)
     funcd_git_options opts = {.allowed_hosts = list};
     funcd_git_result r;
     int rc = -1;
-    for (int i = 0; i < 100 && rc != 0; i++) { /* until the daemon listens */
+    for (int i = 0; i < 400 && rc != 0; i++) { /* until the daemon listens (20 s at most) */
         rc = funcd_git_fetch_opts(cache, url, "main", "sub", &opts, &r, err, sizeof err);
         if (rc != 0)
             usleep(50 * 1000);
