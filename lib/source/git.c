@@ -10,6 +10,8 @@
 #include "source/git2_lazy.h"
 #include <mbedtls/sha256.h>
 #include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -600,7 +602,113 @@ typedef struct guarded_stream {
     char *host;
     char *port;
     int s;
+    /* funcd's own, after libgit2's */
+    unsigned stall_ms;
+    funcd_git_cancel *cancel;
+    int fd;                              /* the socket as `cancel` knows it, or -1 */
+    struct guarded_stream *prev, *next; /* in cancel->streams */
 } guarded_stream;
+
+struct funcd_git_cancel {
+    pthread_mutex_t lock;
+    int fired;
+    guarded_stream *streams; /* with a socket open */
+};
+
+funcd_git_cancel *funcd_git_cancel_new(void)
+{
+    funcd_git_cancel *c = calloc(1, sizeof(*c));
+    if (c)
+        pthread_mutex_init(&c->lock, NULL);
+    return c;
+}
+
+void funcd_git_cancel_fire(funcd_git_cancel *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    c->fired = 1;
+    for (guarded_stream *st = c->streams; st; st = st->next)
+        shutdown(st->fd, SHUT_RDWR); /* its blocked connect, recv or send returns */
+    pthread_mutex_unlock(&c->lock);
+}
+
+void funcd_git_cancel_free(funcd_git_cancel *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+/* Makes socket `fd` the stream's, known to its cancel group; -1 when the
+ * group was fired (the socket is not the stream's then). */
+static int stream_adopt(guarded_stream *st, int fd)
+{
+    funcd_git_cancel *c = st->cancel;
+    if (!c)
+        return 0;
+    pthread_mutex_lock(&c->lock);
+    int fired = c->fired;
+    if (!fired) {
+        st->fd = fd;
+        st->prev = NULL;
+        st->next = c->streams;
+        if (c->streams)
+            c->streams->prev = st;
+        c->streams = st;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return fired ? -1 : 0;
+}
+
+/* Before its socket is closed: the group never touches a descriptor again
+ * once its number may be another's. */
+static void stream_release(guarded_stream *st)
+{
+    funcd_git_cancel *c = st->cancel;
+    if (!c || st->fd < 0)
+        return;
+    pthread_mutex_lock(&c->lock);
+    if (st->prev)
+        st->prev->next = st->next;
+    else
+        c->streams = st->next;
+    if (st->next)
+        st->next->prev = st->prev;
+    st->fd = -1;
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* connect(2) within stall_ms; the socket stays blocking, its reads and
+ * writes bounded by the same (SO_RCVTIMEO, SO_SNDTIMEO). 0, or an errno. */
+static int connect_within(int s, const struct sockaddr *a, socklen_t len, unsigned stall_ms)
+{
+    int flags = fcntl(s, F_GETFL);
+    if (flags < 0 || fcntl(s, F_SETFL, flags | O_NONBLOCK) < 0)
+        return errno;
+    int e = connect(s, a, len) == 0 ? 0 : errno;
+    if (e == EINPROGRESS) {
+        struct pollfd p = {s, POLLOUT, 0};
+        int n;
+        do
+            n = poll(&p, 1, (int)stall_ms);
+        while (n < 0 && errno == EINTR);
+        socklen_t el = sizeof(e);
+        if (n == 0)
+            e = ETIMEDOUT;
+        else if (n < 0 || getsockopt(s, SOL_SOCKET, SO_ERROR, &e, &el) < 0)
+            e = errno;
+    }
+    if (e == 0 && fcntl(s, F_SETFL, flags) < 0)
+        e = errno;
+    struct timeval tv = {(time_t)(stall_ms / 1000), (suseconds_t)(stall_ms % 1000) * 1000};
+    if (e == 0 && (setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
+                   setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0))
+        e = errno;
+    return e;
+}
 
 static int host_named(const funcd_git_options *o, const char *host, const char *port)
 {
@@ -638,27 +746,47 @@ static int guarded_connect(git_stream *stream)
     if (gai != 0)
         return stream_error("failed to resolve address for %s: %s", st->host, gai_strerror(gai));
     int named = host_named(rule ? rule->opts : NULL, st->host, st->port), tried = 0, e = 0;
-    for (struct addrinfo *a = info; a; a = a->ai_next) {
+    int cancelled = 0;
+    for (struct addrinfo *a = info; a && !cancelled; a = a->ai_next) {
         if (!named && funcd_oci_addr_is_internal(a->ai_addr))
             continue;
         tried++;
         int s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (s >= 0 && connect(s, a->ai_addr, a->ai_addrlen) == 0) {
+        if (s < 0) {
+            e = errno;
+            continue;
+        }
+        if (stream_adopt(st, s) < 0) {
+            cancelled = 1;
+            close(s);
+            break;
+        }
+        e = connect_within(s, a->ai_addr, a->ai_addrlen, st->stall_ms);
+        if (e == 0) {
             st->s = s;
             break;
         }
-        e = errno;
-        if (s >= 0)
-            close(s);
+        stream_release(st);
+        close(s);
+        if (st->cancel) {
+            pthread_mutex_lock(&st->cancel->lock);
+            cancelled = st->cancel->fired;
+            pthread_mutex_unlock(&st->cancel->lock);
+        }
     }
     freeaddrinfo(info);
     if (st->s >= 0)
         return 0;
+    if (cancelled)
+        return stream_error("cancelled: funcd is stopping");
     if (!tried) {
         if (rule)
             snprintf(rule->refused, sizeof rule->refused, "%s", st->host);
         return stream_error("%s is at an address git sources may not reach", st->host);
     }
+    if (e == ETIMEDOUT)
+        return stream_error("failed to connect to %s: no answer in %u ms", st->host,
+                            st->stall_ms);
     return stream_error("failed to connect to %s: %s", st->host, strerror(e));
 }
 
@@ -666,7 +794,9 @@ static ssize_t guarded_read(git_stream *stream, void *data, size_t len)
 {
     guarded_stream *st = (guarded_stream *)stream;
     ssize_t n = recv(st->s, data, len, 0);
-    if (n < 0)
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        stream_error("%s sent nothing for %u ms", st->host, st->stall_ms);
+    else if (n < 0)
         stream_error("error receiving socket data: %s", strerror(errno));
     return n;
 }
@@ -675,7 +805,9 @@ static ssize_t guarded_write(git_stream *stream, const char *data, size_t len, i
 {
     guarded_stream *st = (guarded_stream *)stream;
     ssize_t n = send(st->s, data, len, flags | MSG_NOSIGNAL);
-    if (n < 0)
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        stream_error("%s took nothing for %u ms", st->host, st->stall_ms);
+    else if (n < 0)
         stream_error("error sending data: %s", strerror(errno));
     return n;
 }
@@ -683,6 +815,7 @@ static ssize_t guarded_write(git_stream *stream, const char *data, size_t len, i
 static int guarded_close(git_stream *stream)
 {
     guarded_stream *st = (guarded_stream *)stream;
+    stream_release(st);
     int rc = st->s >= 0 ? close(st->s) : 0;
     st->s = -1;
     return rc;
@@ -710,7 +843,10 @@ static int guarded_new(git_stream **out, const char *host, const char *port)
         git_error_set_oom();
         return -1;
     }
-    st->s = -1;
+    st->s = st->fd = -1;
+    const funcd_git_options *o = rule ? rule->opts : NULL;
+    st->stall_ms = o && o->stall_ms ? o->stall_ms : FUNCD_GIT_STALL_MS;
+    st->cancel = o ? o->cancel : NULL;
     st->parent.version = GIT_STREAM_VERSION;
     st->parent.connect = guarded_connect;
     st->parent.read = guarded_read;

@@ -55,6 +55,20 @@
  * limits (the same as a bundle's, artifact/bundle.h): one that passes them
  * fails with FUNCD_EINVAL naming the limit, and nothing of it is left.
  */
+/* Fetches that can be stopped together (funcd_git_cancel_fire): a platform
+ * that stops does not wait for a git server that stopped answering. */
+typedef struct funcd_git_cancel funcd_git_cancel;
+funcd_git_cancel *funcd_git_cancel_new(void);
+/* Every connection of a fetch under `c` is shut now, and later ones fail at
+ * once. Any thread. */
+void funcd_git_cancel_fire(funcd_git_cancel *c);
+/* Once no fetch under `c` runs. NULL is fine. */
+void funcd_git_cancel_free(funcd_git_cancel *c);
+
+/* A git server silent this long (connecting, or in the middle of a fetch)
+ * fails the fetch. */
+#define FUNCD_GIT_STALL_MS 30000u
+
 typedef struct funcd_git_options {
     uint64_t max_entries; /* files, directories, links, submodules; 0: FUNCD_BUNDLE_MAX_ENTRIES */
     uint64_t max_bytes;   /* bytes of files and link targets; 0: FUNCD_BUNDLE_MAX_TOTAL */
@@ -64,6 +78,8 @@ typedef struct funcd_git_options {
      * link-local, unspecified or multicast address only when named here. */
     const char *const *insecure_hosts;
     const char *const *allowed_hosts;
+    unsigned stall_ms;        /* 0: FUNCD_GIT_STALL_MS */
+    funcd_git_cancel *cancel; /* NULL: none */
 } funcd_git_options;
 
 typedef struct funcd_git_result {

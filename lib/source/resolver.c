@@ -118,6 +118,7 @@ struct funcd_sources {
     job *done;
     api_pull *pulls;
     unsigned threads;
+    funcd_git_cancel *git_cancel; /* fired at free: no waiting for a silent git server */
     int git_held;
     funcd_oci_client_options oci_opts; /* the client is made at the first pull */
 };
@@ -234,7 +235,8 @@ static void *thread_main(void *arg)
                                        j->rootfs, sizeof(j->rootfs), j->err, sizeof(j->err));
     } else { /* the hosts the operator named for pulls are reached at any address */
         funcd_git_options opts = {.insecure_hosts = s->cfg.insecure,
-                                  .allowed_hosts = s->cfg.allowed};
+                                  .allowed_hosts = s->cfg.allowed,
+                                  .cancel = s->git_cancel};
         j->rc = funcd_git_fetch_opts(s->git_dir, e->url, e->gref, e->path, &opts, &j->git,
                                      j->err, sizeof(j->err));
     }
@@ -1506,12 +1508,13 @@ int funcd_sources_new(funcd_sources **out, const funcd_sources_config *cfg)
                                                                  : (uint64_t)4 << 30);
     s->wake = event_new(cfg->loop, -1, EV_PERSIST, on_wake, s);
     s->tick = event_new(cfg->loop, -1, EV_PERSIST, on_tick, s);
+    s->git_cancel = funcd_git_cancel_new();
     struct timeval every = {1, 0};
     if (cache_rc < 0) {
         funcd_sources_free(s);
         return cache_rc; /* funcd_error_last() says why */
     }
-    if (!s->wake || !s->tick || event_add(s->tick, &every) < 0) {
+    if (!s->wake || !s->tick || !s->git_cancel || event_add(s->tick, &every) < 0) {
         funcd_sources_free(s);
         return funcd_error_set(FUNCD_ENOMEM, "out of memory");
     }
@@ -1523,11 +1526,15 @@ void funcd_sources_free(funcd_sources *s)
 {
     if (!s)
         return;
-    /* Threads run to their end (a git fetch or an extraction in flight). */
+    /* Threads run to their end (an extraction in flight); a git fetch's
+     * connections are shut, so a server that stopped answering is not
+     * waited for. */
+    funcd_git_cancel_fire(s->git_cancel);
     pthread_mutex_lock(&s->lock);
     while (s->threads)
         pthread_cond_wait(&s->idle, &s->lock);
     pthread_mutex_unlock(&s->lock);
+    funcd_git_cancel_free(s->git_cancel);
     while (s->done) {
         job *j = s->done;
         s->done = j->next;

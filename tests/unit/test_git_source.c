@@ -516,6 +516,83 @@ TEST(named_hosts_are_reached_at_any_address)
     listener_stop(&l);
 }
 
+/* A named host that takes the connection and never answers (a listening
+ * socket nobody accepts on: the kernel completes the handshake). */
+static int tarpit(unsigned *port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0 || listen(fd, 8) < 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+typedef struct stalled_fetch {
+    const char *url;
+    const funcd_git_options *opts;
+    int rc;
+    char err[512];
+} stalled_fetch;
+
+static void *run_stalled_fetch(void *arg)
+{
+    stalled_fetch *f = arg;
+    funcd_git_result r;
+    f->rc = funcd_git_fetch_opts(cache, f->url, "main", NULL, f->opts, &r, f->err, sizeof f->err);
+    return NULL;
+}
+
+/* A git server that stops answering fails the fetch after the stall time,
+ * and a fired cancel group ends a stalled fetch at once (review: each
+ * stalled fetch held a thread for ever, and a stopping funcd waited for
+ * them without end). */
+TEST(a_silent_server_ends_the_fetch)
+{
+    unsigned port;
+    int pit = tarpit(&port);
+    CHECK(pit >= 0);
+    char named[64], url[200];
+    snprintf(named, sizeof named, "127.0.0.1:%u", port);
+    const char *list[] = {named, NULL};
+    snprintf(url, sizeof url, "git://127.0.0.1:%u/remote.git", port);
+    funcd_git_options quick = {.insecure_hosts = list, .stall_ms = 400};
+    stalled_fetch a = {url, &quick, 0, ""};
+    int64_t t0 = funcd_mono_ms();
+    run_stalled_fetch(&a);
+    int64_t took = funcd_mono_ms() - t0;
+
+    funcd_git_cancel *cancel = funcd_git_cancel_new();
+    funcd_git_options slow = {.insecure_hosts = list, .cancel = cancel}; /* 30 s stall */
+    stalled_fetch b = {url, &slow, 0, ""};
+    pthread_t t;
+    int started = pthread_create(&t, NULL, run_stalled_fetch, &b) == 0;
+    usleep(300 * 1000);
+    int64_t t1 = funcd_mono_ms();
+    funcd_git_cancel_fire(cancel);
+    if (started)
+        pthread_join(t, NULL);
+    int64_t ended = funcd_mono_ms() - t1;
+    /* Fired: a fetch that starts afterwards fails at once too. */
+    stalled_fetch c = {url, &slow, 0, ""};
+    run_stalled_fetch(&c);
+    funcd_git_cancel_free(cancel);
+    close(pit);
+    CHECK_INT(a.rc, FUNCD_EIO);
+    CHECK_CONTAINS(a.err, "sent nothing for 400 ms");
+    CHECK(took >= 350 && took < 5000);
+    CHECK(started);
+    CHECK_INT(b.rc, FUNCD_EIO);
+    CHECK(ended < 2000);
+    CHECK_INT(c.rc, FUNCD_EIO);
+    CHECK_CONTAINS(c.err, "cancelled");
+}
+
 /* A whole fetch through funcd's socket stream, from `git daemon` on a named loopback port. */
 TEST(fetch_from_a_named_git_daemon)
 {
@@ -601,6 +678,7 @@ int main(void)
     RUN(internal_addresses_are_refused);
     RUN(named_hosts_are_reached_at_any_address);
     RUN(fetch_from_a_named_git_daemon);
+    RUN(a_silent_server_ends_the_fetch);
     funcd_remove_tree(root);
     return HARNESS_END();
 }
