@@ -512,6 +512,18 @@ static funcd_store *counting_store(void)
     return &c->base;
 }
 
+/* A platform on a counting store whose runs are kept (retention 0); -1
+ * (cleaned up) when it cannot start. */
+static int counting_env(env *e)
+{
+    funcd_store *store = counting_store();
+    if (store && env_up_with(e, store, funcd_with_workflow(0, 0, 0, 0), NULL, NULL) == 0)
+        return 0;
+    env_down(e);
+    sv_cleanup();
+    return -1;
+}
+
 #define KEPT_RUNS 20
 
 /* Finished runs (kept: retention 0) cost the engine's tick nothing: over
@@ -522,12 +534,8 @@ TEST(finished_runs_cost_no_tick)
 {
     env e_;
     env *e = &e_;
-    funcd_store *store = counting_store();
-    if (!store || env_up_with(e, store, funcd_with_workflow(0, 0, 0, 0), NULL, NULL) < 0) {
-        env_down(e);
-        sv_cleanup();
+    if (counting_env(e) < 0)
         FAILF("cannot start a platform: %s", funcd_error_last()->message);
-    }
     char dir[256], id[KEPT_RUNS][128];
     int ok = sv_fixture("workflow", dir, sizeof(dir)) == 0 &&
              py_function(e, dir, "echo", "echo", NULL) == 201 &&
@@ -568,12 +576,8 @@ TEST(run_limits)
 {
     env e_;
     env *e = &e_;
-    funcd_store *store = counting_store();
-    if (!store || env_up_with(e, store, funcd_with_workflow(0, 0, 0, 0), NULL, NULL) < 0) {
-        env_down(e);
-        sv_cleanup();
+    if (counting_env(e) < 0)
         FAILF("cannot start a platform: %s", funcd_error_last()->message);
-    }
     char dir[256], id[128], spec[8192], input[8192];
     int ok = sv_fixture("workflow", dir, sizeof(dir)) == 0 &&
              py_function(e, dir, "echo", "echo", NULL) == 201 &&

@@ -23,6 +23,7 @@
 #include "funcd/common.h"
 #include "harness.h"
 #include "oci/oci.h"
+#include "pull.h"
 #include "util/misc.h"
 
 static struct event_base *loop;
@@ -169,45 +170,17 @@ static void serve(struct evhttp_request *req, void *arg)
     reply(req, 404, "application/json", "{}", 2);
 }
 
-typedef struct result {
-    int finished, rc;
-    char msg[512];
-    funcd_oci_image *img;
-} result;
-
-static void on_done(int rc, const char *message, funcd_oci_image *image, void *payload)
-{
-    result *r = payload;
-    r->finished = 1;
-    r->rc = rc;
-    snprintf(r->msg, sizeof(r->msg), "%s", message ? message : "");
-    r->img = image;
-}
-
 static funcd_oci_client *new_client(void)
 {
-    static int seq;
-    char cache[400];
-    snprintf(cache, sizeof(cache), "%s/c%d", work, ++seq);
     const char *insecure[] = {addr, NULL};
-    funcd_oci_client_options o = {.cache_dir = cache, .insecure = insecure};
-    funcd_oci_client *c;
-    return funcd_oci_client_new(&c, loop, &o) == 0 ? c : NULL;
+    return new_client_of(loop, work, insecure);
 }
 
 static void pull(funcd_oci_client *c, const char *secret, result *r)
 {
-    memset(r, 0, sizeof(*r));
     char ref[128];
     snprintf(ref, sizeof(ref), "%s/app:1", addr);
-    if (funcd_oci_pull(c, ref, secret, NULL, on_done, r, NULL) < 0) {
-        r->rc = funcd_error_last()->code;
-        snprintf(r->msg, sizeof(r->msg), "%s", funcd_error_last()->message);
-        return;
-    }
-    int64_t end = funcd_mono_ms() + 20000;
-    while (!r->finished && funcd_mono_ms() < end)
-        event_base_loop(loop, EVLOOP_ONCE);
+    pull_on(loop, c, ref, secret, r);
 }
 
 static void secret_for(char *out, size_t n, const char *user_pass)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "fake_registry.h"
+#include "pull.h"
 #include "funcd/common.h"
 #include "harness.h"
 #include "oci/oci.h"
@@ -28,47 +29,16 @@ static char work[256];
 static fake_registry victim, claimer;
 static char victim_manifest[1024];
 
-typedef struct result {
-    int finished, rc;
-    char msg[512];
-    funcd_oci_image *img;
-} result;
-
-static void on_done(int rc, const char *message, funcd_oci_image *image, void *payload)
-{
-    result *r = payload;
-    r->finished = 1;
-    r->rc = rc;
-    snprintf(r->msg, sizeof(r->msg), "%s", message ? message : "");
-    r->img = image;
-}
-
 /* A client that may reach both registries, with a cache of its own. */
 static funcd_oci_client *new_client(void)
 {
-    static int seq;
-    char cache[400];
-    snprintf(cache, sizeof(cache), "%s/c%d", work, ++seq);
     const char *insecure[] = {victim.addr, claimer.addr, NULL};
-    funcd_oci_client_options o = {.cache_dir = cache, .insecure = insecure};
-    funcd_oci_client *c;
-    return funcd_oci_client_new(&c, loop, &o) == 0 ? c : NULL;
+    return new_client_of(loop, work, insecure);
 }
 
-/* Pulls `ref` and runs the loop until done (20 s at most); the image stays r->img's. */
 static void pull(funcd_oci_client *c, const char *ref, result *r)
 {
-    memset(r, 0, sizeof(*r));
-    if (funcd_oci_pull(c, ref, NULL, NULL, on_done, r, NULL) < 0) {
-        r->rc = funcd_error_last()->code;
-        snprintf(r->msg, sizeof(r->msg), "%s", funcd_error_last()->message);
-        return;
-    }
-    int64_t end = funcd_mono_ms() + 20000;
-    while (!r->finished && funcd_mono_ms() < end)
-        event_base_loop(loop, EVLOOP_ONCE);
-    if (!r->finished)
-        snprintf(r->msg, sizeof(r->msg), "(still pulling)");
+    pull_on(loop, c, ref, NULL, r);
 }
 
 /*
