@@ -41,7 +41,10 @@ struct sockaddr;
  * hosts compared without case). */
 int funcd_oci_registry_matches(const char *entry, const char *host_port);
 /* 1 for addresses a pull never connects to unless the operator named the
- * registry: loopback, link-local, unspecified, multicast (v4, v6, v4-mapped). */
+ * registry: loopback, link-local, unspecified, multicast, the clouds'
+ * metadata services (169.254.169.254, 100.100.100.200, 168.63.129.16,
+ * fd00:ec2::254); an IPv6 address that carries an IPv4 one (v4-mapped,
+ * NAT64 64:ff9b::/96, v4-compatible) is judged by it. */
 int funcd_oci_addr_is_internal(const struct sockaddr *sa);
 /*
  * Whether a pull may go to registry `host_port`: one named in `insecure` or

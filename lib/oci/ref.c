@@ -284,19 +284,24 @@ int funcd_oci_addr_is_internal(const struct sockaddr *sa)
     if (sa->sa_family == AF_INET) {
         uint32_t a = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
         return (a >> 24) == 127 || (a >> 24) == 0 || (a >> 16) == 0xa9fe || /* 169.254/16 */
-               (a >> 28) == 0xe || a == 0xffffffffu;                      /* multicast, bcast */
+               (a >> 28) == 0xe || a == 0xffffffffu ||                    /* multicast, bcast */
+               a == 0x646464c8u || a == 0xa83f8110u; /* metadata: 100.100.100.200, 168.63.129.16 */
     }
     if (sa->sa_family == AF_INET6) {
         const unsigned char *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
-        static const unsigned char zero[16], mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        static const unsigned char zero[16], mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff},
+                                   nat64[12] = {0, 0x64, 0xff, 0x9b},
+                                   aws[16] = {0xfd, 0, 0x0e, 0xc2, [14] = 0x02, [15] = 0x54};
         if (memcmp(b, zero, 15) == 0 && (b[15] == 0 || b[15] == 1)) /* :: and ::1 */
             return 1;
-        if (memcmp(b, mapped, 12) == 0) { /* ::ffff:a.b.c.d */
+        /* ::ffff:a.b.c.d, 64:ff9b::a.b.c.d (NAT64) and ::a.b.c.d reach a.b.c.d */
+        if (memcmp(b, mapped, 12) == 0 || memcmp(b, nat64, 12) == 0 || memcmp(b, zero, 12) == 0) {
             struct sockaddr_in v4 = {.sin_family = AF_INET};
             memcpy(&v4.sin_addr, b + 12, 4);
             return funcd_oci_addr_is_internal((const struct sockaddr *)&v4);
         }
-        return (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) || b[0] == 0xff; /* fe80::/10, ff00::/8 */
+        return (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) || b[0] == 0xff || /* fe80::/10, ff00::/8 */
+               memcmp(b, aws, 16) == 0;                                   /* fd00:ec2::254 */
     }
     return 1; /* not an internet address */
 }

@@ -1,5 +1,8 @@
 /* The OCI client's parsers: references, manifests, configs, challenges, Docker config. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 
 #include "funcd/common.h"
 #include "harness.h"
@@ -77,6 +80,38 @@ TEST(loopback_hosts)
     CHECK(!funcd_oci_host_is_loopback("127.0.0.1.evil.com:5000"));
     CHECK(!funcd_oci_host_is_loopback("localhost.evil.com"));
     CHECK(!funcd_oci_host_is_loopback("[::2]:1"));
+}
+
+static int internal(const char *text)
+{
+    struct sockaddr_in v4 = {.sin_family = AF_INET};
+    struct sockaddr_in6 v6 = {.sin6_family = AF_INET6};
+    if (inet_pton(AF_INET, text, &v4.sin_addr) == 1)
+        return funcd_oci_addr_is_internal((struct sockaddr *)&v4);
+    if (inet_pton(AF_INET6, text, &v6.sin6_addr) == 1)
+        return funcd_oci_addr_is_internal((struct sockaddr *)&v6);
+    return -1;
+}
+
+/* What a pull (and a git fetch) never connects to unless the operator named
+ * the host: loopback, link-local, unspecified, multicast, the clouds'
+ * metadata services, in every form an address takes (review17: the AWS
+ * IPv6 metadata address and NAT64 forms of loopback went through). */
+TEST(internal_addresses)
+{
+    const char *in[] = {"127.0.0.1", "0.0.0.0", "169.254.169.254", "224.0.0.1",
+                        "255.255.255.255", "100.100.100.200", "168.63.129.16", "::1", "::",
+                        "fe80::1", "ff02::1", "::ffff:127.0.0.1", "::ffff:169.254.169.254",
+                        "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "::127.0.0.1",
+                        "fd00:ec2::254"};
+    const char *out[] = {"10.0.0.1", "192.168.1.1", "8.8.8.8", "100.64.0.1", "2001:db8::1",
+                         "fd00::1", "64:ff9b::808:808", "::ffff:8.8.8.8"};
+    for (size_t i = 0; i < sizeof(in) / sizeof(*in); i++)
+        if (internal(in[i]) != 1)
+            FAILF("%s is not internal", in[i]);
+    for (size_t i = 0; i < sizeof(out) / sizeof(*out); i++)
+        if (internal(out[i]) != 0)
+            FAILF("%s is internal", out[i]);
 }
 
 static const char manifest[] =
@@ -278,6 +313,7 @@ int main(void)
     RUN(references_and_defaults);
     RUN(reference_format_round_trips);
     RUN(loopback_hosts);
+    RUN(internal_addresses);
     RUN(image_manifest);
     RUN(manifest_rejects_unsafe_digests);
     RUN(manifest_sizes_are_bounded);
