@@ -904,6 +904,16 @@ static void on_transfer_done(oci_req *r, CURLcode code)
                  "cannot reach registry %s", r->host);
         return;
     }
+    long redirects = 0;
+    if (r->status == 401 && !r->waiter &&
+        curl_easy_getinfo(r->easy, CURLINFO_REDIRECT_COUNT, &redirects) == CURLE_OK &&
+        redirects > 0) {
+        /* Where the registry sent the download (a CDN, a bucket) asks for
+         * credentials of its own: the registry's go to the registry only. */
+        req_fail(r, FUNCD_EIO, "registry %s: a download it redirected elsewhere was answered "
+                 "401 there; the registry's credentials are not sent to another place", r->host);
+        return;
+    }
     if (r->status == 401 && !r->waiter) {
         on_unauthorized(r);
         return;

@@ -27,7 +27,7 @@
 #include "util/misc.h"
 
 static struct event_base *loop;
-static char work[256], addr[64];
+static char work[256], addr[64], cdn_addr[64];
 
 typedef struct fake {
     char manifest[1024], config[256];
@@ -37,6 +37,9 @@ typedef struct fake {
     int token_gets, token_posts; /* requests to /token */
     int unauthorized;            /* 401s sent on /v2/ */
     char last_scope[128], last_service[64];
+    int redirect_layer;           /* the layer's GET goes to the "CDN" (cdn_serve) */
+    int cdn_tokens;               /* requests to the CDN's /token */
+    char cdn_token_auth[128];     /* the Authorization header of the last one */
 } fake;
 
 static fake srv;
@@ -163,6 +166,13 @@ static void serve(struct evhttp_request *req, void *arg)
         return;
     }
     snprintf(path, sizeof(path), "/v2/app/blobs/%s", srv.layer_digest);
+    if (strcmp(uri, path) == 0 && srv.redirect_layer) {
+        char to[128];
+        snprintf(to, sizeof(to), "http://%s/blob", cdn_addr);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Location", to);
+        reply(req, 307, NULL, "", 0);
+        return;
+    }
     if (strcmp(uri, path) == 0) {
         reply(req, 200, "application/octet-stream", srv.layer, sizeof(srv.layer));
         return;
@@ -170,9 +180,29 @@ static void serve(struct evhttp_request *req, void *arg)
     reply(req, 404, "application/json", "{}", 2);
 }
 
+/* Where a registry redirects blob downloads (a CDN, a bucket): it asks for
+ * a token of its own realm. */
+static void cdn_serve(struct evhttp_request *req, void *arg)
+{
+    const char *uri = evhttp_request_get_uri(req);
+    if (strncmp(uri, "/token", 6) == 0) {
+        const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req),
+                                              "Authorization");
+        srv.cdn_tokens++;
+        snprintf(srv.cdn_token_auth, sizeof(srv.cdn_token_auth), "%s", auth ? auth : "");
+        reply(req, 200, "application/json", "{\"token\":\"cdn\"}", 15);
+        return;
+    }
+    char challenge[200];
+    snprintf(challenge, sizeof(challenge), "Bearer realm=\"http://%s/token\",service=\"cdn\"",
+             cdn_addr);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", challenge);
+    reply(req, 401, "application/json", "{}", 2);
+}
+
 static funcd_oci_client *new_client(void)
 {
-    const char *insecure[] = {addr, NULL};
+    const char *insecure[] = {addr, cdn_addr, NULL};
     return new_client_of(loop, work, insecure);
 }
 
@@ -265,6 +295,28 @@ TEST(identity_token_uses_refresh_grant)
     CHECK_INT(srv.token_posts - posts, 1);
 }
 
+/* A 401 from where a redirect led is not the registry's challenge: the
+ * registry's credentials are not sent to the realm it names (review17: a
+ * CDN that answered 401 got the registry's Basic credentials at its
+ * token endpoint); the pull fails. */
+TEST(no_credentials_for_a_realm_after_a_redirect)
+{
+    char secret[256];
+    secret_for(secret, sizeof(secret), "alice:pw");
+    funcd_oci_client *c = new_client();
+    CHECK(c);
+    srv.redirect_layer = 1;
+    srv.cdn_tokens = 0;
+    result r;
+    pull(c, secret, &r);
+    srv.redirect_layer = 0;
+    funcd_oci_image_free(r.img);
+    funcd_oci_client_free(c);
+    CHECK(r.rc < 0);
+    CHECK_INT(srv.cdn_tokens, 0);
+    CHECK_STR(srv.cdn_token_auth, "");
+}
+
 /* Without credentials the token service says no: a clear message. */
 TEST(anonymous_is_refused_clearly)
 {
@@ -293,13 +345,22 @@ int main(void)
         return 1;
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(sa.sin_port));
     evhttp_set_gencb(http, serve, NULL);
+    struct evhttp *cdn = evhttp_new(loop);
+    struct evhttp_bound_socket *cs = evhttp_bind_socket_with_handle(cdn, "127.0.0.1", 0);
+    sl = sizeof(sa);
+    if (!cs || getsockname(evhttp_bound_socket_get_fd(cs), (struct sockaddr *)&sa, &sl) < 0)
+        return 1;
+    snprintf(cdn_addr, sizeof(cdn_addr), "127.0.0.1:%d", ntohs(sa.sin_port));
+    evhttp_set_gencb(cdn, cdn_serve, NULL);
 
     RUN(bearer_token_with_basic_credentials);
     RUN(expired_token_is_renewed_once);
     RUN(token_service_refuses_wrong_password);
     RUN(identity_token_uses_refresh_grant);
     RUN(anonymous_is_refused_clearly);
+    RUN(no_credentials_for_a_realm_after_a_redirect);
 
+    evhttp_free(cdn);
     evhttp_free(http);
     event_base_free(loop);
     funcd_remove_tree(work);
