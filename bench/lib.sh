@@ -2,7 +2,9 @@
 # sourced, not run. They expect $build (the build directory), $work (a short
 # temporary directory: worker socket paths must fit in 108 bytes) and the
 # array pids (processes to end on exit) from the script.
-token=funcd-dev-token
+# An admin's token (start_funcd writes its file): benches ask for spec.network: host, an
+# admin's to ask for, and name host paths under $work.
+token=bench-admin
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_ok() { for _ in $(seq 400); do curl -sf -o /dev/null "$1" && return 0; sleep 0.025; done; echo "no answer from $1"; exit 1; }
@@ -27,7 +29,8 @@ start_funcd() {
   # --allow-host-network: a warm worker may also listen on a TCP port of the host
   # (spec.network: host) so that the same process can be measured directly.
   declare -p funcd_store &>/dev/null && [ ${#funcd_store[@]} -gt 0 ] || funcd_store=(--memory)
-  ${funcd_wrap[@]+"${funcd_wrap[@]}"} "$build/bin/funcd/funcd" "${funcd_store[@]}" --dev --source-root "$work" --allow-host-network --listen 127.0.0.1:0 \
+  echo "bench-admin admin *" >"$work/bench-tokens" && chmod 600 "$work/bench-tokens"
+  ${funcd_wrap[@]+"${funcd_wrap[@]}"} "$build/bin/funcd/funcd" "${funcd_store[@]}" --dev --token-file "$work/bench-tokens" --source-root "$work" --allow-host-network --listen 127.0.0.1:0 \
     --data-plane-listen 127.0.0.1:0 --fn-runner-listen 127.0.0.1:0 \
     --shims "$build/shims" --state-dir "$work/s" "$@" 2>"$work/funcd.log" &
   pids+=($!)

@@ -64,6 +64,7 @@ static void usage(FILE *out)
             "                             spec.source (repeatable; else admin only)\n"
             "  --no-sandbox               run workers as plain processes (development only)\n"
             "  --allow-host-network       Functions may ask for spec.network: host\n"
+            "                             (an admin writes them; a developer may not)\n"
             "  --seccomp-allow SYSCALL    take a system call off the sandbox's deny list\n"
             "                             (repeatable; docs/security.md)\n"
             "  --cgroup-favordynmods      set favordynmods on the host's cgroup2 mount while\n"

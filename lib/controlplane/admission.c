@@ -123,6 +123,16 @@ int funcd_cp_admit(const funcd_cp *cp, const funcd_kind *kind, const char *ns,
     if (strcmp(kind->kind, "Function") != 0 && strcmp(kind->kind, "Site") != 0)
         return 1;
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
+    const char *network = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, "network"));
+    if (network && strcmp(network, "host") == 0) {
+        funcd_cp_status(resp, 403, "Forbidden", "spec.network",
+                        "spec.network: host puts the worker in the node's own network, where "
+                        "funcd's listeners and every loopback service of the host answer; only "
+                        "an admin may ask for it, on a node whose operator allows it (funcd "
+                        "--allow-host-network) (role %s)",
+                        funcd_role_name(t->role));
+        return 0;
+    }
     const cJSON *source = cJSON_GetObjectItemCaseSensitive(spec, "source");
     const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(source, "path"));
     if (path)

@@ -152,6 +152,24 @@ E2E_TEST(developer_host_git_urls_are_forbidden)
     CHECK_CODE(201);
 }
 
+/* spec.network: host is the operator's to allow and an admin's to ask for
+ * (review17: once funcd ran with --allow-host-network, every developer's
+ * workers could share the node's network and reach its loopback). */
+E2E_TEST(developer_host_network_is_forbidden)
+{
+    const char *body = "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":"
+                       "{\"name\":\"net\"},\"spec\":{\"runtime\":\"native\",\"handler\":"
+                       "\"hello\",\"network\":\"host\",\"source\":{\"bundle\":\"sha256:"
+                       "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\"}}}";
+    REQ("POST", NS("default") "/functions", DEV_TOKEN, body);
+    CHECK_STATUS(403, "Forbidden", "spec.network");
+    CHECK_CONTAINS(e->r.body, "only an admin");
+    REQ("PUT", NS("default") "/functions/net", DEV_TOKEN, body);
+    CHECK_STATUS(403, "Forbidden", "spec.network");
+    REQ("POST", NS("default") "/functions", ADMIN_TOKEN, body);
+    CHECK_CODE(201);
+}
+
 E2E_TEST(admin_may_name_any_host_path)
 {
     const char *paths[] = {"/", "/etc/.", "//etc", "/srv/does/not/exist/yet"};
@@ -260,6 +278,7 @@ int main(void)
     RUN_ISOLATED(handlers_stay_inside_the_code_directory);
     RUN_ISOLATED(developer_host_git_urls_are_forbidden);
     RUN_ISOLATED(admin_may_name_any_host_path);
+    RUN_ISOLATED(developer_host_network_is_forbidden);
     RUN_ISOLATED(a_handler_symlink_out_of_the_artifact_is_refused_at_run_time);
     RUN_ISOLATED(a_source_root_admits_paths_under_it);
     RUN_ISOLATED(a_source_root_must_exist);
