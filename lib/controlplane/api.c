@@ -29,6 +29,9 @@ void funcd_cp_init(funcd_cp *cp, funcd_store *store, const funcd_auth *auth,
 void funcd_cp_response_free(funcd_cp_response *resp)
 {
     funcd_buf_free(&resp->body);
+    if (resp->defer.free_arg) /* not taken by a server */
+        resp->defer.free_arg(resp->defer.arg);
+    resp->defer = (funcd_cp_deferred){0};
 }
 
 static void append_json_string(funcd_buf *b, const char *s)
@@ -758,10 +761,52 @@ int funcd_cp_watch_line(funcd_buf *out, const char *type, const void *value, siz
 
 /* ---- bundles ---------------------------------------------------------- */
 
+/* An upload's check decompresses up to FUNCD_BUNDLE_MAX_TOTAL bytes (about
+ * half a second for a 250 MiB one): it runs on a thread of its own, with a
+ * copy of the body, so the control plane answers others meanwhile. */
+typedef struct upload {
+    funcd_cp *cp;
+    char ns[64];
+    void *body;
+    size_t len;
+} upload;
+
+static void upload_free(void *arg)
+{
+    upload *u = arg;
+    free(u->body);
+    free(u);
+}
+
+static void upload_run(void *arg, funcd_cp_response *resp)
+{
+    upload *u = arg;
+    char err[512], digest[FUNCD_BUNDLE_DIGEST_LEN];
+    if (funcd_bundle_check(u->body, u->len, NULL, err, sizeof(err)) < 0) {
+        funcd_cp_status(resp, 400, "BadRequest", "body", "%s", err);
+        return;
+    }
+    funcd_bundle_digest(u->body, u->len, digest);
+    /* Only the namespace's own uploads count: whether another namespace
+     * has these bytes shows neither in the answer nor in its timing (the
+     * bytes are written again, under the same digest). */
+    int exists = funcd_bundle_visible(u->cp->blob, u->ns, digest);
+    if (!exists && (funcd_port_blob_put(u->cp->blob, digest, u->body, u->len) < 0 ||
+                    funcd_bundle_grant(u->cp->blob, u->ns, digest) < 0)) {
+        funcd_cp_status(resp, 500, "InternalError", NULL, "storing the bundle: %s",
+                        funcd_error_last()->message);
+        return;
+    }
+    resp->status = exists ? 200 : 201;
+    funcd_buf_printf(&resp->body,
+                     "{\"apiVersion\":\"" FUNCD_API_VERSION "\",\"kind\":\"Bundle\",\"digest\":\"%s\","
+                     "\"size\":%zu}",
+                     digest, u->len);
+}
+
 static void upload_bundle(funcd_cp *cp, const funcd_cp_request *req, const route *r,
                           funcd_cp_response *resp)
 {
-    char err[512], digest[FUNCD_BUNDLE_DIGEST_LEN];
     if (!cp->blob) {
         funcd_cp_status(resp, 501, "NotImplemented", NULL, "this platform has no blob store");
         return;
@@ -777,26 +822,17 @@ static void upload_bundle(funcd_cp *cp, const funcd_cp_request *req, const route
                         (unsigned long long)FUNCD_BUNDLE_MAX_COMPRESSED);
         return;
     }
-    if (funcd_bundle_check(req->body, req->body_len, NULL, err, sizeof(err)) < 0) {
-        funcd_cp_status(resp, 400, "BadRequest", "body", "%s", err);
+    upload *u = calloc(1, sizeof(*u));
+    if (!u || !(u->body = malloc(req->body_len))) {
+        free(u);
+        funcd_cp_status(resp, 503, "ServiceUnavailable", NULL, "out of memory for the bundle");
         return;
     }
-    funcd_bundle_digest(req->body, req->body_len, digest);
-    /* Only the namespace's own uploads count: whether another namespace
-     * has these bytes shows neither in the answer nor in its timing (the
-     * bytes are written again, under the same digest). */
-    int exists = funcd_bundle_visible(cp->blob, r->ns, digest);
-    if (!exists && (funcd_port_blob_put(cp->blob, digest, req->body, req->body_len) < 0 ||
-                    funcd_bundle_grant(cp->blob, r->ns, digest) < 0)) {
-        funcd_cp_status(resp, 500, "InternalError", NULL, "storing the bundle: %s",
-                        funcd_error_last()->message);
-        return;
-    }
-    resp->status = exists ? 200 : 201;
-    funcd_buf_printf(&resp->body,
-                     "{\"apiVersion\":\"" FUNCD_API_VERSION "\",\"kind\":\"Bundle\",\"digest\":\"%s\","
-                     "\"size\":%zu}",
-                     digest, req->body_len);
+    u->cp = cp;
+    snprintf(u->ns, sizeof(u->ns), "%s", r->ns);
+    memcpy(u->body, req->body, req->body_len);
+    u->len = req->body_len;
+    resp->defer = (funcd_cp_deferred){upload_run, upload_free, u};
 }
 
 /* ---- logs ------------------------------------------------------------- */

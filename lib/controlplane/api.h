@@ -65,15 +65,27 @@ typedef struct funcd_cp_watch {
     int redact;     /* Secrets for a viewer: funcd_cp_redact each object */
 } funcd_cp_watch;
 
+struct funcd_cp_response;
+
+/* Work too long for the server's thread (a bundle's check): `run` fills
+ * the response on a thread of its own, then the server sends it;
+ * `free_arg` once it ran (or instead of it). `arg` owns what it reads. */
+typedef struct funcd_cp_deferred {
+    void (*run)(void *arg, struct funcd_cp_response *resp);
+    void (*free_arg)(void *arg);
+    void *arg;
+} funcd_cp_deferred;
+
 typedef struct funcd_cp_response {
     int status;
     funcd_buf body;  /* JSON, unless content_type says otherwise */
     const char *content_type; /* NULL: application/json */
     int watch;       /* 1: stream `w` instead of sending `body` */
     funcd_cp_watch w;
+    funcd_cp_deferred defer; /* run set: the answer comes from it */
 } funcd_cp_response;
 
-#define FUNCD_CP_RESPONSE_INIT {0, FUNCD_BUF_INIT, NULL, 0, {0}}
+#define FUNCD_CP_RESPONSE_INIT {0, FUNCD_BUF_INIT, NULL, 0, {0}, {0}}
 
 void funcd_cp_init(funcd_cp *cp, funcd_store *store, const funcd_auth *auth,
                    const char *version_json);

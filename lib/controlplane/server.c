@@ -32,6 +32,11 @@
 #define HANGUP_MS 10000
 
 typedef struct stream stream;
+typedef struct deferred deferred;
+
+/* Requests whose answer a thread of their own makes at once, at most:
+ * more are answered 503 (try again). */
+#define MAX_DEFERRED 4
 
 struct funcd_cp_server {
     funcd_cp *cp;
@@ -46,6 +51,27 @@ struct funcd_cp_server {
     size_t stream_limit;           /* bytes a stream may hold */
     h2o_loop_t *loop;              /* the server thread's, once it runs */
     h2o_timeout_t hangup_timeout;  /* HANGUP_MS, on that loop */
+    unsigned deferred_running;     /* under lock: threads making an answer */
+    deferred *deferred_done;       /* under lock: answers made, to send */
+    pthread_cond_t deferred_idle;  /* deferred_running fell to 0 */
+};
+
+/* A request answered by a thread (funcd_cp_deferred). The server thread
+ * sends the answer if the request is still there: its pool's dispose
+ * hook (`hook`) forgets it when h2o frees it first. Both ends run on the
+ * server thread, so only the hand-over (deferred_done) takes the lock. */
+typedef struct deferred_hook {
+    deferred *d;
+} deferred_hook;
+
+struct deferred {
+    funcd_cp_server *srv;
+    h2o_req_t *req; /* NULL once h2o freed it */
+    deferred_hook *hook;
+    funcd_cp_deferred job;
+    funcd_cp_response resp;
+    pthread_t thread;
+    deferred *next;
 };
 
 struct stream {
@@ -75,6 +101,117 @@ struct stream {
 
 /* ---- plain requests --------------------------------------------------- */
 
+static void send_response(h2o_req_t *req, funcd_cp_response *resp);
+static void wake_locked(funcd_cp_server *srv);
+
+static void deferred_free(deferred *d)
+{
+    if (d->hook)
+        d->hook->d = NULL;
+    funcd_cp_response_free(&d->resp);
+    free(d);
+}
+
+static void on_deferred_req_gone(void *p)
+{
+    deferred_hook *h = p;
+    if (h->d) {
+        h->d->req = NULL;
+        h->d->hook = NULL;
+    }
+}
+
+static void *deferred_main(void *arg)
+{
+    deferred *d = arg;
+    funcd_cp_server *srv = d->srv;
+    d->job.run(d->job.arg, &d->resp);
+    d->job.free_arg(d->job.arg);
+    pthread_mutex_lock(&srv->lock);
+    d->next = srv->deferred_done;
+    srv->deferred_done = d;
+    wake_locked(srv);
+    if (--srv->deferred_running == 0)
+        pthread_cond_broadcast(&srv->deferred_idle);
+    pthread_mutex_unlock(&srv->lock);
+    return NULL;
+}
+
+/* Hands `resp->defer` to a thread of its own; the answer goes out from
+ * on_wake. 0, or -1 with `resp` answered (too many at once). */
+static int start_deferred(funcd_cp_server *srv, h2o_req_t *req, funcd_cp_response *resp)
+{
+    deferred *d = calloc(1, sizeof(*d));
+    deferred_hook *h = d ? h2o_mem_alloc_shared(&req->pool, sizeof(*h), on_deferred_req_gone)
+                         : NULL;
+    pthread_mutex_lock(&srv->lock);
+    int room = srv->deferred_running < MAX_DEFERRED;
+    if (room && h)
+        srv->deferred_running++;
+    pthread_mutex_unlock(&srv->lock);
+    if (!h || !room) {
+        if (h)
+            h->d = NULL;
+        free(d);
+        funcd_cp_response_free(resp); /* frees the job's arg */
+        funcd_cp_status(resp, 503, "ServiceUnavailable", NULL,
+                        "%d bundle uploads are being checked now, the most at once; send it "
+                        "again in a moment", MAX_DEFERRED);
+        return -1;
+    }
+    h->d = d;
+    d->srv = srv;
+    d->req = req;
+    d->hook = h;
+    d->job = resp->defer;
+    resp->defer = (funcd_cp_deferred){0};
+    d->resp = (funcd_cp_response)FUNCD_CP_RESPONSE_INIT;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int err = pthread_create(&d->thread, &attr, deferred_main, d);
+    pthread_attr_destroy(&attr);
+    if (err) {
+        pthread_mutex_lock(&srv->lock);
+        srv->deferred_running--;
+        pthread_mutex_unlock(&srv->lock);
+        d->job.free_arg(d->job.arg);
+        deferred_free(d);
+        funcd_cp_status(resp, 503, "ServiceUnavailable", NULL, "cannot start a thread: %s",
+                        strerror(err));
+        return -1;
+    }
+    return 0;
+}
+
+/* Server thread: sends the answers the threads made (to requests still
+ * there; none once the loop is gone: `send` 0). */
+static void send_deferred(funcd_cp_server *srv, int send)
+{
+    pthread_mutex_lock(&srv->lock);
+    deferred *list = srv->deferred_done;
+    srv->deferred_done = NULL;
+    pthread_mutex_unlock(&srv->lock);
+    while (list) {
+        deferred *d = list;
+        list = d->next;
+        if (d->req && send)
+            send_response(d->req, &d->resp);
+        deferred_free(d);
+    }
+}
+
+/* Server thread, stopping: the answers being made are waited for (a
+ * bundle's check ends within a second or so) and sent. */
+static void drain_deferred(funcd_cp_server *srv, int send)
+{
+    pthread_mutex_lock(&srv->lock);
+    while (srv->deferred_running)
+        pthread_cond_wait(&srv->deferred_idle, &srv->lock);
+    pthread_mutex_unlock(&srv->lock);
+    send_deferred(srv, send);
+}
+
 static int on_req(void *payload, h2o_req_t *req);
 
 static void on_proceed(h2o_generator_t *gen, h2o_req_t *req);
@@ -88,6 +225,14 @@ static void send_response(h2o_req_t *req, funcd_cp_response *resp)
 
 /* ---- watch streams ---------------------------------------------------- */
 
+static void wake_locked(funcd_cp_server *srv)
+{
+    if (!srv->wake_sent && srv->has_receiver) {
+        srv->wake_sent = 1;
+        h2o_multithread_send_message(&srv->receiver, &srv->wake);
+    }
+}
+
 static void mark_dirty_locked(stream *st)
 {
     funcd_cp_server *srv = st->srv;
@@ -96,10 +241,7 @@ static void mark_dirty_locked(stream *st)
         st->next_dirty = srv->dirty;
         srv->dirty = st;
     }
-    if (!srv->wake_sent && srv->has_receiver) {
-        srv->wake_sent = 1;
-        h2o_multithread_send_message(&srv->receiver, &srv->wake);
-    }
+    wake_locked(srv);
 }
 
 /* Appends `len` bytes to what the stream will send, unless the client
@@ -223,6 +365,7 @@ static void on_wake(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messag
         }
         flush_stream(st);
     }
+    send_deferred(srv, 1);
 }
 
 /* Runs when h2o frees the request: the store watch ends first, so no
@@ -451,7 +594,7 @@ static int on_req(void *payload, h2o_req_t *req)
         funcd_cp_handle(srv->cp, &r, &resp);
     if (resp.watch)
         start_stream(srv, req, &resp);
-    else
+    else if (!resp.defer.run || start_deferred(srv, req, &resp) < 0)
         send_response(req, &resp);
     funcd_cp_response_free(&resp);
     return 0;
@@ -501,6 +644,7 @@ static void on_thread_init(void *payload, h2o_context_t *ctx)
 static void on_thread_stopping(void *payload, h2o_context_t *ctx)
 {
     funcd_cp_server *srv = payload;
+    drain_deferred(srv, 1);
     pthread_mutex_lock(&srv->lock);
     stream *list = srv->streams;
     for (stream *st = list; st; st = st->next)
@@ -515,6 +659,7 @@ static void on_thread_stopping(void *payload, h2o_context_t *ctx)
 static void on_thread_exit(void *payload, h2o_context_t *ctx)
 {
     funcd_cp_server *srv = payload;
+    drain_deferred(srv, 1); /* one started while the connections drained */
     pthread_mutex_lock(&srv->lock);
     srv->has_receiver = 0;
     /* A wake sent after the loop stopped is still linked: take it back. */
@@ -542,10 +687,12 @@ int funcd_cp_server_new(funcd_cp_server **out, funcd_cp *cp, const char *addr,
     srv->stream_limit = limits && limits->stream_buffer ? limits->stream_buffer
                                                         : FUNCD_CP_STREAM_BUFFER_DEFAULT;
     pthread_mutex_init(&srv->lock, NULL);
+    pthread_cond_init(&srv->deferred_idle, NULL);
     funcd_httpd_hooks hooks = {on_req,         on_thread_init, on_thread_stopping,
                                on_thread_exit, srv,            on_head};
     int rc = funcd_httpd_new(&srv->httpd, addr, 1, MAX_BUFFERED_BODY, &hooks, bound, bound_len);
     if (rc < 0) {
+        pthread_cond_destroy(&srv->deferred_idle);
         pthread_mutex_destroy(&srv->lock);
         free(srv);
         return rc;
@@ -573,6 +720,8 @@ void funcd_cp_server_free(funcd_cp_server *srv)
     if (!srv)
         return;
     funcd_httpd_free(srv->httpd);
+    drain_deferred(srv, 0); /* the loop is gone: nothing is sent */
+    pthread_cond_destroy(&srv->deferred_idle);
     pthread_mutex_destroy(&srv->lock);
     free(srv);
 }

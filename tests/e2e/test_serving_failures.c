@@ -12,6 +12,8 @@
 #include "util/misc.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 
 #define NATIVE_SPEC(extra)                                                                         \
@@ -257,6 +259,62 @@ SV_TEST(bad_bundles)
     CHECK_CONTAINS(jstr(e->r.json, "message"), "limit");
 }
 
+typedef struct upload_job {
+    env *e;
+    const void *data;
+    size_t len;
+    long code;
+    int64_t answered_ms;
+} upload_job;
+
+static void *upload_main(void *arg)
+{
+    upload_job *u = arg;
+    static const char *const gzip[] = {"Content-Type: application/gzip", NULL};
+    e2e_http *h = e2e_http_new(u->e->base);
+    e2e_resp r = {0};
+    u->code = h ? e2e_http_send(h, "POST", NS("default") "/bundles", DEV_TOKEN, gzip, u->data,
+                                u->len, &r)
+                : -1;
+    u->answered_ms = funcd_mono_ms();
+    e2e_resp_free(&r);
+    e2e_http_free(h);
+    return NULL;
+}
+
+/* An upload's check decompresses the whole bundle (a 250 MiB one takes
+ * about half a second, seconds under the sanitizers): it runs beside the
+ * control plane's thread, so a request sent meanwhile is answered before
+ * it ends (review17: the check ran on that thread and held every other
+ * request of every tenant). */
+SV_TEST(bundle_check_runs_beside_other_requests)
+{
+    size_t size = (size_t)250 << 20;
+    char *zeros = malloc(size + 1);
+    CHECK(zeros != NULL);
+    memset(zeros, 'a', size);
+    zeros[size] = '\0';
+    sv_entry big[] = {{"main.py", "x = 1\n", 0644}, {"big.txt", zeros, 0644}};
+    void *tgz = NULL;
+    size_t len = 0;
+    int made = sv_targz(big, 2, &tgz, &len) == 0;
+    free(zeros);
+    CHECK(made);
+    upload_job u = {e, tgz, len, 0, 0};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, upload_main, &u) == 0);
+    env_sleep_ms(150); /* the body (a few hundred KB) is in; the check runs */
+    long listed = REQ("GET", NS("default") "/functions", DEV_TOKEN, NULL);
+    int64_t listed_ms = funcd_mono_ms();
+    pthread_join(t, NULL);
+    free(tgz);
+    CHECK_INT(listed, 200);
+    CHECK_INT(u.code, 201);
+    fprintf(stderr, "  the listing was answered %" PRId64 " ms before the upload\n",
+            u.answered_ms - listed_ms);
+    CHECK(listed_ms < u.answered_ms);
+}
+
 /* A Function whose bundle is not stored is not Ready, says which bundle,
  * and its requests get 503 instead of hanging. */
 SV_TEST(missing_bundle)
@@ -485,6 +543,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, timeout);
     SV_RUN(only, ran, queue_overflow);
     SV_RUN(only, ran, bad_bundles);
+    SV_RUN(only, ran, bundle_check_runs_beside_other_requests);
     SV_RUN(only, ran, missing_bundle);
     SV_RUN(only, ran, foreign_bundle);
     SV_RUN(only, ran, shutdown);
