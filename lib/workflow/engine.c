@@ -58,6 +58,7 @@ struct run {
     unsigned pending; /* invocations and retry timers outstanding */
     int dead;         /* dropped: freed once nothing is pending */
     int64_t next_write_ms; /* monotonic: no write of the record before (write_gap) */
+    int dirty;             /* changed since the last write (a failed attempt) */
     struct event *later;   /* advances the run at next_write_ms */
     size_t nsteps;
     const cJSON *step[MAX_STEPS]; /* spec.workflowSpec.steps, in order */
@@ -258,6 +259,7 @@ static int persist(run *r)
         return -1;
     }
     r->rev = rev;
+    r->dirty = 0;
     r->next_write_ms = funcd_mono_ms() + write_gap(len);
     if (funcd_workflow_run_finished(r->doc)) { /* no longer costs the tick anything */
         forget_active(r->w, r->ns, r->id);
@@ -594,7 +596,7 @@ static void advance(run *r)
             changed = 1;
         }
     }
-    if (!changed)
+    if (!changed && !r->dirty)
         return;
     if (persist(r) < 0 || r->dead) /* written finished: calls still out are ignored */
         return;
@@ -660,12 +662,13 @@ static void attempt_failed(run *r, call *c, cJSON *it, const char *msg, int retr
             r->pending++;
             c->next = r->waiting;
             r->waiting = c;
-            /* the failed attempt is recorded now; the retry after the wait */
-            if (persist(r) == 0)
-                return;
-            unlink_waiting(r, c);
-            r->pending--;
-            call_free(c);
+            /* the failed attempt is recorded with the run's next write (its
+             * gap applies: retries without a backoff cannot write faster);
+             * the retry after the wait. A write that fails drops the run,
+             * and on_retry lets the call go. */
+            r->dirty = 1;
+            if (!too_soon(r))
+                persist(r);
             return;
         }
     }

@@ -602,6 +602,29 @@ TEST(run_limits)
     fprintf(stderr, "  a forEach of 150 items: %d writes of its record, at least %" PRId64
             " ms apart\n", w, min_gap);
 
+    /* Failed attempts retried at once (backoff 0s) are written within the
+     * same gap (review: each failed attempt wrote the record at once, five
+     * times the rate). flaky fails each item's first two attempts. */
+    ok = ok && py_function(e, dir, "flaky", "flaky", NULL) == 201 &&
+         workflow(e, "retried", "{\"steps\":[{\"name\":\"try\",\"function\":\"flaky\","
+                                "\"forEach\":\"$.input\",\"maxConcurrency\":8,"
+                                "\"retry\":{\"attempts\":3,\"backoff\":\"0s\"}}]}") == 201;
+    n = (size_t)snprintf(input, sizeof(input), "[0");
+    for (int i = 1; i < 40; i++)
+        n += (size_t)snprintf(input + n, sizeof(input) - n, ",%d", i);
+    snprintf(input + n, sizeof(input) - n, "]");
+    atomic_store(&writes, 0);
+    phase = ok && start(e, "retried", input, id, sizeof(id)) == 201 ? wait_run(e, id) : "";
+    char retried_phase[32];
+    snprintf(retried_phase, sizeof(retried_phase), "%s", phase ? phase : "?");
+    w = atomic_load(&writes);
+    int64_t retried_gap = INT64_MAX;
+    for (int i = 2; i < w && i < MAX_WRITES; i++)
+        if (write_ms[i] - write_ms[i - 1] < retried_gap)
+            retried_gap = write_ms[i] - write_ms[i - 1];
+    fprintf(stderr, "  40 items, 80 failed attempts: %d writes, at least %" PRId64 " ms apart\n",
+            w, retried_gap);
+
     /* 1001 items: the step fails, nothing is called. */
     n = (size_t)snprintf(input, sizeof(input), "[0");
     for (int i = 1; i < 1001; i++)
@@ -649,6 +672,8 @@ TEST(run_limits)
     CHECK(ok);
     CHECK_STR(each_phase, "Succeeded");
     CHECK(min_gap >= FUNCD_WORKFLOW_MIN_WRITE_GAP_MS - 1);
+    CHECK_STR(retried_phase, "Succeeded");
+    CHECK(retried_gap >= FUNCD_WORKFLOW_MIN_WRITE_GAP_MS - 1);
     CHECK_STR(many_phase, "Failed");
     CHECK_CONTAINS(many_msg, "a list of 1001 items, more than the 1000 a step may run");
     CHECK_STR(heavy_phase, "Failed");
