@@ -968,8 +968,12 @@ static void drive_all(funcd_workflows *w)
                      e->key + strlen(FUNCD_WORKFLOW_RUNS_PREFIX));
             funcd_port_store_put(w->cfg.store, active, "{}", 2, FUNCD_STORE_ABSENT, NULL);
             load_run(w, e->key, e->value, e->len, e->rev);
-        } else if (expired(w, e->value, e->len)) {
-            funcd_port_store_del(w->cfg.store, e->key, e->rev, NULL);
+        } else if (expired(w, e->value, e->len) &&
+                   funcd_port_store_del(w->cfg.store, e->key, e->rev, NULL) == 0) {
+            char kept[300];
+            snprintf(kept, sizeof(kept), FUNCD_WORKFLOW_HELD_PREFIX "%s",
+                     e->key + strlen(FUNCD_WORKFLOW_RUNS_PREFIX));
+            funcd_port_store_del(w->cfg.store, kept, FUNCD_STORE_ANY, NULL);
         }
     }
     listing_free(&l);

@@ -111,15 +111,34 @@ static int count_one(const funcd_store_kv *kv, void *payload)
     return ++*(unsigned *)payload >= FUNCD_WORKFLOW_MAX_ACTIVE;
 }
 
+typedef struct held {
+    unsigned n;
+    uint64_t bytes;
+} held;
+
+static int add_held(const funcd_store_kv *kv, void *payload)
+{
+    held *h = payload;
+    char num[24];
+    size_t len = kv->len < sizeof(num) - 1 ? kv->len : sizeof(num) - 1;
+    memcpy(num, kv->value, len);
+    num[len] = '\0';
+    h->n++;
+    h->bytes += strtoull(num, NULL, 10);
+    return h->n >= FUNCD_WORKFLOW_MAX_HELD;
+}
+
 int funcd_workflow_run_store(funcd_store *s, const char *ns, const cJSON *run, uint64_t *rev)
 {
     const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(run, "metadata"), "name"));
-    char key[300], active[300];
+    char key[300], active[300], kept[300];
     int rc = id ? funcd_workflow_run_key(key, sizeof(key), FUNCD_WORKFLOW_RUNS_PREFIX, ns, id)
                 : funcd_error_set(FUNCD_EINVAL, "a workflow run without an id");
     if (rc == 0)
         rc = funcd_workflow_run_key(active, sizeof(active), FUNCD_WORKFLOW_ACTIVE_PREFIX, ns, id);
+    if (rc == 0)
+        rc = funcd_workflow_run_key(kept, sizeof(kept), FUNCD_WORKFLOW_HELD_PREFIX, ns, id);
     if (rc < 0)
         return rc;
     /* The index of unfinished runs counts them: a namespace holds at most
@@ -138,12 +157,29 @@ int funcd_workflow_run_store(funcd_store *s, const char *ns, const cJSON *run, u
     char *text = cJSON_PrintUnformatted(run);
     if (!text)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory storing a workflow run");
-    rc = funcd_port_store_put(s, key, text, strlen(text), FUNCD_STORE_ABSENT, rev);
+    /* And every run it holds, finished ones too: a webhook's events, each
+     * kept for the retention, cannot fill the store. */
+    held h = {0, 0};
+    size_t len = strlen(text);
+    snprintf(prefix, sizeof(prefix), FUNCD_WORKFLOW_HELD_PREFIX "%s/", ns);
+    rc = funcd_port_store_list(s, prefix, add_held, &h, NULL);
+    if (rc == 0 && (h.n >= FUNCD_WORKFLOW_MAX_HELD || h.bytes + len > FUNCD_WORKFLOW_MAX_HELD_BYTES))
+        rc = funcd_error_set(FUNCD_ENOSPC, "namespace %s holds %u workflow runs of %llu bytes, "
+                             "the most it may (%u runs, %llu bytes, finished ones kept for "
+                             "funcd --workflow-retention included); start more once old ones go",
+                             ns, h.n, (unsigned long long)h.bytes, FUNCD_WORKFLOW_MAX_HELD,
+                             (unsigned long long)FUNCD_WORKFLOW_MAX_HELD_BYTES);
+    if (rc == 0)
+        rc = funcd_port_store_put(s, key, text, len, FUNCD_STORE_ABSENT, rev);
     free(text);
     if (rc < 0)
         return rc;
-    /* The record is what counts: without its index entry the engine still
-     * finds it at its next full scan. */
+    /* The record is what counts: without its index entries the engine still
+     * finds it at its next full scan (a run whose held entry a crash lost
+     * is not counted). */
     funcd_port_store_put(s, active, "{}", 2, FUNCD_STORE_ANY, NULL);
+    char size[24];
+    snprintf(size, sizeof(size), "%zu", len);
+    funcd_port_store_put(s, kept, size, strlen(size), FUNCD_STORE_ANY, NULL);
     return 0;
 }

@@ -43,6 +43,14 @@
 /* Unfinished runs of one namespace at most: one more is refused
  * (FUNCD_ENOSPC) until one finishes. */
 #define FUNCD_WORKFLOW_MAX_ACTIVE 1000
+/* Every run a namespace holds, finished ones kept for the retention
+ * included: FUNCD_WORKFLOW_HELD_PREFIX{ns}/{id} holds the length of its
+ * record when created (an input of up to the payload limit), written with
+ * it and removed with it; past either bound a new run is refused
+ * (FUNCD_ENOSPC) until the retention removes old ones. */
+#define FUNCD_WORKFLOW_HELD_PREFIX "/workflowheld/"
+#define FUNCD_WORKFLOW_MAX_HELD 10000
+#define FUNCD_WORKFLOW_MAX_HELD_BYTES (1ull << 30)
 
 /* ---- typed edges (edges.c) ---------------------------------------------------- */
 

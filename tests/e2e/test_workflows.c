@@ -704,6 +704,34 @@ TEST(unfinished_runs_per_namespace)
     char msg[256];
     snprintf(msg, sizeof(msg), "%s", funcd_error_last()->message);
     int stored = funcd_workflow_run_store(s, "calm", calm, NULL);
+    /* Runs held, finished ones kept for the retention too (review: a
+     * webhook's runs, each holding its event for 7 days, filled the
+     * store): by count, and by the bytes of their records. */
+    for (int i = 0; i < FUNCD_WORKFLOW_MAX_HELD; i++) {
+        snprintf(key, sizeof(key), FUNCD_WORKFLOW_HELD_PREFIX "kept/run-%d", i);
+        funcd_port_store_put(s, key, "100", 3, FUNCD_STORE_ANY, NULL);
+    }
+    cJSON *kept = funcd_workflow_run_new("kept", wf, in);
+    int kept_refused = funcd_workflow_run_store(s, "kept", kept, NULL);
+    char kept_msg[256];
+    snprintf(kept_msg, sizeof(kept_msg), "%s", funcd_error_last()->message);
+    funcd_port_store_put(s, FUNCD_WORKFLOW_HELD_PREFIX "large/run-0", "1073741800", 10,
+                         FUNCD_STORE_ANY, NULL);
+    cJSON *large = funcd_workflow_run_new("large", wf, in);
+    int large_refused = funcd_workflow_run_store(s, "large", large, NULL);
+    /* A run stored is counted: its entry holds its record's length. */
+    funcd_store_value v = {0};
+    char calm_key[300];
+    snprintf(calm_key, sizeof(calm_key), FUNCD_WORKFLOW_HELD_PREFIX "calm/%s",
+             cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(calm, "metadata"),
+                                                      "name")));
+    char num[32] = "";
+    if (funcd_port_store_get(s, calm_key, &v) == 0)
+        memcpy(num, v.value, v.len < sizeof(num) - 1 ? v.len : sizeof(num) - 1);
+    int calm_held = strtoull(num, NULL, 10) > 100;
+    free(v.value);
+    cJSON_Delete(kept);
+    cJSON_Delete(large);
     cJSON_Delete(busy);
     cJSON_Delete(calm);
     cJSON_Delete(in);
@@ -712,6 +740,10 @@ TEST(unfinished_runs_per_namespace)
     CHECK_INT(refused, FUNCD_ENOSPC);
     CHECK_CONTAINS(msg, "namespace busy has 1000 unfinished workflow runs");
     CHECK_INT(stored, 0);
+    CHECK_INT(kept_refused, FUNCD_ENOSPC);
+    CHECK_CONTAINS(kept_msg, "namespace kept holds 10000 workflow runs");
+    CHECK_INT(large_refused, FUNCD_ENOSPC);
+    CHECK(calm_held);
 }
 
 int main(int argc, char **argv)
