@@ -591,9 +591,21 @@ static int has_commit(git_repository *repo, const char *hex)
 typedef struct net_rule {
     const funcd_git_options *opts;
     char refused[256]; /* a host none of whose addresses may be reached */
+    int64_t deadline_ms; /* monotonic: the fetch's end (opts->fetch_ms) */
 } net_rule;
 
 static _Thread_local net_rule *rule;
+
+static int64_t fetch_deadline(const funcd_git_options *o)
+{
+    return funcd_mono_ms() + (o && o->fetch_ms ? o->fetch_ms : FUNCD_GIT_FETCH_MS);
+}
+
+/* A fetch past its deadline: its next read or write fails. */
+static int past_deadline(void)
+{
+    return rule && funcd_mono_ms() > rule->deadline_ms;
+}
 
 /* libgit2 1.5's ssh transport takes the socket out of the stream as if it were
  * libgit2's own socket stream: these first fields must stay as they are there. */
@@ -793,6 +805,8 @@ static int guarded_connect(git_stream *stream)
 static ssize_t guarded_read(git_stream *stream, void *data, size_t len)
 {
     guarded_stream *st = (guarded_stream *)stream;
+    if (past_deadline())
+        return stream_error("the fetch from %s took longer than the most one may take", st->host);
     ssize_t n = recv(st->s, data, len, 0);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         stream_error("%s sent nothing for %u ms", st->host, st->stall_ms);
@@ -804,6 +818,8 @@ static ssize_t guarded_read(git_stream *stream, void *data, size_t len)
 static ssize_t guarded_write(git_stream *stream, const char *data, size_t len, int flags)
 {
     guarded_stream *st = (guarded_stream *)stream;
+    if (past_deadline())
+        return stream_error("the fetch from %s took longer than the most one may take", st->host);
     ssize_t n = send(st->s, data, len, flags | MSG_NOSIGNAL);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         stream_error("%s took nothing for %u ms", st->host, st->stall_ms);
@@ -920,7 +936,7 @@ static int fetch_remote(git_repository *repo, const char *url, const funcd_git_o
     int rc = new_remote(&remote, repo, url, err, errlen);
     if (rc)
         return rc;
-    net_rule net = {opts, ""};
+    net_rule net = {opts, "", fetch_deadline(opts)};
     rule = &net;
     rc = connect_remote(remote, url, err, errlen);
     const git_remote_head **heads = NULL;
@@ -1109,7 +1125,7 @@ static int ls_remote(const char *url, const char *ref, const funcd_git_options *
     int rc = new_remote(&remote, NULL, url, err, errlen);
     if (rc)
         return rc;
-    net_rule net = {opts, ""};
+    net_rule net = {opts, "", fetch_deadline(opts)};
     rule = &net;
     rc = connect_remote(remote, url, err, errlen);
     const git_remote_head **heads = NULL;

@@ -68,6 +68,9 @@ void funcd_git_cancel_free(funcd_git_cancel *c);
 /* A git server silent this long (connecting, or in the middle of a fetch)
  * fails the fetch. */
 #define FUNCD_GIT_STALL_MS 30000u
+/* A whole fetch (or ls-remote) at most: a server that trickles a byte now
+ * and then cannot hold a fetch, and its thread, for ever. */
+#define FUNCD_GIT_FETCH_MS 600000u
 
 typedef struct funcd_git_options {
     uint64_t max_entries; /* files, directories, links, submodules; 0: FUNCD_BUNDLE_MAX_ENTRIES */
@@ -79,6 +82,7 @@ typedef struct funcd_git_options {
     const char *const *insecure_hosts;
     const char *const *allowed_hosts;
     unsigned stall_ms;        /* 0: FUNCD_GIT_STALL_MS */
+    unsigned fetch_ms;        /* 0: FUNCD_GIT_FETCH_MS */
     funcd_git_cancel *cancel; /* NULL: none */
 } funcd_git_options;
 

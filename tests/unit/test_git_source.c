@@ -593,6 +593,53 @@ TEST(a_silent_server_ends_the_fetch)
     CHECK_CONTAINS(c.err, "cancelled");
 }
 
+/* Accepts one connection on the tarpit and sends an HTTP head a byte at a
+ * time, one every 100 ms, for 10 s at most or until the peer goes. */
+static void *trickle_main(void *arg)
+{
+    int pit = *(int *)arg;
+    int c = accept(pit, NULL, NULL);
+    if (c < 0)
+        return NULL;
+    static const char head[] = "HTTP/1.1 200 OK\r\nX-Slow: ";
+    if (send(c, head, sizeof(head) - 1, MSG_NOSIGNAL) < 0) {
+        close(c);
+        return NULL;
+    }
+    for (int i = 0; i < 100 && send(c, "a", 1, MSG_NOSIGNAL) == 1; i++)
+        usleep(100 * 1000);
+    close(c);
+    return NULL;
+}
+
+/* A server that sends a byte now and then, never stalling for the stall
+ * time, still cannot hold a fetch past its deadline (review17-mends L-3:
+ * one byte every 10 s held a fetch and its thread past 70 s). */
+TEST(a_trickling_server_ends_at_the_fetch_deadline)
+{
+    unsigned port;
+    int pit = tarpit(&port);
+    CHECK(pit >= 0);
+    pthread_t t;
+    int started = pthread_create(&t, NULL, trickle_main, &pit) == 0;
+    char named[64], url[200];
+    snprintf(named, sizeof named, "127.0.0.1:%u", port);
+    const char *list[] = {named, NULL};
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/remote.git", port);
+    funcd_git_options o = {.insecure_hosts = list, .stall_ms = 2000, .fetch_ms = 800};
+    stalled_fetch f = {url, &o, 0, ""};
+    int64_t t0 = funcd_mono_ms();
+    run_stalled_fetch(&f);
+    int64_t took = funcd_mono_ms() - t0;
+    if (started)
+        pthread_join(t, NULL);
+    close(pit);
+    CHECK(started);
+    CHECK_INT(f.rc, FUNCD_EIO);
+    CHECK_CONTAINS(f.err, "took longer than the most one may take");
+    CHECK(took < 5000);
+}
+
 /* A whole fetch through funcd's socket stream, from `git daemon` on a named loopback port. */
 TEST(fetch_from_a_named_git_daemon)
 {
@@ -679,6 +726,7 @@ int main(void)
     RUN(named_hosts_are_reached_at_any_address);
     RUN(fetch_from_a_named_git_daemon);
     RUN(a_silent_server_ends_the_fetch);
+    RUN(a_trickling_server_ends_at_the_fetch_deadline);
     funcd_remove_tree(root);
     return HARNESS_END();
 }
