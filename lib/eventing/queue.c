@@ -434,15 +434,15 @@ static int admit(funcd_queue *q, const char *ns, uint64_t bytes)
         funcd_log(q->cfg.logger, FUNCD_LOG_WARN, "delivery queue: namespace %s is full (%llu "
                   "items pending, %llu bytes held): submissions are refused", ns,
                   (unsigned long long)pending, (unsigned long long)held);
+    /* The caller may be anyone: the namespace's own figures stay in the log. */
     if (q->cfg.max_pending && pending + 1 > q->cfg.max_pending)
-        return funcd_error_set(FUNCD_ENOSPC, "namespace %s has %llu invocations and events "
-                               "waiting for delivery, the most the queue holds (funcd "
-                               "--queue-max-pending %llu)", ns, (unsigned long long)pending,
+        return funcd_error_set(FUNCD_ENOSPC, "namespace %s has as many invocations and events "
+                               "waiting for delivery as the queue holds (funcd "
+                               "--queue-max-pending %llu)", ns,
                                (unsigned long long)q->cfg.max_pending);
-    return funcd_error_set(FUNCD_ENOSPC, "namespace %s holds %llu bytes in the delivery queue; "
-                           "%llu more would pass its cap (funcd --queue-max-bytes %llu) until "
-                           "finished invocations expire or dead letters are purged", ns,
-                           (unsigned long long)held, (unsigned long long)bytes,
+    return funcd_error_set(FUNCD_ENOSPC, "namespace %s holds as many bytes in the delivery queue "
+                           "as it may (funcd --queue-max-bytes %llu) until finished invocations "
+                           "expire or dead letters are purged", ns,
                            (unsigned long long)q->cfg.max_bytes);
 }
 

@@ -211,16 +211,25 @@ static void forget_active(funcd_workflows *w, const char *ns, const char *id)
 
 static void finish(run *r, const char *phase, const char *message);
 
-/* Drops every output from the record: the steps', their items' and the run's. */
-static void shed_outputs(run *r)
+/* Drops from the record, by `level`: 1 every output (the steps', their
+ * items' and the run's), 2 the items' messages too, 3 the items
+ * themselves (each step keeps its phase and message). */
+static void shed(run *r, int level)
 {
     cJSON *st = status_of(r);
     cJSON_DeleteItemFromObjectCaseSensitive(st, "output");
     for (cJSON *s = steps_status(r) ? steps_status(r)->child : NULL; s; s = s->next) {
         cJSON_DeleteItemFromObjectCaseSensitive(s, "output");
+        if (level >= 3) {
+            cJSON_DeleteItemFromObjectCaseSensitive(s, "items");
+            continue;
+        }
         cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
-        for (cJSON *it = items ? items->child : NULL; it; it = it->next)
+        for (cJSON *it = items ? items->child : NULL; it; it = it->next) {
             cJSON_DeleteItemFromObjectCaseSensitive(it, "output");
+            if (level >= 2)
+                cJSON_DeleteItemFromObjectCaseSensitive(it, "message");
+        }
     }
 }
 
@@ -241,10 +250,13 @@ static int persist(run *r)
         snprintf(msg, sizeof(msg), "the run's record grew to %zu bytes, more than the %u a run "
                  "may hold: its outputs were dropped (pass large results by reference, a blob "
                  "key, not by value)", strlen(text), FUNCD_WORKFLOW_MAX_RECORD);
-        free(text);
-        shed_outputs(r);
         finish(r, "Failed", msg);
-        text = cJSON_PrintUnformatted(r->doc);
+        for (int level = 1; text && level <= 3 && strlen(text) > FUNCD_WORKFLOW_MAX_RECORD;
+             level++) { /* what the items said goes too, if their outputs were not enough */
+            free(text);
+            shed(r, level);
+            text = cJSON_PrintUnformatted(r->doc);
+        }
     }
     uint64_t rev = 0;
     int rc = text ? funcd_port_store_put(r->w->cfg.store, r->key, text, strlen(text), r->rev, &rev)
