@@ -19,6 +19,7 @@
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <event2/buffer.h>
+#include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/util.h>
@@ -42,6 +43,10 @@ typedef struct cb_ctx {
     funcd_callbacks *owner;
     struct evhttp_connection *conn;
     struct event *reap; /* frees the connection once its request is done */
+    struct evhttp_request *req;              /* made, not yet sent (resolving) */
+    struct evdns_getaddrinfo_request *lookup; /* the host's, under way */
+    char host[256], target[2200];
+    int port;
     char ns[256], id[FUNCD_QUEUE_ID_MAX];
     char what[400]; /* "invocation ns/id to URL", for the log */
     struct cb_ctx *prev, *next;
@@ -139,6 +144,11 @@ int funcd_callbacks_init(funcd_callbacks *o, struct event_base *loop, funcd_stor
     for (const char *const *a = allow; a && *a; a++)
         if (parse_allow(o, *a) < 0)
             return FUNCD_ENOMEM;
+    /* The host's resolver (resolv.conf, /etc/hosts) on the loop, answering
+     * later: a slow DNS server holds one callback, not funcd's loop. */
+    if (!(o->dns = evdns_base_new(loop, EVDNS_BASE_INITIALIZE_NAMESERVERS)) &&
+        !(o->dns = evdns_base_new(loop, 0)))
+        return FUNCD_ENOMEM;
     return 0;
 }
 
@@ -231,6 +241,10 @@ static void ctx_free(cb_ctx *c)
         o->head = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    if (c->lookup) /* its callback runs now, cancelled, and lets go of it */
+        evdns_getaddrinfo_cancel(c->lookup);
+    if (c->req)
+        evhttp_request_free(c->req); /* never sent */
     if (c->conn)
         evhttp_connection_free(c->conn); /* a request still out goes with it, unanswered */
     if (c->reap)
@@ -248,6 +262,9 @@ void funcd_callbacks_free(funcd_callbacks *o)
 {
     while (o->head)
         ctx_free(o->head);
+    if (o->dns)
+        evdns_base_free(o->dns, 0);
+    o->dns = NULL;
     free(o->allow);
     o->allow = NULL;
     o->n_allow = 0;
@@ -268,20 +285,14 @@ static void on_done(struct evhttp_request *req, void *arg)
     event_active(c->reap, EV_TIMEOUT, 0);
 }
 
-/* The first address `host` resolves to that a callback may reach, as a
- * numeric string in `out`; else -1 with why in `why`. Resolves on the loop
- * (as libevent's client without a DNS base does). */
-static int pick_address(const funcd_callbacks *o, const char *host, int port, char *out,
-                        size_t out_len, char *why, size_t why_len)
+/* The first address of `res` that a callback may reach, as a numeric
+ * string in `out`; else -1 with why in `why`. */
+static int pick_address(const funcd_callbacks *o, struct evutil_addrinfo *res, int port,
+                        char *out, size_t out_len, char *why, size_t why_len)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    int gai = getaddrinfo(host, NULL, &hints, &res);
-    if (gai != 0) {
-        snprintf(why, why_len, "cannot resolve %s: %s", host, gai_strerror(gai));
-        return -1;
-    }
     int found = 0;
-    for (struct addrinfo *ai = res; ai && !found; ai = ai->ai_next) {
+    snprintf(why, why_len, "no address");
+    for (struct evutil_addrinfo *ai = res; ai && !found; ai = ai->ai_next) {
         funcd_egress_addr a;
         char reason[300];
         if (funcd_egress_addr_from_sockaddr(ai->ai_addr, &a) < 0)
@@ -294,15 +305,55 @@ static int pick_address(const funcd_callbacks *o, const char *host, int port, ch
         funcd_egress_addr_str(&a, out, out_len);
         found = 1;
     }
-    freeaddrinfo(res);
     return found ? 0 : -1;
+}
+
+/* The host's addresses are in (or it could not be resolved): the request
+ * goes to the first one a callback may reach. */
+static void on_resolved(int err, struct evutil_addrinfo *res, void *arg)
+{
+    cb_ctx *c = arg;
+    funcd_callbacks *o = c->owner;
+    c->lookup = NULL;
+    if (err == EVUTIL_EAI_CANCEL) { /* ctx_free is letting go of it */
+        if (res)
+            evutil_freeaddrinfo(res);
+        return;
+    }
+    char addr[INET6_ADDRSTRLEN] = "", why[400] = "";
+    int rc = err ? (snprintf(why, sizeof(why), "cannot resolve %s: %s", c->host,
+                             evutil_gai_strerror(err)), -1)
+                 : pick_address(o, res, c->port, addr, sizeof(addr), why, sizeof(why));
+    if (res)
+        evutil_freeaddrinfo(res);
+    if (rc < 0) {
+        funcd_log(o->logger, FUNCD_LOG_WARN, "callback of %s refused: %s", c->what, why);
+        record(o, c->ns, c->id, "Refused", 0, why);
+        event_active(c->reap, EV_TIMEOUT, 0);
+        return;
+    }
+    c->conn = evhttp_connection_base_new(o->loop, NULL, addr, (unsigned short)c->port);
+    if (!c->conn) {
+        record(o, c->ns, c->id, "Failed", 0, "out of memory");
+        event_active(c->reap, EV_TIMEOUT, 0);
+        return;
+    }
+    evhttp_connection_set_timeout(c->conn, CALLBACK_TIMEOUT_S);
+    struct evhttp_request *req = c->req;
+    c->req = NULL;
+    if (evhttp_make_request(c->conn, req, EVHTTP_REQ_POST, c->target) != 0) {
+        /* libevent freed the request */
+        funcd_log(o->logger, FUNCD_LOG_WARN, "callback of %s: cannot send it", c->what);
+        record(o, c->ns, c->id, "Failed", 0, "cannot send it");
+        event_active(c->reap, EV_TIMEOUT, 0);
+    }
 }
 
 void funcd_queue_callback(funcd_callbacks *o, const char *url, const char *ns, const char *id,
                           const char *function, const char *state, const funcd_invoke_res *res)
 {
     struct evhttp_uri *u = evhttp_uri_parse(url);
-    char host[256], host_header[260], addr[INET6_ADDRSTRLEN], why[400] = "";
+    char host[256], host_header[260];
     int port = 0;
     if (!u || split_url(u, host, sizeof(host), &port) < 0) {
         if (u)
@@ -322,12 +373,6 @@ void funcd_queue_callback(funcd_callbacks *o, const char *url, const char *ns, c
         record(o, ns, id, "Skipped", 0, "too many callbacks on their way");
         return;
     }
-    if (pick_address(o, host, port, addr, sizeof(addr), why, sizeof(why)) < 0) {
-        funcd_log(o->logger, FUNCD_LOG_WARN, "callback of invocation %s/%s to %.200s refused: %s",
-                  ns, id, url, why);
-        record(o, ns, id, "Refused", 0, why);
-        return;
-    }
     cb_ctx *c = calloc(1, sizeof(*c));
     if (!c)
         return;
@@ -340,17 +385,16 @@ void funcd_queue_callback(funcd_callbacks *o, const char *url, const char *ns, c
     snprintf(c->ns, sizeof(c->ns), "%s", ns);
     snprintf(c->id, sizeof(c->id), "%s", id);
     snprintf(c->what, sizeof(c->what), "invocation %s/%s to %.200s", ns, id, url);
-    struct evhttp_request *req = evhttp_request_new(on_done, c);
-    c->conn = evhttp_connection_base_new(o->loop, NULL, addr, (unsigned short)port);
+    snprintf(c->host, sizeof(c->host), "%s", host);
+    snprintf(c->target, sizeof(c->target), "%s", target);
+    c->port = port;
+    c->req = evhttp_request_new(on_done, c);
     c->reap = event_new(o->loop, -1, 0, on_reap, c);
-    if (!req || !c->conn || !c->reap) {
-        if (req)
-            evhttp_request_free(req);
+    if (!c->req || !c->reap) {
         ctx_free(c);
         return;
     }
-    evhttp_connection_set_timeout(c->conn, CALLBACK_TIMEOUT_S);
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    struct evkeyvalq *h = evhttp_request_get_output_headers(c->req);
     char status[16];
     snprintf(status, sizeof(status), "%d", res->status);
     evhttp_add_header(h, "Host", host_header);
@@ -366,11 +410,12 @@ void funcd_queue_callback(funcd_callbacks *o, const char *url, const char *ns, c
     evhttp_add_header(h, "Content-Type",
                       res->content_type ? res->content_type : "application/octet-stream");
     if (res->body_len)
-        evbuffer_add(evhttp_request_get_output_buffer(req), res->body, res->body_len);
-    if (evhttp_make_request(c->conn, req, EVHTTP_REQ_POST, target) != 0) {
-        /* libevent freed the request */
-        funcd_log(o->logger, FUNCD_LOG_WARN, "callback of %s: cannot send it", c->what);
-        record(o, ns, id, "Failed", 0, "cannot send it");
-        ctx_free(c);
-    }
+        evbuffer_add(evhttp_request_get_output_buffer(c->req), res->body, res->body_len);
+    /* The answer may come at once (a literal, /etc/hosts): on_resolved
+     * then runs inside this call, and may hand `c` to the reaper. */
+    struct evutil_addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct evdns_getaddrinfo_request *lookup =
+        evdns_getaddrinfo(o->dns, host, NULL, &hints, on_resolved, c);
+    if (lookup)
+        c->lookup = lookup;
 }

@@ -51,6 +51,7 @@ typedef struct funcd_callbacks {
     size_t n_allow;
     struct sockaddr_storage listeners[4]; /* funcd's own */
     size_t n_listeners;
+    struct evdns_base *dns; /* resolves callback hosts without holding the loop */
 } funcd_callbacks;
 
 /* The queue's (queue.c). */
