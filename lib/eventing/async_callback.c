@@ -38,6 +38,7 @@
 
 #define CALLBACK_TIMEOUT_S 10
 #define MAX_IN_FLIGHT 256 /* callbacks on their way at once; more are skipped */
+#define MAX_IN_FLIGHT_NS 64 /* of them one namespace's: a tarpit URL holds its own */
 
 typedef struct cb_ctx {
     funcd_callbacks *owner;
@@ -367,9 +368,14 @@ void funcd_queue_callback(funcd_callbacks *o, const char *url, const char *ns, c
     snprintf(target, sizeof(target), "%s%s%s", path && *path ? path : "/", query ? "?" : "",
              query ? query : "");
     evhttp_uri_free(u);
-    if (o->in_flight >= MAX_IN_FLIGHT) {
+    unsigned of_ns = 0;
+    for (const cb_ctx *x = o->head; x; x = x->next)
+        of_ns += strcmp(x->ns, ns) == 0;
+    if (o->in_flight >= MAX_IN_FLIGHT || of_ns >= MAX_IN_FLIGHT_NS) {
         funcd_log(o->logger, FUNCD_LOG_WARN, "callback of invocation %s/%s to %.200s skipped: "
-                  "%d callbacks are on their way", ns, id, url, MAX_IN_FLIGHT);
+                  "%u callbacks are on their way (%u of namespace %s; at most %d, %d of one "
+                  "namespace)", ns, id, url, o->in_flight, of_ns, ns, MAX_IN_FLIGHT,
+                  MAX_IN_FLIGHT_NS);
         record(o, ns, id, "Skipped", 0, "too many callbacks on their way");
         return;
     }

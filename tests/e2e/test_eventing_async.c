@@ -597,6 +597,54 @@ SV_TEST(edge_auth_applies)
     CHECK(jstr(answer, "subject") && *jstr(answer, "subject"));
 }
 
+/* One namespace's callbacks to a URL that never answers hold at most 64
+ * of the node's places: its 65th and later are skipped, and what they held
+ * is its own (review17-mends L-1: the 256 places were the node's, so one
+ * tenant's tarpit made every tenant's callbacks Skipped). */
+SV_TEST_WITH(callbacks_per_namespace, funcd_with_callback_allow("127.0.0.1"), NULL)
+{
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    CHECK_INT(sv_create(e, "echo", NATIVE_SPEC(""), dir), 201);
+    if (!sv_wait_ready(e, "echo", 10000))
+        FAILF("not Ready: %.500s", e->r.body);
+    catcher pit = {0}; /* listens, never accepts: each callback waits its 10 s */
+    CHECK(catcher_listen(&pit) == 0);
+    listen(pit.fd, 512);
+    char cb[128];
+    snprintf(cb, sizeof(cb), "X-Callback-Url: http://127.0.0.1:%d/slow", pit.port);
+    const char *h[] = {cb, NULL};
+    enum { N = 70 };
+    static char ids[N][128];
+    int accepted = 0;
+    for (int i = 0; i < N; i++)
+        if (post_async(e, "echo/x", NULL, h, "x") == 202)
+            snprintf(ids[accepted++], sizeof(ids[0]), "%s", sv_header(&e->r, "X-Funcd-Invocation-Id"));
+    /* All final (each callback due), then, well within the 10 s a callback
+     * may take: every one is either on its way (no state yet) or skipped. */
+    char location[N][512];
+    int64_t end = e2e_now_ms() + 6000;
+    for (int i = 0; i < accepted; i++) {
+        snprintf(location[i], sizeof(location[i]), NS("default") "/invocations/%s", ids[i]);
+        while (REQ("GET", location[i], DEV_TOKEN, NULL) == 200 &&
+               strcmp(jstr(e->r.json, "status.state") ?: "", "Succeeded") != 0 &&
+               e2e_now_ms() < end)
+            env_sleep_ms(20);
+    }
+    env_sleep_ms(1000);
+    int skipped = 0, waiting = 0;
+    for (int i = 0; i < accepted; i++) {
+        REQ("GET", location[i], DEV_TOKEN, NULL);
+        const char *state = jstr(e->r.json, "status.callback.state");
+        skipped += state && strcmp(state, "Skipped") == 0;
+        waiting += !state;
+    }
+    close(pit.fd);
+    CHECK_INT(accepted, N);
+    CHECK_INT(skipped, N - 64);
+    CHECK_INT(waiting, 64);
+}
+
 int main(int argc, char **argv)
 {
     sv_init();
@@ -609,6 +657,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, eventing_metrics);
     SV_RUN(only, ran, callback_url);
     SV_RUN(only, ran, callback_refuses_internal_addresses);
+    SV_RUN(only, ran, callbacks_per_namespace);
     SV_RUN(only, ran, edge_auth_applies);
     SV_RUN(only, ran, queue_full_is_429);
     SV_RUN(only, ran, queue_bytes_cap_is_429);
