@@ -33,6 +33,17 @@ static long post_async(env *e, const char *fn_rest, const char *token, const cha
                          &e->r);
 }
 
+/* The native fixture as Function "echo", Ready; -1 when it is not. */
+static int ready_echo(env *e)
+{
+    char dir[256];
+    return sv_fixture("native", dir, sizeof(dir)) == 0 &&
+                   sv_create(e, "echo", NATIVE_SPEC(""), dir) == 201 &&
+                   sv_wait_ready(e, "echo", 10000)
+               ? 0
+               : -1;
+}
+
 /* Polls the invocation at `location` until its state is `state` (30 s at
  * most); 1 when it is, e->r holds the last GET. */
 static int wait_state(env *e, const char *location, const char *state)
@@ -49,11 +60,8 @@ static int wait_state(env *e, const char *location, const char *state)
 
 SV_TEST(async_succeeds)
 {
-    char dir[256];
-    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
-    CHECK_INT(sv_create(e, "echo", NATIVE_SPEC(""), dir), 201);
-    if (!sv_wait_ready(e, "echo", 10000))
-        FAILF("not Ready: %.500s", e->r.body);
+    if (ready_echo(e) < 0)
+        FAILF("echo is not Ready: %.500s", e->r.body);
     static const char *const h[] = {"Content-Type: text/plain", NULL};
     CHECK_INT(post_async(e, "echo/hello?x=1", NULL, h, "the body"), 202);
     char id[128], location[512];
@@ -281,11 +289,8 @@ SV_TEST_WITH(webhook_queue_full_is_429, funcd_with_queue_limits(1, 0, UINT64_MAX
  * pass the cap is 429 naming it. */
 SV_TEST_WITH(queue_bytes_cap_is_429, funcd_with_queue_limits(0, 48 * 1024, UINT64_MAX), NULL)
 {
-    char dir[256];
-    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
-    CHECK_INT(sv_create(e, "echo", NATIVE_SPEC(""), dir), 201);
-    if (!sv_wait_ready(e, "echo", 10000))
-        FAILF("not Ready: %.500s", e->r.body);
+    if (ready_echo(e) < 0)
+        FAILF("echo is not Ready: %.500s", e->r.body);
     static char body[20 * 1024 + 1];
     memset(body, 'a', sizeof(body) - 1);
     CHECK_INT(post_async(e, "echo/", NULL, NULL, body), 202);
@@ -355,11 +360,8 @@ static int scraped(env *e, void *arg)
 SV_TEST(eventing_metrics)
 {
     CHECK(make_broken(e) == 0);
-    char dir[256];
-    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
-    CHECK_INT(sv_create(e, "echo", NATIVE_SPEC(""), dir), 201);
-    if (!sv_wait_ready(e, "echo", 10000))
-        FAILF("not Ready: %.500s", e->r.body);
+    if (ready_echo(e) < 0)
+        FAILF("echo is not Ready: %.500s", e->r.body);
     const char *sources[][2] = {
         {"ok-hook", "{\"type\":\"webhook\",\"target\":{\"function\":\"echo\"}}"},
         {"bad-hook", "{\"type\":\"webhook\",\"target\":{\"function\":\"broken\"},\"delivery\":"
@@ -468,11 +470,8 @@ static int catcher_listen(catcher *c)
 /* The tests run on loopback: the operator allows callbacks there. */
 SV_TEST_WITH(callback_url, funcd_with_callback_allow("127.0.0.1"), NULL)
 {
-    char dir[256];
-    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
-    CHECK_INT(sv_create(e, "echo", NATIVE_SPEC(""), dir), 201);
-    if (!sv_wait_ready(e, "echo", 10000))
-        FAILF("not Ready: %.500s", e->r.body);
+    if (ready_echo(e) < 0)
+        FAILF("echo is not Ready: %.500s", e->r.body);
     catcher c = {0};
     CHECK(catcher_listen(&c) == 0);
     CHECK(pthread_create(&c.thread, NULL, catch_one, &c) == 0);
@@ -524,11 +523,8 @@ SV_TEST_WITH(callback_url, funcd_with_callback_allow("127.0.0.1"), NULL)
  * nothing reaches the listener. */
 SV_TEST(callback_refuses_internal_addresses)
 {
-    char dir[256];
-    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
-    CHECK_INT(sv_create(e, "echo", NATIVE_SPEC(""), dir), 201);
-    if (!sv_wait_ready(e, "echo", 10000))
-        FAILF("not Ready: %.500s", e->r.body);
+    if (ready_echo(e) < 0)
+        FAILF("echo is not Ready: %.500s", e->r.body);
     catcher c = {0};
     CHECK(catcher_listen(&c) == 0);
     char cb[160];
@@ -603,11 +599,8 @@ SV_TEST(edge_auth_applies)
  * tenant's tarpit made every tenant's callbacks Skipped). */
 SV_TEST_WITH(callbacks_per_namespace, funcd_with_callback_allow("127.0.0.1"), NULL)
 {
-    char dir[256];
-    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
-    CHECK_INT(sv_create(e, "echo", NATIVE_SPEC(""), dir), 201);
-    if (!sv_wait_ready(e, "echo", 10000))
-        FAILF("not Ready: %.500s", e->r.body);
+    if (ready_echo(e) < 0)
+        FAILF("echo is not Ready: %.500s", e->r.body);
     catcher pit = {0}; /* listens, never accepts: each callback waits its 10 s */
     CHECK(catcher_listen(&pit) == 0);
     listen(pit.fd, 512);
