@@ -564,6 +564,20 @@ TEST(finished_runs_cost_no_tick)
     CHECK_STR(phase, "Succeeded");
 }
 
+/* A JSON list of `n` items, each `item` printed with its index (%d). */
+static void json_list(char *out, size_t len, int n, const char *item)
+{
+    size_t used = (size_t)snprintf(out, len, "[");
+    for (int i = 0; i < n && used < len; i++) {
+        if (i)
+            used += (size_t)snprintf(out + used, len - used, ",");
+        if (used < len)
+            used += (size_t)snprintf(out + used, len - used, item, i);
+    }
+    if (used < len)
+        snprintf(out + used, len - used, "]");
+}
+
 /* What one run may cost the store (review: a forEach over 20,000 items
  * rewrote its whole record on every item's transition, 22 MB/s of writes
  * from a 40 KB request): a forEach runs at most FUNCD_WORKFLOW_MAX_ITEMS
@@ -586,10 +600,7 @@ TEST(run_limits)
                                  "\"forEach\":\"$.input\",\"maxConcurrency\":8}]}") == 201;
     /* 150 items: every write of the record at least the gap after the one
      * before (the first put is the API's, creating it). */
-    size_t n = (size_t)snprintf(input, sizeof(input), "[0");
-    for (int i = 1; i < 150; i++)
-        n += (size_t)snprintf(input + n, sizeof(input) - n, ",%d", i);
-    snprintf(input + n, sizeof(input) - n, "]");
+    json_list(input, sizeof(input), 150, "%d");
     atomic_store(&writes, 0);
     const char *phase = ok && start(e, "each", input, id, sizeof(id)) == 201 ? wait_run(e, id) : "";
     char each_phase[32];
@@ -609,10 +620,7 @@ TEST(run_limits)
          workflow(e, "retried", "{\"steps\":[{\"name\":\"try\",\"function\":\"flaky\","
                                 "\"forEach\":\"$.input\",\"maxConcurrency\":8,"
                                 "\"retry\":{\"attempts\":3,\"backoff\":\"0s\"}}]}") == 201;
-    n = (size_t)snprintf(input, sizeof(input), "[0");
-    for (int i = 1; i < 40; i++)
-        n += (size_t)snprintf(input + n, sizeof(input) - n, ",%d", i);
-    snprintf(input + n, sizeof(input) - n, "]");
+    json_list(input, sizeof(input), 40, "%d");
     atomic_store(&writes, 0);
     phase = ok && start(e, "retried", input, id, sizeof(id)) == 201 ? wait_run(e, id) : "";
     char retried_phase[32];
@@ -626,10 +634,7 @@ TEST(run_limits)
             w, retried_gap);
 
     /* 1001 items: the step fails, nothing is called. */
-    n = (size_t)snprintf(input, sizeof(input), "[0");
-    for (int i = 1; i < 1001; i++)
-        n += (size_t)snprintf(input + n, sizeof(input) - n, ",0");
-    snprintf(input + n, sizeof(input) - n, "]");
+    json_list(input, sizeof(input), 1001, "0");
     phase = ok && start(e, "each", input, id, sizeof(id)) == 201 ? wait_run(e, id) : "";
     char many_phase[32], many_msg[300];
     snprintf(many_phase, sizeof(many_phase), "%s", phase ? phase : "?");
@@ -639,10 +644,7 @@ TEST(run_limits)
      * and the record is written without them. */
     ok = ok && workflow(e, "heavy", "{\"steps\":[{\"name\":\"make\",\"function\":\"big\","
                                    "\"forEach\":\"$.input\",\"maxConcurrency\":4}]}") == 201;
-    n = (size_t)snprintf(input, sizeof(input), "[{\"size\":900000}");
-    for (int i = 1; i < 12; i++)
-        n += (size_t)snprintf(input + n, sizeof(input) - n, ",{\"size\":900000}");
-    snprintf(input + n, sizeof(input) - n, "]");
+    json_list(input, sizeof(input), 12, "{\"size\":900000}");
     phase = ok && start(e, "heavy", input, id, sizeof(id)) == 201 ? wait_run(e, id) : "";
     char heavy_phase[32], heavy_msg[300];
     snprintf(heavy_phase, sizeof(heavy_phase), "%s", phase ? phase : "?");
@@ -650,7 +652,7 @@ TEST(run_limits)
     size_t heavy_len = strlen(e->r.body ? e->r.body : "");
 
     /* 66 steps, each after the one before: all of them run. */
-    n = (size_t)snprintf(spec, sizeof(spec), "{\"steps\":[{\"name\":\"s0\",\"function\":\"echo\"}");
+    size_t n = (size_t)snprintf(spec, sizeof(spec), "{\"steps\":[{\"name\":\"s0\",\"function\":\"echo\"}");
     for (int i = 1; i < 66; i++)
         n += (size_t)snprintf(spec + n, sizeof(spec) - n, ",{\"name\":\"s%d\",\"function\":"
                               "\"echo\",\"dependsOn\":[\"s%d\"]}", i, i - 1);
