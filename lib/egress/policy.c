@@ -36,9 +36,6 @@ struct funcd_egress_policies {
     funcd_egress_addr *platform;
     uint16_t *platform_ports;
     size_t n_platform;
-    funcd_egress_addr node[NODE_ADDRS_MAX]; /* this node's own addresses (its interfaces') */
-    size_t n_node;
-    int64_t node_read_ms; /* when they were read (again after NODE_ADDRS_TTL_MS) */
 };
 
 /* ---- addresses ----------------------------------------------------------- */
@@ -546,26 +543,35 @@ static int inside(const funcd_egress_cidr *rule_cidr, const funcd_egress_cidr *s
 /* This node's own addresses, read from its interfaces at most once a
  * minute: a name resolving to one reaches the node's own services (sshd,
  * a kubelet, anything bound to all addresses), which no tenant's host rule
- * should open. */
-static int is_node_locked(funcd_egress_policies *p, const funcd_egress_addr *a)
+ * (nor a callback URL) should open. One set for the process. */
+static struct {
+    pthread_mutex_t lock;
+    funcd_egress_addr addr[NODE_ADDRS_MAX];
+    size_t n;
+    int64_t read_ms; /* when they were read (again after NODE_ADDRS_TTL_MS) */
+} node = {PTHREAD_MUTEX_INITIALIZER, {{0}}, 0, 0};
+
+int funcd_egress_node_address(const funcd_egress_addr *a)
 {
     int64_t now = funcd_mono_ms();
-    if (!p->node_read_ms || now - p->node_read_ms >= NODE_ADDRS_TTL_MS) {
+    pthread_mutex_lock(&node.lock);
+    if (!node.read_ms || now - node.read_ms >= NODE_ADDRS_TTL_MS) {
         struct ifaddrs *all = NULL;
         if (getifaddrs(&all) == 0) {
-            p->n_node = 0;
-            for (struct ifaddrs *i = all; i && p->n_node < NODE_ADDRS_MAX; i = i->ifa_next)
-                if (i->ifa_addr && funcd_egress_addr_from_sockaddr(i->ifa_addr,
-                                                                   &p->node[p->n_node]) == 0)
-                    p->n_node++;
+            node.n = 0;
+            for (struct ifaddrs *i = all; i && node.n < NODE_ADDRS_MAX; i = i->ifa_next)
+                if (i->ifa_addr &&
+                    funcd_egress_addr_from_sockaddr(i->ifa_addr, &node.addr[node.n]) == 0)
+                    node.n++;
             freeifaddrs(all);
         }
-        p->node_read_ms = now;
+        node.read_ms = now;
     }
-    for (size_t i = 0; i < p->n_node; i++)
-        if (p->node[i].family == a->family && memcmp(p->node[i].addr, a->addr, 16) == 0)
-            return 1;
-    return 0;
+    int found = 0;
+    for (size_t i = 0; i < node.n && !found; i++)
+        found = node.addr[i].family == a->family && memcmp(node.addr[i].addr, a->addr, 16) == 0;
+    pthread_mutex_unlock(&node.lock);
+    return found;
 }
 
 static int is_platform_locked(funcd_egress_policies *p, const funcd_egress_addr *a, uint16_t port)
@@ -594,7 +600,7 @@ void funcd_egress_check_addr(funcd_egress_policies *p, const char *ns, const fun
     d->allowed = 0;
     pthread_mutex_lock(&p->lock);
     int platform = is_platform_locked(p, a, port);
-    if (!sp && is_node_locked(p, a)) { /* only a rule naming this very address */
+    if (!sp && funcd_egress_node_address(a)) { /* only a rule naming this very address */
         sp = &node_word;
         memset(&special_range, 0, sizeof(special_range));
         special_range.family = a->family;

@@ -63,6 +63,9 @@ void funcd_egress_addr_str(const funcd_egress_addr *a, char *out, size_t len);
  * unspecified, multicast; and the platform's own listeners (see below).
  * Returns a short word for the log ("loopback", "link-local", ...) or NULL. */
 const char *funcd_egress_special(const funcd_egress_addr *a);
+/* 1 when `a` is one of this node's own addresses (its interfaces', read
+ * again at most once a minute). Any thread. */
+int funcd_egress_node_address(const funcd_egress_addr *a);
 /* The same word when range `c` overlaps such addresses (the platform's own
  * listeners are on loopback), else NULL: only an admin may write a rule
  * that opens them (lib/controlplane/admission.c). */

@@ -23,7 +23,6 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/util.h>
-#include <ifaddrs.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,20 +60,6 @@ static int port_of(const struct sockaddr_storage *ss)
                                           : ((const struct sockaddr_in6 *)ss)->sin6_port);
 }
 
-static int node_address(const funcd_egress_addr *a)
-{
-    struct ifaddrs *all = NULL;
-    if (getifaddrs(&all) != 0)
-        return 0;
-    int found = 0;
-    funcd_egress_addr b;
-    for (struct ifaddrs *i = all; i && !found; i = i->ifa_next)
-        found = i->ifa_addr && funcd_egress_addr_from_sockaddr(i->ifa_addr, &b) == 0 &&
-                b.family == a->family && memcmp(b.addr, a->addr, 16) == 0;
-    freeifaddrs(all);
-    return found;
-}
-
 /* Why a callback may not connect to `a` port `port` (a sentence for the
  * log and the caller), or NULL when it may. */
 static const char *refused(const funcd_callbacks *o, const funcd_egress_addr *a, int port,
@@ -83,7 +68,7 @@ static const char *refused(const funcd_callbacks *o, const funcd_egress_addr *a,
     char as[INET6_ADDRSTRLEN];
     funcd_egress_addr_str(a, as, sizeof(as));
     const char *special = funcd_egress_special(a);
-    int own = !special && node_address(a);
+    int own = !special && funcd_egress_node_address(a);
     static const uint8_t any[16];
     for (size_t i = 0; i < o->n_listeners; i++) {
         funcd_egress_addr l;

@@ -408,6 +408,7 @@ static int admit(funcd_queue *q, const char *ns, uint64_t bytes)
     int64_t now = funcd_mono_ms();
     int recount = !u->counted || (over(q, u, bytes) && now - u->counted_ms >= RECOUNT_MS);
     if (recount) {
+        u->counted_ms = now; /* this thread counts: others meanwhile go by the figures */
         pthread_mutex_unlock(&q->usage_lock);
         ns_count c = {0};
         int rc = count_ns(q, ns, &c);
@@ -1068,7 +1069,9 @@ int funcd_queue_submit(funcd_queue *q, const funcd_queue_item *item, char *id_ou
     cJSON_Delete(rec);
     if (!text)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory queueing an invocation");
-    int rc = admit(q, item->ns, strlen(text) + item->body_len); /* before anything is stored */
+    uint64_t bytes = strlen(text) + item->body_len;
+    int rc = admit(q, item->ns, bytes); /* before anything is stored */
+    int admitted = rc == 0;
     if (rc == 0 && item->body_len) {
         char bkey[600];
         blob_key(bkey, sizeof(bkey), item->ns, id, "request");
@@ -1077,6 +1080,8 @@ int funcd_queue_submit(funcd_queue *q, const funcd_queue_item *item, char *id_ou
     if (rc == 0)
         rc = funcd_port_store_put(q->cfg.store, key, text, strlen(text), FUNCD_STORE_ABSENT, NULL);
     free(text);
+    if (admitted && rc < 0) /* the place taken goes back: nothing of it was kept */
+        usage_change(q, item->ns, 1, 0, bytes);
     if (rc == FUNCD_EEXISTS)
         return 0; /* submitted at the same moment by someone else */
     if (rc < 0)
