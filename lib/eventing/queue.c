@@ -28,7 +28,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <event2/event.h>
-#include <mbedtls/sha256.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,12 +141,9 @@ static void stored_id(const char *id, char *out, size_t len)
         snprintf(out, len, "%s", id);
         return;
     }
-    unsigned char sum[32];
-    mbedtls_sha256_ret((const unsigned char *)id, strlen(id), sum, 0);
-    char hex[41];
-    for (int i = 0; i < 20; i++)
-        snprintf(hex + 2 * i, 3, "%02x", sum[i]);
-    snprintf(out, len, "h-%s", hex);
+    char hex[65];
+    funcd_sha256_hex(id, strlen(id), hex);
+    snprintf(out, len, "h-%.40s", hex);
 }
 
 void funcd_queue_key(char *out, size_t len, const char *prefix, const char *ns, const char *id)

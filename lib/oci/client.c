@@ -182,16 +182,13 @@ static char *manifest_path(const funcd_oci_client *c, const funcd_oci_ref *ref,
                            const char *digest)
 {
     funcd_buf key = FUNCD_BUF_INIT, path = FUNCD_BUF_INIT;
-    unsigned char sum[32];
     char hex[65];
     if (funcd_buf_printf(&key, "%s/%s@%s", ref->registry, ref->repository, digest) < 0) {
         funcd_buf_free(&key);
         return NULL;
     }
-    mbedtls_sha256_ret((const unsigned char *)key.data, key.len, sum, 0);
+    funcd_sha256_hex(key.data, key.len, hex);
     funcd_buf_free(&key);
-    for (size_t i = 0; i < sizeof(sum); i++)
-        snprintf(hex + 2 * i, 3, "%02x", sum[i]);
     funcd_buf_printf(&path, "%s/%s", c->manifest_dir, hex);
     return funcd_buf_detach(&path, NULL);
 }

@@ -967,8 +967,7 @@ void oci_req_body_digest(oci_req *r, char out[72])
     unsigned char sum[32];
     mbedtls_sha256_finish_ret(&r->sha, sum);
     memcpy(out, "sha256:", 7);
-    for (size_t i = 0; i < 32; i++)
-        snprintf(out + 7 + 2 * i, 3, "%02x", sum[i]);
+    funcd_hex(sum, sizeof(sum), out + 7);
 }
 
 uint64_t oci_req_received(const oci_req *r)

@@ -8,9 +8,9 @@
 #include <time.h>
 
 #include <mbedtls/md.h>
-#include <mbedtls/sha256.h>
 
 #include "util/buf.h"
+#include "util/misc.h"
 
 /* ---- reading ------------------------------------------------------------- */
 
@@ -399,23 +399,6 @@ int funcd_s3_xml_escape(funcd_buf *out, const char *s)
     return 0;
 }
 
-void funcd_s3_hex(const uint8_t *in, size_t len, char *out)
-{
-    static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0; i < len; i++) {
-        out[2 * i] = hex[in[i] >> 4];
-        out[2 * i + 1] = hex[in[i] & 15];
-    }
-    out[2 * len] = '\0';
-}
-
-void funcd_s3_sha256_hex(const void *data, size_t len, char out[65])
-{
-    uint8_t sum[32];
-    mbedtls_sha256_ret(data, len, sum, 0);
-    funcd_s3_hex(sum, 32, out);
-}
-
 static void hmac(const uint8_t *key, size_t klen, const void *msg, size_t mlen, uint8_t out[32])
 {
     mbedtls_md_hmac(mbedtls_md_info_from_type(MBEDTLS_MD_SHA256), key, klen, msg, mlen, out);
@@ -716,13 +699,13 @@ int funcd_s3_sign_request(const funcd_s3_req *r, const funcd_s3_auth *a, const u
     if (funcd_buf_printf(&cr, "\n%s\n%s", a->signed_headers, a->payload_hash) < 0)
         goto done;
     char crh[65];
-    funcd_s3_sha256_hex(cr.data, cr.len, crh);
+    funcd_sha256_hex(cr.data, cr.len, crh);
     char sts[512];
     int n = snprintf(sts, sizeof(sts), "AWS4-HMAC-SHA256\n%s\n%s/%s/%s/aws4_request\n%s",
                      a->amz_date, a->date, a->region, a->service, crh);
     uint8_t sig[32];
     hmac(key, 32, sts, (size_t)n, sig);
-    funcd_s3_hex(sig, 32, out);
+    funcd_hex(sig, 32, out);
     rc = 0;
 done:
     if (rc < 0 && !err[0])
@@ -743,7 +726,7 @@ void funcd_s3_sign_chunk(const funcd_s3_auth *a, const uint8_t key[32], const ch
                      a->amz_date, a->date, a->region, a->service, prev, chunk_sha256_hex);
     uint8_t sig[32];
     hmac(key, 32, sts, (size_t)n, sig);
-    funcd_s3_hex(sig, 32, out);
+    funcd_hex(sig, 32, out);
 }
 
 /* ---- aws-chunked ----------------------------------------------------------- */

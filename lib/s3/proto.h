@@ -91,8 +91,6 @@ int funcd_s3_sign_request(const funcd_s3_req *r, const funcd_s3_auth *a, const u
 void funcd_s3_sign_chunk(const funcd_s3_auth *a, const uint8_t key[32], const char *prev,
                          const char *chunk_sha256_hex, char out[65]);
 
-void funcd_s3_hex(const uint8_t *in, size_t len, char *out);
-void funcd_s3_sha256_hex(const void *data, size_t len, char out[65]);
 /* Constant-time equality of two NUL-terminated strings. */
 int funcd_s3_streq_ct(const char *a, const char *b);
 /* yyyymmddThhmmssZ to epoch seconds; -1 if malformed. */

@@ -87,7 +87,7 @@ static int load_master(funcd_s3 *s, const funcd_s3_config *cfg)
                 unlink(path);
                 return funcd_error_set(FUNCD_EIO, "cannot draw a random S3 master secret");
             }
-            funcd_s3_hex(raw, 32, hex);
+            funcd_hex(raw, 32, hex);
             hex[64] = '\n';
             int w = funcd_write_all(fd, hex, 65);
             if (w < 0 || fsync(fd) < 0) {
@@ -160,7 +160,7 @@ int funcd_s3_credentials(const funcd_s3 *s, const cJSON *fn, char akid[160], cha
     const char *id_fields[] = {"funcd-s3-id-v2", ns, name, uid, version};
     key_mac(s, id_fields, 5, mac);
     char tag[25];
-    funcd_s3_hex(mac, 6, tag);
+    funcd_hex(mac, 6, tag);
     snprintf(akid, 160, "%s.%s.%s", ns, name, tag);
     const char *fields[] = {"funcd-s3-v2", ns, name, uid, version};
     key_mac(s, fields, 5, mac);
@@ -643,7 +643,7 @@ static int hash_matches(mbedtls_sha256_context *h, const char *want_hex)
     uint8_t sum[32];
     char hex[65];
     mbedtls_sha256_finish_ret(h, sum);
-    funcd_s3_hex(sum, 32, hex);
+    funcd_hex(sum, 32, hex);
     return strcasecmp(hex, want_hex) == 0;
 }
 
@@ -694,7 +694,7 @@ static int body_stream(request *q, const body_info *bi, body_sink sink, void *ct
             uint8_t sum[32];
             char hex[65], want[65];
             mbedtls_sha256_finish_ret(&chunk, sum);
-            funcd_s3_hex(sum, 32, hex);
+            funcd_hex(sum, 32, hex);
             funcd_s3_sign_chunk(&q->auth, q->key, prev, hex, want);
             if (!funcd_s3_streq_ct(want, sig)) {
                 q->close = 1;
@@ -808,7 +808,7 @@ static void object_etag(const funcd_blob_stat *st, char out[35])
     memcpy(in + 8, &st->mtime_ms, 8);
     mbedtls_sha256_ret(in, sizeof(in), sum, 0);
     out[0] = '"';
-    funcd_s3_hex(sum, 16, out + 1);
+    funcd_hex(sum, 16, out + 1);
     out[33] = '"';
     out[34] = '\0';
 }
@@ -980,7 +980,7 @@ static int op_create_upload(request *q)
     char id[33];
     if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
         return s3_error(q, "InternalError", "no randomness for an upload id");
-    funcd_s3_hex(raw, 16, id);
+    funcd_hex(raw, 16, id);
     char *pre = upload_prefix(q, id), *mk = NULL;
     if (!pre || asprintf(&mk, "%skey", pre) < 0) {
         free(pre);
@@ -1129,7 +1129,7 @@ static int op_upload_part(request *q, const char *id, const char *num)
             free(pre);
             return s3_error(q, "InternalError", "no randomness for a part ETag");
         }
-        funcd_s3_hex(raw, 16, etag);
+        funcd_hex(raw, 16, etag);
     }
     char *pk = NULL;
     if (asprintf(&pk, "%sp/%05ld.%s", pre, n, etag) < 0) {
@@ -1802,7 +1802,7 @@ static void *conn_main(void *arg)
             uint8_t rid[8];
             if (getrandom(rid, sizeof(rid), GRND_NONBLOCK) != (ssize_t)sizeof(rid))
                 memset(rid, 0, sizeof(rid));
-            funcd_s3_hex(rid, 8, q.request_id);
+            funcd_hex(rid, 8, q.request_id);
             int h = funcd_s3_read_head(rd, r, err, sizeof(err));
             if (h <= 0 && h > -2)
                 break;

@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include "source/git2_lazy.h"
-#include <mbedtls/sha256.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
@@ -80,20 +79,6 @@ static void lower_copy(char *dst, const char *src, size_t n)
     for (; i + 1 < n && src[i]; i++)
         dst[i] = (char)tolower((unsigned char)src[i]);
     dst[i] = '\0';
-}
-
-static int url_key(const char *url, char out[65])
-{
-    static const char hex[] = "0123456789abcdef";
-    unsigned char sum[32];
-    if (mbedtls_sha256_ret((const unsigned char *)url, strlen(url), sum, 0) != 0)
-        return -1;
-    for (int i = 0; i < 32; i++) {
-        out[2 * i] = hex[sum[i] >> 4];
-        out[2 * i + 1] = hex[sum[i] & 15];
-    }
-    out[64] = '\0';
-    return 0;
 }
 
 static int mkdir_p(const char *path)
@@ -974,8 +959,7 @@ static int fetch_locked(const char *repos, const char *trees, const char *url, c
                         const funcd_git_options *opts, char commit[41], char *err, size_t errlen)
 {
     char key[65], path[PATH_LEN];
-    if (url_key(url, key) < 0)
-        return fail(err, errlen, FUNCD_EIO, "git: cannot hash URL %s", url);
+    funcd_sha256_hex(url, strlen(url), key);
     if (path_fmt(path, sizeof path, "%s/%s.lock", repos, key) < 0)
         return fail(err, errlen, FUNCD_EINVAL, "git: cache path %s is too long", repos);
     int lock = lock_mirror(path, err, errlen);

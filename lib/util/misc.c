@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <mbedtls/sha256.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -241,4 +242,22 @@ int funcd_write_all(int fd, const void *data, size_t len)
         len -= (size_t)n;
     }
     return 0;
+}
+
+void funcd_hex(const void *in, size_t len, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    const uint8_t *b = in;
+    for (size_t i = 0; i < len; i++) {
+        out[2 * i] = digits[b[i] >> 4];
+        out[2 * i + 1] = digits[b[i] & 15];
+    }
+    out[2 * len] = '\0';
+}
+
+void funcd_sha256_hex(const void *data, size_t len, char out[65])
+{
+    uint8_t sum[32];
+    mbedtls_sha256_ret(data, len, sum, 0);
+    funcd_hex(sum, sizeof(sum), out);
 }

@@ -15,6 +15,11 @@ void funcd_rfc3339(int64_t epoch_ms, char *out, size_t out_len);
 /* A random RFC 4122 version-4 UUID, 36 characters + NUL. */
 void funcd_uuid4(char out[37]);
 
+/* `len` bytes as lowercase hex into `out` (2 * len + 1 bytes). */
+void funcd_hex(const void *in, size_t len, char *out);
+/* The SHA-256 of `len` bytes as 64 hex digits. */
+void funcd_sha256_hex(const void *data, size_t len, char out[65]);
+
 char *funcd_strdup(const char *s);           /* NULL-safe; NULL on OOM */
 char *funcd_strndup(const char *s, size_t n);
 int funcd_has_prefix(const char *s, const char *prefix);
