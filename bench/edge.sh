@@ -19,6 +19,7 @@
 # (funcd-plain's over funcd-edge's: the throughput ratio of a machine kept busy, without the
 # turns of the scheduler that move requests/s between runs); and for compressed answers
 # the bytes each proxy sends for one after the rounds;
+# funcd's minor page faults per run (memory given back to the kernel and touched again);
 # CPUs and the load average are printed with the figures.
 # Usage: bench/edge.sh [BUILD_DIR]   e.g. bash bench/edge.sh build-rel
 #   BENCH_SECONDS (5) per wrk run, BENCH_CONNECTIONS (50), BENCH_ROUNDS (5),
@@ -109,11 +110,13 @@ for size in $sizes; do
   for r in $(seq "$rounds"); do
     k=$(( (r - 1) % 3 ))
     order=("${targets[@]:$k}" "${targets[@]:0:$k}")
-    declare -A X P C
+    declare -A X P C F
     for t in "${order[@]}"; do
       t0=$(cpu_ticks)
+      f0=$(minflt "$funcd_pid")
       res=$(wrk -t1 -c"$conns" -d"${duration}s" --latency -H 'Accept-Encoding: gzip' -H "Origin: $origin" "$(url_of $t "$size")")
       C[$t]=$(cpu_us_per_request "$t0" "$(cpu_ticks)" "$res")
+      F[$t]=$(faults_per_1000_requests "$f0" "$(minflt "$funcd_pid")" "$res")
       X[$t]=$(rps <<<"$res")
       P[$t]=$(lat <<<"$res")
     done
@@ -128,6 +131,7 @@ for size in $sizes; do
       out+=$(printf '  %-12s %10s requests/s   p50 / p99 %s   CPU %s us/request' "$t" "${X[$t]}" "${P[$t]}" "${C[$t]}")$'\n'
     done
     out+=$(printf '  ratios: funcd-edge / funcd-plain %s (by CPU per request %s), funcd-edge / nginx-edge %s' "$c" "$u" "$n")$'\n'
+    out+=$(printf '  funcd page faults per 1000 requests: funcd-edge %s, funcd-plain %s' "${F[funcd-edge]}" "${F[funcd-plain]}")$'\n'
   done
   report+=$(printf '\n%s answers (%s)' "$size-byte" "$([ "$size" = 6 ] && echo 'text, left alone by gzip as tiny' || echo 'JSON, gzip-compressed')")$'\n'
   report+="$out"

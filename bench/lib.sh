@@ -16,6 +16,10 @@ ratio() { python3 -c "print(f'{float($1)/float($2):.2f}')"; }
 # worker) spent per request: on a machine the run keeps busy, the throughput is the CPUs over
 # that, and unlike requests/s it hardly moves with how the scheduler's turns fell.
 cpu_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
+minflt() { awk '{print $10}' "/proc/$1/stat"; } # a process' minor page faults so far
+faults_per_1000_requests() { # faults-before faults-after wrk-output
+  python3 -c "import re,sys; n=int(re.search(r'(\d+) requests in', sys.argv[3]).group(1)); print(f'{(int(sys.argv[2])-int(sys.argv[1]))*1000/n:.1f}')" "$1" "$2" "$3"
+}
 cpu_us_per_request() { # ticks-before ticks-after wrk-output
   python3 -c "import os,re,sys; t=os.sysconf('SC_CLK_TCK'); n=int(re.search(r'(\d+) requests in', sys.argv[3]).group(1)); print(f'{($2-$1)*1e6/t/n:.1f}')" "$1" "$2" "$3"
 }

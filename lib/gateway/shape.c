@@ -673,22 +673,28 @@ static int gz_reserve(gz *z, size_t cap)
     return 0;
 }
 
-/* A whole answer in one call: the gzip member in z->out[0, *used). One
- * call stores the bytes as they are where coding them would make more. */
-static int gz_whole(gz *z, h2o_iovec_t in, size_t *used)
+/* Room for a whole answer of `len` bytes compressed: stored blocks take 5
+ * bytes per 64 KiB, gzip's header and trailer 18. */
+static size_t gz_whole_cap(size_t len)
 {
-    /* stored blocks: 5 bytes per 64 KiB; gzip's header and trailer: 18 */
-    if (in.len > UINT32_MAX / 2 || gz_reserve(z, in.len + in.len / 8192 + 1024) < 0)
-        return -1;
+    return len + len / 8192 + 1024;
+}
+
+/* A whole answer in one call: the gzip member in out[0, *used), `out` having
+ * gz_whole_cap(in.len) bytes. One call stores the bytes as they are where
+ * coding them would make more. */
+static int gz_whole(gz *z, h2o_iovec_t in, unsigned char *out, size_t *used)
+{
+    size_t cap = gz_whole_cap(in.len);
     z->zs.next_in = (uint8_t *)in.base;
     z->zs.avail_in = (uint32_t)in.len;
     z->zs.end_of_stream = 1;
     z->zs.flush = NO_FLUSH;
-    z->zs.next_out = z->out;
-    z->zs.avail_out = (uint32_t)z->cap;
+    z->zs.next_out = out;
+    z->zs.avail_out = (uint32_t)cap;
     if (isal_deflate_stateless(&z->zs) != COMP_OK)
         return -1;
-    *used = z->cap - z->zs.avail_out;
+    *used = cap - z->zs.avail_out;
     return 0;
 }
 
@@ -826,8 +832,23 @@ static void gz_do_send(h2o_ostream_t *os, h2o_req_t *req, h2o_iovec_t *in, size_
         gz_sample(g, l, in, n);
     int final = state == H2O_SEND_STATE_FINAL, whole = g->whole && final;
     size_t used = 0;
-    if ((whole ? gz_whole(g->z, in[0], &used) : gz_stream(g->z, in, n, final, &used, &g->grew)) <
-        0) {
+    unsigned char *out = NULL;
+    int rc;
+    if (whole) {
+        /* The output lives in the request's pool and the stream (82 KiB of
+         * state) goes back at once: with many answers in flight, a stream
+         * each overflowed the thread's cache, and malloc gave their pages back
+         * to the kernel and faulted them in again, answer after answer. */
+        rc = in[0].len > UINT32_MAX / 2 ? -1 : 0;
+        if (rc == 0 && !(out = h2o_mem_alloc_pool(&req->pool, gz_whole_cap(in[0].len))))
+            rc = -1;
+        if (rc == 0)
+            rc = gz_whole(g->z, in[0], out, &used);
+    } else {
+        rc = gz_stream(g->z, in, n, final, &used, &g->grew);
+        out = g->z->out;
+    }
+    if (rc < 0) {
         h2o_ostream_send_next(os, req, NULL, 0, H2O_SEND_STATE_ERROR); /* cut the stream */
         return;
     }
@@ -835,7 +856,8 @@ static void gz_do_send(h2o_ostream_t *os, h2o_req_t *req, h2o_iovec_t *in, size_
         if (whole && l->have_own) { /* the other tables' bytes, for the round's choice */
             gz *t = gz_take(l->use_own ? NULL : &l->own);
             size_t other = 0;
-            if (t && gz_whole(t, in[0], &other) == 0) {
+            if (t && gz_reserve(t, gz_whole_cap(in[0].len)) == 0 &&
+                gz_whole(t, in[0], t->out, &other) == 0) {
                 l->out_used += used;
                 l->out_other += other;
             }
@@ -845,7 +867,11 @@ static void gz_do_send(h2o_ostream_t *os, h2o_req_t *req, h2o_iovec_t *in, size_
         if (++l->sampled >= GZIP_LEARN)
             learner_round(l);
     }
-    g->out = h2o_iovec_init(g->z->out, used);
+    if (whole) {
+        gz_give_back(g->z);
+        g->z = NULL;
+    }
+    g->out = h2o_iovec_init(out, used);
     h2o_ostream_send_next(os, req, &g->out, used ? 1 : 0, state);
 }
 
