@@ -178,6 +178,10 @@ static const struct special {
     {"100.64.0.0/10", "shared (cloud metadata)"}, {"fc00::/7", "unique-local (cloud metadata)"},
     /* Azure's platform service (the metadata's neighbour, the VM agent's) */
     {"168.63.129.16", "a cloud platform service"},
+    /* IPv6 ranges that reach IPv4 addresses through a translator or a relay
+     * and put the IPv4 address where their operator's prefix length says:
+     * local-use NAT64 (RFC 8215) and 6to4. Not read apart: the whole range. */
+    {"64:ff9b:1::/48", "local-use NAT64 (carries IPv4)"}, {"2002::/16", "6to4 (carries IPv4)"},
 };
 #define N_SPECIALS (sizeof(specials) / sizeof(specials[0]))
 

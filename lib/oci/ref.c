@@ -291,13 +291,21 @@ int funcd_oci_addr_is_internal(const struct sockaddr *sa)
         const unsigned char *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
         static const unsigned char zero[16], mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff},
                                    nat64[12] = {0, 0x64, 0xff, 0x9b},
+                                   nat64_local[6] = {0, 0x64, 0xff, 0x9b, 0, 1},
                                    aws[16] = {0xfd, 0, 0x0e, 0xc2, [14] = 0x02, [15] = 0x54};
         if (memcmp(b, zero, 15) == 0 && (b[15] == 0 || b[15] == 1)) /* :: and ::1 */
             return 1;
-        /* ::ffff:a.b.c.d, 64:ff9b::a.b.c.d (NAT64) and ::a.b.c.d reach a.b.c.d */
-        if (memcmp(b, mapped, 12) == 0 || memcmp(b, nat64, 12) == 0 || memcmp(b, zero, 12) == 0) {
-            struct sockaddr_in v4 = {.sin_family = AF_INET};
+        /* ::ffff:a.b.c.d, 64:ff9b::a.b.c.d (NAT64), 64:ff9b:1::a.b.c.d (local-use
+         * NAT64, as a /96) and ::a.b.c.d reach a.b.c.d; 2002:AABB:CCDD:: (6to4)
+         * reaches it through a relay */
+        struct sockaddr_in v4 = {.sin_family = AF_INET};
+        if (memcmp(b, mapped, 12) == 0 || memcmp(b, nat64, 12) == 0 || memcmp(b, zero, 12) == 0 ||
+            memcmp(b, nat64_local, 6) == 0) {
             memcpy(&v4.sin_addr, b + 12, 4);
+            return funcd_oci_addr_is_internal((const struct sockaddr *)&v4);
+        }
+        if (b[0] == 0x20 && b[1] == 0x02) {
+            memcpy(&v4.sin_addr, b + 2, 4);
             return funcd_oci_addr_is_internal((const struct sockaddr *)&v4);
         }
         return (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) || b[0] == 0xff || /* fe80::/10, ff00::/8 */

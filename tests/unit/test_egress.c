@@ -77,7 +77,9 @@ TEST(test_policy_validation)
      * keeps them to admins) */
     static const char *const mapped_specials[] = {"::ffff:127.0.0.1", "::ffff:0:0/96",
                                                   "::ffff:169.254.0.0/112", "64:ff9b::/96",
-                                                  "64:ff9b::a9fe:a9fe"};
+                                                  "64:ff9b::a9fe:a9fe", "64:ff9b:1::/48",
+                                                  "64:ff9b:1:a9fe:a9:fe00::/128",
+                                                  "2002::/16", "2002:a9fe:a9fe::/48"};
     for (size_t i = 0; i < sizeof(mapped_specials) / sizeof(mapped_specials[0]); i++) {
         funcd_egress_cidr c;
         CHECK_INT(funcd_egress_parse_cidr(mapped_specials[i], &c), 0);
