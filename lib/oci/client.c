@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "funcd/sys/error.h"
+#include "oci/blob_cache.h"
 #include "oci/transport.h"
 #include "util/buf.h"
 #include "util/misc.h"
@@ -64,6 +65,7 @@ struct funcd_oci_pull_handle {
     int hops;
     funcd_oci_manifest m;
     size_t n_blobs, blobs_left;
+    size_t held; /* blobs 0..held-1 are held in the blob cache for this pull */
     unsigned char *blob_ready;
     uint64_t total, got;
     struct event finish;
@@ -98,6 +100,7 @@ struct funcd_oci_client {
     struct event_base *loop;
     oci_transport *t;
     funcd_oci_stats stats;
+    funcd_oci_blob_cache *blobs;
     char *blob_dir, *manifest_dir, *auth_file, *os, *arch;
     funcd_oci_pull_handle *pulls;
     funcd_oci_verify_handle *verifies;
@@ -267,6 +270,7 @@ static const char *default_arch(void)
 /* ---- pull lifecycle ------------------------------------------------------------------- */
 
 static void fetch_remove_waiters(blob_fetch *f, funcd_oci_pull_handle *p);
+static const funcd_oci_descriptor *blob_desc(const funcd_oci_pull_handle *p, size_t idx);
 
 static void pull_detach(funcd_oci_pull_handle *p)
 {
@@ -290,6 +294,8 @@ static void pull_free(funcd_oci_pull_handle *p)
     if (p->next)
         p->next->prev = p->prev;
     event_del(&p->finish);
+    for (size_t i = 0; i < p->held; i++)
+        funcd__oci_blob_release(c->blobs, blob_desc(p, i)->digest);
     free(p->ref_str);
     free(p->display);
     funcd_oci_ref_free(&p->ref);
@@ -459,6 +465,8 @@ static void pull_assemble(funcd_oci_pull_handle *p)
     }
     img->from_registry = p->from_registry;
     img->with_credentials = has_credentials(&p->creds);
+    img->blobs = funcd_oci_blob_cache_ref(c->blobs); /* the pull's holds are the image's now */
+    p->held = 0;
     if (p->from_registry) { /* these credentials read this image's manifest just now */
         unsigned char key[32];
         verified_key(&p->creds, &p->ref, p->manifest_digest, key);
@@ -558,12 +566,17 @@ static void fetch_settle(blob_fetch *f, int rc, const char *msg)
 /* The verified temp file becomes the cache entry named by its digest. */
 static int store_fetched(blob_fetch *f)
 {
-    int rc = close(f->fd);
+    struct stat st;
+    int rc = fstat(f->fd, &st);
+    if (close(f->fd) < 0)
+        rc = -1;
     f->fd = -1;
     if (rc < 0 || rename(f->tmp_path, f->final_path) < 0)
         return -1;
     free(f->tmp_path);
     f->tmp_path = NULL;
+    /* Every pull waiting for it holds it: the eviction this may start leaves it. */
+    funcd__oci_blob_used(f->c->blobs, f->digest, &st, 1);
     return 0;
 }
 
@@ -644,6 +657,7 @@ static int pull_want_blob(funcd_oci_pull_handle *p, size_t idx)
     int cached = path && stat(path, &st) == 0 && (uint64_t)st.st_size == d->size;
     free(path);
     if (cached) {
+        funcd__oci_blob_used(c->blobs, d->digest, &st, 0);
         c->stats.blob_cache_hits++;
         p->got += d->size;
         pull_blob_ready(p, idx);
@@ -675,6 +689,12 @@ static void pull_start_blobs(funcd_oci_pull_handle *p)
     }
     for (size_t i = 0; i < p->n_blobs; i++)
         p->total += blob_desc(p, i)->size;
+    /* Held before they are looked for: none goes between finding it and using it. */
+    for (; p->held < p->n_blobs; p->held++)
+        if (funcd__oci_blob_hold(p->c->blobs, blob_desc(p, p->held)->digest) < 0) {
+            pull_fail(p, FUNCD_ENOMEM, "%s: out of memory", p->display);
+            return;
+        }
     report_progress(p);
     for (size_t i = 0; i < p->n_blobs && !p->finishing; i++) {
         int rc = pull_want_blob(p, i);
@@ -1064,6 +1084,15 @@ int funcd_oci_client_new(funcd_oci_client **out, struct event_base *loop,
         return rc;
     }
     remove_stale_temps(c->blob_dir);
+    int brc = o->blob_cache ? 0
+                            : funcd_oci_blob_cache_open(&c->blobs, c->blob_dir,
+                                                        o->blob_cache_bytes, o->logger);
+    if (brc < 0) {
+        funcd_oci_client_free(c);
+        return brc;
+    }
+    if (o->blob_cache)
+        c->blobs = funcd_oci_blob_cache_ref(o->blob_cache);
     if (!(c->t = oci_transport_new(loop, o, &c->stats))) {
         int rc = funcd_error_last()->code ? funcd_error_last()->code : FUNCD_EIO;
         funcd_oci_client_free(c);
@@ -1087,6 +1116,7 @@ void funcd_oci_client_free(funcd_oci_client *c)
         fetch_free(f);
     }
     oci_transport_free(c->t);
+    funcd_oci_blob_cache_unref(c->blobs);
     event_del(&c->progress_ev);
     free(c->blob_dir);
     free(c->manifest_dir);
@@ -1102,6 +1132,11 @@ const funcd_oci_stats *funcd_oci_client_stats(const funcd_oci_client *c)
     return &c->stats;
 }
 
+funcd_oci_blob_cache *funcd_oci_client_blob_cache(const funcd_oci_client *c)
+{
+    return c->blobs;
+}
+
 static void vec_free(char **v)
 {
     for (size_t i = 0; v && v[i]; i++)
@@ -1113,6 +1148,7 @@ void funcd_oci_image_free(funcd_oci_image *img)
 {
     if (!img)
         return;
+    funcd__oci_image_release_blobs(img);
     free(img->ref);
     free(img->digest);
     free(img->config_digest);

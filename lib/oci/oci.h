@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 struct event_base;
+struct funcd_logger;
 
 /* ---- references ----------------------------------------------------------- */
 
@@ -137,7 +138,10 @@ int funcd_docker_config_lookup(const char *json, const char *registry_host, char
 
 /* ---- images and the client ------------------------------------------------------ */
 
-typedef struct funcd_oci_image {
+typedef struct funcd_oci_blob_cache funcd_oci_blob_cache;
+typedef struct funcd_oci_image funcd_oci_image;
+
+struct funcd_oci_image {
     char *ref;           /* as given */
     char *digest;        /* the image manifest's digest */
     char *config_digest;
@@ -152,9 +156,48 @@ typedef struct funcd_oci_image {
     int from_registry;    /* 1: the registry served this pull's manifest, with its credentials;
                              0: the manifest came from the cache (no request was made) */
     int with_credentials; /* credentials for the registry were found (a Secret, the auth file) */
-} funcd_oci_image;
+    funcd_oci_blob_cache *blobs; /* holds config_digest and layer_digests there, or NULL */
+};
 
 void funcd_oci_image_free(funcd_oci_image *img);
+
+/* ---- the blob cache ---------------------------------------------------------------- */
+
+/*
+ * The verified blobs under <cache>/blobs/sha256, with a size cap in bytes on
+ * disk (docs/images.md "The blob cache"). Blobs are held while a pull wants
+ * them (from the moment its manifest is known) and while an image a pull
+ * returned lives (until funcd_oci_image_free: the caller unpacks it). When
+ * the blobs stored pass the cap, the least recently used that nobody holds
+ * are deleted: after a pull stores a blob, when the last hold of a blob goes
+ * while the cache is over its cap, and when the cache is opened. Use times
+ * are kept in memory and as each blob's modification time, so the order
+ * survives a restart. Thread-safe; shared by reference.
+ */
+
+typedef struct funcd_oci_blob_cache_stats {
+    uint64_t blobs, bytes;       /* stored now (bytes on disk) */
+    uint64_t held;               /* blobs held now (stored or still coming) */
+    uint64_t evictions, evicted_bytes; /* since opened */
+} funcd_oci_blob_cache_stats;
+
+/* Opens (creating) `dir` with a cap of `max_bytes` (0: none), indexes the
+ * blobs there and evicts down to the cap. `logger` (may be NULL) gets an
+ * INFO line for each eviction round. 0, or FUNCD_EIO naming the directory. */
+int funcd_oci_blob_cache_open(funcd_oci_blob_cache **out, const char *dir, uint64_t max_bytes,
+                              const struct funcd_logger *logger);
+/* Another reference; the cache is freed with the last funcd_oci_blob_cache_unref. */
+funcd_oci_blob_cache *funcd_oci_blob_cache_ref(funcd_oci_blob_cache *c);
+void funcd_oci_blob_cache_unref(funcd_oci_blob_cache *c); /* NULL-safe */
+void funcd_oci_blob_cache_stats_get(funcd_oci_blob_cache *c, funcd_oci_blob_cache_stats *out);
+/*
+ * Holds the blobs `img` names (its config, when known, and its layers) in
+ * `c` until funcd_oci_image_free, for an image the caller made itself (one
+ * remembered from an earlier pull). Check that the files are there after
+ * this call, not before. 0, or FUNCD_ENOMEM (then nothing is held).
+ * An image a pull returned holds its blobs already.
+ */
+int funcd_oci_image_hold_blobs(funcd_oci_image *img, funcd_oci_blob_cache *c);
 
 typedef struct funcd_oci_client funcd_oci_client;
 /* The function funcd_oci_pull takes the plain name; its handle is this. */
@@ -174,6 +217,10 @@ typedef struct funcd_oci_client_options {
     unsigned max_connections_per_host; /* 0: 6 */
     long connect_timeout_ms;          /* 0: 10 s */
     long low_speed_timeout_s;         /* a transfer under 1 KiB/s this long fails; 0: 60 */
+    funcd_oci_blob_cache *blob_cache; /* the cache of cache_dir/blobs/sha256, opened by the
+                                         caller (the client takes a reference), or NULL:
+                                         the client opens it */
+    uint64_t blob_cache_bytes;        /* the cap when the client opens it (0: none) */
 } funcd_oci_client_options;
 
 typedef struct funcd_oci_stats {
@@ -216,6 +263,8 @@ int funcd_oci_client_new(funcd_oci_client **out, struct event_base *loop,
 /* Cancels every pull still running (their done callbacks are not called). NULL-safe. */
 void funcd_oci_client_free(funcd_oci_client *c);
 const funcd_oci_stats *funcd_oci_client_stats(const funcd_oci_client *c);
+/* The client's blob cache (its reference, not the caller's). */
+funcd_oci_blob_cache *funcd_oci_client_blob_cache(const funcd_oci_client *c);
 
 /*
  * Starts pulling `ref`. `dockerconfigjson`: a Secret's .dockerconfigjson

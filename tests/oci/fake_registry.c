@@ -24,6 +24,18 @@ void fake_registry_digest(const void *data, size_t len, char out[72])
         snprintf(out + 7 + 2 * i, 3, "%02x", sum[i]);
 }
 
+void fake_registry_layer_digest(size_t n, char out[72])
+{
+    char *data = malloc(n ? n : 1);
+    if (!data) {
+        out[0] = '\0';
+        return;
+    }
+    memset(data, 'x', n);
+    fake_registry_digest(data, n, out);
+    free(data);
+}
+
 static void reply(struct evhttp_request *req, int code, const char *type, const char *digest,
                   const void *body, size_t len)
 {
@@ -76,14 +88,48 @@ static void serve(struct evhttp_request *req, void *arg)
         atomic_fetch_add(&f->blob_gets, 1);
         reply(req, 200, "application/octet-stream", NULL, f->config, strlen(f->config));
     } else {
+        const char *digest = blob + strlen("/blobs/");
+        if (f->hold && strcmp(digest, f->hold) == 0 && !atomic_load(&f->released)) {
+            int n = atomic_load(&f->held);
+            if (n < 4) {
+                f->held_req[n] = req;
+                atomic_store(&f->held, n + 1);
+                return;
+            }
+        }
         atomic_fetch_add(&f->blob_gets, 1);
-        char *data = malloc(f->layer_bytes ? f->layer_bytes : 1);
+        size_t len = f->layer_bytes;
+        for (int i = 0; i < 4 && f->layer_sizes[i]; i++) {
+            char d[72];
+            fake_registry_layer_digest(f->layer_sizes[i], d);
+            if (strcmp(d, digest) == 0)
+                len = f->layer_sizes[i];
+        }
+        char *data = malloc(len ? len : 1);
         if (data)
-            memset(data, 'x', f->layer_bytes);
-        reply(req, data ? 200 : 500, "application/octet-stream", NULL, data,
-              data ? f->layer_bytes : 0);
+            memset(data, 'x', len);
+        reply(req, data ? 200 : 500, "application/octet-stream", NULL, data, data ? len : 0);
         free(data);
     }
+}
+
+/* Every 10 ms: once released, the held GETs are answered. */
+static void on_hold_check(evutil_socket_t fd, short what, void *arg)
+{
+    fake_registry *f = arg;
+    if (!atomic_load(&f->released))
+        return;
+    int n = atomic_exchange(&f->held, 0);
+    for (int i = 0; i < n; i++) {
+        struct evhttp_request *req = f->held_req[i];
+        f->held_req[i] = NULL;
+        serve(req, f);
+    }
+}
+
+void fake_registry_release(fake_registry *f)
+{
+    atomic_store(&f->released, 1);
 }
 
 static void on_stop(evutil_socket_t fd, short what, void *arg)
@@ -112,6 +158,8 @@ int fake_registry_start(fake_registry *f)
         !(f->http = evhttp_new(f->base)) ||
         !(f->stop = event_new(f->base, f->stop_fds[0], EV_READ, on_stop, f)) ||
         event_add(f->stop, NULL) < 0 ||
+        !(f->hold_check = event_new(f->base, -1, EV_PERSIST, on_hold_check, f)) ||
+        event_add(f->hold_check, &(struct timeval){0, 10000}) < 0 ||
         !(bs = evhttp_bind_socket_with_handle(f->http, "127.0.0.1", 0)) ||
         getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *)&sa, &sl) < 0) {
         fake_registry_stop(f);
@@ -140,6 +188,9 @@ void fake_registry_stop(fake_registry *f)
     }
     if (f->stop)
         event_free(f->stop);
+    if (f->hold_check)
+        event_free(f->hold_check);
+    f->hold_check = NULL;
     if (f->http)
         evhttp_free(f->http);
     if (f->base)

@@ -8,8 +8,11 @@
  *               asked for; a GET of one gets bytes that are no such manifest.
  *               The registry of review17 H-1: it claims to hold any image.
  *   otherwise   `manifest` for any manifest of any repository, `config` for
- *               the blob that is its digest, and `layer_bytes` bytes of 'x'
- *               for any other blob, whatever its manifest declares.
+ *               the blob that is its digest, N bytes of 'x' for the blob
+ *               that is their digest, N one of `layer_sizes`, and
+ *               `layer_bytes` bytes of 'x' for any other blob, whatever its
+ *               manifest declares. A GET of the blob `hold` is answered only
+ *               once fake_registry_release is called.
  */
 #ifndef FUNCD_TESTS_OCI_FAKE_REGISTRY_H
 #define FUNCD_TESTS_OCI_FAKE_REGISTRY_H
@@ -23,14 +26,19 @@ typedef struct fake_registry {
     int claims_any;
     const char *manifest, *config;
     size_t layer_bytes;
+    size_t layer_sizes[4]; /* 0 ends the list */
+    const char *hold;      /* a blob digest, or NULL */
     /* set by fake_registry_start */
     char addr[64];                            /* "127.0.0.1:PORT" */
     char manifest_digest[72], config_digest[72];
     atomic_int heads, manifest_gets, blob_gets; /* requests answered so far */
+    atomic_int held;                            /* GETs of `hold` waiting */
     /* private */
     struct event_base *base;
     struct evhttp *http;
-    struct event *stop;
+    struct event *stop, *hold_check;
+    struct evhttp_request *held_req[4];
+    atomic_int released;
     int stop_fds[2];
     pthread_t thread;
     int made, running;
@@ -41,6 +49,12 @@ void fake_registry_digest(const void *data, size_t len, char out[72]);
 
 /* Listens on a loopback port and answers on a thread of its own; 0 or -1. */
 int fake_registry_start(fake_registry *f);
+
+/* "sha256:<hex>" of n bytes of 'x': a layer of `layer_sizes`. */
+void fake_registry_layer_digest(size_t n, char out[72]);
+
+/* Answers the GETs of `hold` waiting, and those to come, from now on. */
+void fake_registry_release(fake_registry *f);
 
 /* Stops the thread and frees what start made. Safe on a registry not started. */
 void fake_registry_stop(fake_registry *f);

@@ -30,7 +30,7 @@ static void on_done(int rc, const char *message, funcd_oci_image *image, void *p
 
 /* A client with a cache of its own under `work` that may reach the
  * `insecure` registries (NULL-terminated) over plain HTTP. */
-static funcd_oci_client *new_client_of(struct event_base *loop, const char *work,
+static inline funcd_oci_client *new_client_of(struct event_base *loop, const char *work,
                                        const char *const *insecure)
 {
     static int seq;
