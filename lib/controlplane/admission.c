@@ -8,9 +8,12 @@
  * under a source root the operator allows (funcd_with_source_root).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "controlplane/api.h"
+#include "controlplane/quota.h"
+#include "funcd/sys/error.h"
 #include "objects/objects.h"
 #include "port/store.h"
 #include "egress/policy.h"
@@ -157,19 +160,24 @@ static int count_one(const funcd_store_kv *kv, void *payload)
     return ++c->n >= c->stop_at; /* enough to know the quota is reached */
 }
 
-int funcd_cp_admit_quota(const funcd_cp *cp, const funcd_kind *kind, const char *ns,
-                         const cJSON *obj, funcd_cp_response *resp)
+/* 1 when `obj` is already stored: a replace adds nothing. */
+static int exists(const funcd_cp *cp, const funcd_kind *kind, const char *ns, const cJSON *obj)
 {
-    if (strcmp(kind->kind, "KVStore") != 0 || cp->kv_store_quota < 0)
-        return 1;
     const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "name"));
     cJSON *old = NULL;
     uint64_t rev;
-    if (name && funcd_objects_get(cp->store, kind, ns, name, &old, &rev) == 0) {
-        cJSON_Delete(old);
-        return 1; /* a replace adds nothing */
-    }
+    if (!name || funcd_objects_get(cp->store, kind, ns, name, &old, &rev) < 0)
+        return 0;
+    cJSON_Delete(old);
+    return 1;
+}
+
+static int admit_kv_store_quota(const funcd_cp *cp, const funcd_kind *kind, const char *ns,
+                                const cJSON *obj, funcd_cp_response *resp)
+{
+    if (strcmp(kind->kind, "KVStore") != 0 || cp->kv_store_quota < 0 || exists(cp, kind, ns, obj))
+        return 1;
     funcd_buf prefix = FUNCD_BUF_INIT;
     counting c = {0, cp->kv_store_quota};
     int rc = funcd_objects_prefix(&prefix, kind, ns);
@@ -182,4 +190,44 @@ int funcd_cp_admit_quota(const funcd_cp *cp, const funcd_kind *kind, const char 
                     "namespace %s has %lld KVStores, its quota (funcd --kv-store-quota %lld)",
                     ns, (long long)c.n, (long long)cp->kv_store_quota);
     return 0;
+}
+
+/* Objects of every kind (WorkflowRuns are not objects: lib/workflow caps
+ * them). The count is the namespace's own, and its caller's to see. */
+int funcd_cp_admit_quota(const funcd_cp *cp, const funcd_kind *kind, const char *ns,
+                         const cJSON *obj, funcd_cp_response *resp, int *held)
+{
+    *held = 0;
+    if (!admit_kv_store_quota(cp, kind, ns, obj, resp))
+        return 0;
+    if (!cp->counts || cp->object_quota < 0)
+        return 1;
+    int64_t n = 0;
+    int rc = funcd_cp_counts_take(cp->counts, ns, cp->object_quota, &n);
+    if (rc > 0) {
+        *held = 1;
+        return 1;
+    }
+    if (rc < 0) {
+        funcd_cp_status(resp, 503, "ServiceUnavailable", NULL,
+                        "cannot count the objects of namespace %s for its quota: %s; retry", ns,
+                        funcd_error_last()->message);
+        return 0;
+    }
+    if (exists(cp, kind, ns, obj)) /* only looked for once the namespace is full */
+        return 1;
+    funcd_cp_status(resp, 403, "Forbidden", NULL,
+                    "namespace %s has %lld objects, its quota (funcd --namespace-object-quota "
+                    "%lld, every kind together): delete one, or ask the operator to raise it",
+                    ns, (long long)n, (long long)cp->object_quota);
+    return 0;
+}
+
+void funcd_cp_quota_done(const funcd_cp *cp, const char *ns, int held, const cJSON *made)
+{
+    if (!held || !cp->counts)
+        return;
+    const char *rv = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(made, "metadata"), "resourceVersion"));
+    funcd_cp_counts_give(cp->counts, ns, rv ? strtoull(rv, NULL, 10) : 0);
 }

@@ -660,14 +660,17 @@ static void create_object(funcd_cp *cp, const funcd_cp_request *req, const route
     cJSON *obj = decode_body(req, r, resp), *out = NULL;
     if (!obj)
         return;
+    int held = 0;
     if (!funcd_cp_admit(cp, r->kind, r->ns, t, obj, resp) ||
-        !funcd_cp_admit_quota(cp, r->kind, r->ns, obj, resp) ||
+        !funcd_cp_admit_quota(cp, r->kind, r->ns, obj, resp, &held) ||
         (strcmp(r->kind->kind, "Workflow") == 0 &&
          !funcd_cp_admit_workflow(cp, r->ns, obj, resp))) {
+        funcd_cp_quota_done(cp, r->ns, held, NULL);
         cJSON_Delete(obj);
         return;
     }
     int rc = funcd_objects_create(cp->store, r->kind, r->ns, obj, &out);
+    funcd_cp_quota_done(cp, r->ns, held, rc < 0 ? NULL : out);
     if (rc < 0)
         status_from_error(resp, rc);
     else
@@ -682,15 +685,18 @@ static void replace_object(funcd_cp *cp, const funcd_cp_request *req, const rout
     cJSON *obj = decode_body(req, r, resp), *out = NULL;
     if (!obj)
         return;
+    int held = 0;
     if (!funcd_cp_admit(cp, r->kind, r->ns, t, obj, resp) ||
-        !funcd_cp_admit_quota(cp, r->kind, r->ns, obj, resp) ||
+        !funcd_cp_admit_quota(cp, r->kind, r->ns, obj, resp, &held) ||
         (strcmp(r->kind->kind, "Workflow") == 0 &&
          !funcd_cp_admit_workflow(cp, r->ns, obj, resp))) {
+        funcd_cp_quota_done(cp, r->ns, held, NULL);
         cJSON_Delete(obj);
         return;
     }
     int created = 0;
     int rc = funcd_objects_replace(cp->store, r->kind, r->ns, r->name, obj, &created, &out);
+    funcd_cp_quota_done(cp, r->ns, held, rc == 0 && created ? out : NULL);
     if (rc == FUNCD_EINVAL) /* the only caller-side error of a replace */
         funcd_cp_status(resp, 400, "BadRequest", "metadata.resourceVersion", "%s",
                         funcd_error_last()->message);

@@ -22,6 +22,7 @@ struct funcd_serving;
 struct funcd_metrics;
 
 #define FUNCD_KV_STORE_QUOTA_DEFAULT 100
+#define FUNCD_OBJECT_QUOTA_DEFAULT 10000
 
 typedef struct funcd_cp {
     funcd_store *store;
@@ -34,6 +35,8 @@ typedef struct funcd_cp {
     int metrics_open;                /* GET /metrics without a token */
     struct funcd_queue *queue;       /* invocations and dead letters (invocations.c); may be NULL */
     int64_t kv_store_quota;          /* KVStores per namespace; negative: no limit (admission.c) */
+    int64_t object_quota;            /* objects per namespace, all kinds; negative: no limit */
+    struct funcd_cp_counts *counts;  /* objects per namespace (quota.c); NULL: not counted */
     char version_json[512]; /* the body of GET /version */
     size_t workflow_payload_limit;   /* a run's input (workflows.c); 0: 1 MiB */
     struct funcd_s3 *s3;             /* .../functions/{name}/s3-credentials; may be NULL */
@@ -124,10 +127,16 @@ int funcd_cp_invocations(funcd_cp *cp, const funcd_cp_request *req, const struct
 int funcd_cp_admit(const funcd_cp *cp, const funcd_kind *kind, const char *ns,
                    const funcd_token *t, const cJSON *obj, funcd_cp_response *resp);
 /* 1 when the object may be created under the namespace's quotas (KVStores:
- * cp->kv_store_quota); 0 with `resp` set to 403 naming the quota. An
- * object that exists already (a replace) is always allowed. */
+ * cp->kv_store_quota; objects of every kind: cp->object_quota, counted by
+ * cp->counts); 0 with `resp` set to 403 naming the quota. An object that
+ * exists already (a replace) is always allowed. `*held` is 1 when a place
+ * was taken for the object: the caller gives it back with
+ * funcd_cp_quota_done once its write returned, whatever came of it. */
 int funcd_cp_admit_quota(const funcd_cp *cp, const funcd_kind *kind, const char *ns,
-                         const cJSON *obj, funcd_cp_response *resp);
+                         const cJSON *obj, funcd_cp_response *resp, int *held);
+/* Gives back the place funcd_cp_admit_quota took (`held` 0: nothing);
+ * `made` is the object the write stored, NULL when it stored none. */
+void funcd_cp_quota_done(const funcd_cp *cp, const char *ns, int held, const cJSON *made);
 
 /* Workflows (workflows.c): the runs API (0 when the path is not one of
  * its own), and admission of a Workflow against the store (1 when its
