@@ -427,6 +427,18 @@ void funcd_rootfs_cache_put(funcd_rootfs_cache *c, const char *manifest_digest)
     remove_victims(&victims);
 }
 
+int funcd_rootfs_cache_has(funcd_rootfs_cache *c, const char *manifest_digest)
+{
+    char name[NAME_LEN];
+    if (!c || !manifest_digest || !digest_name(manifest_digest, ':', name))
+        return 0;
+    pthread_mutex_lock(&c->mu);
+    entry *e = find(c, name);
+    int ready = e && e->state == ENTRY_READY;
+    pthread_mutex_unlock(&c->mu);
+    return ready;
+}
+
 void funcd_rootfs_cache_stats_get(funcd_rootfs_cache *c, funcd_rootfs_cache_stats *out)
 {
     memset(out, 0, sizeof(*out));

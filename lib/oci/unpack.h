@@ -118,6 +118,10 @@ void funcd_rootfs_cache_put(funcd_rootfs_cache *c, const char *manifest_digest);
 
 void funcd_rootfs_cache_stats_get(funcd_rootfs_cache *c, funcd_rootfs_cache_stats *out);
 
+/* 1 when the rootfs of `manifest_digest` is extracted now (a get would not
+ * read the layers unless it is evicted first). */
+int funcd_rootfs_cache_has(funcd_rootfs_cache *c, const char *manifest_digest);
+
 /* Frees the cache object; what is on disk stays for the next run. NULL is fine. */
 void funcd_rootfs_cache_free(funcd_rootfs_cache *c);
 

@@ -110,6 +110,7 @@ struct funcd_sources {
     char *images_dir, *git_dir;
     char *node; /* cfg.node, copied */
     funcd_oci_client *oci;
+    funcd_oci_blob_cache *blobs; /* opened at start: a smaller cap applies before any pull */
     funcd_rootfs_cache *rootfs;
     entry *entries;
     struct event *wake, *tick;
@@ -439,8 +440,12 @@ static char *tag_within(funcd_sources *s, const char *ref, uint64_t every, int64
 }
 
 /* The image as remembered, if the tag is fresh (or pinned by digest), it
- * was pulled from `ref`'s registry and repository, and every layer is still
- * in the cache: a restart needs no registry. */
+ * was pulled from `ref`'s registry and repository, and its rootfs or every
+ * layer is still in the cache: a restart needs no registry. The layers are
+ * held in the blob cache (then looked for) until the image is freed, after
+ * unpacking; with the rootfs there they are not needed (the blob cache may
+ * have evicted them), unless the rootfs goes before the unpack: then that
+ * fails, and the retry pulls. */
 static funcd_oci_image *remembered_image(funcd_sources *s, const char *ref)
 {
     funcd_oci_ref r;
@@ -484,12 +489,15 @@ static funcd_oci_image *remembered_image(funcd_sources *s, const char *ref)
         img->layer_digests[i] = strdup(d);
         img->layer_media_types[i] = strdup(mt);
         img->layer_paths[i] = blob_path(s, d);
-        ok = img->layer_digests[i] && img->layer_media_types[i] && img->layer_paths[i] &&
-             access(img->layer_paths[i], R_OK) == 0;
+        ok = img->layer_digests[i] && img->layer_media_types[i] && img->layer_paths[i];
     }
     free(digest);
     cJSON_Delete(m);
-    if (img && (!ok || img->n_layers != n)) {
+    ok = ok && img->n_layers == n && funcd_oci_image_hold_blobs(img, s->blobs) == 0;
+    int extracted = ok && funcd_rootfs_cache_has(s->rootfs, img->digest);
+    for (size_t i = 0; ok && !extracted && i < img->n_layers; i++)
+        ok = access(img->layer_paths[i], R_OK) == 0;
+    if (img && !ok) {
         funcd_oci_image_free(img);
         return NULL;
     }
@@ -1477,8 +1485,16 @@ int funcd_sources_new(funcd_sources **out, const funcd_sources_config *cfg)
         funcd_sources_free(s);
         return rc;
     }
+    char blob_dir[1200];
+    snprintf(blob_dir, sizeof(blob_dir), "%s/blobs/sha256", s->images_dir);
+    if ((rc = funcd_oci_blob_cache_open(&s->blobs, blob_dir, cfg->image_blob_cache_bytes,
+                                        cfg->logger)) < 0) {
+        funcd_sources_free(s);
+        return rc;
+    }
     s->oci_opts = (funcd_oci_client_options){
         .cache_dir = s->images_dir,
+        .blob_cache = s->blobs,
         .auth_file = cfg->auth_file,
         .certs_dir = cfg->certs_dir,
         .insecure = cfg->insecure,
@@ -1562,6 +1578,7 @@ void funcd_sources_free(funcd_sources *s)
     if (s->tick)
         event_free(s->tick);
     funcd_oci_client_free(s->oci);
+    funcd_oci_blob_cache_unref(s->blobs);
     funcd_rootfs_cache_free(s->rootfs);
     if (s->git_held)
         funcd_git_shutdown();

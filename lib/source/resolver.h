@@ -41,6 +41,7 @@ typedef struct funcd_sources_config {
     const char *const *allowed; /* the operator's registry allow-list, or NULL */
     const char *os, *arch;
     uint64_t image_cache_bytes; /* 0: 4 GiB */
+    uint64_t image_blob_cache_bytes; /* the blobs under images/blobs; 0: no cap */
     uint64_t tag_refresh_ms;    /* 0: 5 min */
     uint64_t git_poll_ms;       /* 0: 1 min */
     const funcd_logger *logger;
