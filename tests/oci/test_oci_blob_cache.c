@@ -18,6 +18,7 @@
 #include "funcd/common.h"
 #include "harness.h"
 #include "oci/oci.h"
+#include "util/log.h"
 #include "util/misc.h"
 
 #if defined(__aarch64__)
@@ -320,6 +321,14 @@ TEST(a_blob_larger_than_the_cap_still_pulls)
     CHECK(after <= 10000);
 }
 
+static char logged[1024];
+
+static void log_to(funcd_log_level level, const char *message, void *payload)
+{
+    if (level == FUNCD_LOG_INFO)
+        snprintf(logged, sizeof(logged), "%s", message);
+}
+
 /*
  * A cache filled without a cap, opened again with one (a restart with a
  * smaller --image-blob-cache-bytes): it shrinks as it opens, least recently
@@ -346,7 +355,9 @@ TEST(a_smaller_cap_at_start_shrinks_the_cache)
     uint64_t before = blob_bytes(cache);
 
     funcd_oci_blob_cache *bc = NULL;
-    CHECK_INT(funcd_oci_blob_cache_open(&bc, blobs, CAP + 10000, NULL), 0);
+    funcd_logger lg = {.fn = log_to, .min = FUNCD_LOG_INFO};
+    logged[0] = '\0';
+    CHECK_INT(funcd_oci_blob_cache_open(&bc, blobs, CAP + 10000, &lg), 0);
     funcd_oci_blob_cache_stats st;
     funcd_oci_blob_cache_stats_get(bc, &st);
     funcd_oci_blob_cache_unref(bc);
@@ -363,6 +374,10 @@ TEST(a_smaller_cap_at_start_shrinks_the_cache)
     CHECK(has_layer(cache, A_BYTES));
     CHECK(!has_layer(cache, B_BYTES));
     CHECK(has_layer(cache, C_BYTES));
+    CHECK_CONTAINS(logged, "evicted 1 blob (");
+    char bytes[64];
+    snprintf(bytes, sizeof(bytes), "(%llu bytes)", (unsigned long long)st.evicted_bytes);
+    CHECK_CONTAINS(logged, bytes);
 }
 
 int main(void)
