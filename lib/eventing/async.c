@@ -185,6 +185,7 @@ static void handle(funcd_async *a, funcd_gw_call *call)
         .body_len = body_len,
         .delivery = {.timeout_ms = timeout_ms},
         .callback_url = callback,
+        .anonymous = auth == FUNCD_EDGE_AUTH_OPEN, /* no token was asked for */
     };
     char id[FUNCD_QUEUE_ID_MAX];
     int rc = funcd_queue_submit(a->cfg.queue, &item, id, sizeof(id));

@@ -79,10 +79,13 @@ typedef struct inbox_entry {
  * with what this node submits, finishes and sweeps. A node that does not
  * dispatch (a cluster) does not see items finish, so its figures only grow:
  * a namespace that looks full is counted again (at most every
- * RECOUNT_MS) before a submission is refused. */
+ * RECOUNT_MS) before a submission is refused. `anon` is the part of the
+ * figures that anonymous items hold (their records say "anonymous"), held
+ * within the anonymous share of each cap. */
 typedef struct ns_usage {
     char ns[256];
     uint64_t pending, bytes;
+    uint64_t anon_pending, anon_bytes;
     int counted;
     int64_t counted_ms; /* monotonic */
     struct ns_usage *next;
@@ -340,8 +343,14 @@ static uint64_t held_by(const cJSON *rec, size_t rec_len, int deadletter)
     return n;
 }
 
+static int anonymous_rec(const cJSON *rec)
+{
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rec, "anonymous"));
+}
+
 typedef struct ns_count {
     uint64_t pending, bytes;
+    uint64_t anon_pending, anon_bytes;
     int deadletters;
 } ns_count;
 
@@ -351,8 +360,14 @@ static int on_count_key(const funcd_store_kv *kv, void *arg)
     cJSON *rec = cJSON_ParseWithLength(kv->value, kv->len);
     if (!rec)
         return 0;
-    c->bytes += held_by(rec, kv->len, c->deadletters);
-    c->pending += !c->deadletters && !funcd_queue_state_final(str_at(rec, "state"));
+    uint64_t bytes = held_by(rec, kv->len, c->deadletters);
+    int pending = !c->deadletters && !funcd_queue_state_final(str_at(rec, "state"));
+    c->bytes += bytes;
+    c->pending += (uint64_t)pending;
+    if (anonymous_rec(rec)) {
+        c->anon_bytes += bytes;
+        c->anon_pending += (uint64_t)pending;
+    }
     cJSON_Delete(rec);
     return 0;
 }
@@ -383,15 +398,39 @@ static ns_usage *usage_of(funcd_queue *q, const char *ns)
     return u;
 }
 
-static int over(const funcd_queue *q, const ns_usage *u, uint64_t bytes)
+/* The anonymous share of the caps (0: that cap is off). */
+static uint64_t anon_max_pending(const funcd_queue *q)
 {
-    return (q->cfg.max_pending && u->pending + 1 > q->cfg.max_pending) ||
-           (q->cfg.max_bytes && u->bytes + bytes > q->cfg.max_bytes);
+    uint64_t n = q->cfg.max_pending / 100 * q->cfg.anonymous_share +
+                 q->cfg.max_pending % 100 * q->cfg.anonymous_share / 100;
+    return n || !q->cfg.anonymous_share ? n : 1;
 }
 
-/* Takes a place for an item of `bytes` in namespace `ns`, or refuses it
- * (FUNCD_ENOSPC naming the cap). */
-static int admit(funcd_queue *q, const char *ns, uint64_t bytes)
+static uint64_t anon_max_bytes(const funcd_queue *q)
+{
+    return q->cfg.max_bytes / 100 * q->cfg.anonymous_share +
+           q->cfg.max_bytes % 100 * q->cfg.anonymous_share / 100;
+}
+
+/* Which cap an item of `bytes` would pass: 0 none, 1 max_pending, 2
+ * max_bytes, 3 the anonymous share of max_pending, 4 of max_bytes. */
+static int over(const funcd_queue *q, const ns_usage *u, uint64_t bytes, int anonymous)
+{
+    if (q->cfg.max_pending && u->pending + 1 > q->cfg.max_pending)
+        return 1;
+    if (q->cfg.max_bytes && u->bytes + bytes > q->cfg.max_bytes)
+        return 2;
+    if (anonymous && q->cfg.max_pending && u->anon_pending + 1 > anon_max_pending(q))
+        return 3;
+    if (anonymous && q->cfg.max_bytes && u->anon_bytes + bytes > anon_max_bytes(q))
+        return 4;
+    return 0;
+}
+
+/* Takes a place for an item of `bytes` in namespace `ns` (an anonymous
+ * one within the namespace's anonymous share), or refuses it (FUNCD_ENOSPC
+ * naming the cap). */
+static int admit(funcd_queue *q, const char *ns, uint64_t bytes, int anonymous)
 {
     if (!q->cfg.max_pending && !q->cfg.max_bytes)
         return 0;
@@ -402,7 +441,8 @@ static int admit(funcd_queue *q, const char *ns, uint64_t bytes)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory queueing an invocation");
     }
     int64_t now = funcd_mono_ms();
-    int recount = !u->counted || (over(q, u, bytes) && now - u->counted_ms >= RECOUNT_MS);
+    int recount = !u->counted ||
+                  (over(q, u, bytes, anonymous) && now - u->counted_ms >= RECOUNT_MS);
     if (recount) {
         u->counted_ms = now; /* this thread counts: others meanwhile go by the figures */
         pthread_mutex_unlock(&q->usage_lock);
@@ -415,37 +455,64 @@ static int admit(funcd_queue *q, const char *ns, uint64_t bytes)
         }
         u->pending = c.pending;
         u->bytes = c.bytes;
+        u->anon_pending = c.anon_pending;
+        u->anon_bytes = c.anon_bytes;
         u->counted = 1;
         u->counted_ms = now;
     }
     uint64_t pending = u->pending, held = u->bytes;
-    int refused = over(q, u, bytes);
+    uint64_t anon_pending = u->anon_pending, anon_held = u->anon_bytes;
+    int refused = over(q, u, bytes, anonymous);
     if (!refused) {
         u->pending++;
         u->bytes += bytes;
+        if (anonymous) {
+            u->anon_pending++;
+            u->anon_bytes += bytes;
+        }
     }
     pthread_mutex_unlock(&q->usage_lock);
     if (!refused)
         return 0;
-    if (recount) /* once per count, not per refusal */
+    if (recount && refused <= 2) /* once per count, not per refusal */
         funcd_log(q->cfg.logger, FUNCD_LOG_WARN, "delivery queue: namespace %s is full (%llu "
                   "items pending, %llu bytes held): submissions are refused", ns,
                   (unsigned long long)pending, (unsigned long long)held);
+    else if (recount)
+        funcd_log(q->cfg.logger, FUNCD_LOG_WARN, "delivery queue: namespace %s: anonymous "
+                  "submissions hold their share (%llu items pending, %llu bytes held, of %llu "
+                  "and %llu in all): theirs are refused", ns, (unsigned long long)anon_pending,
+                  (unsigned long long)anon_held, (unsigned long long)pending,
+                  (unsigned long long)held);
     /* The caller may be anyone: the namespace's own figures stay in the log. */
-    if (q->cfg.max_pending && pending + 1 > q->cfg.max_pending)
+    if (refused == 1)
         return funcd_error_set(FUNCD_ENOSPC, "namespace %s has as many invocations and events "
                                "waiting for delivery as the queue holds (funcd "
                                "--queue-max-pending %llu)", ns,
                                (unsigned long long)q->cfg.max_pending);
-    return funcd_error_set(FUNCD_ENOSPC, "namespace %s holds as many bytes in the delivery queue "
-                           "as it may (funcd --queue-max-bytes %llu) until finished invocations "
-                           "expire or dead letters are purged", ns,
-                           (unsigned long long)q->cfg.max_bytes);
+    if (refused == 2)
+        return funcd_error_set(FUNCD_ENOSPC, "namespace %s holds as many bytes in the delivery "
+                               "queue as it may (funcd --queue-max-bytes %llu) until finished "
+                               "invocations expire or dead letters are purged", ns,
+                               (unsigned long long)q->cfg.max_bytes);
+    if (refused == 3)
+        return funcd_error_set(FUNCD_ENOSPC, "namespace %s has as many invocations and events "
+                               "of unauthenticated callers waiting for delivery as the queue "
+                               "takes from them (funcd --queue-anonymous-share %u percent of "
+                               "--queue-max-pending %llu)", ns, q->cfg.anonymous_share,
+                               (unsigned long long)q->cfg.max_pending);
+    return funcd_error_set(FUNCD_ENOSPC, "namespace %s holds as many bytes of unauthenticated "
+                           "callers in the delivery queue as it takes from them (funcd "
+                           "--queue-anonymous-share %u percent of --queue-max-bytes %llu) until "
+                           "finished invocations expire or dead letters are purged", ns,
+                           q->cfg.anonymous_share, (unsigned long long)q->cfg.max_bytes);
 }
 
 /* What this node saw leave or grow: an item final (`done`), bytes added
- * (its answer) or freed (`freed`, a sweep). */
-static void usage_change(funcd_queue *q, const char *ns, int done, uint64_t added, uint64_t freed)
+ * (its answer) or freed (`freed`, a sweep); of an anonymous item, also in
+ * the anonymous figures. */
+static void usage_change(funcd_queue *q, const char *ns, int anonymous, int done, uint64_t added,
+                         uint64_t freed)
 {
     pthread_mutex_lock(&q->usage_lock);
     for (ns_usage *u = q->usage; u; u = u->next)
@@ -453,6 +520,11 @@ static void usage_change(funcd_queue *q, const char *ns, int done, uint64_t adde
             u->pending -= done && u->pending ? 1 : 0;
             u->bytes += added;
             u->bytes -= freed < u->bytes ? freed : u->bytes;
+            if (anonymous) {
+                u->anon_pending -= done && u->anon_pending ? 1 : 0;
+                u->anon_bytes += added;
+                u->anon_bytes -= freed < u->anon_bytes ? freed : u->anon_bytes;
+            }
             break;
         }
     pthread_mutex_unlock(&q->usage_lock);
@@ -678,7 +750,7 @@ static void on_attempt_done(const funcd_invoke_res *res, void *arg)
         funcd_port_store_del(q->cfg.store, key, FUNCD_STORE_ANY, NULL);
         if (state == FUNCD_QSTATE_DEADLETTERED)
             dlq_cap(q, it->ns);
-        usage_change(q, it->ns, 1, res->body_len, 0);
+        usage_change(q, it->ns, anonymous_rec(rec), 1, res->body_len, 0);
         if (str_at(rec, "callbackUrl"))
             deliver_callback(q, it, res);
     }
@@ -857,6 +929,7 @@ typedef struct sweep_entry {
     char *key;
     uint64_t rev;
     uint64_t bytes; /* what deleting it frees */
+    int anonymous;
     struct sweep_entry *next;
 } sweep_entry;
 
@@ -877,11 +950,13 @@ static int on_sweep_key(const funcd_store_kv *kv, void *arg)
     int due = (!s->final_only || funcd_queue_state_final(str_at(rec, "state"))) && t &&
               t < s->before;
     uint64_t bytes = held_by(rec, kv->len, !s->final_only);
+    int anonymous = anonymous_rec(rec);
     cJSON_Delete(rec);
     sweep_entry *e = due ? calloc(1, sizeof(*e)) : NULL;
     if (e && (e->key = strdup(kv->key))) {
         e->rev = kv->revision;
         e->bytes = bytes;
+        e->anonymous = anonymous;
         e->next = s->list;
         s->list = e;
     } else {
@@ -913,7 +988,7 @@ static void sweep_prefix(funcd_queue *q, const char *prefix, const char *time_fi
                     funcd_port_blob_del(q->cfg.blob, key);
                 }
                 drop_request_blob(q, ns, slash + 1, !records, records);
-                usage_change(q, ns, 0, 0, e->bytes);
+                usage_change(q, ns, e->anonymous, 0, 0, e->bytes);
             }
         }
         free(e->key);
@@ -1012,6 +1087,8 @@ static cJSON *new_record(const funcd_queue_item *item, const char *id, int64_t n
         cJSON_AddStringToObject(rec, "origin", item->origin);
     if (item->callback_url)
         cJSON_AddStringToObject(rec, "callbackUrl", item->callback_url);
+    if (item->anonymous)
+        cJSON_AddBoolToObject(rec, "anonymous", 1);
     const funcd_delivery *d = &item->delivery;
     cJSON_AddNumberToObject(delivery, "attempts", d->attempts ? d->attempts : 3);
     uint64_t initial = d->backoff_initial_ms ? d->backoff_initial_ms : 1000;
@@ -1066,7 +1143,7 @@ int funcd_queue_submit(funcd_queue *q, const funcd_queue_item *item, char *id_ou
     if (!text)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory queueing an invocation");
     uint64_t bytes = strlen(text) + item->body_len;
-    int rc = admit(q, item->ns, bytes); /* before anything is stored */
+    int rc = admit(q, item->ns, bytes, item->anonymous); /* before anything is stored */
     int admitted = rc == 0;
     if (rc == 0 && item->body_len) {
         char bkey[600];
@@ -1077,7 +1154,7 @@ int funcd_queue_submit(funcd_queue *q, const funcd_queue_item *item, char *id_ou
         rc = funcd_port_store_put(q->cfg.store, key, text, strlen(text), FUNCD_STORE_ABSENT, NULL);
     free(text);
     if (admitted && rc < 0) /* the place taken goes back: nothing of it was kept */
-        usage_change(q, item->ns, 1, 0, bytes);
+        usage_change(q, item->ns, item->anonymous, 1, 0, bytes);
     if (rc == FUNCD_EEXISTS)
         return 0; /* submitted at the same moment by someone else */
     if (rc < 0)
@@ -1189,6 +1266,12 @@ int funcd_queue_new(funcd_queue **out, const funcd_queue_config *cfg)
         q->cfg.dlq_max_entries = DEFAULT_DLQ_MAX;
     if (!q->cfg.tick_ms)
         q->cfg.tick_ms = DEFAULT_TICK_MS;
+    if (!q->cfg.anonymous_share)
+        q->cfg.anonymous_share = FUNCD_QUEUE_DEFAULT_ANONYMOUS_SHARE;
+    else if (q->cfg.anonymous_share == FUNCD_QUEUE_ANONYMOUS_NONE)
+        q->cfg.anonymous_share = 0;
+    else if (q->cfg.anonymous_share > 100)
+        q->cfg.anonymous_share = 100;
     pthread_mutex_init(&q->lock, NULL);
     pthread_mutex_init(&q->usage_lock, NULL);
     if (getrandom(&q->rng, sizeof(q->rng), 0) != (ssize_t)sizeof(q->rng) || !q->rng)

@@ -50,15 +50,23 @@ typedef struct funcd_queue_item {
     const char *origin; /* "eventsource/<name>", or NULL for an async invocation */
     /* ---- added after the first version ---- */
     const char *callback_url; /* NULL, or an http:// URL that receives the result (POST) */
+    /* Submitted by someone the namespace did not authenticate (/async/ of an open function, an
+       unsigned webhook): held within the namespace's anonymous share of each cap. */
+    int anonymous;
 } funcd_queue_item;
 
 /* Persisted (store record + blob body) before it returns 0; `id_out` (>= 64 bytes) gets the id
    (the item's id when it is made of [A-Za-z0-9._:-] and at most 100 bytes, else "h-" and a hash
    of it). FUNCD_EUNAVAILABLE when the store is away, FUNCD_EINVAL for a bad item,
-   FUNCD_ENOSPC when its namespace is at a cap of the queue (max_pending, max_bytes; the
-   message names it; nothing was stored: try again in FUNCD_QUEUE_RETRY_AFTER_S). Any
-   thread (it blocks on the store's writes). */
+   FUNCD_ENOSPC when its namespace is at a cap of the queue (max_pending, max_bytes, or for an
+   anonymous item its share of them; the message names it, never the namespace's figures;
+   nothing was stored: try again in FUNCD_QUEUE_RETRY_AFTER_S). Any thread (it blocks on the
+   store's writes). */
 int funcd_queue_submit(funcd_queue *q, const funcd_queue_item *item, char *id_out, size_t id_len);
+
+/* The anonymous share's default (funcd --queue-anonymous-share). */
+#define FUNCD_QUEUE_DEFAULT_ANONYMOUS_SHARE 50
+#define FUNCD_QUEUE_ANONYMOUS_NONE 0xffffffffu
 
 /* A namespace at a cap is counted again from the store at most this often. */
 #define FUNCD_QUEUE_RETRY_AFTER_S 5
@@ -94,6 +102,11 @@ typedef struct funcd_queue_config {
     /* Caps per namespace (0: off): items not final, and bytes held (the records and bodies of
        its pending and kept items and of its dead letters). */
     uint64_t max_pending, max_bytes;
+    /* The share of each cap (percent, at most 100) that anonymous items of a namespace may hold
+       together; the rest is its own callers' and sources'. 0: the default (50);
+       FUNCD_QUEUE_ANONYMOUS_NONE: none (anonymous items are refused while a cap is on). A share
+       of max_pending, when not none, is at least one item. */
+    unsigned anonymous_share;
     /* X-Callback-Url (async_callback.c): comma-separated CIDR lists of internal addresses
        callbacks may reach (NULL: none), and funcd's own listeners ("host:port"), never reached. */
     const char *const *callback_allow;

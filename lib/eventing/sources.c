@@ -15,6 +15,7 @@
 #include "cluster/nodes.h"
 #include "funcd/sys/error.h"
 #include "gateway/prefix.h"
+#include "metrics/metrics.h"
 #include "objects/objects.h"
 #include "port/blob.h"
 #include "port/bus.h"
@@ -154,6 +155,9 @@ int funcd__evs_emit(src *x, const char *id, const char *type, const char *subjec
         .backoff_initial_ms = x->backoff_initial_ms,
         .backoff_max_ms = x->backoff_max_ms,
         .timeout_ms = x->timeout_ms,
+        /* Anyone may call a webhook without a secret: its events are held within the
+           anonymous share of the namespace's queue, apart from the tenant's own. */
+        .anonymous = x->type == SRC_WEBHOOK && !x->secret_name[0],
     };
     funcd_evsources *s = x->owner;
     int rc;
@@ -478,14 +482,170 @@ static void on_bus_msg(const char *subject, const void *data, size_t len, void *
     funcd__evs_post(x->owner, it);
 }
 
+/* ---- bus: what the queue does not take yet ----------------------------------------- */
+
+#define DROP_LOG_EVERY_MS 10000
+
+static void held_free(held_msg *h)
+{
+    free(h->subject);
+    free(h->data);
+    free(h);
+}
+
+/* Drops not yet in a WARN line, when the last line was at least
+ * DROP_LOG_EVERY_MS ago: a flood makes one line each 10 s (the retry timer
+ * writes what is left). */
+static void log_drops(src *x)
+{
+    int64_t now = funcd_mono_ms();
+    if (!x->drops_unlogged || (x->drop_logged_ms && now - x->drop_logged_ms < DROP_LOG_EVERY_MS))
+        return;
+    funcd_log(x->owner->cfg.logger, FUNCD_LOG_WARN, "eventsource %s/%s: dropped %llu bus "
+              "message%s (the last: %s)", x->ns, x->name, (unsigned long long)x->drops_unlogged,
+              x->drops_unlogged == 1 ? "" : "s", x->drop_why);
+    x->drop_logged_ms = now;
+    x->drops_unlogged = 0;
+}
+
+/* One message of `x` dropped: status (counts.dropped, lastError), metric,
+ * log. */
+static void count_drop(src *x, funcd_metrics_drop_reason reason, const char *why)
+{
+    x->dropped++;
+    x->held_dropped++;
+    x->drops_unlogged++;
+    funcd_metrics_event_dropped(x->owner->cfg.metrics, x->ns, x->name, reason);
+    funcd__evs_error(x, "dropped a bus message: %s", why);
+    snprintf(x->drop_why, sizeof(x->drop_why), "%s", why);
+    log_drops(x);
+}
+
+static void arm_retry(src *x)
+{
+    struct timeval tv = {(time_t)(x->retry_ms / 1000), (suseconds_t)(x->retry_ms % 1000) * 1000};
+    event_add(x->retry, &tv);
+}
+
+/* The retry timer: the held messages in order, until the queue refuses
+ * one again (then later, twice as late up to the maximum). */
+static void on_bus_retry(evutil_socket_t fd, short what, void *arg)
+{
+    src *x = arg;
+    while (x->held) {
+        held_msg *h = x->held;
+        int rc = funcd__evs_emit(x, h->id, "dev.funcd.bus.message", h->subject, h->time_ms, NULL,
+                                 h->data, h->len, NULL);
+        if (rc < 0 && rc != FUNCD_EINVAL) {
+            funcd__evs_error(x, "%zu bus message%s wait for room in the delivery queue (%llu "
+                             "dropped; a bus source holds at most %d): %s", x->held_n,
+                             x->held_n == 1 ? "" : "s", (unsigned long long)x->held_dropped,
+                             FUNCD_EVSOURCES_BUS_HELD_MAX, funcd_error_last()->message);
+            x->retry_ms = x->retry_ms * 2 > FUNCD_EVSOURCES_BUS_RETRY_MAX_MS
+                              ? FUNCD_EVSOURCES_BUS_RETRY_MAX_MS
+                              : x->retry_ms * 2;
+            arm_retry(x);
+            break;
+        }
+        if (rc == FUNCD_EINVAL)
+            count_drop(x, FUNCD_METRICS_DROP_REJECTED, funcd_error_last()->message);
+        x->held = h->next;
+        if (!x->held)
+            x->held_tail = &x->held;
+        x->held_n--;
+        x->held_bytes -= h->len;
+        held_free(h);
+        x->retry_ms = FUNCD_EVSOURCES_BUS_RETRY_MIN_MS;
+    }
+    if (!x->held) /* no next try to write them: now */
+        x->drop_logged_ms = 0;
+    log_drops(x);
+}
+
+/* Keeps the message of `it` (its subject and data, taken) under `id`
+ * until the queue takes it; beyond the bounds it is dropped. */
+static void hold(src *x, const char *id, int64_t time_ms, struct inbox_item *it)
+{
+    if (x->held_n + 1 > FUNCD_EVSOURCES_BUS_HELD_MAX ||
+        x->held_bytes + it->len > FUNCD_EVSOURCES_BUS_HELD_BYTES) {
+        char why[240];
+        snprintf(why, sizeof(why), "%zu messages (%zu bytes) wait for room in the delivery "
+                 "queue already; a bus source holds at most %d and %u bytes", x->held_n,
+                 x->held_bytes, FUNCD_EVSOURCES_BUS_HELD_MAX, FUNCD_EVSOURCES_BUS_HELD_BYTES);
+        count_drop(x, FUNCD_METRICS_DROP_BACKLOG_FULL, why);
+        return;
+    }
+    held_msg *h = calloc(1, sizeof(*h));
+    if (!x->retry)
+        x->retry = event_new(x->owner->cfg.loop, -1, 0, on_bus_retry, x);
+    if (!h || !x->retry) {
+        free(h);
+        count_drop(x, FUNCD_METRICS_DROP_BACKLOG_FULL, "out of memory");
+        return;
+    }
+    snprintf(h->id, sizeof(h->id), "%s", id);
+    h->time_ms = time_ms;
+    h->subject = it->subject;
+    h->data = it->data;
+    h->len = it->len;
+    it->subject = NULL;
+    it->data = NULL;
+    if (!x->held_tail)
+        x->held_tail = &x->held;
+    *x->held_tail = h;
+    x->held_tail = &h->next;
+    x->held_n++;
+    x->held_bytes += h->len;
+    if (!evtimer_pending(x->retry, NULL)) {
+        x->retry_ms = FUNCD_EVSOURCES_BUS_RETRY_MIN_MS;
+        arm_retry(x);
+    }
+}
+
+/* The messages `x` still holds go: counted as dropped (source_removed) when
+ * the source is deleted or changed, only logged at shutdown. */
+static void release_held(src *x, int shutdown)
+{
+    size_t n = x->held_n;
+    while (x->held) {
+        held_msg *h = x->held;
+        x->held = h->next;
+        if (!shutdown)
+            funcd_metrics_event_dropped(x->owner->cfg.metrics, x->ns, x->name,
+                                        FUNCD_METRICS_DROP_SOURCE_REMOVED);
+        held_free(h);
+    }
+    x->held_tail = &x->held;
+    x->held_n = x->held_bytes = 0;
+    if (n)
+        funcd_log(x->owner->cfg.logger, FUNCD_LOG_WARN, "eventsource %s/%s: dropped %zu bus "
+                  "message%s that waited for room in the delivery queue: %s", x->ns, x->name, n,
+                  n == 1 ? "" : "s",
+                  shutdown ? "funcd is stopping" : "the source was deleted or changed");
+}
+
 static void bus_deliver(funcd_evsources *s, struct inbox_item *it)
 {
     src *x = funcd__evs_find(s, it->ns, it->name);
     if (!x || x->type != SRC_BUS)
         return;
-    /* Messages come once (core NATS, a queue group): a new id each. */
-    funcd__evs_emit(x, NULL, "dev.funcd.bus.message", it->subject, funcd_now_ms(), NULL, it->data,
-                    it->len, NULL);
+    /* Messages come once (core NATS, a queue group): a new id each, kept
+     * while the message waits. */
+    char id[64], u[37];
+    funcd_uuid4(u);
+    snprintf(id, sizeof(id), "es-%s", u);
+    int64_t now = funcd_now_ms();
+    if (!x->held) { /* else after those that wait: in order */
+        int rc = funcd__evs_emit(x, id, "dev.funcd.bus.message", it->subject, now, NULL,
+                                 it->data, it->len, NULL);
+        if (rc == 0)
+            return;
+        if (rc == FUNCD_EINVAL) { /* refused for good: trying again cannot change it */
+            count_drop(x, FUNCD_METRICS_DROP_REJECTED, funcd_error_last()->message);
+            return;
+        }
+    }
+    hold(x, id, now, it);
 }
 
 /* ---- the table -------------------------------------------------------------------- */
@@ -496,6 +656,10 @@ static void src_stop(src *x)
         event_free(x->timer);
         x->timer = NULL;
     }
+    if (x->retry) {
+        event_free(x->retry);
+        x->retry = NULL;
+    }
     if (x->sub) {
         funcd_port_bus_unsubscribe(x->owner->cfg.bus, x->sub);
         x->sub = NULL;
@@ -505,6 +669,7 @@ static void src_stop(src *x)
 static void src_free(src *x)
 {
     src_stop(x);
+    release_held(x, 1);
     free(x->prefix);
     free(x->subject);
     free(x->group);
@@ -608,6 +773,7 @@ static void remove_src(funcd_evsources *s, const char *ns, const char *name)
         if (strcmp((*pp)->ns, ns) == 0 && strcmp((*pp)->name, name) == 0) {
             src *x = *pp;
             *pp = x->next;
+            release_held(x, 0);
             src_free(x);
             return;
         }
@@ -658,15 +824,34 @@ static void reconcile(funcd_evsources *s, const char *key)
         x->delivered = have->delivered;
         x->retried = have->retried;
         x->deadlettered = have->deadlettered;
+        x->dropped = have->dropped;
         x->last_event_ms = have->last_event_ms;
         memcpy(x->last_error, have->last_error, sizeof(x->last_error));
-        remove_src(s, ns, name);
     }
+    x->held_tail = &x->held;
     x->dirty = 1; /* observedGeneration */
-    if (src_configure(s, x, obj) < 0) {
+    int ok = src_configure(s, x, obj) == 0;
+    if (!ok) {
         funcd_log(s->cfg.logger, FUNCD_LOG_WARN, "eventsource %s/%s cannot run", ns, name);
         src_stop(x);
     }
+    if (have && ok && have->type == SRC_BUS && x->type == SRC_BUS && have->held) {
+        /* Messages waiting go on waiting, to the new target. */
+        x->held = have->held;
+        x->held_tail = have->held_tail;
+        x->held_n = have->held_n;
+        x->held_bytes = have->held_bytes;
+        x->held_dropped = have->held_dropped;
+        have->held = NULL;
+        have->held_tail = &have->held;
+        have->held_n = have->held_bytes = 0;
+        if ((x->retry = event_new(s->cfg.loop, -1, 0, on_bus_retry, x))) {
+            x->retry_ms = FUNCD_EVSOURCES_BUS_RETRY_MIN_MS;
+            arm_retry(x);
+        }
+    }
+    if (have)
+        remove_src(s, ns, name);
     x->next = s->sources;
     s->sources = x;
     cJSON_Delete(obj);
@@ -710,9 +895,10 @@ static void write_status(funcd_evsources *s, src *x)
     cJSON_AddNumberToObject(c, "retried", num_or0(oc, "retried") + (double)x->retried);
     cJSON_AddNumberToObject(c, "deadLettered",
                             num_or0(oc, "deadLettered") + (double)x->deadlettered);
+    cJSON_AddNumberToObject(c, "dropped", num_or0(oc, "dropped") + (double)x->dropped);
     int rc = funcd_objects_put_status(s->cfg.store, es_kind(), x->ns, x->name, rev, st);
     if (rc == 0) { /* written: the deltas are in the store now */
-        x->events = x->delivered = x->retried = x->deadlettered = 0;
+        x->events = x->delivered = x->retried = x->deadlettered = x->dropped = 0;
         x->dirty = 0;
     }
     cJSON_Delete(st);

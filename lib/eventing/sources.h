@@ -50,6 +50,7 @@ typedef struct funcd_evsources_event {
     size_t body_len;
     unsigned attempts;              /* spec.delivery; 0: the queue's defaults */
     uint64_t backoff_initial_ms, backoff_max_ms, timeout_ms;
+    int anonymous;                  /* an unsigned webhook's: the queue's anonymous share */
 } funcd_evsources_event;
 
 /* On the loop: persists the event for delivery (0), or fails (a negative

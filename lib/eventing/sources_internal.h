@@ -10,6 +10,24 @@
 
 typedef enum { SRC_CRON, SRC_BLOB, SRC_BUS, SRC_WEBHOOK } src_type;
 
+/* What a bus source holds while the delivery queue does not take its
+ * messages (its namespace at a cap, the store away): core NATS does not
+ * send a message again, so it waits here, retried with backoff, in
+ * arrival order. Beyond either bound a message is dropped (counted). */
+#define FUNCD_EVSOURCES_BUS_HELD_MAX 1000
+#define FUNCD_EVSOURCES_BUS_HELD_BYTES (8u << 20)
+#define FUNCD_EVSOURCES_BUS_RETRY_MIN_MS 250
+#define FUNCD_EVSOURCES_BUS_RETRY_MAX_MS 5000
+
+typedef struct held_msg {
+    struct held_msg *next;
+    char id[64];      /* kept across tries: the queue takes it once */
+    int64_t time_ms;  /* when it came (ce-time) */
+    char *subject;
+    void *data;
+    size_t len;
+} held_msg;
+
 typedef struct src {
     funcd_evsources *owner;
     struct src *next;
@@ -33,11 +51,19 @@ typedef struct src {
     /* bus */
     char *subject, *group;
     funcd_bus_sub *sub;
+    held_msg *held, **held_tail; /* waiting for room in the queue, oldest first */
+    size_t held_n, held_bytes;
+    struct event *retry;         /* the next try of `held` */
+    int64_t retry_ms;            /* its backoff */
+    uint64_t held_dropped;       /* dropped by this incarnation (for lastError) */
+    int64_t drop_logged_ms;      /* the last WARN line about drops (at most one each 10 s) */
+    uint64_t drops_unlogged;
+    char drop_why[240];          /* why the last was dropped */
     /* webhook */
     char secret_name[64], secret_key[256];
     struct event *timer;   /* cron ticks, blob polls */
     /* status: this node's counts not yet added to the object */
-    uint64_t events, delivered, retried, deadlettered; /* not yet written */
+    uint64_t events, delivered, retried, deadlettered, dropped; /* not yet written */
     int64_t last_event_ms;
     char last_error[300];
     int dirty;

@@ -14,6 +14,7 @@ int funcd_evsources_queue_submit(const funcd_evsources_event *ev, void *payload)
         .delivery = {ev->attempts, ev->backoff_initial_ms, ev->backoff_max_ms, ev->timeout_ms},
         .id = ev->id,
         .origin = ev->origin,
+        .anonymous = ev->anonymous,
     };
     char id[128];
     return funcd_queue_submit(payload, &item, id, sizeof(id));

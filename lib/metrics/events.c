@@ -20,6 +20,7 @@ typedef struct ev_counter {
     struct ev_counter *next;
     char *ns, *source;
     uint64_t n[FUNCD_METRICS_EVENT_OUTCOMES];
+    uint64_t dropped[FUNCD_METRICS_DROP_REASONS];
 } ev_counter;
 
 struct funcd_metrics_events {
@@ -30,7 +31,7 @@ struct funcd_metrics_events {
     int has_src;
 };
 
-enum { F_EVENTS, F_DLQ, F_DEPTH, F_COUNT };
+enum { F_EVENTS, F_DROPPED, F_DLQ, F_DEPTH, F_COUNT };
 
 static const funcd_metric_family families[F_COUNT] = {
     [F_EVENTS] = {"funcd_events_total",
@@ -38,6 +39,12 @@ static const funcd_metric_family families[F_COUNT] = {
                   "failed and will be tried again; deadlettered: its last attempt failed), "
                   "counted on the node that dispatched them.",
                   FUNCD_METRIC_COUNTER, ""},
+    [F_DROPPED] = {"funcd_event_source_dropped_total",
+                   "EventSource events dropped before they were queued, by reason (backlog_full: "
+                   "a bus source held as many messages waiting for room in the delivery queue "
+                   "as it may; rejected: the target refuses the event for good; source_removed: "
+                   "held by a source deleted or changed), counted on the node that dropped them.",
+                   FUNCD_METRIC_COUNTER, ""},
     [F_DLQ] = {"funcd_deadletters", "Dead letters held by a namespace's dead-letter queue.",
                FUNCD_METRIC_GAUGE, ""},
     [F_DEPTH] = {"funcd_async_queue_depth",
@@ -48,6 +55,8 @@ static const funcd_metric_family families[F_COUNT] = {
 
 static const char *const outcome_names[FUNCD_METRICS_EVENT_OUTCOMES] = {"delivered", "retried",
                                                                          "deadlettered"};
+static const char *const drop_names[FUNCD_METRICS_DROP_REASONS] = {"backlog_full", "rejected",
+                                                                   "source_removed"};
 
 funcd_metrics_events *funcd_metrics__events_new(void)
 {
@@ -75,13 +84,10 @@ void funcd_metrics__events_free(funcd_metrics_events *ev)
     free(ev);
 }
 
-void funcd_metrics_event(funcd_metrics *m, const char *ns, const char *eventsource,
-                         funcd_metrics_event_outcome outcome)
+/* Under ev->lock: the counter of ns/eventsource, made if new; NULL when
+ * out of memory (not counted). */
+static ev_counter *counter_of(funcd_metrics_events *ev, const char *ns, const char *eventsource)
 {
-    if (!m || !ns || !eventsource || (unsigned)outcome >= FUNCD_METRICS_EVENT_OUTCOMES)
-        return;
-    funcd_metrics_events *ev = funcd_metrics__events(m);
-    pthread_mutex_lock(&ev->lock);
     ev_counter *c = ev->counters;
     while (c && (strcmp(c->ns, ns) != 0 || strcmp(c->source, eventsource) != 0))
         c = c->next;
@@ -98,8 +104,32 @@ void funcd_metrics_event(funcd_metrics *m, const char *ns, const char *eventsour
             ev->counters = c;
         }
     }
+    return c;
+}
+
+void funcd_metrics_event(funcd_metrics *m, const char *ns, const char *eventsource,
+                         funcd_metrics_event_outcome outcome)
+{
+    if (!m || !ns || !eventsource || (unsigned)outcome >= FUNCD_METRICS_EVENT_OUTCOMES)
+        return;
+    funcd_metrics_events *ev = funcd_metrics__events(m);
+    pthread_mutex_lock(&ev->lock);
+    ev_counter *c = counter_of(ev, ns, eventsource);
     if (c)
         c->n[outcome]++;
+    pthread_mutex_unlock(&ev->lock);
+}
+
+void funcd_metrics_event_dropped(funcd_metrics *m, const char *ns, const char *eventsource,
+                                 funcd_metrics_drop_reason reason)
+{
+    if (!m || !ns || !eventsource || (unsigned)reason >= FUNCD_METRICS_DROP_REASONS)
+        return;
+    funcd_metrics_events *ev = funcd_metrics__events(m);
+    pthread_mutex_lock(&ev->lock);
+    ev_counter *c = counter_of(ev, ns, eventsource);
+    if (c)
+        c->dropped[reason]++;
     pthread_mutex_unlock(&ev->lock);
 }
 
@@ -118,6 +148,7 @@ void funcd_metrics_set_delivery_source(funcd_metrics *m, const funcd_metrics_del
 typedef struct ev_copy {
     char *ns, *source;
     uint64_t n[FUNCD_METRICS_EVENT_OUTCOMES];
+    uint64_t dropped[FUNCD_METRICS_DROP_REASONS];
 } ev_copy;
 
 static int by_ns_source(const void *a, const void *b)
@@ -185,6 +216,7 @@ void funcd_metrics__events_walk(funcd_metrics *m, funcd_metrics_ns_filter allow,
         copy[k].ns = strdup(c->ns);
         copy[k].source = strdup(c->source);
         memcpy(copy[k].n, c->n, sizeof(c->n));
+        memcpy(copy[k].dropped, c->dropped, sizeof(c->dropped));
         if (!copy[k].ns || !copy[k].source) {
             free(copy[k].ns);
             free(copy[k].source);
@@ -203,6 +235,16 @@ void funcd_metrics__events_walk(funcd_metrics *m, funcd_metrics_ns_filter allow,
         for (int o = 0; o < FUNCD_METRICS_EVENT_OUTCOMES; o++) {
             l[2].value = outcome_names[o];
             sample(v, F_EVENTS, l, 3, (double)copy[i].n[o]);
+        }
+    }
+    v->family(v->payload, &families[F_DROPPED]);
+    funcd_metric_label ld[3] = {{"namespace", NULL}, {"eventsource", NULL}, {"reason", NULL}};
+    for (size_t i = 0; i < k; i++) {
+        ld[0].value = copy[i].ns;
+        ld[1].value = copy[i].source;
+        for (int r = 0; r < FUNCD_METRICS_DROP_REASONS; r++) {
+            ld[2].value = drop_names[r];
+            sample(v, F_DROPPED, ld, 3, (double)copy[i].dropped[r]);
         }
         free(copy[i].ns);
         free(copy[i].source);

@@ -125,6 +125,23 @@ typedef enum funcd_metrics_event_outcome {
 void funcd_metrics_event(funcd_metrics *m, const char *ns, const char *eventsource,
                          funcd_metrics_event_outcome outcome);
 
+/* Why an event of an EventSource was dropped before it was queued
+ * (funcd_event_source_dropped_total{namespace,eventsource,reason}):
+ * backlog_full (a bus source held as many messages as it may), rejected
+ * (the target refused it for good: it does not fit the workflow),
+ * source_removed (held by a source that was deleted or is no longer a bus
+ * source). */
+typedef enum funcd_metrics_drop_reason {
+    FUNCD_METRICS_DROP_BACKLOG_FULL = 0,
+    FUNCD_METRICS_DROP_REJECTED,
+    FUNCD_METRICS_DROP_SOURCE_REMOVED,
+    FUNCD_METRICS_DROP_REASONS
+} funcd_metrics_drop_reason;
+
+/* One event of EventSource ns/eventsource dropped so. Any thread. */
+void funcd_metrics_event_dropped(funcd_metrics *m, const char *ns, const char *eventsource,
+                                 funcd_metrics_drop_reason reason);
+
 /* Where the delivery queue's gauges come from, read at collection time
  * from the collecting thread: `depth` this node's items waiting for their
  * time and running (funcd_async_queue_depth{state}); `deadletters` calls
@@ -193,7 +210,8 @@ typedef int (*funcd_metrics_ns_filter)(void *payload, const char *ns);
  * funcd_request_duration_seconds, funcd_edge_rejections_total{...,reason},
  * funcd_cold_starts_total, funcd_cold_start_seconds, funcd_replicas{...,state},
  * funcd_queue_depth, funcd_requests_in_flight; eventing's
- * funcd_events_total{namespace,eventsource,outcome}, funcd_deadletters{namespace}
+ * funcd_events_total{namespace,eventsource,outcome},
+ * funcd_event_source_dropped_total{namespace,eventsource,reason}, funcd_deadletters{namespace}
  * and funcd_async_queue_depth{state}; then the process_* series of this
  * process. Counter values are sums over the gateway threads read at one
  * moment each (a request that ends meanwhile may be in one sum and not yet

@@ -3,13 +3,17 @@
  * with an id and a Location -> the invocation Succeeded with the function's
  * answer; a failing function dead-lettered after its attempts, replayed
  * once fixed, purged; the result POSTed to X-Callback-Url (a loopback
- * server in the test); the function's edge authentication on /async/.
+ * server in the test); the function's edge authentication on /async/; the
+ * queue's caps, and the share of them anonymous callers get, apart from the
+ * tenant's own callers and sources (a bus message waits for room).
  */
 #include "../harness.h"
 #include "test_serving_common.h"
 #include "util/misc.h"
 
 #include <arpa/inet.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
@@ -240,8 +244,9 @@ SV_TEST_WITH(dlq_retention_sweeps, funcd_with_delivery_retention(0, 5000, 0), NU
 /* review17-controlplane H-1: the queue holds at most --queue-max-pending
  * invocations not yet final per namespace: beyond, /async/ answers 429 with
  * Retry-After and a Status naming the cap, before the body is stored; the
- * places come back once the items are final. */
-SV_TEST_WITH(queue_full_is_429, funcd_with_queue_limits(2, 0, UINT64_MAX), NULL)
+ * places come back once the items are final. (Anonymous callers have half
+ * of it: 2 of 4.) */
+SV_TEST_WITH(queue_full_is_429, funcd_with_queue_limits(4, 0, UINT64_MAX), NULL)
 {
     CHECK(make_broken(e) == 0);
     char location[2][512];
@@ -251,7 +256,7 @@ SV_TEST_WITH(queue_full_is_429, funcd_with_queue_limits(2, 0, UINT64_MAX), NULL)
     }
     CHECK_INT(post_async(e, "broken/", NULL, NULL, "payload"), 429);
     CHECK_DP_STATUS(429, "TooManyRequests");
-    CHECK_CONTAINS(jstr(e->r.json, "message"), "--queue-max-pending 2");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "--queue-max-pending 4");
     CHECK(sv_header(&e->r, "Retry-After") && atoi(sv_header(&e->r, "Retry-After")) >= 1);
     CHECK_INT(REQ("GET", NS("default") "/invocations", DEV_TOKEN, NULL), 200);
     CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 2);
@@ -286,8 +291,8 @@ SV_TEST_WITH(webhook_queue_full_is_429, funcd_with_queue_limits(1, 0, UINT64_MAX
 
 /* --queue-max-bytes counts what a namespace keeps: a finished invocation's
  * request and answer stay (the retention), and the next one that would
- * pass the cap is 429 naming it. */
-SV_TEST_WITH(queue_bytes_cap_is_429, funcd_with_queue_limits(0, 48 * 1024, UINT64_MAX), NULL)
+ * pass the cap (here the anonymous half of it, 48 KiB) is 429 naming it. */
+SV_TEST_WITH(queue_bytes_cap_is_429, funcd_with_queue_limits(0, 96 * 1024, UINT64_MAX), NULL)
 {
     if (ready_echo(e) < 0)
         FAILF("echo is not Ready: %.500s", e->r.body);
@@ -300,7 +305,7 @@ SV_TEST_WITH(queue_bytes_cap_is_429, funcd_with_queue_limits(0, 48 * 1024, UINT6
         FAILF("not Succeeded: %.500s", e->r.body);
     CHECK_INT(post_async(e, "echo/", NULL, NULL, body), 429);
     CHECK_DP_STATUS(429, "TooManyRequests");
-    CHECK_CONTAINS(jstr(e->r.json, "message"), "--queue-max-bytes 49152");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "--queue-max-bytes 98304");
     CHECK_INT(post_async(e, "echo/", NULL, NULL, "small"), 202);
 }
 
@@ -416,6 +421,206 @@ SV_TEST(eventing_metrics)
     /* A namespace-scoped reader sees no other namespace's series. */
     CHECK_INT(REQ("GET", "/metrics", TEAM_B_TOKEN, NULL), 200);
     CHECK(strstr(e->r.body, "namespace=\"default\"") == NULL);
+}
+
+/* ---- anonymous callers and the tenant's own sources (review17-mends M-1) -- */
+
+static void sign(const char *key, const char *body, char out[128])
+{
+    unsigned char md[32];
+    unsigned len = 0;
+    HMAC(EVP_sha256(), key, (int)strlen(key), (const unsigned char *)body, strlen(body), md, &len);
+    strcpy(out, "X-Funcd-Signature: sha256=");
+    for (unsigned i = 0; i < 32; i++)
+        sprintf(out + 26 + 2 * i, "%02x", md[i]);
+}
+
+/* EventSource `name` with `spec` (JSON) in default, running: for a webhook,
+ * until its path answers something but 404; for others, a second. */
+static int make_event_source(env *e, const char *name, const char *spec)
+{
+    char body[2048], path[128];
+    snprintf(body, sizeof(body),
+             "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"EventSource\",\"metadata\":"
+             "{\"name\":\"%s\"},\"spec\":%s}",
+             name, spec);
+    if (REQ("POST", NS("default") "/eventsources", DEV_TOKEN, body) != 201)
+        return -1;
+    if (!strstr(spec, "\"webhook\"")) {
+        env_sleep_ms(1000);
+        return 0;
+    }
+    snprintf(path, sizeof(path), "/events/default/%s", name);
+    int64_t end = e2e_now_ms() + 5000;
+    while (e2e_http_send(e->dp, "GET", path, NULL, NULL, NULL, 0, &e->r) == 404 &&
+           e2e_now_ms() < end)
+        env_sleep_ms(20);
+    return e->r.status == 405 ? 0 : -1;
+}
+
+/* Anonymous submissions (/async/ of an open function, an unsigned webhook)
+ * take at most half of each of a namespace's caps: once they hold it, the
+ * tenant's own callers (a signed webhook, /async/ with a token) still have
+ * the other half; the total stays within the caps. Before, an anonymous
+ * flood took every place and the signed webhook was 429. */
+SV_TEST_WITH(anonymous_share_leaves_the_tenant_room, funcd_with_queue_limits(4, 0, UINT64_MAX),
+             NULL)
+{
+    if (ready_echo(e) < 0)
+        FAILF("echo is not Ready: %.500s", e->r.body);
+    CHECK(sv_native(e, "guarded", "\"edge\":{\"auth\":\"authenticated\"}") == 0);
+    CHECK_INT(REQ("POST", NS("default") "/secrets", DEV_TOKEN,
+                  "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Secret\",\"metadata\":{\"name\":"
+                  "\"hook\"},\"stringData\":{\"token\":\"s3cret\"}}"),
+              201);
+    CHECK(make_event_source(e, "signed", "{\"type\":\"webhook\",\"webhook\":{\"secretRef\":"
+                            "{\"name\":\"hook\",\"key\":\"token\"}},\"target\":{\"function\":"
+                            "\"echo\"}}") == 0);
+    CHECK(make_event_source(e, "open", "{\"type\":\"webhook\",\"target\":{\"function\":"
+                            "\"echo\"}}") == 0);
+    /* The flood: slow invocations, each holding its place for seconds. */
+    int accepted = 0;
+    for (int i = 0; i < 10; i++)
+        if (post_async(e, "echo/sleep?ms=5000", NULL, NULL, "x") == 202)
+            accepted++;
+    /* The tenant's signed webhook is taken. */
+    char sig[128];
+    sign("s3cret", "{\"n\":1}", sig);
+    const char *h[] = {sig, NULL};
+    CHECK_INT(e2e_http_send(e->dp, "POST", "/events/default/signed", NULL, h, "{\"n\":1}", 7,
+                            &e->r),
+              202);
+    CHECK_INT(accepted, 2);
+    CHECK_INT(post_async(e, "echo/sleep?ms=5000", NULL, NULL, "x"), 429);
+    CHECK_DP_STATUS(429, "TooManyRequests");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "unauthenticated");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "--queue-max-pending 4");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "--queue-anonymous-share 50");
+    CHECK(strstr(jstr(e->r.json, "message"), " 2 ") == NULL); /* not the namespace's figures */
+    /* An unsigned webhook is anonymous too. */
+    CHECK_INT(e2e_http_send(e->dp, "POST", "/events/default/open", NULL, NULL, "{}", 2, &e->r),
+              429);
+    CHECK_DP_STATUS(429, "TooManyRequests");
+    /* So is its authenticated /async/. */
+    CHECK_INT(post_async(e, "guarded/sleep?ms=5000", DEV_TOKEN, NULL, "x"), 202);
+    /* And the namespace is at its cap: four. */
+    CHECK_INT(post_async(e, "guarded/sleep?ms=5000", DEV_TOKEN, NULL, "x"), 429);
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "--queue-max-pending 4");
+    CHECK_INT(REQ("GET", NS("default") "/invocations", DEV_TOKEN, NULL), 200);
+    CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 4);
+}
+
+static funcd_bus *the_bus;
+
+static funcd_option *with_kept_bus(void)
+{
+    if (funcd_bus_memory_new(&the_bus) < 0)
+        return NULL;
+    return funcd_with_bus(the_bus);
+}
+
+/* EventSource `name`'s status.counts.<what> (GET), or -1. */
+static double source_count(env *e, const char *name, const char *what)
+{
+    char path[256], field[64];
+    snprintf(path, sizeof(path), NS("default") "/eventsources/%s", name);
+    snprintf(field, sizeof(field), "status.counts.%s", what);
+    if (REQ("GET", path, DEV_TOKEN, NULL) != 200 || !jget(e->r.json, field))
+        return -1;
+    return jnum(e->r.json, field);
+}
+
+/* A namespace whose queue is full (anonymous and authenticated slow
+ * invocations): a bus message is held and retried, and delivered once the
+ * slow ones are done. Before, it was lost (core NATS does not redeliver):
+ * only lastError said so. */
+SV_TEST_WITH(bus_message_waits_for_room, funcd_with_queue_limits(2, 0, UINT64_MAX),
+             with_kept_bus())
+{
+    CHECK(the_bus);
+    if (ready_echo(e) < 0)
+        FAILF("echo is not Ready: %.500s", e->r.body);
+    CHECK(sv_native(e, "guarded", "\"edge\":{\"auth\":\"authenticated\"}") == 0);
+    CHECK(make_event_source(e, "orders", "{\"type\":\"bus\",\"bus\":{\"subject\":"
+                            "\"default.orders\"},\"target\":{\"function\":\"echo\"}}") == 0);
+    CHECK_INT(post_async(e, "echo/sleep?ms=3000", NULL, NULL, "x"), 202);
+    CHECK_INT(post_async(e, "guarded/sleep?ms=3000", DEV_TOKEN, NULL, "x"), 202);
+    CHECK_INT(post_async(e, "guarded/sleep?ms=3000", DEV_TOKEN, NULL, "x"), 429);
+    CHECK_INT(the_bus->publish(the_bus, "default.orders", "order 1", 7), 0);
+    int64_t end = e2e_now_ms() + 30000;
+    while (source_count(e, "orders", "delivered") < 1 && e2e_now_ms() < end)
+        env_sleep_ms(200);
+    if (source_count(e, "orders", "delivered") != 1)
+        FAILF("the bus message was not delivered: %.1000s", e->r.body);
+    CHECK(jnum(e->r.json, "status.counts.events") == 1);
+    CHECK(jnum(e->r.json, "status.counts.dropped") == 0);
+}
+
+static pthread_mutex_t warn_lock = PTHREAD_MUTEX_INITIALIZER;
+static char warned[512];
+
+/* funcd's own WARN lines (the test's logger): the last about dropped
+ * messages of "orders" is kept. */
+static void on_warn(funcd_log_level level, const char *message, void *payload)
+{
+    (void)payload;
+    fprintf(stderr, "funcd: %s\n", message);
+    if (level >= FUNCD_LOG_WARN && strstr(message, "dropped") && strstr(message, "orders")) {
+        pthread_mutex_lock(&warn_lock);
+        snprintf(warned, sizeof(warned), "%s", message);
+        pthread_mutex_unlock(&warn_lock);
+    }
+}
+
+/* Beyond what a bus source holds (1000 messages), a message is dropped:
+ * a WARN line, status.counts.dropped and
+ * funcd_event_source_dropped_total{...,reason="backlog_full"}. */
+static void bus_backlog_is_bounded_body(env *e)
+{
+    CHECK(the_bus);
+    if (ready_echo(e) < 0)
+        FAILF("echo is not Ready: %.500s", e->r.body);
+    CHECK(make_event_source(e, "orders", "{\"type\":\"bus\",\"bus\":{\"subject\":"
+                            "\"default.orders\"},\"target\":{\"function\":\"echo\"}}") == 0);
+    CHECK_INT(post_async(e, "echo/sleep?ms=20000", NULL, NULL, "x"), 202);
+    CHECK_INT(post_async(e, "echo/x", NULL, NULL, "x"), 429);
+    for (int i = 0; i < 1005; i++) {
+        char msg[32];
+        snprintf(msg, sizeof(msg), "order %d", i);
+        CHECK_INT(the_bus->publish(the_bus, "default.orders", msg, strlen(msg)), 0);
+    }
+    int64_t end = e2e_now_ms() + 10000;
+    while (source_count(e, "orders", "dropped") < 5 && e2e_now_ms() < end)
+        env_sleep_ms(200);
+    CHECK(source_count(e, "orders", "dropped") == 5);
+    CHECK(jnum(e->r.json, "status.counts.events") == 0);
+    CHECK_CONTAINS(jstr(e->r.json, "status.lastError"), "dropped");
+    want_sample w = {"funcd_event_source_dropped_total{namespace=\"default\",eventsource=\"orders\","
+                     "reason=\"backlog_full\"}",
+                     5};
+    if (!env_poll(e, 5000, scraped, &w))
+        FAILF("no %s: %.3000s", w.series, e->r.body);
+    CHECK(sample(e->r.body, w.series) == 5);
+    CHECK_CONTAINS(e->r.body, "# TYPE funcd_event_source_dropped_total counter");
+    pthread_mutex_lock(&warn_lock);
+    char line[512];
+    snprintf(line, sizeof(line), "%s", warned);
+    pthread_mutex_unlock(&warn_lock);
+    CHECK_CONTAINS(line, "1000");
+}
+
+TEST(bus_backlog_is_bounded)
+{
+    env e;
+    if (env_up_with(&e, NULL, funcd_with_queue_limits(1, 0, UINT64_MAX), with_kept_bus(),
+                    funcd_with_logger(on_warn, FUNCD_LOG_WARN, NULL)) < 0) {
+        env_down(&e);
+        sv_cleanup();
+        FAILF("cannot start a platform: %s", funcd_error_last()->message);
+    }
+    bus_backlog_is_bounded_body(&e);
+    env_down(&e);
+    sv_cleanup();
 }
 
 /* ---- a loopback server for X-Callback-Url ------------------------------ */
@@ -656,6 +861,9 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, queue_bytes_cap_is_429);
     SV_RUN(only, ran, webhook_queue_full_is_429);
     SV_RUN(only, ran, async_body_cap);
+    SV_RUN(only, ran, anonymous_share_leaves_the_tenant_room);
+    SV_RUN(only, ran, bus_message_waits_for_room);
+    SV_RUN(only, ran, bus_backlog_is_bounded);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no test case named %s\n", only);

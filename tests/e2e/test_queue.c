@@ -16,6 +16,7 @@
 #include <event2/event.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define NATIVE_SPEC(extra)                                                                         \
@@ -293,6 +294,56 @@ SV_TEST_WITH(caps_per_namespace, funcd_with_queue_limits(2, 8192, UINT64_MAX), N
     CHECK_INT(submit(e, &other, id), 0);
 }
 
+/* review17-mends M-1: anonymous items (/async/ of an open function, an
+ * unsigned webhook) hold at most their share of each cap (half: 2 of 4),
+ * counted apart from the tenant's, and so again after a restart: the queue
+ * counts a namespace from its records, which say which items are
+ * anonymous. */
+static void anonymous_share_body(env *e, const char *dir)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/store.db", dir);
+    funcd_store *s = NULL;
+    if (funcd_store_sqlite_new(&s, path, NULL) < 0 ||
+        env_up_with(e, s, funcd_with_queue_limits(4, 0, UINT64_MAX), NULL, NULL) < 0)
+        FAILF("cannot start a platform: %s", funcd_error_last()->message);
+    /* No such function: each item waits 10 s after its first attempt. */
+    funcd_queue_item anon = {.ns = "default", .function = "nobody", .body = "b", .body_len = 1,
+                             .origin = "test/anon", .anonymous = 1,
+                             .delivery = {.attempts = 3, .backoff_initial_ms = 10000}};
+    funcd_queue_item own = anon;
+    own.anonymous = 0;
+    char id[128];
+    CHECK_INT(submit(e, &anon, id), 0);
+    CHECK_INT(submit(e, &anon, id), 0);
+    CHECK_INT(submit(e, &anon, id), FUNCD_ENOSPC);
+    CHECK_CONTAINS(last_error, "--queue-anonymous-share 50 percent of --queue-max-pending 4");
+    CHECK_INT(submit(e, &own, id), 0);
+    env_down(e);
+    s = NULL;
+    if (funcd_store_sqlite_new(&s, path, NULL) < 0 ||
+        env_up_with(e, s, funcd_with_queue_limits(4, 0, UINT64_MAX), NULL, NULL) < 0)
+        FAILF("cannot start the platform again: %s", funcd_error_last()->message);
+    CHECK_INT(submit(e, &anon, id), FUNCD_ENOSPC);
+    CHECK_CONTAINS(last_error, "--queue-anonymous-share");
+    CHECK_INT(submit(e, &own, id), 0);
+    CHECK_INT(submit(e, &own, id), FUNCD_ENOSPC);
+    CHECK_CONTAINS(last_error, "--queue-max-pending 4");
+}
+
+TEST(anonymous_share_after_a_restart)
+{
+    char dir[] = "/tmp/funcd-queue-XXXXXX";
+    if (!mkdtemp(dir))
+        FAILF("mkdtemp failed");
+    env e;
+    memset(&e, 0, sizeof(e));
+    anonymous_share_body(&e, dir);
+    env_down(&e);
+    sv_cleanup();
+    funcd_remove_tree(dir);
+}
+
 int main(int argc, char **argv)
 {
     sv_init();
@@ -302,6 +353,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, retried_then_deadlettered_then_replayed);
     SV_RUN(only, ran, client_error_is_final);
     SV_RUN(only, ran, caps_per_namespace);
+    SV_RUN(only, ran, anonymous_share_after_a_restart);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no test case named %s\n", only);
