@@ -32,7 +32,7 @@ now_ms() { date +%s%3N; }
 start() {
   local log=$1; shift
   "$funcd" --listen 127.0.0.1:0 --data-plane-listen 127.0.0.1:0 --fn-runner-listen 127.0.0.1:0 \
-    --dev --log-level warn "$@" 2>"$log" &
+    --dev --log-level warn --namespace-object-quota -1 "$@" 2>"$log" &
   pid=$!
   for _ in $(seq 2000); do grep -q 'control plane listening' "$log" && break; sleep 0.005; done
   api="http://$(sed -n 's/.*control plane listening on //p' "$log")"

@@ -317,6 +317,13 @@ FUNCD_EXTERN funcd_option *funcd_with_metrics_open(int open);
  *  is refused with 403. Negative: no limit. */
 FUNCD_EXTERN funcd_option *funcd_with_kv_store_quota(long quota);
 
+/** How many objects a namespace may have, every kind together: Functions,
+ *  FunctionConfigs, Secrets, Workflows, EventSources, KVStores,
+ *  EgressPolicies and Sites (default 10,000; WorkflowRuns have their own
+ *  caps). Creating one more is refused with 403; replacing one never is.
+ *  Negative: no limit (docs/security.md, "Quotas"). */
+FUNCD_EXTERN funcd_option *funcd_with_namespace_object_quota(long quota);
+
 /** The file a Site serves for a directory when its spec.index is not set
  *  (default "index.html"; a relative path without ".."; docs/sites.md). */
 FUNCD_EXTERN funcd_option *funcd_with_site_default_index(const char *path);

@@ -229,6 +229,11 @@ funcd_option *funcd_with_kv_store_quota(long quota)
     return number_option(OPT_KV_STORE_QUOTA, (uint64_t)(int64_t)quota, 0, 0);
 }
 
+funcd_option *funcd_with_namespace_object_quota(long quota)
+{
+    return number_option(OPT_NAMESPACE_OBJECT_QUOTA, (uint64_t)(int64_t)quota, 0, 0);
+}
+
 funcd_option *funcd_with_site_default_index(const char *path)
 {
     return string_option(OPT_SITE_DEFAULT_INDEX, path);
@@ -626,6 +631,10 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
     case OPT_KV_STORE_QUOTA:
         cfg->kv_quota_set = 1;
         cfg->kv_store_quota = (int64_t)o->n[0];
+        break;
+    case OPT_NAMESPACE_OBJECT_QUOTA:
+        cfg->object_quota_set = 1;
+        cfg->object_quota = (int64_t)o->n[0];
         break;
     case OPT_SITE_CACHE_BYTES:
         if (o->n[0] > (uint64_t)INT64_MAX)

@@ -23,6 +23,7 @@
 #include "controller/controller.h"
 #include "controlplane/api.h"
 #include "controlplane/server.h"
+#include "controlplane/quota.h"
 #include "egress/netsvc.h"
 #include "eventing/sources.h"
 #include "funcd/funcd.h"
@@ -702,6 +703,8 @@ static int build(funcd_platform *p)
     p->cp.metrics = p->metrics;
     p->cp.metrics_open = p->cfg.metrics_open;
     p->cp.kv_store_quota = p->cfg.kv_quota_set ? p->cfg.kv_store_quota : FUNCD_KV_STORE_QUOTA_DEFAULT;
+    p->cp.object_quota = p->cfg.object_quota_set ? p->cfg.object_quota
+                                                 : FUNCD_OBJECT_QUOTA_DEFAULT;
     funcd_cp_server_limits cl = {p->cfg.stream_buffer, p->cfg.max_connections, p->tls_cp};
     rc = funcd_cp_server_new(&p->cp_server, &p->cp, p->cfg.listen_addr, &cl, p->addr,
                              sizeof(p->addr));
@@ -888,6 +891,8 @@ static void teardown(funcd_platform *p)
 {
     funcd_cp_server_free(p->cp_server); /* no API calls from here on */
     p->cp_server = NULL;
+    funcd_cp_counts_free(p->cp.counts);
+    p->cp.counts = NULL;
     funcd_queue_close(p->queue); /* no new attempt; those running may finish while draining */
     funcd_workflows_stop(p->workflows); /* runs resume at the next start, not fail in the drain */
     drain_workers(p); /* also fails waiting requests while the gateway still runs */
@@ -1080,6 +1085,8 @@ static int start_components(funcd_platform *p)
         rc = funcd_workflows_start(p->workflows);
     if (rc == 0)
         rc = funcd_fnrunner_start(p->fnrunner);
+    if (rc == 0 && p->cp.object_quota >= 0) /* listed at the first create */
+        rc = funcd_cp_counts_new(&p->cp.counts, p->cfg.store);
     if (rc == 0)
         rc = funcd_cp_server_start(p->cp_server);
     if (rc == 0)

@@ -3,7 +3,7 @@
  * data directory: a python3 function bound to a KVStore writes a key and
  * increments a counter; funcd is killed with SIGKILL and started again on
  * the same directory; the function reads back what was acknowledged. The
- * --kv-store-quota flag is honoured.
+ * --kv-store-quota and --namespace-object-quota flags are honoured.
  */
 #include <errno.h>
 #include <signal.h>
@@ -93,8 +93,11 @@ static void kv_body(kv_test *t)
     CHECK_INT(jnum(t->r.json, "count"), 3);
     dd_kill9(&t->d);
 
-    /* --kv-store-quota 1: the cache exists, a second store is refused. */
-    static const char *const quota[] = {"--kv-store-quota", "1", NULL};
+    /* --kv-store-quota 1: the cache exists, a second store is refused.
+     * --namespace-object-quota 2: the cache and the function, counted from
+     * the data directory at the first create, fill the namespace; updates pass. */
+    static const char *const quota[] = {"--kv-store-quota", "1", "--namespace-object-quota", "2",
+                                        NULL};
     CHECK(start(t, quota) == 0);
     CHECK_INT(e2e_http_do(t->h, "POST", DD_NS "/kvstores", DD_TOKEN,
                           "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"KVStore\",\"metadata\":"
@@ -102,6 +105,18 @@ static void kv_body(kv_test *t)
                           &t->r),
               403);
     CHECK_CONTAINS(jstr(t->r.json, "message"), "--kv-store-quota 1");
+    CHECK_INT(e2e_http_do(t->h, "POST", DD_NS "/secrets", DD_TOKEN,
+                          "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Secret\",\"metadata\":"
+                          "{\"name\":\"one-more\"},\"stringData\":{\"k\":\"v\"}}",
+                          &t->r),
+              403);
+    CHECK_CONTAINS(jstr(t->r.json, "message"), "namespace default has 2 objects");
+    CHECK_CONTAINS(jstr(t->r.json, "message"), "--namespace-object-quota 2");
+    CHECK_INT(e2e_http_do(t->h, "PUT", DD_NS "/kvstores/cache", DD_TOKEN,
+                          "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"KVStore\",\"metadata\":"
+                          "{\"name\":\"cache\"},\"spec\":{\"maxKeys\":100}}",
+                          &t->r),
+              200);
 }
 
 TEST(kv_survives_kill9)
