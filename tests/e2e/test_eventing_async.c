@@ -468,6 +468,7 @@ SV_TEST_WITH(anonymous_share_leaves_the_tenant_room, funcd_with_queue_limits(4, 
 {
     if (ready_echo(e) < 0)
         FAILF("echo is not Ready: %.500s", e->r.body);
+    CHECK(make_broken(e) == 0);
     CHECK(sv_native(e, "guarded", "\"edge\":{\"auth\":\"authenticated\"}") == 0);
     CHECK_INT(REQ("POST", NS("default") "/secrets", DEV_TOKEN,
                   "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Secret\",\"metadata\":{\"name\":"
@@ -475,13 +476,14 @@ SV_TEST_WITH(anonymous_share_leaves_the_tenant_room, funcd_with_queue_limits(4, 
               201);
     CHECK(make_event_source(e, "signed", "{\"type\":\"webhook\",\"webhook\":{\"secretRef\":"
                             "{\"name\":\"hook\",\"key\":\"token\"}},\"target\":{\"function\":"
-                            "\"echo\"}}") == 0);
+                            "\"broken\"},\"delivery\":{\"backoff\":{\"initial\":\"20s\"}}}") == 0);
     CHECK(make_event_source(e, "open", "{\"type\":\"webhook\",\"target\":{\"function\":"
                             "\"echo\"}}") == 0);
-    /* The flood: slow invocations, each holding its place for seconds. */
+    /* The flood: slow invocations, each holding its place for 20 s (the tenant's
+     * signed event too: its target fails, and waits 20 s to be tried again). */
     int accepted = 0;
     for (int i = 0; i < 10; i++)
-        if (post_async(e, "echo/sleep?ms=5000", NULL, NULL, "x") == 202)
+        if (post_async(e, "echo/sleep?ms=20000", NULL, NULL, "x") == 202)
             accepted++;
     /* The tenant's signed webhook is taken. */
     char sig[128];
@@ -491,7 +493,7 @@ SV_TEST_WITH(anonymous_share_leaves_the_tenant_room, funcd_with_queue_limits(4, 
                             &e->r),
               202);
     CHECK_INT(accepted, 2);
-    CHECK_INT(post_async(e, "echo/sleep?ms=5000", NULL, NULL, "x"), 429);
+    CHECK_INT(post_async(e, "echo/sleep?ms=20000", NULL, NULL, "x"), 429);
     CHECK_DP_STATUS(429, "TooManyRequests");
     CHECK_CONTAINS(jstr(e->r.json, "message"), "unauthenticated");
     CHECK_CONTAINS(jstr(e->r.json, "message"), "--queue-max-pending 4");
@@ -501,10 +503,10 @@ SV_TEST_WITH(anonymous_share_leaves_the_tenant_room, funcd_with_queue_limits(4, 
     CHECK_INT(e2e_http_send(e->dp, "POST", "/events/default/open", NULL, NULL, "{}", 2, &e->r),
               429);
     CHECK_DP_STATUS(429, "TooManyRequests");
-    /* So is its authenticated /async/. */
-    CHECK_INT(post_async(e, "guarded/sleep?ms=5000", DEV_TOKEN, NULL, "x"), 202);
+    /* The tenant's authenticated /async/ is taken too. */
+    CHECK_INT(post_async(e, "guarded/sleep?ms=20000", DEV_TOKEN, NULL, "x"), 202);
     /* And the namespace is at its cap: four. */
-    CHECK_INT(post_async(e, "guarded/sleep?ms=5000", DEV_TOKEN, NULL, "x"), 429);
+    CHECK_INT(post_async(e, "guarded/sleep?ms=20000", DEV_TOKEN, NULL, "x"), 429);
     CHECK_CONTAINS(jstr(e->r.json, "message"), "--queue-max-pending 4");
     CHECK_INT(REQ("GET", NS("default") "/invocations", DEV_TOKEN, NULL), 200);
     CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 4);
