@@ -23,6 +23,7 @@ struct funcd_pool_worker {
     int64_t started_ms;
     int64_t last_used_ms;
     int stop_called;
+    funcd_pool_budget *budget; /* the place it holds (given back once exited); NULL: none */
     atomic_int refs;  /* 1 while listed + 1 per slot held */
     void *data;
     funcd_pool_worker *next;
@@ -48,7 +49,154 @@ struct funcd_pool {
     char last_error[512];
     int64_t last_cold_start_ms;
     double last_cold_start_millis;
+    unsigned budget_short; /* workers the last plan wanted but found no place for */
+    char budget_error[256];
 };
+
+/* ---- budgets ---------------------------------------------------------- */
+
+struct funcd_pool_budget {
+    atomic_int refs;
+    atomic_uint taken;
+    unsigned limit; /* 0: none */
+    funcd_pool_budget *parent;
+    pthread_mutex_t lock; /* taken's changes and the starved list */
+    funcd_pool **starved; /* pools that found no place here, each referenced */
+    unsigned n_starved, cap_starved;
+    char what[128], flag[96];
+};
+
+funcd_pool_budget *funcd_pool_budget_new(unsigned limit, funcd_pool_budget *parent,
+                                         const char *what, const char *flag)
+{
+    funcd_pool_budget *b = calloc(1, sizeof(*b));
+    if (!b)
+        return NULL;
+    atomic_init(&b->refs, 1);
+    atomic_init(&b->taken, 0);
+    b->limit = limit;
+    b->parent = parent;
+    if (parent)
+        funcd_pool_budget_ref(parent);
+    pthread_mutex_init(&b->lock, NULL);
+    snprintf(b->what, sizeof(b->what), "%s", what ? what : "the budget");
+    snprintf(b->flag, sizeof(b->flag), "%s", flag ? flag : "its limit");
+    return b;
+}
+
+void funcd_pool_budget_ref(funcd_pool_budget *b)
+{
+    atomic_fetch_add(&b->refs, 1);
+}
+
+void funcd_pool_budget_unref(funcd_pool_budget *b)
+{
+    while (b && atomic_fetch_sub(&b->refs, 1) == 1) {
+        funcd_pool_budget *parent = b->parent;
+        /* The starved list is empty: a pool leaves it when it closes and
+         * holds a reference to its budget until then. */
+        free(b->starved);
+        pthread_mutex_destroy(&b->lock);
+        free(b);
+        b = parent;
+    }
+}
+
+unsigned funcd_pool_budget_taken(funcd_pool_budget *b)
+{
+    return atomic_load(&b->taken);
+}
+
+/* Adds `p` to the pools woken when a place is given back to `b` (under
+ * b->lock). */
+static void starve_locked(funcd_pool_budget *b, funcd_pool *p)
+{
+    for (unsigned i = 0; i < b->n_starved; i++)
+        if (b->starved[i] == p)
+            return;
+    if (b->n_starved == b->cap_starved) {
+        unsigned cap = b->cap_starved ? 2 * b->cap_starved : 8;
+        funcd_pool **v = realloc(b->starved, cap * sizeof(*v));
+        if (!v)
+            return; /* it plans again at its next timer or request */
+        b->starved = v;
+        b->cap_starved = cap;
+    }
+    funcd_pool_ref(p);
+    b->starved[b->n_starved++] = p;
+}
+
+static void budget_put(funcd_pool_budget *b, funcd_pool_budget *upto)
+{
+    for (; b != upto; b = b->parent) {
+        pthread_mutex_lock(&b->lock);
+        atomic_fetch_sub(&b->taken, 1);
+        pthread_mutex_unlock(&b->lock);
+    }
+}
+
+/* Takes one place from `b` and each parent; none left somewhere: 0, the
+ * place taken below is given back, `p` is listed to be woken and `why`
+ * names the limit. */
+static int budget_take(funcd_pool_budget *leaf, funcd_pool *p, char *why, size_t why_len)
+{
+    for (funcd_pool_budget *b = leaf; b; b = b->parent) {
+        pthread_mutex_lock(&b->lock);
+        unsigned taken = atomic_load(&b->taken);
+        if (b->limit && taken >= b->limit) {
+            starve_locked(b, p);
+            pthread_mutex_unlock(&b->lock);
+            snprintf(why, why_len, "%s has %u workers, its limit (%s %u)", b->what, taken,
+                     b->flag, b->limit);
+            budget_put(leaf, b); /* no wake-up: nobody could use it (they would take b too) */
+            return 0;
+        }
+        atomic_fetch_add(&b->taken, 1);
+        pthread_mutex_unlock(&b->lock);
+    }
+    return 1;
+}
+
+static void pool_wake(funcd_pool *p);
+
+/* A worker's process is gone: its places are given back, and every pool
+ * that found no place in the chain plans again. Not under a pool's lock. */
+static void budget_give(funcd_pool_budget *leaf)
+{
+    for (funcd_pool_budget *b = leaf; b; b = b->parent) {
+        pthread_mutex_lock(&b->lock);
+        atomic_fetch_sub(&b->taken, 1);
+        funcd_pool **woken = b->starved;
+        unsigned n = b->n_starved;
+        b->starved = NULL;
+        b->n_starved = b->cap_starved = 0;
+        pthread_mutex_unlock(&b->lock);
+        for (unsigned i = 0; i < n; i++) {
+            pool_wake(woken[i]);
+            funcd_pool_unref(woken[i]);
+        }
+        free(woken);
+    }
+}
+
+/* `p` no longer waits for a place anywhere in the chain (it closed, or
+ * moved to another budget). */
+static void budget_forget(funcd_pool_budget *leaf, funcd_pool *p)
+{
+    for (funcd_pool_budget *b = leaf; b; b = b->parent) {
+        int found = 0;
+        pthread_mutex_lock(&b->lock);
+        for (unsigned i = 0; i < b->n_starved; i++)
+            if (b->starved[i] == p) {
+                b->starved[i] = b->starved[--b->n_starved];
+                found = 1;
+                break;
+            }
+        pthread_mutex_unlock(&b->lock);
+        if (found)
+            funcd_pool_unref(p);
+    }
+}
 
 static int64_t now_ms(const funcd_pool *p)
 {
@@ -66,6 +214,7 @@ void funcd_pool_unref(funcd_pool *p)
 {
     if (!p || atomic_fetch_sub(&p->refs, 1) != 1)
         return;
+    funcd_pool_budget_unref(p->cfg.budget);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }
@@ -182,6 +331,13 @@ static void poke_locked(funcd_pool *p)
         event_active(p->tick, 0, 0);
 }
 
+static void pool_wake(funcd_pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    poke_locked(p);
+    pthread_mutex_unlock(&p->lock);
+}
+
 /* ---- the request side (any thread) ------------------------------------ */
 
 funcd_pool_outcome funcd_pool_acquire(funcd_pool *p, funcd_pool_waiter *wt,
@@ -253,6 +409,9 @@ void funcd_pool_stats_get(funcd_pool *p, funcd_pool_stats *out)
     out->last_cold_start_millis = p->last_cold_start_millis;
     out->failures = p->failures;
     snprintf(out->last_error, sizeof(out->last_error), "%s", p->last_error);
+    out->budget_short = p->budget_short;
+    snprintf(out->budget_error, sizeof(out->budget_error), "%s",
+             p->budget_short ? p->budget_error : "");
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -326,10 +485,21 @@ static void plan_locked(funcd_pool *p, work *wk)
         need = p->cfg.max_workers > alive ? p->cfg.max_workers - alive : 0;
     if (now < p->backoff_until_ms)
         need = 0;
+    p->budget_short = 0;
     for (unsigned i = 0; i < need && wk->n_start < 64; i++) {
-        funcd_pool_worker *w = calloc(1, sizeof(*w));
-        if (!w)
+        if (p->cfg.budget &&
+            !budget_take(p->cfg.budget, p, p->budget_error, sizeof(p->budget_error))) {
+            p->budget_short = need - i; /* woken when a place is given back */
             break;
+        }
+        funcd_pool_worker *w = calloc(1, sizeof(*w));
+        if (!w) {
+            if (p->cfg.budget)
+                budget_put(p->cfg.budget, NULL);
+            break;
+        }
+        if (p->cfg.budget)
+            funcd_pool_budget_ref(w->budget = p->cfg.budget);
         w->pool = p;
         w->state = W_STARTING;
         w->replica = ++p->next_replica;
@@ -369,6 +539,15 @@ static funcd_pool_waiter *fail_waiters_if_hopeless_locked(funcd_pool *p)
     return take_all_waiters(p);
 }
 
+/* No worker and no place for one: the waiters are told which limit at
+ * once (a place may come back in a minute or never). */
+static funcd_pool_waiter *fail_waiters_if_no_place_locked(funcd_pool *p)
+{
+    if (!p->budget_short || p->n_ready || p->n_starting)
+        return NULL;
+    return take_all_waiters(p);
+}
+
 static void arm_timer(funcd_pool *p)
 {
     struct timeval tv = {0, TIMER_MS * 1000};
@@ -386,11 +565,14 @@ static void run_plan(funcd_pool *p)
     }
     plan_locked(p, &wk);
     funcd_pool_waiter *failed = fail_waiters_if_hopeless_locked(p);
+    funcd_pool_waiter *no_place = failed ? NULL : fail_waiters_if_no_place_locked(p);
     int busy = p->workers || p->n_waiting;
-    pthread_mutex_unlock(&p->lock);
-    char error[600];
+    char error[600], limit[300];
     snprintf(error, sizeof(error), "the function failed to start: %s", p->last_error);
+    snprintf(limit, sizeof(limit), FUNCD_POOL_NO_PLACE "%s", p->budget_error);
+    pthread_mutex_unlock(&p->lock);
     deliver(failed, error);
+    deliver(no_place, limit);
 
     for (unsigned i = 0; i < wk.n_stop; i++)
         p->ops.stop(p, wk.stop[i], p->ops.payload);
@@ -466,9 +648,15 @@ void funcd_pool_worker_exited(funcd_pool_worker *w, const char *why)
     if (w->state == W_STARTING)
         note_failure_locked(p, why);
     unlist_locked(p, w);
+    funcd_pool_budget *budget = w->budget;
+    w->budget = NULL;
     funcd_pool_waiter *failed = fail_waiters_if_hopeless_locked(p);
     poke_locked(p); /* replace it if there is demand or a minimum */
     pthread_mutex_unlock(&p->lock);
+    if (budget) { /* its process is gone: its place is free */
+        budget_give(budget);
+        funcd_pool_budget_unref(budget);
+    }
     char error[600];
     snprintf(error, sizeof(error), "the function failed to start: %s", why ? why : "?");
     deliver(failed, error);
@@ -519,6 +707,8 @@ void funcd_pool_configure(funcd_pool *p, const funcd_pool_config *cfg)
         c.concurrency = 1;
     if (c.min_workers > c.max_workers)
         c.min_workers = c.max_workers;
+    if (c.budget)
+        funcd_pool_budget_ref(c.budget);
     pthread_mutex_lock(&p->lock);
     if (memcmp(&c, &p->cfg, sizeof(c)) != 0) {
         /* A new configuration deserves a fresh start; the same one (every
@@ -526,11 +716,16 @@ void funcd_pool_configure(funcd_pool *p, const funcd_pool_config *cfg)
         p->failures = 0;
         p->backoff_until_ms = 0;
     }
+    funcd_pool_budget *old = p->cfg.budget;
     p->cfg = c;
     funcd_pool_waiter *granted = grant_locked(p);
     poke_locked(p);
     pthread_mutex_unlock(&p->lock);
     deliver(granted, NULL);
+    /* Workers keep the budget they took from until they exit. */
+    if (old && old != c.budget)
+        budget_forget(old, p);
+    funcd_pool_budget_unref(old);
 }
 
 void funcd_pool_close(funcd_pool *p, const char *reason)
@@ -554,5 +749,7 @@ void funcd_pool_close(funcd_pool *p, const char *reason)
     deliver(failed, reason);
     for (unsigned i = 0; i < wk.n_stop; i++)
         p->ops.stop(p, wk.stop[i], p->ops.payload);
+    if (p->cfg.budget) /* the list's reference would keep it for ever */
+        budget_forget(p->cfg.budget, p);
     funcd_pool_unref(p);
 }

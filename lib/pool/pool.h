@@ -30,6 +30,31 @@ typedef struct funcd_pool funcd_pool;
 typedef struct funcd_pool_worker funcd_pool_worker;
 typedef struct funcd_pool_waiter funcd_pool_waiter;
 
+/*
+ * A budget of places for workers, shared by pools (a namespace's pools, the
+ * node's). Each worker a pool starts first takes a place from its budget
+ * and from every parent up the chain; with no place it is not started (the
+ * pool says so, see funcd_pool_stats.budget_short) and the pool is woken to
+ * plan again when a place is given back anywhere in its chain. A worker
+ * gives its places back once its process has exited (a stopping worker
+ * still holds them). Any thread; reference counted.
+ */
+typedef struct funcd_pool_budget funcd_pool_budget;
+
+/* `limit` 0: none. `what` names the budget in messages ("namespace dev"),
+ * `flag` the setting of its limit ("funcd --namespace-max-workers"). A
+ * parent is referenced for as long as the budget lives. NULL: out of memory. */
+funcd_pool_budget *funcd_pool_budget_new(unsigned limit, funcd_pool_budget *parent,
+                                         const char *what, const char *flag);
+void funcd_pool_budget_ref(funcd_pool_budget *b);
+void funcd_pool_budget_unref(funcd_pool_budget *b);
+/* Places taken now (live worker processes charged to this budget). */
+unsigned funcd_pool_budget_taken(funcd_pool_budget *b);
+
+/* The start of the `error` of waiters failed because no place was left in
+ * their pool's budget chain (a gateway answers 503, not 502). */
+#define FUNCD_POOL_NO_PLACE "worker limit reached: "
+
 typedef struct funcd_pool_config {
     unsigned min_workers;
     unsigned max_workers;      /* >= 1 */
@@ -37,6 +62,7 @@ typedef struct funcd_pool_config {
     unsigned queue_length;     /* waiters beyond this are refused */
     uint64_t idle_ms;          /* stop workers idle this long; 0: never */
     uint64_t start_timeout_ms; /* a worker not ready by then has failed */
+    funcd_pool_budget *budget; /* places for workers; NULL: none (the pool refs it) */
 } funcd_pool_config;
 
 typedef struct funcd_pool_ops {
@@ -77,6 +103,8 @@ typedef struct funcd_pool_stats {
     double last_cold_start_millis; /* duration */
     unsigned failures;             /* consecutive start failures (0 after a success) */
     char last_error[512];          /* why the last start failed */
+    unsigned budget_short;         /* workers wanted but not started: no place in the budget */
+    char budget_error[256];        /* which limit, when budget_short */
 } funcd_pool_stats;
 
 int funcd_pool_new(funcd_pool **out, struct event_base *loop, const funcd_pool_config *cfg,

@@ -530,6 +530,110 @@ TEST(grant_cancel_reap_race)
     bench_down(&b);
 }
 
+/* Pools sharing a budget start only as many workers as it has places: two
+ * pools of minimum 2 under a budget of 3 get 3; the one left short says
+ * which limit, its waiters queue while it has a worker, and it reaches its
+ * 2 without polling once the other's workers have exited (stopping ones
+ * still hold their places). A pool with no worker and no place fails its
+ * waiters at once; a pool moved to another budget leaks no place. */
+TEST(budget_shared_by_pools)
+{
+    funcd_pool_budget *node = funcd_pool_budget_new(0, NULL, "this node", "funcd --max-workers");
+    funcd_pool_budget *ns =
+        funcd_pool_budget_new(3, node, "namespace t", "funcd --namespace-max-workers");
+    CHECK(node && ns);
+    funcd_pool_config cfg = {.min_workers = 2, .max_workers = 4, .concurrency = 1,
+                             .queue_length = 10, .idle_ms = 0, .start_timeout_ms = 10000,
+                             .budget = ns};
+    bench a, b, c;
+    CHECK(bench_up(&a, &cfg) == 0);
+    CHECK(bench_up(&b, &cfg) == 0);
+    CHECK_INT(a.starts, 2);
+    CHECK_INT(b.starts, 1); /* only 3 places */
+    CHECK_INT(funcd_pool_budget_taken(ns), 3);
+    CHECK_INT(funcd_pool_budget_taken(node), 3);
+    CHECK_INT(stats(&b).budget_short, 1);
+    CHECK_CONTAINS(stats(&b).budget_error,
+                   "namespace t has 3 workers, its limit (funcd --namespace-max-workers 3)");
+    /* b has a worker coming: its waiter queues as usual. */
+    rec rb = {.wt.granted = on_grant};
+    funcd_pool_worker *w = NULL;
+    CHECK_INT(funcd_pool_acquire(b.pool, &rb.wt, &w), FUNCD_POOL_QUEUED);
+    turn(&b);
+    CHECK_INT(atomic_load(&rb.calls), 0);
+    funcd_pool_worker_ready(nth(&b, 0)->pw);
+    CHECK_INT(atomic_load(&rb.calls), 1);
+    CHECK(rb.w == nth(&b, 0)->pw);
+    funcd_pool_release(b.pool, rb.w, 0);
+    /* c has no worker and no place: its waiter is told at once, and why. */
+    funcd_pool_config none = cfg;
+    none.min_workers = 0;
+    CHECK(bench_up(&c, &none) == 0);
+    rec rc = {.wt.granted = on_grant};
+    CHECK_INT(funcd_pool_acquire(c.pool, &rc.wt, &w), FUNCD_POOL_QUEUED);
+    turn(&c);
+    CHECK_INT(c.starts, 0);
+    CHECK_INT(atomic_load(&rc.calls), 1);
+    CHECK(rc.w == NULL);
+    CHECK_CONTAINS(rc.error, FUNCD_POOL_NO_PLACE "namespace t has 3 workers");
+    /* a's workers stop: their places come back only once they exited. */
+    funcd_pool_close(a.pool, "the test moves on");
+    a.closed = 1;
+    turn(&a);
+    turn(&b);
+    CHECK_INT(b.starts, 1);
+    CHECK_INT(funcd_pool_budget_taken(ns), 3);
+    reap(&a);
+    turn(&b);
+    CHECK_INT(b.starts, 2); /* woken by the places given back */
+    CHECK_INT(stats(&b).budget_short, 0);
+    CHECK_INT(funcd_pool_budget_taken(ns), 2);
+    /* Moved to another budget: b's workers keep their places where they
+     * took them until they exit; none is lost. */
+    funcd_pool_budget *other = funcd_pool_budget_new(5, node, "namespace u", "x");
+    CHECK(other);
+    cfg.budget = other;
+    plan(&b, &cfg);
+    CHECK_INT(funcd_pool_budget_taken(ns), 2);
+    CHECK_INT(funcd_pool_budget_taken(other), 0);
+    bench_down(&a);
+    bench_down(&b);
+    bench_down(&c);
+    CHECK_INT(funcd_pool_budget_taken(ns), 0);
+    CHECK_INT(funcd_pool_budget_taken(other), 0);
+    CHECK_INT(funcd_pool_budget_taken(node), 0);
+    funcd_pool_budget_unref(other);
+    funcd_pool_budget_unref(ns);
+    funcd_pool_budget_unref(node);
+}
+
+/* The node's budget bounds every namespace below it. */
+TEST(budget_parent_bounds_children)
+{
+    funcd_pool_budget *node = funcd_pool_budget_new(3, NULL, "this node", "funcd --max-workers");
+    funcd_pool_budget *n1 = funcd_pool_budget_new(0, node, "namespace a", "x");
+    funcd_pool_budget *n2 = funcd_pool_budget_new(0, node, "namespace b", "x");
+    CHECK(node && n1 && n2);
+    funcd_pool_config cfg = {.min_workers = 2, .max_workers = 4, .concurrency = 1,
+                             .queue_length = 10, .start_timeout_ms = 10000, .budget = n1};
+    bench a, b;
+    CHECK(bench_up(&a, &cfg) == 0);
+    cfg.budget = n2;
+    CHECK(bench_up(&b, &cfg) == 0);
+    CHECK_INT(a.starts + b.starts, 3);
+    CHECK_INT(funcd_pool_budget_taken(node), 3);
+    CHECK_INT(funcd_pool_budget_taken(n2), b.starts);
+    CHECK_CONTAINS(stats(&b).budget_error, "this node has 3 workers, its limit (funcd --max-workers 3)");
+    bench_down(&a);
+    turn(&b);
+    CHECK_INT(b.starts, 2);
+    bench_down(&b);
+    CHECK_INT(funcd_pool_budget_taken(node), 0);
+    funcd_pool_budget_unref(n1);
+    funcd_pool_budget_unref(n2);
+    funcd_pool_budget_unref(node);
+}
+
 int main(void)
 {
     /* The racers wake the loop from their threads, as requests do on the
@@ -542,5 +646,7 @@ int main(void)
     RUN(queue_overflow);
     RUN(start_failure_backoff);
     RUN(grant_cancel_reap_race);
+    RUN(budget_shared_by_pools);
+    RUN(budget_parent_bounds_children);
     return HARNESS_END();
 }
