@@ -78,6 +78,7 @@ typedef struct funcd_eval_config {
     size_t n_builtins;
     const funcd_logger *logger;
     struct funcd_sources *sources; /* pulls images the functions dir does not hold; may be NULL */
+    struct funcd_pool_budget *budget; /* places for warm workers (the node's); NULL: none */
 } funcd_eval_config;
 
 typedef struct funcd_eval_job funcd_eval_job;

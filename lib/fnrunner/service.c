@@ -147,7 +147,8 @@ static int copy_strings(funcd_fnrunner *fr, const funcd_fnrunner_config *cfg)
         .functions_dir = fr->strings[0], .shim_dir = fr->strings[1],
         .state_dir = fr->strings[2], .config_namespace = fr->strings[3],
         .max_message = fr->max_message, .builtins = cfg->builtins,
-        .n_builtins = cfg->n_builtins, .logger = cfg->logger, .sources = cfg->sources};
+        .n_builtins = cfg->n_builtins, .logger = cfg->logger, .sources = cfg->sources,
+        .budget = cfg->budget};
     return 0;
 }
 

@@ -29,6 +29,7 @@ typedef struct funcd_fnrunner_config {
     struct funcd_sources *sources; /* image pulls for podExecutor images; may be NULL */
     const struct funcd_auth *auth; /* bearer tokens calls need; borrowed; NULL: none */
     struct ssl_ctx_st *tls;        /* TLS on a TCP listener (ALPN h2); borrowed; NULL: none */
+    struct funcd_pool_budget *budget; /* the node's places for workers; borrowed; NULL: none */
 } funcd_fnrunner_config;
 
 /* Builds the chain and binds the gRPC listener on `addr` (bound address

@@ -114,6 +114,7 @@ struct worker_eval {
     struct event *reconcile_ev; /* the watch pokes it from writers' threads */
     int closed;
     funcd_sources *sources; /* images pulled from registries; may be NULL */
+    funcd_pool_budget *budget; /* the node's places for workers (borrowed; pools ref it); NULL: none */
     parked *parked;
     int reconcile_waits;    /* a reconcile waits on a pull (its callback is registered) */
 };
@@ -215,9 +216,10 @@ static unsigned uint_at(const cJSON *obj, const char *key, unsigned dflt)
     return cJSON_IsNumber(n) && n->valuedouble >= 1 ? (unsigned)n->valuedouble : dflt;
 }
 
-static funcd_pool_config pool_config(const cJSON *pod)
+static funcd_pool_config pool_config(const cJSON *pod, funcd_pool_budget *budget)
 {
     funcd_pool_config c = {
+        .budget = budget,
         .min_workers = 0, /* the warm-up is one use, then the TTL decides */
         .max_workers = uint_at(pod, "maxParallelExecutions", DEFAULT_MAX_WORKERS),
         .concurrency = uint_at(pod, "preferredMaxQueueLength", DEFAULT_PER_WORKER),
@@ -236,7 +238,8 @@ static int same_config(const funcd_pool_config *a, const funcd_pool_config *b)
 {
     return a->min_workers == b->min_workers && a->max_workers == b->max_workers &&
            a->concurrency == b->concurrency && a->queue_length == b->queue_length &&
-           a->idle_ms == b->idle_ms && a->start_timeout_ms == b->start_timeout_ms;
+           a->idle_ms == b->idle_ms && a->start_timeout_ms == b->start_timeout_ms &&
+           a->budget == b->budget;
 }
 
 /* The directory name of an image: its last path component without a tag or
@@ -567,7 +570,7 @@ static image_pool *pool_for(worker_eval *we, const cJSON *fc, const char *ref, i
     char *sig = launch_sig(spec);
     funcd_eval_overrides ov = {0};
     image_pool *ip = sig ? find_pool(we, config, rs.key) : NULL;
-    funcd_pool_config pc = pool_config(pod);
+    funcd_pool_config pc = pool_config(pod, we->budget);
     if (ip && strcmp(ip->sig, sig) == 0) {
         if (!same_config(&ip->pc, &pc)) {
             ip->pc = pc;
@@ -704,7 +707,7 @@ static void reconcile(worker_eval *we)
             funcd_log(we->logger, FUNCD_LOG_WARN, "%s", why);
         char *sig = launch_sig(spec);
         funcd_pool_config pc =
-            pool_config(cJSON_GetObjectItemCaseSensitive(spec, "podExecutor"));
+            pool_config(cJSON_GetObjectItemCaseSensitive(spec, "podExecutor"), we->budget);
         for (image_pool *ip = we->pools; ip && name; ip = ip->next) {
             if (strcmp(ip->config, name) != 0)
                 continue;
@@ -1197,6 +1200,7 @@ static const char *missing_piece(const funcd_eval_config *cfg)
 
 static int setup(worker_eval *we, const funcd_eval_config *cfg)
 {
+    we->budget = cfg->budget;
     we->ns = funcd_strdup(cfg->config_namespace ? cfg->config_namespace : "default");
     if (!we->ns || asprintf(&we->prefix, "/registry/functionconfigs/%s/", we->ns) < 0)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the worker evaluator");

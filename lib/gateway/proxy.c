@@ -724,6 +724,10 @@ static void on_grant_messages(h2o_multithread_receiver_t *receiver, h2o_linklist
         inv->slot = tk->slot;
         if (inv->slot) {
             start_proxy(inv);
+        } else if (funcd_has_prefix(tk->error, FUNCD_SLOT_ERROR_WORKER_LIMIT)) {
+            /* The tenant's (or the node's) limit, not a fault: say which. */
+            fail(inv, 503, "ServiceUnavailable", "function %s has no worker and none may start: %s",
+                 inv->name, tk->error + strlen(FUNCD_SLOT_ERROR_WORKER_LIMIT));
         } else {
             /* Why is the operator's (host paths, cgroups, pids): funcd's log. */
             funcd_log(inv->t->logger, FUNCD_LOG_WARN, "invocation %s of function %s: %s",

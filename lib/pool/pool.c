@@ -563,7 +563,9 @@ static void run_plan(funcd_pool *p)
         pthread_mutex_unlock(&p->lock);
         return;
     }
+    unsigned was_short = p->budget_short;
     plan_locked(p, &wk);
+    int short_changed = p->budget_short != was_short; /* the status says it */
     funcd_pool_waiter *failed = fail_waiters_if_hopeless_locked(p);
     funcd_pool_waiter *no_place = failed ? NULL : fail_waiters_if_no_place_locked(p);
     int busy = p->workers || p->n_waiting;
@@ -581,7 +583,7 @@ static void run_plan(funcd_pool *p)
             funcd_pool_worker_exited(wk.start[i], funcd_error_last()->message);
     if (busy)
         arm_timer(p);
-    if (wk.n_start || wk.n_stop)
+    if (wk.n_start || wk.n_stop || short_changed)
         p->ops.changed(p, p->ops.payload);
 }
 

@@ -83,6 +83,7 @@ typedef struct fn_entry {
     char last_oom[160]; /* the last replica the kernel killed at its memory limit, or "" */
     funcd_metrics_fn *metrics; /* held while the function exists (cold starts count into it) */
     funcd_pool *gauge_pool; /* a reference to `pool` for readers on other threads, under s->lock */
+    funcd_pool_budget *budget; /* its namespace's places for workers, shared by its entries */
     struct fn_entry *next;
 } fn_entry;
 
@@ -712,7 +713,7 @@ static launch *build_launch(funcd_serving *s, const char *ns, const char *name, 
     return NULL;
 }
 
-static funcd_pool_config pool_config(const cJSON *spec)
+static funcd_pool_config pool_config(const cJSON *spec, funcd_pool_budget *budget)
 {
     const cJSON *sc = cJSON_GetObjectItemCaseSensitive(spec, "scaling");
     funcd_pool_config c = {
@@ -722,6 +723,7 @@ static funcd_pool_config pool_config(const cJSON *spec)
         .queue_length = uint_at(sc, "queueLength", 100),
         .idle_ms = duration_at(sc, "idleTimeout", 5 * 60 * 1000),
         .start_timeout_ms = duration_at(spec, "timeout", 30000),
+        .budget = budget,
     };
     if (c.start_timeout_ms < 10000)
         c.start_timeout_ms = 10000; /* interpreters on a loaded host need a moment */
@@ -1303,6 +1305,18 @@ static fn_entry *entry_for(funcd_serving *s, const char *ns, const char *name,
             return NULL;
         }
         e->metrics = funcd_metrics_fn_hold(s->cfg.metrics, ns, name);
+        /* One budget per namespace, made with its first function and kept
+         * while one of its functions (or their workers) uses it. Entries
+         * change on the loop only: no lock to read them here. */
+        for (fn_entry *o = s->entries; o && !e->budget; o = o->next)
+            if (o->budget && strcmp(o->ns, ns) == 0)
+                funcd_pool_budget_ref(e->budget = o->budget);
+        if (!e->budget) {
+            char what[300];
+            snprintf(what, sizeof(what), "namespace %s", ns);
+            e->budget = funcd_pool_budget_new(s->cfg.namespace_max_workers, s->cfg.node_budget,
+                                              what, "funcd --namespace-max-workers");
+        }
         pthread_mutex_lock(&s->lock);
         e->next = s->entries;
         s->entries = e;
@@ -1355,7 +1369,7 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
         route(s, e); /* known but not runnable: 503 with the reason */
         return;
     }
-    funcd_pool_config pc = pool_config(spec);
+    funcd_pool_config pc = pool_config(spec, e->budget);
     e->timeout_ms = duration_at(spec, "timeout", 30000);
     if (ln->generic >= 0) {
         s->want_spare[ln->generic] = 1;
@@ -1406,11 +1420,21 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
              st->stats.last_error);
         return;
     }
+    if (st->stats.budget_short && !st->stats.ready && !st->stats.starting) {
+        /* It is routed (a place may come back), but nothing runs. */
+        fail(st, "WorkerLimit", "no replica of minReplicas %u could start: %s",
+             pc.min_workers, st->stats.budget_error);
+        return;
+    }
     snprintf(st->last_oom, sizeof(st->last_oom), "%s", e->last_oom);
     st->ready = 1;
     snprintf(st->reason, sizeof(st->reason), "Ready");
-    snprintf(st->message, sizeof(st->message), "the function is served at /fn/%s/%s/%s%s", ns,
-             name, e->last_oom[0] ? "; last OOMKilled: " : "", e->last_oom);
+    char short_of[400] = "";
+    if (st->stats.budget_short)
+        snprintf(short_of, sizeof(short_of), "; %u replica(s) of minReplicas %u not started: %s",
+                 st->stats.budget_short, pc.min_workers, st->stats.budget_error);
+    snprintf(st->message, sizeof(st->message), "the function is served at /fn/%s/%s/%s%s%s", ns,
+             name, e->last_oom[0] ? "; last OOMKilled: " : "", e->last_oom, short_of);
 }
 
 void funcd_serving_remove(funcd_serving *s, const char *ns, const char *name)
@@ -1428,6 +1452,7 @@ void funcd_serving_remove(funcd_serving *s, const char *ns, const char *name)
     if (s->cfg.gateway)
         funcd_port_gateway_remove_route(s->cfg.gateway, ns, name);
     drop_pool(e, "the function was deleted");
+    funcd_pool_budget_unref(e->budget);
     funcd_edge_free(e->edge);
     if (e->gauge_pool) /* unlinked above: no reader can see it */
         funcd_pool_unref(e->gauge_pool);

@@ -47,6 +47,10 @@ typedef struct funcd_serving_config {
     struct funcd_netsvc *netsvc[FUNCD_NETSVC_MAX];
     size_t n_netsvc;
     int sandboxed; /* workers have namespaces of their own (the runtime sandboxes) */
+    /* Places for workers: each namespace gets a budget of this many (0: no
+     * limit) whose parent is `node_budget` (borrowed; NULL: none). */
+    unsigned namespace_max_workers;
+    funcd_pool_budget *node_budget;
 } funcd_serving_config;
 
 typedef struct funcd_serving_status {

@@ -22,6 +22,10 @@ _Static_assert(offsetof(funcd_route, reserved_) == 2 * sizeof(void *) &&
                    offsetof(funcd_route, target) == 3 * sizeof(void *) + sizeof(uint64_t),
                "funcd_route must keep the layout of gateway versions 1 and 2");
 
+/* A pool's waiters failed for want of a place carry the public prefix. */
+_Static_assert(sizeof(FUNCD_POOL_NO_PLACE) == sizeof(FUNCD_SLOT_ERROR_WORKER_LIMIT),
+               "FUNCD_POOL_NO_PLACE must be FUNCD_SLOT_ERROR_WORKER_LIMIT");
+
 /* The pool's waiter lives in the public waiter's reserved words. */
 _Static_assert(sizeof(funcd_pool_waiter) <= sizeof(((funcd_slot_waiter *)0)->reserved_),
                "funcd_slot_waiter.reserved_ cannot hold a funcd_pool_waiter");

@@ -207,6 +207,12 @@ typedef struct funcd_slot_waiter funcd_slot_waiter;
 typedef void (*funcd_slot_granted_fn)(funcd_slot_waiter *waiter, funcd_slot *slot,
                                       const char *error);
 
+/** The start of a grant's `error` when no worker may be started because the
+ *  node or the function's namespace has as many workers as its limit allows
+ *  (funcd --max-workers, --namespace-max-workers); the rest names the limit.
+ *  Answer 503 with Retry-After: a place comes back when a worker exits. */
+#define FUNCD_SLOT_ERROR_WORKER_LIMIT "worker limit reached: "
+
 /** A request waiting for a slot; the caller's memory. It must stay valid and
  *  untouched (but for `payload`) from a QUEUED acquire until `granted` has
  *  returned or funcd_slot_cancel returned 1. */
