@@ -133,6 +133,10 @@ static void usage(FILE *out)
             "                             limit; docs/services.md)\n"
             "  --namespace-object-quota N objects per namespace, every kind together\n"
             "                             (default 10000; negative: no limit; docs/security.md)\n"
+            "  --namespace-max-workers N  worker processes of one namespace's Functions at once\n"
+            "                             (default 100; 0: no limit; docs/serving.md)\n"
+            "  --max-workers N            worker processes of the node at once, every namespace\n"
+            "                             and the function runner (default 1000; 0: no limit)\n"
             "  --site-default-index FILE  a Site's index when its spec.index is not set\n"
             "                             (default index.html; docs/sites.md)\n"
             "  --site-cache-bytes BYTES   Sites' files kept in memory, all Sites together\n"
@@ -186,6 +190,7 @@ typedef struct flags {
     int dp_metrics, metrics_open;
     const char *kv_quota;
     const char *object_quota;
+    const char *ns_max_workers, *max_workers;
     const char *site_index;
     int site_cache_set;
     uint64_t site_cache;
@@ -282,7 +287,7 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_SRCROOT, O_KEY_FILE, O_FN_TOKENS, O_ACCESS_LOG, O_EDGE_AUTH, O_EDGE_RPS, O_EDGE_BURST,
        O_EDGE_BODY, O_EDGE_IN_FLIGHT, O_EDGE_PER_CLIENT,
        O_BUS, O_STORE, O_BLOB, O_DP_METRICS, O_METRICS_OPEN, O_OTLP, O_TLS, O_TLS_CERT,
-       O_TLS_KEY, O_NODE_NAME, O_NODE_ADDR, O_LEASE_TTL, O_BLOB_POLL, O_KV_QUOTA, O_OBJECT_QUOTA, O_SITE_INDEX, O_SITE_CACHE, O_SITE_SEND_TIMEOUT, O_WF_TIMEOUT,
+       O_TLS_KEY, O_NODE_NAME, O_NODE_ADDR, O_LEASE_TTL, O_BLOB_POLL, O_KV_QUOTA, O_OBJECT_QUOTA, O_NS_MAX_WORKERS, O_MAX_WORKERS, O_SITE_INDEX, O_SITE_CACHE, O_SITE_SEND_TIMEOUT, O_WF_TIMEOUT,
        O_WF_RETRY, O_WF_RETENTION, O_WF_PAYLOAD, O_INV_RETENTION, O_DLQ_RETENTION,
        O_DLQ_MAX, O_S3_LISTEN, O_S3_SECRET, O_S3_MAX_UPLOAD, O_EGRESS_DNS,
        O_QUEUE_PENDING, O_QUEUE_BYTES, O_ASYNC_BODY, O_CALLBACK_ALLOW };
@@ -337,6 +342,8 @@ static const struct option long_opts[] = {
     {"metrics-open", no_argument, 0, O_METRICS_OPEN},
     {"kv-store-quota", required_argument, 0, O_KV_QUOTA},
     {"namespace-object-quota", required_argument, 0, O_OBJECT_QUOTA},
+    {"namespace-max-workers", required_argument, 0, O_NS_MAX_WORKERS},
+    {"max-workers", required_argument, 0, O_MAX_WORKERS},
     {"site-default-index", required_argument, 0, O_SITE_INDEX},
     {"site-cache-bytes", required_argument, 0, O_SITE_CACHE},
     {"site-send-timeout", required_argument, 0, O_SITE_SEND_TIMEOUT},
@@ -417,6 +424,20 @@ static int parse_one(int c, const char *arg, flags *f)
             return 2;
         }
         f->object_quota = arg;
+        break;
+    }
+    case O_NS_MAX_WORKERS:
+    case O_MAX_WORKERS: {
+        char *end;
+        errno = 0;
+        long n = strtol(arg, &end, 10);
+        if (errno || !*arg || *end || n < 0 || n > 1000000) {
+            fprintf(stderr, "funcd: --%s takes a number of workers (0 to 1000000; 0: no "
+                            "limit), not \"%s\"\n",
+                    c == O_MAX_WORKERS ? "max-workers" : "namespace-max-workers", arg);
+            return 2;
+        }
+        *(c == O_MAX_WORKERS ? &f->max_workers : &f->ns_max_workers) = arg;
         break;
     }
     case O_SITE_INDEX: f->site_index = arg; break;
@@ -893,6 +914,11 @@ static int build_platform(const flags *f, const char *shims)
         f->kv_quota ? funcd_with_kv_store_quota(strtol(f->kv_quota, NULL, 10)) : NULL,
         f->object_quota ? funcd_with_namespace_object_quota(strtol(f->object_quota, NULL, 10))
                         : NULL,
+        f->ns_max_workers
+            ? funcd_with_namespace_max_workers((unsigned)strtoul(f->ns_max_workers, NULL, 10))
+            : NULL,
+        f->max_workers ? funcd_with_max_workers((unsigned)strtoul(f->max_workers, NULL, 10))
+                       : NULL,
         f->site_index ? funcd_with_site_default_index(f->site_index) : NULL,
         f->site_cache_set ? funcd_with_site_cache_bytes(f->site_cache) : NULL,
         f->site_send_timeout ? funcd_with_site_send_timeout(f->site_send_timeout) : NULL,

@@ -324,6 +324,17 @@ FUNCD_EXTERN funcd_option *funcd_with_kv_store_quota(long quota);
  *  Negative: no limit (docs/security.md, "Quotas"). */
 FUNCD_EXTERN funcd_option *funcd_with_namespace_object_quota(long quota);
 
+/** How many worker processes the Functions of one namespace may have at once,
+ *  their minReplicas and their demand together (default 100). A worker past
+ *  it is not started: a Function with no worker answers 503 naming the
+ *  limit, and its status says how many of its minReplicas are missing.
+ *  0: no limit (docs/serving.md, "Worker limits"). */
+FUNCD_EXTERN funcd_option *funcd_with_namespace_max_workers(unsigned n);
+
+/** How many worker processes the node may have at once, every namespace's
+ *  and the function runner's together (default 1000; 0: no limit). */
+FUNCD_EXTERN funcd_option *funcd_with_max_workers(unsigned n);
+
 /** The file a Site serves for a directory when its spec.index is not set
  *  (default "index.html"; a relative path without ".."; docs/sites.md). */
 FUNCD_EXTERN funcd_option *funcd_with_site_default_index(const char *path);

@@ -234,6 +234,16 @@ funcd_option *funcd_with_namespace_object_quota(long quota)
     return number_option(OPT_NAMESPACE_OBJECT_QUOTA, (uint64_t)(int64_t)quota, 0, 0);
 }
 
+funcd_option *funcd_with_namespace_max_workers(unsigned n)
+{
+    return number_option(OPT_NAMESPACE_MAX_WORKERS, n, 0, 0);
+}
+
+funcd_option *funcd_with_max_workers(unsigned n)
+{
+    return number_option(OPT_MAX_WORKERS, n, 0, 0);
+}
+
 funcd_option *funcd_with_site_default_index(const char *path)
 {
     return string_option(OPT_SITE_DEFAULT_INDEX, path);
@@ -635,6 +645,14 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
     case OPT_NAMESPACE_OBJECT_QUOTA:
         cfg->object_quota_set = 1;
         cfg->object_quota = (int64_t)o->n[0];
+        break;
+    case OPT_NAMESPACE_MAX_WORKERS:
+        cfg->ns_max_workers_set = 1;
+        cfg->ns_max_workers = (unsigned)o->n[0];
+        break;
+    case OPT_MAX_WORKERS:
+        cfg->max_workers_set = 1;
+        cfg->max_workers = (unsigned)o->n[0];
         break;
     case OPT_SITE_CACHE_BYTES:
         if (o->n[0] > (uint64_t)INT64_MAX)

@@ -62,6 +62,8 @@ typedef enum option_kind {
     OPT_BLOB_POLL_INTERVAL,
     OPT_KV_STORE_QUOTA,
     OPT_NAMESPACE_OBJECT_QUOTA,
+    OPT_NAMESPACE_MAX_WORKERS,
+    OPT_MAX_WORKERS,
     OPT_WORKFLOW, /* n: step timeout, attempts, retention; size: payload limit */
     OPT_DELIVERY_RETENTION,
     OPT_SITE_DEFAULT_INDEX,
@@ -150,6 +152,8 @@ typedef struct funcd_config {
     int64_t kv_store_quota;       /* KVStores per namespace; negative: no limit */
     int object_quota_set;         /* object_quota was given; else the default (10,000) */
     int64_t object_quota;         /* objects per namespace, all kinds; negative: no limit */
+    int ns_max_workers_set, max_workers_set; /* given; else the defaults (100, 1000) */
+    unsigned ns_max_workers, max_workers;    /* worker processes per namespace, node; 0: none */
     char *site_default_index;     /* a Site's index without spec.index; NULL: index.html */
     int site_cache_set;           /* site_cache_bytes was given; else the default */
     uint64_t site_cache_bytes;    /* Sites' files in memory, all together */

@@ -79,6 +79,7 @@ struct funcd_platform {
     funcd_evsources *evsources; /* EventSources (docs/eventing.md) */
     funcd_sites *sites;         /* Sites, served by the gateway itself (docs/sites.md) */
     funcd_fnrunner *fnrunner;
+    funcd_pool_budget *node_budget; /* places for workers, parent of each namespace's */
     funcd_edge_recorder *edge; /* access log and spans, or NULL */
     funcd_metrics *metrics;
     funcd_netsvc *egress;      /* the egress gateway's plug-in (docs/egress.md) */
@@ -676,6 +677,12 @@ static int build(funcd_platform *p)
     };
     if ((rc = funcd_sources_new(&p->sources, &srcc)) < 0)
         return rc;
+    /* The node's places for workers: every namespace's (serving) and the
+     * function runner's take from it. */
+    p->node_budget = funcd_pool_budget_new(p->cfg.max_workers_set ? p->cfg.max_workers : 1000,
+                                           NULL, "this node", "funcd --max-workers");
+    if (!p->node_budget)
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the node's worker budget");
     funcd_fnrunner_config fc = {
         .loop = p->base,
         .store = p->cfg.store,
@@ -691,6 +698,7 @@ static int build(funcd_platform *p)
         .sources = p->sources,
         .auth = p->cfg.fn_runner_auth_on ? &p->cfg.fn_runner_auth : NULL,
         .tls = p->tls_fn,
+        .budget = p->node_budget,
     };
     rc = funcd_fnrunner_new(&p->fnrunner, &fc, p->cfg.fn_runner_addr, p->fn_runner_addr,
                             sizeof(p->fn_runner_addr));
@@ -769,6 +777,8 @@ static int build(funcd_platform *p)
         .sources = p->sources,
         .metrics = p->metrics,
         .sandboxed = p->cfg.sandboxed_runtime,
+        .namespace_max_workers = p->cfg.ns_max_workers_set ? p->cfg.ns_max_workers : 100,
+        .node_budget = p->node_budget,
     };
     if (p->s3_netsvc)
         sc.netsvc[sc.n_netsvc++] = p->s3_netsvc;
@@ -951,6 +961,8 @@ static void teardown(funcd_platform *p)
     p->serving = NULL;
     funcd_fnrunner_free(p->fnrunner);
     p->fnrunner = NULL;
+    funcd_pool_budget_unref(p->node_budget); /* pools and workers hold it while they live */
+    p->node_budget = NULL;
     funcd_sources_free(p->sources); /* after its users: serving forgets, the runner cancels */
     p->sources = NULL;
     if (p->stop_ev)
