@@ -5,7 +5,8 @@
  * request to a Function with no worker and no place left is 503 naming the
  * limit; another namespace is not held back; and a place given back (a
  * Function deleted, its workers gone) is taken by the Function left short,
- * without a request.
+ * without a request. The node's limit (funcd_with_max_workers) holds across
+ * namespaces.
  */
 #include <math.h>
 
@@ -114,12 +115,50 @@ SV_TEST_WITH(namespace_max_workers, funcd_with_namespace_max_workers(3), NULL)
     CHECK_INT(sv_workers(NULL, 0), 4); /* b's 2, c's 1, o's 1 */
 }
 
+/* The node's limit holds across namespaces: with 2 places, default's
+ * Function of minReplicas 2 and another namespace's leave a request to the
+ * third with none: 503 naming the node's limit. */
+SV_TEST_WITH(node_max_workers, funcd_with_max_workers(2), NULL)
+{
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    CHECK_INT(sv_create(e, "a", "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":"
+                                "{\"path\":\"%s\"},\"scaling\":{\"minReplicas\":2,\"maxReplicas\":2}}",
+                        dir),
+              201);
+    int64_t deadline = e2e_now_ms() + 20000;
+    while (total_in(e, "default", "a") != 2 && e2e_now_ms() < deadline)
+        env_sleep_ms(POLL_MS);
+    CHECK_INT(total_in(e, "default", "a"), 2);
+    char body[768];
+    snprintf(body, sizeof(body),
+             "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"Function\",\"metadata\":{\"name\":\"o\"},"
+             "\"spec\":{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"
+             "\"scaling\":{\"maxReplicas\":1}}}",
+             dir);
+    CHECK_INT(REQ("POST", NS("other") "/functions", ADMIN_TOKEN, body), 201);
+    deadline = e2e_now_ms() + 10000;
+    while (total_in(e, "other", "o") != 0 && e2e_now_ms() < deadline)
+        env_sleep_ms(POLL_MS);
+    sv_invoke(e, "GET", "/fn/other/o/x", NULL);
+    CHECK_DP_STATUS(503, "ServiceUnavailable");
+    CHECK_CONTAINS(e->r.body, "this node has 2 workers, its limit (funcd --max-workers 2)");
+    CHECK_INT(sv_workers(NULL, 0), 2);
+    /* a goes: once its workers exited, o may start one. */
+    CHECK_INT(REQ("DELETE", FN_PATH("a"), ADMIN_TOKEN, NULL), 200);
+    deadline = e2e_now_ms() + 20000;
+    while (sv_invoke(e, "GET", "/fn/other/o/x", NULL) != 200 && e2e_now_ms() < deadline)
+        env_sleep_ms(100);
+    CHECK_INT(e->r.status, 200);
+}
+
 int main(int argc, char **argv)
 {
     sv_init();
     const char *only = argc > 1 ? argv[1] : NULL;
     int ran = 0;
     SV_RUN(only, ran, namespace_max_workers);
+    SV_RUN(only, ran, node_max_workers);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no test case named %s\n", only);
