@@ -545,7 +545,7 @@ TEST(budget_shared_by_pools)
     funcd_pool_config cfg = {.min_workers = 2, .max_workers = 4, .concurrency = 1,
                              .queue_length = 10, .idle_ms = 0, .start_timeout_ms = 10000,
                              .budget = ns};
-    bench a, b, c;
+    bench a, b, c, d;
     CHECK(bench_up(&a, &cfg) == 0);
     CHECK(bench_up(&b, &cfg) == 0);
     CHECK_INT(a.starts, 2);
@@ -576,6 +576,13 @@ TEST(budget_shared_by_pools)
     CHECK_INT(atomic_load(&rc.calls), 1);
     CHECK(rc.w == NULL);
     CHECK_CONTAINS(rc.error, FUNCD_POOL_NO_PLACE "namespace t has 3 workers");
+    /* d wants a minimum of 1 and has nothing: no timer, no request; only
+     * a place given back wakes it. */
+    funcd_pool_config one = cfg;
+    one.min_workers = 1;
+    CHECK(bench_up(&d, &one) == 0);
+    CHECK_INT(d.starts, 0);
+    CHECK_INT(stats(&d).budget_short, 1);
     /* a's workers stop: their places come back only once they exited. */
     funcd_pool_close(a.pool, "the test moves on");
     a.closed = 1;
@@ -585,8 +592,13 @@ TEST(budget_shared_by_pools)
     CHECK_INT(funcd_pool_budget_taken(ns), 3);
     reap(&a);
     turn(&b);
+    turn(&d);
     CHECK_INT(b.starts, 2); /* woken by the places given back */
+    CHECK_INT(d.starts, 1);
     CHECK_INT(stats(&b).budget_short, 0);
+    CHECK_INT(stats(&d).budget_short, 0);
+    CHECK_INT(funcd_pool_budget_taken(ns), 3);
+    bench_down(&d);
     CHECK_INT(funcd_pool_budget_taken(ns), 2);
     /* Moved to another budget: b's workers keep their places where they
      * took them until they exit; none is lost. */
