@@ -20,6 +20,7 @@
 #include "funcd/sys/runtime.h"
 #include "funcd/sys/store.h"
 #include "harness.h"
+#include "pool/pool.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -45,6 +46,7 @@ typedef struct env {
     funcd_store *store;
     funcd_evaluator *ev; /* owned by the chain */
     funcd_eval_chain *chain;
+    funcd_pool_budget *budget; /* the node's places for workers, or NULL */
 } env;
 
 static env E;
@@ -146,7 +148,8 @@ static int start_chain(void)
 {
     funcd_eval_config cfg = {.loop = E.base, .store = E.store, .runtime = E.rt,
                              .functions_dir = E.fns, .shim_dir = E.shims, .state_dir = E.state,
-                             .config_namespace = "default", .logger = &quiet};
+                             .config_namespace = "default", .logger = &quiet,
+                             .budget = E.budget};
     if (funcd_eval_worker_new(&E.ev, &cfg) < 0)
         return -1;
     funcd_evaluator *evs[] = {E.ev};
@@ -552,6 +555,27 @@ TEST(without_a_functions_dir_nothing_is_found)
     teardown();
 }
 
+/* Warm workers take their places from the node's budget (funcd
+ * --max-workers): with one place, two pod executors warm one worker; the
+ * place comes back when the runner closes and its worker exited. */
+TEST(warm_workers_take_places_from_the_node_budget)
+{
+    CHECK(setup() == 0);
+    funcd_pool_budget *node = funcd_pool_budget_new(1, NULL, "this node", "funcd --max-workers");
+    CHECK(node);
+    E.budget = node;
+    CHECK(put_config("echo", "echo", "") == 0);
+    CHECK(put_config("fail", "fail", "") == 0);
+    CHECK(start_chain() == 0);
+    CHECK_INT(funcd_eval_worker_pools(E.ev), 2);
+    CHECK(wait_live(1, 5000));
+    CHECK(!wait_live(2, 500)); /* and no second one */
+    CHECK_INT(funcd_pool_budget_taken(node), 1);
+    teardown();
+    CHECK_INT(funcd_pool_budget_taken(node), 0);
+    funcd_pool_budget_unref(node);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -585,6 +609,8 @@ int main(void)
     RUN(a_cancelled_evaluation_frees_its_worker_slot);
     teardown();
     RUN(without_a_functions_dir_nothing_is_found);
+    teardown();
+    RUN(warm_workers_take_places_from_the_node_budget);
     teardown();
     libevent_global_shutdown();
     return HARNESS_END();
