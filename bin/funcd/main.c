@@ -78,6 +78,8 @@ static void usage(FILE *out)
             "                             default: any at a non-loopback, non-link-local address)\n"
             "  --node-platform OS/ARCH    the platform images are picked for (default: this host)\n"
             "  --image-cache-size BYTES   cap of extracted images (default 4294967296)\n"
+            "  --image-blob-cache-bytes BYTES  cap of pulled image blobs (configs, layers;\n"
+            "                             default 10737418240 = 10 GiB; 0: no cap)\n"
             "  --tag-refresh DURATION     re-resolve image tags (default 5m)\n"
             "  --git-poll DURATION        re-resolve git refs (default 1m)\n"
             "  --log-seal-age DURATION    seal a function-log segment after (default 10s)\n"
@@ -100,6 +102,9 @@ static void usage(FILE *out)
             "                             namespace; more: 429 (default 10000; 0: off)\n"
             "  --queue-max-bytes BYTES    bytes the delivery queue holds per namespace\n"
             "                             (records, bodies; default 1073741824; 0: off)\n"
+            "  --queue-anonymous-share PERCENT  of each of those caps, what anonymous\n"
+            "                             callers (open /async/, unsigned webhooks) may hold\n"
+            "                             (default 50; 0: none; the rest is the tenant's)\n"
             "  --async-max-body BYTES     /async/ body cap of functions whose edge sets none\n"
             "                             (default 1048576; 0: the gateway's 64 MiB)\n"
             "  --callback-allow CIDR[,CIDR...]  internal addresses X-Callback-Url may reach\n"
@@ -209,6 +214,8 @@ typedef struct flags {
     size_t n_roots;
     const char *node_platform;
     uint64_t image_cache, tag_refresh, git_poll, seal_age, seal_size, retention, grace;
+    int blob_cache_set; /* --image-blob-cache-bytes was given (0: no cap) */
+    uint64_t blob_cache;
     uint64_t stream_buffer, max_conns;
     const char *access_log;
     const char *edge_auth;
@@ -224,6 +231,8 @@ typedef struct flags {
     uint64_t invocation_retention, dlq_retention, dlq_max;
     uint64_t queue_limits[3]; /* --queue-max-pending, --queue-max-bytes, --async-max-body */
     int queue_set[3];
+    uint64_t queue_anonymous_share;
+    int queue_anonymous_set;
     const char *callback_allow;
     const char *tls_cert, *tls_key;
     int tls_self_signed;
@@ -282,7 +291,7 @@ static int parse_duration(const char *name, const char *s, uint64_t *out)
 
 enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_VERSION, O_SHIMS,
        O_STATE, O_FNRUN, O_FNDIR, O_FNMAX, O_CONFIG, O_NO_SANDBOX, O_AUTH, O_CERTS, O_INSECURE,
-       O_PLATFORM, O_CACHE, O_TAG, O_GIT, O_SEAL_AGE, O_SEAL_SIZE, O_RETENTION, O_GRACE,
+       O_PLATFORM, O_CACHE, O_BLOB_CACHE, O_TAG, O_GIT, O_SEAL_AGE, O_SEAL_SIZE, O_RETENTION, O_GRACE,
        O_HOST_NET, O_SECCOMP, O_FAVOR, O_STREAM_BUF, O_MAX_CONNS, O_ALLOWED,
        O_SRCROOT, O_KEY_FILE, O_FN_TOKENS, O_ACCESS_LOG, O_EDGE_AUTH, O_EDGE_RPS, O_EDGE_BURST,
        O_EDGE_BODY, O_EDGE_IN_FLIGHT, O_EDGE_PER_CLIENT,
@@ -290,7 +299,7 @@ enum { O_MEMORY = 256, O_DATA_DIR, O_LISTEN, O_DP, O_TOKENS, O_DEV, O_LEVEL, O_V
        O_TLS_KEY, O_NODE_NAME, O_NODE_ADDR, O_LEASE_TTL, O_BLOB_POLL, O_KV_QUOTA, O_OBJECT_QUOTA, O_NS_MAX_WORKERS, O_MAX_WORKERS, O_SITE_INDEX, O_SITE_CACHE, O_SITE_SEND_TIMEOUT, O_WF_TIMEOUT,
        O_WF_RETRY, O_WF_RETENTION, O_WF_PAYLOAD, O_INV_RETENTION, O_DLQ_RETENTION,
        O_DLQ_MAX, O_S3_LISTEN, O_S3_SECRET, O_S3_MAX_UPLOAD, O_EGRESS_DNS,
-       O_QUEUE_PENDING, O_QUEUE_BYTES, O_ASYNC_BODY, O_CALLBACK_ALLOW };
+       O_QUEUE_PENDING, O_QUEUE_BYTES, O_ASYNC_BODY, O_CALLBACK_ALLOW, O_QUEUE_ANON };
 
 static const struct option long_opts[] = {
     {"memory", no_argument, 0, O_MEMORY},
@@ -323,6 +332,7 @@ static const struct option long_opts[] = {
     {"allowed-registry", required_argument, 0, O_ALLOWED},
     {"node-platform", required_argument, 0, O_PLATFORM},
     {"image-cache-size", required_argument, 0, O_CACHE},
+    {"image-blob-cache-bytes", required_argument, 0, O_BLOB_CACHE},
     {"tag-refresh", required_argument, 0, O_TAG},
     {"git-poll", required_argument, 0, O_GIT},
     {"log-seal-age", required_argument, 0, O_SEAL_AGE},
@@ -368,6 +378,7 @@ static const struct option long_opts[] = {
     {"dlq-max-entries", required_argument, 0, O_DLQ_MAX},
     {"queue-max-pending", required_argument, 0, O_QUEUE_PENDING},
     {"queue-max-bytes", required_argument, 0, O_QUEUE_BYTES},
+    {"queue-anonymous-share", required_argument, 0, O_QUEUE_ANON},
     {"async-max-body", required_argument, 0, O_ASYNC_BODY},
     {"callback-allow", required_argument, 0, O_CALLBACK_ALLOW},
     {"help", no_argument, 0, 'h'},
@@ -500,6 +511,9 @@ static int parse_one(int c, const char *arg, flags *f)
         break;
     case O_PLATFORM: f->node_platform = arg; break;
     case O_CACHE: return parse_bytes("image-cache-size", arg, 1 << 20, &f->image_cache) ? 2 : -1;
+    case O_BLOB_CACHE:
+        f->blob_cache_set = 1;
+        return parse_bytes("image-blob-cache-bytes", arg, 0, &f->blob_cache) ? 2 : -1;
     case O_TAG: return parse_duration("tag-refresh", arg, &f->tag_refresh) ? 2 : -1;
     case O_GIT: return parse_duration("git-poll", arg, &f->git_poll) ? 2 : -1;
     case O_SEAL_AGE: return parse_duration("log-seal-age", arg, &f->seal_age) ? 2 : -1;
@@ -580,6 +594,9 @@ static int parse_one(int c, const char *arg, flags *f)
     case O_QUEUE_BYTES:
         f->queue_set[1] = 1;
         return parse_count("queue-max-bytes", arg, 1ull << 50, &f->queue_limits[1]) ? 2 : -1;
+    case O_QUEUE_ANON:
+        f->queue_anonymous_set = 1;
+        return parse_count("queue-anonymous-share", arg, 100, &f->queue_anonymous_share) ? 2 : -1;
     case O_ASYNC_BODY:
         f->queue_set[2] = 1;
         return parse_count("async-max-body", arg, 64ull << 20, &f->queue_limits[2]) ? 2 : -1;
@@ -930,6 +947,7 @@ static int build_platform(const flags *f, const char *shims)
         f->certs_dir ? funcd_with_registry_certs_dir(f->certs_dir) : NULL,
         f->node_platform ? node_platform_option(f->node_platform) : NULL,
         f->image_cache ? funcd_with_image_cache_size(f->image_cache) : NULL,
+        f->blob_cache_set ? funcd_with_image_blob_cache_bytes(f->blob_cache) : NULL,
         f->tag_refresh || f->git_poll ? funcd_with_source_refresh(f->tag_refresh, f->git_poll)
                                       : NULL,
         f->seal_age || f->seal_size || f->retention
@@ -961,6 +979,8 @@ static int build_platform(const flags *f, const char *shims)
                                       f->queue_set[1] ? f->queue_limits[1] : UINT64_MAX,
                                       f->queue_set[2] ? f->queue_limits[2] : UINT64_MAX)
             : NULL,
+        f->queue_anonymous_set ? funcd_with_queue_anonymous_share((unsigned)f->queue_anonymous_share)
+                               : NULL,
         f->callback_allow ? funcd_with_callback_allow(f->callback_allow) : NULL,
         f->tls_cert ? funcd_with_tls_cert_files(f->tls_cert, f->tls_key) : NULL,
         /* Kept with the data (a restart serves the same certificate), or in

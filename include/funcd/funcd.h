@@ -183,6 +183,13 @@ FUNCD_EXTERN funcd_option *funcd_with_allowed_registry(const char *host_port);
 /** The size cap of extracted images (default 4 GiB); least recently used go first. */
 FUNCD_EXTERN funcd_option *funcd_with_image_cache_size(uint64_t bytes);
 
+/** The size cap of pulled image blobs (configs and layers, verified, under
+ *  <state>/images/blobs; default FUNCD_IMAGE_BLOB_CACHE_DEFAULT, 10 GiB; 0: no cap).
+ *  The least recently used that no pull or extraction holds go first; an image
+ *  whose blobs went is fetched again when it is next needed (docs/images.md). */
+#define FUNCD_IMAGE_BLOB_CACHE_DEFAULT ((uint64_t)10 << 30)
+FUNCD_EXTERN funcd_option *funcd_with_image_blob_cache_bytes(uint64_t bytes);
+
 /** How often a tag is resolved to a digest again (default 5 min) and a git
  *  ref to a commit (default 1 min); 0 keeps the default. */
 FUNCD_EXTERN funcd_option *funcd_with_source_refresh(uint64_t tag_ms, uint64_t git_ms);
@@ -249,6 +256,15 @@ FUNCD_EXTERN funcd_option *funcd_with_delivery_retention(uint64_t invocation_ms,
  *  default. docs/eventing.md. */
 FUNCD_EXTERN funcd_option *funcd_with_queue_limits(uint64_t max_pending, uint64_t max_bytes,
                                                    uint64_t async_max_body);
+
+/** The share of each of those caps, in percent (default 50), that a
+ *  namespace's anonymous submissions may hold together: /async/ calls of
+ *  its open functions and events of its webhooks without a secret. The
+ *  rest is kept for its own callers and sources (authenticated /async/,
+ *  signed webhooks, bus, cron and blob sources). 0 refuses anonymous
+ *  submissions while a cap is on; 100 lets them take it all. More than 100
+ *  is FUNCD_EINVAL. docs/eventing.md. */
+FUNCD_EXTERN funcd_option *funcd_with_queue_anonymous_share(unsigned percent);
 
 /** Internal addresses X-Callback-Url callbacks may reach: a comma-separated
  *  list of CIDRs or addresses ("127.0.0.1", "fd00::/8"); repeatable.

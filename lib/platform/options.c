@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "egress/policy.h"
+#include "eventing/queue.h"
 #include "funcd/sys/error.h"
 #include "util/hostpath.h"
 #include "util/misc.h"
@@ -300,6 +301,11 @@ funcd_option *funcd_with_image_cache_size(uint64_t bytes)
 {
     return number_option(OPT_IMAGE_CACHE_SIZE, bytes, 0, 0);
 }
+
+funcd_option *funcd_with_image_blob_cache_bytes(uint64_t bytes)
+{
+    return number_option(OPT_IMAGE_BLOB_CACHE_BYTES, bytes, 0, 0);
+}
 funcd_option *funcd_with_source_refresh(uint64_t tag_ms, uint64_t git_ms)
 {
     return number_option(OPT_SOURCE_REFRESH, tag_ms, git_ms, 0);
@@ -323,6 +329,10 @@ funcd_option *funcd_with_queue_limits(uint64_t max_pending, uint64_t max_bytes,
                                       uint64_t async_max_body)
 {
     return number_option(OPT_QUEUE_LIMITS, max_pending, max_bytes, async_max_body);
+}
+funcd_option *funcd_with_queue_anonymous_share(unsigned percent)
+{
+    return number_option(OPT_QUEUE_ANONYMOUS_SHARE, percent, 0, 0);
 }
 funcd_option *funcd_with_callback_allow(const char *cidrs)
 {
@@ -693,6 +703,7 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
         return add_to_list(&cfg->seccomp_allow, o, "funcd_with_seccomp_allow");
     case OPT_SOURCE_ROOT: return add_source_root(cfg, o);
     case OPT_IMAGE_CACHE_SIZE: keep_nonzero(&cfg->image_cache_bytes, o->n[0]); break;
+    case OPT_IMAGE_BLOB_CACHE_BYTES: cfg->image_blob_cache_bytes = o->n[0]; break;
     case OPT_SOURCE_REFRESH:
         keep_nonzero(&cfg->tag_refresh_ms, o->n[0]);
         keep_nonzero(&cfg->git_poll_ms, o->n[1]);
@@ -829,6 +840,12 @@ static int apply_one(funcd_config *cfg, funcd_option *o)
         if (o->n[2] != UINT64_MAX)
             cfg->async_max_body = o->n[2];
         break;
+    case OPT_QUEUE_ANONYMOUS_SHARE:
+        if (o->n[0] > 100)
+            return funcd_error_set(FUNCD_EINVAL, "funcd_with_queue_anonymous_share: %llu percent; "
+                                   "at most 100", (unsigned long long)o->n[0]);
+        cfg->queue_anonymous_share = (unsigned)o->n[0];
+        break;
     case OPT_CALLBACK_ALLOW: return add_callback_allow(cfg, o);
     case OPT_BLOB_POLL_INTERVAL:
         if (o->n[0] < 100)
@@ -868,7 +885,9 @@ int funcd_config_apply(funcd_config *cfg, funcd_option *const *options, size_t c
     cfg->wf_retention_ms = FUNCD_WF_DEFAULT_RETENTION_MS;
     cfg->queue_max_pending = FUNCD_QUEUE_DEFAULT_MAX_PENDING;
     cfg->queue_max_bytes = FUNCD_QUEUE_DEFAULT_MAX_BYTES;
+    cfg->queue_anonymous_share = FUNCD_QUEUE_DEFAULT_ANONYMOUS_SHARE;
     cfg->async_max_body = FUNCD_ASYNC_DEFAULT_MAX_BODY;
+    cfg->image_blob_cache_bytes = FUNCD_IMAGE_BLOB_CACHE_DEFAULT;
     for (int pass = 0; pass < 2; pass++)
         for (size_t i = 0; i < count; i++)
             if (rc == 0 && options[i] && is_preset(options[i]) == (pass == 0))

@@ -36,6 +36,7 @@ typedef enum option_kind {
     OPT_INSECURE_REGISTRY,
     OPT_ALLOWED_REGISTRY,
     OPT_IMAGE_CACHE_SIZE,
+    OPT_IMAGE_BLOB_CACHE_BYTES,
     OPT_SOURCE_REFRESH,
     OPT_LOG_PERSISTENCE,
     OPT_SHUTDOWN_GRACE,
@@ -72,6 +73,7 @@ typedef enum option_kind {
     OPT_S3, /* str: the host listener, namespaces[0]: the secret file; n[0]: max upload */
     OPT_EGRESS_DNS_UPSTREAM,
     OPT_QUEUE_LIMITS,
+    OPT_QUEUE_ANONYMOUS_SHARE,
     OPT_CALLBACK_ALLOW,
 } option_kind;
 
@@ -133,6 +135,7 @@ typedef struct funcd_config {
                                      runtime (funcd_with_sandbox...), or NULL */
     char **source_roots;          /* resolved host directories; NULL-terminated, or NULL */
     uint64_t image_cache_bytes;   /* 0: the default */
+    uint64_t image_blob_cache_bytes; /* pulled blobs kept (default 10 GiB); 0: no cap */
     uint64_t tag_refresh_ms;      /* 0: the default */
     uint64_t git_poll_ms;         /* 0: the default */
     uint64_t log_seal_ms;         /* 0: the default */
@@ -172,6 +175,7 @@ typedef struct funcd_config {
     uint64_t wf_payload_limit;    /* 0: 1 MiB */
     uint64_t invocation_retention_ms, dlq_retention_ms, dlq_max_entries; /* 0: the queue's */
     uint64_t queue_max_pending, queue_max_bytes; /* per namespace; 0: off */
+    unsigned queue_anonymous_share; /* percent of those anonymous callers may hold (default 50) */
     uint64_t async_max_body;      /* /async/ bodies of functions whose edge sets no cap; 0: off */
     char **callback_allow;        /* funcd_with_callback_allow's lists, or NULL */
     int s3;                       /* funcd_with_s3 was given: the S3 gateway runs */

@@ -666,6 +666,7 @@ static int build(funcd_platform *p)
         .os = p->cfg.node_os,
         .arch = p->cfg.node_arch,
         .image_cache_bytes = p->cfg.image_cache_bytes,
+        .image_blob_cache_bytes = p->cfg.image_blob_cache_bytes,
         .tag_refresh_ms = p->cfg.tag_refresh_ms,
         .git_poll_ms = p->cfg.git_poll_ms,
         .logger = &p->cfg.logger,
@@ -806,6 +807,9 @@ static int build(funcd_platform *p)
                              .dlq_max_entries = (unsigned)p->cfg.dlq_max_entries,
                              .max_pending = p->cfg.queue_max_pending,
                              .max_bytes = p->cfg.queue_max_bytes,
+                             .anonymous_share = p->cfg.queue_anonymous_share
+                                                    ? p->cfg.queue_anonymous_share
+                                                    : FUNCD_QUEUE_ANONYMOUS_NONE,
                              .callback_allow = (const char *const *)p->cfg.callback_allow,
                              .platform_addrs = {p->addr, p->data_plane_addr, p->fn_runner_addr,
                                                 p->s3_addr}};

@@ -134,6 +134,8 @@ TEST(bad_config_files_exit_2_naming_the_problem)
         {"unknown flag", "memory: true\nbogus-flag: 1\n", "bogus-flag"},
         {"bad duration", "memory: true\nshutdown-grace: forever\n", "shutdown-grace"},
         {"bad byte count", "memory: true\nimage-cache-size: lots\n", "image-cache-size"},
+        {"negative blob cap", "memory: true\nimage-blob-cache-bytes: -1\n",
+         "image-blob-cache-bytes"},
         {"not YAML", "memory: true\nlisten: [127.0.0.1:0\n", "line"},
         {"bad key", "memory: true\nData_Dir: /tmp/x\n", "line 2"},
         {"nested value", "memory: true\nlisten: {host: x}\n", "listen"},

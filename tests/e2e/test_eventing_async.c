@@ -512,6 +512,37 @@ SV_TEST_WITH(anonymous_share_leaves_the_tenant_room, funcd_with_queue_limits(4, 
     CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 4);
 }
 
+/* funcd_with_queue_anonymous_share (--queue-anonymous-share): 100 lets
+ * anonymous callers take a whole cap, 0 none of it; more than 100 is
+ * refused when the platform starts. */
+SV_TEST_WITH(anonymous_share_option, funcd_with_queue_limits(2, 0, UINT64_MAX),
+             funcd_with_queue_anonymous_share(100))
+{
+    if (ready_echo(e) < 0)
+        FAILF("echo is not Ready: %.500s", e->r.body);
+    CHECK_INT(post_async(e, "echo/sleep?ms=3000", NULL, NULL, "x"), 202);
+    CHECK_INT(post_async(e, "echo/sleep?ms=3000", NULL, NULL, "x"), 202);
+    CHECK_INT(post_async(e, "echo/sleep?ms=3000", NULL, NULL, "x"), 429);
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "--queue-max-pending 2");
+    env bad;
+    memset(&bad, 0, sizeof(bad));
+    int rc = env_up_with(&bad, NULL, funcd_with_queue_anonymous_share(101), NULL, NULL);
+    env_down(&bad);
+    CHECK(rc < 0);
+    CHECK_CONTAINS(funcd_error_last()->message, "at most 100");
+}
+
+SV_TEST_WITH(anonymous_share_none, funcd_with_queue_limits(2, 0, UINT64_MAX),
+             funcd_with_queue_anonymous_share(0))
+{
+    if (ready_echo(e) < 0)
+        FAILF("echo is not Ready: %.500s", e->r.body);
+    CHECK(sv_native(e, "guarded", "\"edge\":{\"auth\":\"authenticated\"}") == 0);
+    CHECK_INT(post_async(e, "echo/x", NULL, NULL, "x"), 429);
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "--queue-anonymous-share 0 percent");
+    CHECK_INT(post_async(e, "guarded/x", DEV_TOKEN, NULL, "x"), 202);
+}
+
 static funcd_bus *the_bus;
 
 static funcd_option *with_kept_bus(void)
@@ -864,6 +895,8 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, webhook_queue_full_is_429);
     SV_RUN(only, ran, async_body_cap);
     SV_RUN(only, ran, anonymous_share_leaves_the_tenant_room);
+    SV_RUN(only, ran, anonymous_share_option);
+    SV_RUN(only, ran, anonymous_share_none);
     SV_RUN(only, ran, bus_message_waits_for_room);
     SV_RUN(only, ran, bus_backlog_is_bounded);
     e2e_client_global_cleanup();

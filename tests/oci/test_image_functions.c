@@ -19,6 +19,7 @@
  */
 #include <arpa/inet.h>
 #include <curl/curl.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -669,6 +670,69 @@ static void restart(void)
     on_platform(s, funcd_with_state_dir(state), NULL, serve_again);
 }
 
+/* Bytes of the files in the blob cache of `state` (its blobs/sha256 directory). */
+static long long blob_cache_bytes(const char *state)
+{
+    char dir[500];
+    snprintf(dir, sizeof(dir), "%s/images/blobs/sha256", state);
+    DIR *d = opendir(dir);
+    long long total = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        struct stat st;
+        if (de->d_name[0] != '.' && fstatat(dirfd(d), de->d_name, &st, 0) == 0)
+            total += st.st_size;
+    }
+    if (d)
+        closedir(d);
+    return d ? total : -1;
+}
+
+static char blob_state[400];  /* blob-cache-cap: the state directory */
+static long long blobs_at_start; /* ... and its blob bytes as the second platform started */
+
+static void blobs_then_serve_again(env *e)
+{
+    blobs_at_start = blob_cache_bytes(blob_state);
+    serve_again(e);
+}
+
+/*
+ * --image-blob-cache-bytes (docs/images.md "The blob cache"): a platform
+ * serves worker:1 with the default cap, its blobs stay; the next starts on
+ * the same state with a cap of 1 byte and the registry gone. The cache
+ * shrinks as it starts (no pull could have run), and the function serves
+ * from its extracted rootfs without the blobs.
+ */
+static void blob_cache_cap(void)
+{
+    char db[400];
+    snprintf(db, sizeof(db), "%s/store.db", work);
+    snprintf(blob_state, sizeof(blob_state), "%s/state", work);
+    if (mkdir(blob_state, 0700) != 0)
+        FAILF("cannot create %s", blob_state);
+    funcd_store *s = sqlite_store(db);
+    if (!s)
+        FAILF("cannot open %s: %s", db, funcd_error_last()->message);
+    on_platform(s, funcd_with_state_dir(blob_state), NULL, serve_durably);
+    if (harness_failed_now)
+        return;
+    long long pulled_bytes = blob_cache_bytes(blob_state);
+    registry_env_stop(&reg);
+    if (!(s = sqlite_store(db)))
+        FAILF("cannot open %s again: %s", db, funcd_error_last()->message);
+    blobs_at_start = -1;
+    on_platform(s, funcd_with_state_dir(blob_state), funcd_with_image_blob_cache_bytes(1),
+                blobs_then_serve_again);
+    if (harness_failed_now)
+        return;
+    if (pulled_bytes <= 0)
+        FAILF("the first platform kept no blobs (%lld bytes)", pulled_bytes);
+    if (blobs_at_start != 0)
+        FAILF("with a cap of 1 byte the blob cache holds %lld bytes at start (%lld before)",
+              blobs_at_start, pulled_bytes);
+}
+
 static int registry_requests(const char *what);
 
 /*
@@ -1297,6 +1361,7 @@ static const image_case cases[] = {
     {"allow-list", REGISTRY_PLAIN, allow_list},
     {"contract-label", REGISTRY_PLAIN, contract_label},
     {"site-workdir-escape", REGISTRY_PLAIN, site_workdir_escape},
+    {"blob-cache-cap", REGISTRY_PLAIN, blob_cache_cap},
 };
 
 /* A registry of its own per case; after the case no process may be left. */
