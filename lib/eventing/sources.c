@@ -554,6 +554,8 @@ static void on_bus_retry(evutil_socket_t fd, short what, void *arg)
             x->held_tail = &x->held;
         x->held_n--;
         x->held_bytes -= h->len;
+        x->owner->held_n--;
+        x->owner->held_bytes -= h->len;
         held_free(h);
         x->retry_ms = FUNCD_EVSOURCES_BUS_RETRY_MIN_MS;
     }
@@ -572,6 +574,16 @@ static void hold(src *x, const char *id, int64_t time_ms, struct inbox_item *it)
         snprintf(why, sizeof(why), "%zu messages (%zu bytes) wait for room in the delivery "
                  "queue already; a bus source holds at most %d and %u bytes", x->held_n,
                  x->held_bytes, FUNCD_EVSOURCES_BUS_HELD_MAX, FUNCD_EVSOURCES_BUS_HELD_BYTES);
+        count_drop(x, FUNCD_METRICS_DROP_BACKLOG_FULL, why);
+        return;
+    }
+    funcd_evsources *s = x->owner;
+    if (s->held_n + 1 > FUNCD_EVSOURCES_NODE_HELD_MAX ||
+        s->held_bytes + it->len > FUNCD_EVSOURCES_NODE_HELD_BYTES) {
+        char why[240];
+        snprintf(why, sizeof(why), "the node's bus sources hold as many messages waiting for room "
+                 "in the delivery queue as it keeps (%d, %u bytes)", FUNCD_EVSOURCES_NODE_HELD_MAX,
+                 FUNCD_EVSOURCES_NODE_HELD_BYTES);
         count_drop(x, FUNCD_METRICS_DROP_BACKLOG_FULL, why);
         return;
     }
@@ -596,6 +608,8 @@ static void hold(src *x, const char *id, int64_t time_ms, struct inbox_item *it)
     x->held_tail = &h->next;
     x->held_n++;
     x->held_bytes += h->len;
+    s->held_n++;
+    s->held_bytes += h->len;
     if (!evtimer_pending(x->retry, NULL)) {
         x->retry_ms = FUNCD_EVSOURCES_BUS_RETRY_MIN_MS;
         arm_retry(x);
@@ -616,6 +630,8 @@ static void release_held(src *x, int shutdown)
         held_free(h);
     }
     x->held_tail = &x->held;
+    x->owner->held_n -= x->held_n;
+    x->owner->held_bytes -= x->held_bytes;
     x->held_n = x->held_bytes = 0;
     if (n)
         funcd_log(x->owner->cfg.logger, FUNCD_LOG_WARN, "eventsource %s/%s: dropped %zu bus "

@@ -16,6 +16,10 @@ typedef enum { SRC_CRON, SRC_BLOB, SRC_BUS, SRC_WEBHOOK } src_type;
  * arrival order. Beyond either bound a message is dropped (counted). */
 #define FUNCD_EVSOURCES_BUS_HELD_MAX 1000
 #define FUNCD_EVSOURCES_BUS_HELD_BYTES (8u << 20)
+/* and all bus sources of the node together (review18 M-1: a source
+ * without a queue group gets its own copy of every message) */
+#define FUNCD_EVSOURCES_NODE_HELD_MAX 65536
+#define FUNCD_EVSOURCES_NODE_HELD_BYTES (64u << 20)
 #define FUNCD_EVSOURCES_BUS_RETRY_MIN_MS 250
 #define FUNCD_EVSOURCES_BUS_RETRY_MAX_MS 5000
 
@@ -76,6 +80,7 @@ struct funcd_evsources {
     pthread_mutex_t lock;  /* guards the inbox */
     struct inbox_item *inbox, **inbox_tail;
     src *sources;
+    size_t held_n, held_bytes; /* bus messages all sources hold (the loop's) */
     int leader;
     int closed;
 };

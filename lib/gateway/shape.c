@@ -752,6 +752,7 @@ typedef struct gz_ostream {
     int decided, plain, sample, whole, grew;
     size_t sampled;   /* bytes of the answer histogrammed */
     h2o_iovec_t out;
+    unsigned char *whole_out; /* a whole answer's gzip member (malloc'd) */
 } gz_ostream;
 
 static void dispose_gz_ostream(void *p)
@@ -759,6 +760,7 @@ static void dispose_gz_ostream(void *p)
     gz_ostream *g = p;
     if (g->z)
         gz_give_back(g->z);
+    free(g->whole_out);
 }
 
 /* The first piece decides: an answer that is complete and tiny goes as it
@@ -835,12 +837,13 @@ static void gz_do_send(h2o_ostream_t *os, h2o_req_t *req, h2o_iovec_t *in, size_
     unsigned char *out = NULL;
     int rc;
     if (whole) {
-        /* The output lives in the request's pool and the stream (82 KiB of
-         * state) goes back at once: with many answers in flight, a stream
-         * each overflowed the thread's cache, and malloc gave their pages back
-         * to the kernel and faulted them in again, answer after answer. */
+        /* The output lives with the answer and the stream (82 KiB of state)
+         * goes back at once: with many answers in flight, a stream each
+         * overflowed the thread's cache, and malloc gave their pages back to
+         * the kernel and faulted them in again, answer after answer. (Not
+         * from the request's pool: h2o aborts where malloc fails.) */
         rc = in[0].len > UINT32_MAX / 2 ? -1 : 0;
-        if (rc == 0 && !(out = h2o_mem_alloc_pool(&req->pool, gz_whole_cap(in[0].len))))
+        if (rc == 0 && !(out = g->whole_out = malloc(gz_whole_cap(in[0].len))))
             rc = -1;
         if (rc == 0)
             rc = gz_whole(g->z, in[0], out, &used);

@@ -295,14 +295,27 @@ int funcd_oci_addr_is_internal(const struct sockaddr *sa)
                                    aws[16] = {0xfd, 0, 0x0e, 0xc2, [14] = 0x02, [15] = 0x54};
         if (memcmp(b, zero, 15) == 0 && (b[15] == 0 || b[15] == 1)) /* :: and ::1 */
             return 1;
-        /* ::ffff:a.b.c.d, 64:ff9b::a.b.c.d (NAT64), 64:ff9b:1::a.b.c.d (local-use
-         * NAT64, as a /96) and ::a.b.c.d reach a.b.c.d; 2002:AABB:CCDD:: (6to4)
-         * reaches it through a relay */
+        /* ::ffff:a.b.c.d, 64:ff9b::a.b.c.d (NAT64) and ::a.b.c.d reach a.b.c.d;
+         * 2002:AABB:CCDD:: (6to4) reaches it through a relay */
         struct sockaddr_in v4 = {.sin_family = AF_INET};
-        if (memcmp(b, mapped, 12) == 0 || memcmp(b, nat64, 12) == 0 || memcmp(b, zero, 12) == 0 ||
-            memcmp(b, nat64_local, 6) == 0) {
+        if (memcmp(b, mapped, 12) == 0 || memcmp(b, nat64, 12) == 0 || memcmp(b, zero, 12) == 0) {
             memcpy(&v4.sin_addr, b + 12, 4);
             return funcd_oci_addr_is_internal((const struct sockaddr *)&v4);
+        }
+        /* Local-use NAT64 (64:ff9b:1::/48) puts the IPv4 address where its
+         * operator's prefix length says (RFC 6052: /48, /56, /64 or /96, byte 8
+         * skipped): internal if any reading is. A reading in 0.0.0.0/8 is the
+         * zeros of another length's address, not a destination. */
+        if (memcmp(b, nat64_local, 6) == 0) {
+            static const unsigned char at[4][4] = {{6, 7, 9, 10}, {7, 9, 10, 11}, {9, 10, 11, 12},
+                                                   {12, 13, 14, 15}};
+            for (int i = 0; i < 4; i++) {
+                unsigned char a4[4] = {b[at[i][0]], b[at[i][1]], b[at[i][2]], b[at[i][3]]};
+                memcpy(&v4.sin_addr, a4, 4);
+                if (a4[0] != 0 && funcd_oci_addr_is_internal((const struct sockaddr *)&v4))
+                    return 1;
+            }
+            return 0;
         }
         if (b[0] == 0x20 && b[1] == 0x02) {
             memcpy(&v4.sin_addr, b + 2, 4);

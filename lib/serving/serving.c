@@ -113,8 +113,19 @@ typedef struct spare {
     char ctl[108];
 } spare;
 
+/* A namespace's places for workers (the loop's). Kept for the life of the
+ * serving, not only while the namespace has functions: workers of a deleted
+ * function drain holding their places, and a namespace that deleted and made
+ * its functions again must find them taken (review18 M-6). */
+typedef struct ns_budget {
+    char *ns;
+    funcd_pool_budget *budget;
+    struct ns_budget *next;
+} ns_budget;
+
 struct funcd_serving {
     funcd_serving_config cfg;
+    ns_budget *budgets; /* the loop's */
     char *shim_dir;
     char *run_dir;   /* worker runtime directories */
     char *cache_dir; /* extracted bundles */
@@ -1305,18 +1316,23 @@ static fn_entry *entry_for(funcd_serving *s, const char *ns, const char *name,
             return NULL;
         }
         e->metrics = funcd_metrics_fn_hold(s->cfg.metrics, ns, name);
-        /* One budget per namespace, made with its first function and kept
-         * while one of its functions (or their workers) uses it. Entries
-         * change on the loop only: no lock to read them here. */
-        for (fn_entry *o = s->entries; o && !e->budget; o = o->next)
-            if (o->budget && strcmp(o->ns, ns) == 0)
-                funcd_pool_budget_ref(e->budget = o->budget);
-        if (!e->budget) {
+        /* One budget per namespace, made with its first function. */
+        ns_budget *nb = s->budgets;
+        while (nb && strcmp(nb->ns, ns) != 0)
+            nb = nb->next;
+        if (!nb && (nb = calloc(1, sizeof(*nb))) && (nb->ns = strdup(ns))) {
             char what[300];
             snprintf(what, sizeof(what), "namespace %s", ns);
-            e->budget = funcd_pool_budget_new(s->cfg.namespace_max_workers, s->cfg.node_budget,
-                                              what, "funcd --namespace-max-workers");
+            nb->budget = funcd_pool_budget_new(s->cfg.namespace_max_workers, s->cfg.node_budget,
+                                               what, "funcd --namespace-max-workers");
+            nb->next = s->budgets;
+            s->budgets = nb;
+        } else if (nb && !nb->ns) {
+            free(nb);
+            nb = NULL;
         }
+        if (nb && nb->budget)
+            funcd_pool_budget_ref(e->budget = nb->budget);
         pthread_mutex_lock(&s->lock);
         e->next = s->entries;
         s->entries = e;
@@ -1620,6 +1636,13 @@ void funcd_serving_free(funcd_serving *s)
         return;
     funcd_serving_close(s);
     funcd_workers_free(s->workers); /* kills what still runs */
+    while (s->budgets) {
+        ns_budget *nb = s->budgets;
+        s->budgets = nb->next;
+        funcd_pool_budget_unref(nb->budget);
+        free(nb->ns);
+        free(nb);
+    }
     for (int k = 0; k < GENERIC_KINDS; k++)
         if (s->refill[k].ev)
             event_free(s->refill[k].ev);
