@@ -16,6 +16,7 @@
 #include "../harness.h"
 #include "env.h"
 #include "funcd/sys/error.h"
+#include "shared_store.h"
 #include "util/misc.h"
 
 #define QUOTA 5
@@ -257,75 +258,6 @@ TEST(counted_after_a_restart)
 
 /* ---- two nodes on one store ------------------------------------------------ */
 
-/* Each platform frees the store it was given: this view of the shared one
- * lets go of it with the last (as in test_nodes.c). */
-typedef struct shared {
-    funcd_store base;
-    funcd_store *inner;
-    atomic_int *refs;
-} shared;
-
-#define INNER(s) (((shared *)(s))->inner)
-
-static int sh_get(funcd_store *s, const char *k, funcd_store_value *o)
-{
-    return INNER(s)->get(INNER(s), k, o);
-}
-static int sh_put(funcd_store *s, const char *k, const void *v, size_t n, uint64_t x, uint64_t *r)
-{
-    return INNER(s)->put(INNER(s), k, v, n, x, r);
-}
-static int sh_del(funcd_store *s, const char *k, uint64_t x, uint64_t *r)
-{
-    return INNER(s)->del(INNER(s), k, x, r);
-}
-static int sh_list(funcd_store *s, const char *p, funcd_store_list_cb cb, void *pl, uint64_t *r)
-{
-    return INNER(s)->list(INNER(s), p, cb, pl, r);
-}
-static int sh_watch(funcd_store *s, const char *p, uint64_t after, funcd_store_watch_cb cb,
-                    void *pl, funcd_store_watch **out)
-{
-    return INNER(s)->watch(INNER(s), p, after, cb, pl, out);
-}
-static void sh_unwatch(funcd_store *s, funcd_store_watch *w)
-{
-    INNER(s)->unwatch(INNER(s), w);
-}
-static uint64_t sh_revision(funcd_store *s)
-{
-    return INNER(s)->revision(INNER(s));
-}
-static void sh_free(funcd_store *s)
-{
-    shared *v = (shared *)s;
-    if (atomic_fetch_sub(v->refs, 1) == 1) {
-        v->inner->free(v->inner);
-        free(v->refs);
-    }
-    free(v);
-}
-
-static funcd_store *view(funcd_store *inner, atomic_int *refs)
-{
-    shared *v = calloc(1, sizeof(*v));
-    if (!v)
-        return NULL;
-    v->base = (funcd_store)FUNCD_STORE_INIT;
-    v->base.name = "shared";
-    v->base.get = sh_get;
-    v->base.put = sh_put;
-    v->base.del = sh_del;
-    v->base.list = sh_list;
-    v->base.watch = sh_watch;
-    v->base.unwatch = sh_unwatch;
-    v->base.revision = sh_revision;
-    v->base.free = sh_free;
-    v->inner = inner;
-    v->refs = refs;
-    return &v->base;
-}
-
 static int seen_on(env *e, void *arg)
 {
     char path[128];
@@ -366,12 +298,9 @@ static void two_nodes_body(env *a, env *b)
  * others made once its watch has delivered it. */
 TEST(nodes_sharing_a_store_count_each_others_objects)
 {
-    funcd_store *inner = NULL;
-    atomic_int *refs = calloc(1, sizeof(*refs));
-    if (!refs || funcd_store_memory_new(&inner, 0) < 0)
+    funcd_store *va = NULL, *vb = NULL;
+    if (shared_pair(&va, &vb) < 0)
         FAILF("out of memory");
-    atomic_store(refs, 2);
-    funcd_store *va = view(inner, refs), *vb = view(inner, refs);
     env a, b;
     memset(&b, 0, sizeof(b));
     if (up(&a, va, QUOTA) < 0) {
