@@ -50,6 +50,7 @@ struct funcd_pool {
     int64_t last_cold_start_ms;
     double last_cold_start_millis;
     unsigned budget_short; /* workers the last plan wanted but found no place for */
+    int64_t short_since_ms; /* waiters present, no worker, no place: since (0: not so) */
     char budget_error[256];
 };
 
@@ -155,6 +156,20 @@ static int budget_take(funcd_pool_budget *leaf, funcd_pool *p, char *why, size_t
         pthread_mutex_unlock(&b->lock);
     }
     return 1;
+}
+
+/* Some pool waits for a place of a budget in `leaf`'s chain (under the
+ * pool's lock: pool, then budget, as budget_take). */
+static int budget_pressed(funcd_pool_budget *leaf)
+{
+    for (funcd_pool_budget *b = leaf; b; b = b->parent) {
+        pthread_mutex_lock(&b->lock);
+        unsigned n = b->n_starved;
+        pthread_mutex_unlock(&b->lock);
+        if (n)
+            return 1;
+    }
+    return 0;
 }
 
 static void pool_wake(funcd_pool *p);
@@ -454,7 +469,11 @@ static void plan_locked(funcd_pool *p, work *wk)
             w->stop_called = 1;
             wk->stop[wk->n_stop++] = w;
         }
-    /* Starts that took too long, and idle workers beyond the minimum. */
+    /* Starts that took too long, and idle workers beyond the minimum; while
+     * another pool waits for a place this one's budgets give, the worker idle
+     * longest (FUNCD_POOL_PRESSED_IDLE_MS at least) goes too. */
+    int pressed = !p->budget_short && p->cfg.budget && budget_pressed(p->cfg.budget);
+    funcd_pool_worker *spare = NULL;
     for (funcd_pool_worker *w = p->workers; w; w = w->next) {
         if (w->state == W_STARTING && p->cfg.start_timeout_ms &&
             now - w->started_ms >= (int64_t)p->cfg.start_timeout_ms) {
@@ -467,8 +486,14 @@ static void plan_locked(funcd_pool *p, work *wk)
                    now - w->last_used_ms >= (int64_t)p->cfg.idle_ms &&
                    p->n_ready + p->n_starting > p->cfg.min_workers) {
             mark_stopping(p, w, wk);
+        } else if (pressed && w->state == W_READY && w->in_flight == 0 &&
+                   now - w->last_used_ms >= FUNCD_POOL_PRESSED_IDLE_MS &&
+                   (!spare || w->last_used_ms < spare->last_used_ms)) {
+            spare = w;
         }
     }
+    if (spare && spare->state == W_READY && p->n_ready + p->n_starting > p->cfg.min_workers)
+        mark_stopping(p, spare, wk);
     /* Demand: waiters beyond the free slots, less what is starting. */
     unsigned free_slots = 0;
     for (funcd_pool_worker *w = p->workers; w; w = w->next)
@@ -539,12 +564,21 @@ static funcd_pool_waiter *fail_waiters_if_hopeless_locked(funcd_pool *p)
     return take_all_waiters(p);
 }
 
-/* No worker and no place for one: the waiters are told which limit at
- * once (a place may come back in a minute or never). */
+/* No worker and no place for one: the waiters wait FUNCD_POOL_BUDGET_WAIT_MS
+ * (an idle worker of the budget may give its place, a stopping one may
+ * exit), then are told which limit. */
 static funcd_pool_waiter *fail_waiters_if_no_place_locked(funcd_pool *p)
 {
-    if (!p->budget_short || p->n_ready || p->n_starting)
+    if (!p->budget_short || p->n_ready || p->n_starting || !p->n_waiting) {
+        p->short_since_ms = 0;
         return NULL;
+    }
+    int64_t now = now_ms(p);
+    if (!p->short_since_ms)
+        p->short_since_ms = now;
+    if (now - p->short_since_ms < FUNCD_POOL_BUDGET_WAIT_MS)
+        return NULL;
+    p->short_since_ms = 0;
     return take_all_waiters(p);
 }
 

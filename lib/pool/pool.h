@@ -54,6 +54,12 @@ unsigned funcd_pool_budget_taken(funcd_pool_budget *b);
 /* The start of the `error` of waiters failed because no place was left in
  * their pool's budget chain (a gateway answers 503, not 502). */
 #define FUNCD_POOL_NO_PLACE "worker limit reached: "
+/* A pool with no worker and no place keeps its waiters this long (a worker
+ * of its budget may give a place back) before failing them. */
+#define FUNCD_POOL_BUDGET_WAIT_MS 3000
+/* While a pool of its budget chain waits for a place, a worker idle this
+ * long above its pool's minimum is stopped to give its place (one a plan). */
+#define FUNCD_POOL_PRESSED_IDLE_MS 1000
 
 typedef struct funcd_pool_config {
     unsigned min_workers;

@@ -152,6 +152,29 @@ SV_TEST_WITH(node_max_workers, funcd_with_max_workers(2), NULL)
     CHECK_INT(e->r.status, 200);
 }
 
+/* A worker idle above its Function's minimum gives its place to another
+ * Function of the namespace that has none (review18 M-4: b answered 503 for
+ * as long as a's worker stayed, its idle time being 5 minutes). */
+SV_TEST_WITH(idle_worker_gives_its_place, funcd_with_namespace_max_workers(1), NULL)
+{
+    char dir[256];
+    CHECK(sv_fixture("native", dir, sizeof(dir)) == 0);
+    const char *spec = "{\"runtime\":\"native\",\"handler\":\"worker\",\"source\":{\"path\":\"%s\"},"
+                       "\"scaling\":{\"maxReplicas\":1,\"idleTimeout\":\"5m\"}}";
+    CHECK_INT(sv_create(e, "a", spec, dir), 201);
+    CHECK_INT(sv_create(e, "b", spec, dir), 201);
+    CHECK(sv_wait_ready(e, "a", 10000));
+    CHECK(sv_wait_ready(e, "b", 10000));
+    CHECK_INT(sv_invoke(e, "GET", DP_PATH("a") "/x", NULL), 200);
+    CHECK_INT(sv_workers(NULL, 0), 1);
+    /* b has no worker and the namespace's one place is a's: a's worker,
+     * idle now, goes, and b's request is answered. */
+    CHECK_INT(sv_invoke(e, "GET", DP_PATH("b") "/x", NULL), 200);
+    /* and back: a asks, b's worker goes */
+    CHECK_INT(sv_invoke(e, "GET", DP_PATH("a") "/x", NULL), 200);
+    CHECK(sv_workers(NULL, 0) <= 1);
+}
+
 int main(int argc, char **argv)
 {
     sv_init();
@@ -159,6 +182,7 @@ int main(int argc, char **argv)
     int ran = 0;
     SV_RUN(only, ran, namespace_max_workers);
     SV_RUN(only, ran, node_max_workers);
+    SV_RUN(only, ran, idle_worker_gives_its_place);
     e2e_client_global_cleanup();
     if (only && !ran) {
         fprintf(stderr, "no test case named %s\n", only);

@@ -565,7 +565,9 @@ TEST(budget_shared_by_pools)
     CHECK_INT(atomic_load(&rb.calls), 1);
     CHECK(rb.w == nth(&b, 0)->pw);
     funcd_pool_release(b.pool, rb.w, 0);
-    /* c has no worker and no place: its waiter is told at once, and why. */
+    /* c has no worker and no place, and no worker of the namespace is idle
+     * above its minimum: its waiter waits FUNCD_POOL_BUDGET_WAIT_MS for one
+     * to give its place back, then is told why. */
     funcd_pool_config none = cfg;
     none.min_workers = 0;
     CHECK(bench_up(&c, &none) == 0);
@@ -573,6 +575,9 @@ TEST(budget_shared_by_pools)
     CHECK_INT(funcd_pool_acquire(c.pool, &rc.wt, &w), FUNCD_POOL_QUEUED);
     turn(&c);
     CHECK_INT(c.starts, 0);
+    CHECK_INT(atomic_load(&rc.calls), 0);
+    c.now += FUNCD_POOL_BUDGET_WAIT_MS;
+    plan(&c, &none);
     CHECK_INT(atomic_load(&rc.calls), 1);
     CHECK(rc.w == NULL);
     CHECK_CONTAINS(rc.error, FUNCD_POOL_NO_PLACE "namespace t has 3 workers");
@@ -619,6 +624,53 @@ TEST(budget_shared_by_pools)
     funcd_pool_budget_unref(node);
 }
 
+/* A worker idle above its pool's minimum gives its place to a pool that
+ * has none (review18 M-4: it kept it for its whole idle time, 5 minutes by
+ * default, while the other pool's requests failed at once). */
+TEST(budget_idle_worker_gives_its_place)
+{
+    funcd_pool_budget *ns = funcd_pool_budget_new(1, NULL, "namespace t", "x");
+    CHECK(ns != NULL);
+    funcd_pool_config cfg = {.min_workers = 0, .max_workers = 2, .concurrency = 1,
+                             .queue_length = 10, .idle_ms = 300000, .start_timeout_ms = 10000,
+                             .budget = ns};
+    bench a, b;
+    CHECK(bench_up(&a, &cfg) == 0);
+    CHECK(bench_up(&b, &cfg) == 0);
+    rec ra = {.wt.granted = on_grant}, rb = {.wt.granted = on_grant};
+    funcd_pool_worker *w = NULL;
+    CHECK_INT(funcd_pool_acquire(a.pool, &ra.wt, &w), FUNCD_POOL_QUEUED);
+    turn(&a);
+    funcd_pool_worker_ready(nth(&a, 0)->pw);
+    CHECK_INT(atomic_load(&ra.calls), 1);
+    funcd_pool_release(a.pool, ra.w, 0); /* idle now */
+    CHECK_INT(funcd_pool_acquire(b.pool, &rb.wt, &w), FUNCD_POOL_QUEUED);
+    turn(&b);
+    CHECK_INT(b.starts, 0);
+    CHECK_INT(atomic_load(&rb.calls), 0); /* waits: a place may come back */
+    /* a's worker, idle a moment, goes for b's sake; not before. */
+    plan(&a, &cfg);
+    CHECK_INT(a.stops, 0);
+    a.now += FUNCD_POOL_PRESSED_IDLE_MS;
+    plan(&a, &cfg);
+    CHECK_INT(a.stops, 1);
+    reap(&a);
+    turn(&b);
+    CHECK_INT(b.starts, 1);
+    funcd_pool_worker_ready(nth(&b, 0)->pw);
+    CHECK_INT(atomic_load(&rb.calls), 1);
+    CHECK(rb.w == nth(&b, 0)->pw);
+    funcd_pool_release(b.pool, rb.w, 0);
+    /* With nobody waiting, an idle worker keeps its place. */
+    b.now += FUNCD_POOL_PRESSED_IDLE_MS;
+    plan(&b, &cfg);
+    CHECK_INT(b.stops, 0);
+    bench_down(&a);
+    bench_down(&b);
+    CHECK_INT(funcd_pool_budget_taken(ns), 0);
+    funcd_pool_budget_unref(ns);
+}
+
 /* The node's budget bounds every namespace below it. */
 TEST(budget_parent_bounds_children)
 {
@@ -660,5 +712,6 @@ int main(void)
     RUN(grant_cancel_reap_race);
     RUN(budget_shared_by_pools);
     RUN(budget_parent_bounds_children);
+    RUN(budget_idle_worker_gives_its_place);
     return HARNESS_END();
 }
