@@ -12,6 +12,7 @@
 #define TIMER_MS 100
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 10000
+#define POOL_LISTED_MAX 4 /* budgets a pool may wait on at once (its chain's depth) */
 
 typedef enum wstate { W_STARTING, W_READY, W_STOPPING, W_GONE } wstate;
 
@@ -51,6 +52,9 @@ struct funcd_pool {
     double last_cold_start_millis;
     unsigned budget_short; /* workers the last plan wanted but found no place for */
     int64_t short_since_ms; /* waiters present, no worker, no place: since (0: not so) */
+    /* The budgets whose starved list holds this pool: a slot is set under
+     * the pool's lock and that budget's, cleared under the budget's. */
+    _Atomic(funcd_pool_budget *) listed_on[POOL_LISTED_MAX];
     char budget_error[256];
 };
 
@@ -108,13 +112,29 @@ unsigned funcd_pool_budget_taken(funcd_pool_budget *b)
     return atomic_load(&b->taken);
 }
 
+/* Clears `p`'s mark of being listed on `b` (under b->lock). */
+static void unlist_mark(funcd_pool *p, funcd_pool_budget *b)
+{
+    for (int i = 0; i < POOL_LISTED_MAX; i++)
+        if (atomic_load(&p->listed_on[i]) == b)
+            atomic_store(&p->listed_on[i], NULL);
+}
+
 /* Adds `p` to the pools woken when a place is given back to `b` (under
- * b->lock). */
+ * b->lock and p->lock): once, known by its mark and not by a search of the
+ * list, which may hold thousands (review18 M-2). */
 static void starve_locked(funcd_pool_budget *b, funcd_pool *p)
 {
-    for (unsigned i = 0; i < b->n_starved; i++)
-        if (b->starved[i] == p)
+    int free_slot = -1;
+    for (int i = 0; i < POOL_LISTED_MAX; i++) {
+        funcd_pool_budget *on = atomic_load(&p->listed_on[i]);
+        if (on == b)
             return;
+        if (!on && free_slot < 0)
+            free_slot = i;
+    }
+    if (free_slot < 0)
+        return; /* a chain deeper than any funcd makes: it plans at its next timer */
     if (b->n_starved == b->cap_starved) {
         unsigned cap = b->cap_starved ? 2 * b->cap_starved : 8;
         funcd_pool **v = realloc(b->starved, cap * sizeof(*v));
@@ -125,6 +145,7 @@ static void starve_locked(funcd_pool_budget *b, funcd_pool *p)
     }
     funcd_pool_ref(p);
     b->starved[b->n_starved++] = p;
+    atomic_store(&p->listed_on[free_slot], b);
 }
 
 static void budget_put(funcd_pool_budget *b, funcd_pool_budget *upto)
@@ -185,6 +206,8 @@ static void budget_give(funcd_pool_budget *leaf)
         unsigned n = b->n_starved;
         b->starved = NULL;
         b->n_starved = b->cap_starved = 0;
+        for (unsigned i = 0; i < n; i++)
+            unlist_mark(woken[i], b);
         pthread_mutex_unlock(&b->lock);
         for (unsigned i = 0; i < n; i++) {
             pool_wake(woken[i]);
@@ -201,9 +224,13 @@ static void budget_forget(funcd_pool_budget *leaf, funcd_pool *p)
     for (funcd_pool_budget *b = leaf; b; b = b->parent) {
         int found = 0;
         pthread_mutex_lock(&b->lock);
-        for (unsigned i = 0; i < b->n_starved; i++)
+        int marked = 0;
+        for (int i = 0; i < POOL_LISTED_MAX; i++)
+            marked |= atomic_load(&p->listed_on[i]) == b;
+        for (unsigned i = 0; marked && i < b->n_starved; i++)
             if (b->starved[i] == p) {
                 b->starved[i] = b->starved[--b->n_starved];
+                unlist_mark(p, b);
                 found = 1;
                 break;
             }
