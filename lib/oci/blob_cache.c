@@ -77,21 +77,6 @@ static uint64_t usage_of(const struct stat *st)
     return b > (uint64_t)st->st_size ? b : (uint64_t)st->st_size;
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* A strictly increasing use time, close to the wall clock (callers hold mu). */
-static uint64_t tick(funcd_oci_blob_cache *c)
-{
-    uint64_t t = now_ns();
-    c->clock = t > c->clock ? t : c->clock + 1;
-    return c->clock;
-}
-
 /* ---- the index (callers hold mu) ------------------------------------------------------ */
 
 static blob_entry *find(funcd_oci_blob_cache *c, const char *hex)
@@ -370,7 +355,7 @@ void funcd__oci_blob_used(funcd_oci_blob_cache *c, const char *digest, const str
         }
         e->bytes = bytes;
         c->stats.bytes += bytes;
-        e->last_use = tick(c);
+        e->last_use = funcd_use_tick(&c->clock);
     }
     pthread_mutex_unlock(&c->mu);
     if (!stored) { /* found in the cache: its use time, for a restart */

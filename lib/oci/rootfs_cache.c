@@ -27,6 +27,7 @@
 #include "funcd/sys/error.h"
 #include "oci/unpack.h"
 #include "util/buf.h"
+#include "util/misc.h"
 
 #define MAX_ALG 32
 #define MIN_HEX 32
@@ -138,21 +139,6 @@ static uint64_t disk_usage_at(int dfd, const char *name, int depth)
 }
 
 /* ---- the index (callers hold mu) ----------------------------------------------------------- */
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* A strictly increasing use time, close to the wall clock. */
-static uint64_t tick(funcd_rootfs_cache *c)
-{
-    uint64_t t = now_ns();
-    c->clock = t > c->clock ? t : c->clock + 1;
-    return c->clock;
-}
 
 static entry *find(funcd_rootfs_cache *c, const char *name)
 {
@@ -331,7 +317,7 @@ static int hold_or_claim(funcd_rootfs_cache *c, const char *name, bool *claimed)
         entry *e = find(c, name);
         if (e && e->state == ENTRY_READY) {
             e->refs++;
-            e->last_use = tick(c);
+            e->last_use = funcd_use_tick(&c->clock);
             return 0;
         }
         if (!e)
@@ -360,7 +346,7 @@ static void finish_extraction(funcd_rootfs_cache *c, const char *name, int rc, u
     } else {
         e->state = ENTRY_READY;
         e->bytes = bytes;
-        e->last_use = tick(c);
+        e->last_use = funcd_use_tick(&c->clock);
         c->stats.entries++;
         c->stats.bytes += bytes;
         c->stats.extractions++;
@@ -420,7 +406,7 @@ void funcd_rootfs_cache_put(funcd_rootfs_cache *c, const char *manifest_digest)
     entry *e = find(c, name);
     if (e && e->state == ENTRY_READY && e->refs > 0) {
         e->refs--;
-        e->last_use = tick(c);
+        e->last_use = funcd_use_tick(&c->clock);
     }
     evict_locked(c, &victims);
     pthread_mutex_unlock(&c->mu);

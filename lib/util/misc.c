@@ -24,6 +24,15 @@ int64_t funcd_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+uint64_t funcd_use_tick(uint64_t *clock)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t t = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    *clock = t > *clock ? t : *clock + 1;
+    return *clock;
+}
+
 int64_t funcd_mono_ms(void)
 {
     struct timespec ts;

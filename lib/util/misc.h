@@ -8,6 +8,9 @@
 
 /* Wall clock, Unix epoch milliseconds. */
 int64_t funcd_now_ms(void);
+/* A strictly increasing use time in ns, close to the wall clock: `*clock`
+ * is the last one given (the caller serialises calls). LRU caches order by it. */
+uint64_t funcd_use_tick(uint64_t *clock);
 /* Monotonic clock, milliseconds. */
 int64_t funcd_mono_ms(void);
 /* "2026-11-29T19:23:37Z" into out (at least 21 bytes). */
