@@ -1044,15 +1044,21 @@ static void announce(const flags *f)
  * ~1 fault per 30 requests, a page fault costing 20 us on paravirtualised
  * machines). The daemon keeps up to 4 MiB free per arena and serves
  * allocations below 2 MiB from the arenas (docs/adr/0065-daemon-malloc-trim.md).
- * An operator's own GLIBC_TUNABLES or MALLOC_*_ settings win. */
+ * Each setting the operator made (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_
+ * or its glibc.malloc tunable) wins; other tunables (MALLOC_ARENA_MAX, a test
+ * harness's MALLOC_PERTURB_, glibc.cpu.*) leave these two on. */
+static int malloc_set_by_operator(const char *env, const char *tunable)
+{
+    const char *t = getenv("GLIBC_TUNABLES");
+    return getenv(env) || (t && strstr(t, tunable));
+}
+
 static void tune_malloc(void)
 {
-    extern char **environ;
-    for (char **e = environ; *e; e++)
-        if (!strncmp(*e, "GLIBC_TUNABLES=", 15) || !strncmp(*e, "MALLOC_", 7))
-            return;
-    mallopt(M_MMAP_THRESHOLD, 2 << 20);
-    mallopt(M_TRIM_THRESHOLD, 4 << 20);
+    if (!malloc_set_by_operator("MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold="))
+        mallopt(M_MMAP_THRESHOLD, 2 << 20);
+    if (!malloc_set_by_operator("MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold="))
+        mallopt(M_TRIM_THRESHOLD, 4 << 20);
 }
 
 int main(int argc, char **argv)
