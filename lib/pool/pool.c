@@ -25,6 +25,7 @@ struct funcd_pool_worker {
     int64_t last_used_ms;
     int stop_called;
     funcd_pool_budget *budget; /* the place it holds (given back once exited); NULL: none */
+    int leaving;      /* told to stop: counted in its budgets' `leaving` until it exits */
     atomic_int refs;  /* 1 while listed + 1 per slot held */
     void *data;
     funcd_pool_worker *next;
@@ -51,11 +52,16 @@ struct funcd_pool {
     int64_t last_cold_start_ms;
     double last_cold_start_millis;
     unsigned budget_short; /* workers the last plan wanted but found no place for */
+    int place_coming; /* the full budget has a leaving worker: its place comes back */
+    unsigned kept; /* places taken for its next starts, left by its (or its predecessor's)
+                    * exited workers (review18 M-3) */
+    funcd_pool *heir; /* once closed, who gets its workers' places first; referenced */
     int64_t short_since_ms; /* waiters present, no worker, no place: since (0: not so) */
     /* The budgets whose starved list holds this pool: a slot is set under
      * the pool's lock and that budget's, cleared under the budget's. */
     _Atomic(funcd_pool_budget *) listed_on[POOL_LISTED_MAX];
-    char budget_error[256];
+    char budget_error[256]; /* which limit, with the counts (the status says it) */
+    char budget_limit[200]; /* which limit, no count (a request's 503 says it; review18 L-3) */
 };
 
 /* ---- budgets ---------------------------------------------------------- */
@@ -63,6 +69,7 @@ struct funcd_pool {
 struct funcd_pool_budget {
     atomic_int refs;
     atomic_uint taken;
+    atomic_uint leaving; /* of those, held by workers told to stop: they come back */
     unsigned limit; /* 0: none */
     funcd_pool_budget *parent;
     pthread_mutex_t lock; /* taken's changes and the starved list */
@@ -79,6 +86,7 @@ funcd_pool_budget *funcd_pool_budget_new(unsigned limit, funcd_pool_budget *pare
         return NULL;
     atomic_init(&b->refs, 1);
     atomic_init(&b->taken, 0);
+    atomic_init(&b->leaving, 0);
     b->limit = limit;
     b->parent = parent;
     if (parent)
@@ -157,10 +165,11 @@ static void budget_put(funcd_pool_budget *b, funcd_pool_budget *upto)
     }
 }
 
-/* Takes one place from `b` and each parent; none left somewhere: 0, the
- * place taken below is given back, `p` is listed to be woken and `why`
- * names the limit. */
-static int budget_take(funcd_pool_budget *leaf, funcd_pool *p, char *why, size_t why_len)
+/* Takes one place from `b` and each parent for `p` (under its lock); none
+ * left somewhere: 0, the place taken below is given back, `p` is listed to
+ * be woken, its budget_error and budget_limit name the limit, and its
+ * place_coming says whether a worker told to stop holds a place there. */
+static int budget_take(funcd_pool_budget *leaf, funcd_pool *p)
 {
     for (funcd_pool_budget *b = leaf; b; b = b->parent) {
         pthread_mutex_lock(&b->lock);
@@ -168,8 +177,11 @@ static int budget_take(funcd_pool_budget *leaf, funcd_pool *p, char *why, size_t
         if (b->limit && taken >= b->limit) {
             starve_locked(b, p);
             pthread_mutex_unlock(&b->lock);
-            snprintf(why, why_len, "%s has %u workers, its limit (%s %u)", b->what, taken,
-                     b->flag, b->limit);
+            snprintf(p->budget_error, sizeof(p->budget_error),
+                     "%s has %u workers, its limit (%s %u)", b->what, taken, b->flag, b->limit);
+            snprintf(p->budget_limit, sizeof(p->budget_limit), "the worker limit of %s (%s)",
+                     b->what, b->flag);
+            p->place_coming = atomic_load(&b->leaving) > 0;
             budget_put(leaf, b); /* no wake-up: nobody could use it (they would take b too) */
             return 0;
         }
@@ -193,7 +205,19 @@ static int budget_pressed(funcd_pool_budget *leaf)
     return 0;
 }
 
+/* Worker `w` (under its pool's lock) is told to stop: its places will come
+ * back, which pools waiting for one may count on. */
+static void note_leaving(funcd_pool_worker *w)
+{
+    if (!w->budget || w->leaving)
+        return;
+    w->leaving = 1;
+    for (funcd_pool_budget *b = w->budget; b; b = b->parent)
+        atomic_fetch_add(&b->leaving, 1);
+}
+
 static void pool_wake(funcd_pool *p);
+static void poke_locked(funcd_pool *p);
 
 /* A worker's process is gone: its places are given back, and every pool
  * that found no place in the chain plans again. Not under a pool's lock. */
@@ -215,6 +239,27 @@ static void budget_give(funcd_pool_budget *leaf)
         }
         free(woken);
     }
+}
+
+/* A worker of `p` exited holding a place of `b`: `p` keeps it if it waits
+ * for places of `b`, or once closed its heir (and so on) does, ahead of
+ * every other pool of the budget, which would take it first as often as
+ * not (review18 M-3). 1: kept. Not under a pool's lock. */
+static int pool_keep_place(funcd_pool *p, funcd_pool_budget *b)
+{
+    pthread_mutex_lock(&p->lock);
+    if (p->closed) {
+        funcd_pool *heir = p->heir; /* set once, with closed; referenced by p */
+        pthread_mutex_unlock(&p->lock);
+        return heir && pool_keep_place(heir, b);
+    }
+    int keep = p->cfg.budget == b && p->kept < p->budget_short;
+    if (keep) {
+        p->kept++;
+        poke_locked(p); /* its plan starts a worker on it */
+    }
+    pthread_mutex_unlock(&p->lock);
+    return keep;
 }
 
 /* `p` no longer waits for a place anywhere in the chain (it closed, or
@@ -257,6 +302,8 @@ void funcd_pool_unref(funcd_pool *p)
     if (!p || atomic_fetch_sub(&p->refs, 1) != 1)
         return;
     funcd_pool_budget_unref(p->cfg.budget);
+    if (p->heir)
+        funcd_pool_unref(p->heir);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }
@@ -430,6 +477,7 @@ void funcd_pool_release(funcd_pool *p, funcd_pool_worker *w, int failed)
         w->state = W_STOPPING; /* evicted: the loop stops it and replaces it */
         p->n_ready--;
         p->n_stopping++;
+        note_leaving(w);
         poke_locked(p);
     }
     funcd_pool_waiter *granted = grant_locked(p);
@@ -469,6 +517,7 @@ typedef struct work {
     unsigned n_stop;
     funcd_pool_worker *start[64];
     unsigned n_start;
+    unsigned give_back; /* kept places the plan did not use, to give back */
 } work;
 
 static void mark_stopping(funcd_pool *p, funcd_pool_worker *w, work *wk)
@@ -481,6 +530,7 @@ static void mark_stopping(funcd_pool *p, funcd_pool_worker *w, work *wk)
         return;
     w->state = W_STOPPING;
     p->n_stopping++;
+    note_leaving(w);
     if (!w->stop_called && wk->n_stop < 64) {
         w->stop_called = 1;
         wk->stop[wk->n_stop++] = w;
@@ -538,9 +588,11 @@ static void plan_locked(funcd_pool *p, work *wk)
     if (now < p->backoff_until_ms)
         need = 0;
     p->budget_short = 0;
+    p->place_coming = 0;
     for (unsigned i = 0; i < need && wk->n_start < 64; i++) {
-        if (p->cfg.budget &&
-            !budget_take(p->cfg.budget, p, p->budget_error, sizeof(p->budget_error))) {
+        if (p->kept) {
+            p->kept--; /* a place an exited worker left it, taken already */
+        } else if (p->cfg.budget && !budget_take(p->cfg.budget, p)) {
             p->budget_short = need - i; /* woken when a place is given back */
             break;
         }
@@ -564,6 +616,8 @@ static void plan_locked(funcd_pool *p, work *wk)
         p->n_starting++;
         wk->start[wk->n_start++] = w;
     }
+    wk->give_back = p->kept; /* not needed after all: anyone's */
+    p->kept = 0;
 }
 
 static void unlist_locked(funcd_pool *p, funcd_pool_worker *w)
@@ -592,8 +646,10 @@ static funcd_pool_waiter *fail_waiters_if_hopeless_locked(funcd_pool *p)
 }
 
 /* No worker and no place for one: the waiters wait FUNCD_POOL_BUDGET_WAIT_MS
- * (an idle worker of the budget may give its place, a stopping one may
- * exit), then are told which limit. */
+ * (an idle worker of the budget may give its place), or while a worker told
+ * to stop holds a place of the full budget (it comes back at its exit: an
+ * update's old version, an evicted worker; review18 M-3) up to the start
+ * timeout, then are told which limit. Patient waiters wait on. */
 static funcd_pool_waiter *fail_waiters_if_no_place_locked(funcd_pool *p)
 {
     if (!p->budget_short || p->n_ready || p->n_starting || !p->n_waiting) {
@@ -603,10 +659,27 @@ static funcd_pool_waiter *fail_waiters_if_no_place_locked(funcd_pool *p)
     int64_t now = now_ms(p);
     if (!p->short_since_ms)
         p->short_since_ms = now;
-    if (now - p->short_since_ms < FUNCD_POOL_BUDGET_WAIT_MS)
+    uint64_t wait = FUNCD_POOL_BUDGET_WAIT_MS;
+    if (p->place_coming && p->cfg.start_timeout_ms > wait)
+        wait = p->cfg.start_timeout_ms;
+    if (now - p->short_since_ms < (int64_t)wait)
         return NULL;
     p->short_since_ms = 0;
-    return take_all_waiters(p);
+    funcd_pool_waiter *failed = NULL, **tail = &failed;
+    for (funcd_pool_waiter *wt = p->waiters.next, *next; wt != &p->waiters; wt = next) {
+        next = wt->next;
+        if (wt->patient)
+            continue;
+        wt->prev->next = wt->next;
+        wt->next->prev = wt->prev;
+        wt->queued = 0;
+        p->n_waiting--;
+        wt->slot = NULL;
+        wt->next = NULL;
+        *tail = wt;
+        tail = &wt->next;
+    }
+    return failed;
 }
 
 static void arm_timer(funcd_pool *p)
@@ -632,10 +705,13 @@ static void run_plan(funcd_pool *p)
     int busy = p->workers || p->n_waiting;
     char error[600], limit[300];
     snprintf(error, sizeof(error), "the function failed to start: %s", p->last_error);
-    snprintf(limit, sizeof(limit), FUNCD_POOL_NO_PLACE "%s", p->budget_error);
+    snprintf(limit, sizeof(limit), FUNCD_POOL_NO_PLACE "%s", p->budget_limit);
+    funcd_pool_budget *budget = p->cfg.budget; /* the loop's: no configure meanwhile */
     pthread_mutex_unlock(&p->lock);
     deliver(failed, error);
     deliver(no_place, limit);
+    for (unsigned i = 0; i < wk.give_back; i++)
+        budget_give(budget);
 
     for (unsigned i = 0; i < wk.n_stop; i++)
         p->ops.stop(p, wk.stop[i], p->ops.payload);
@@ -713,11 +789,15 @@ void funcd_pool_worker_exited(funcd_pool_worker *w, const char *why)
     unlist_locked(p, w);
     funcd_pool_budget *budget = w->budget;
     w->budget = NULL;
+    if (budget && w->leaving)
+        for (funcd_pool_budget *b = budget; b; b = b->parent)
+            atomic_fetch_sub(&b->leaving, 1);
     funcd_pool_waiter *failed = fail_waiters_if_hopeless_locked(p);
     poke_locked(p); /* replace it if there is demand or a minimum */
     pthread_mutex_unlock(&p->lock);
-    if (budget) { /* its process is gone: its place is free */
-        budget_give(budget);
+    if (budget) { /* its process is gone: its place is free, its pool's first */
+        if (!pool_keep_place(p, budget))
+            budget_give(budget);
         funcd_pool_budget_unref(budget);
     }
     char error[600];
@@ -780,11 +860,18 @@ void funcd_pool_configure(funcd_pool *p, const funcd_pool_config *cfg)
         p->backoff_until_ms = 0;
     }
     funcd_pool_budget *old = p->cfg.budget;
+    unsigned kept = 0;
+    if (old != c.budget) { /* places kept for it are the old budget's */
+        kept = p->kept;
+        p->kept = 0;
+    }
     p->cfg = c;
     funcd_pool_waiter *granted = grant_locked(p);
     poke_locked(p);
     pthread_mutex_unlock(&p->lock);
     deliver(granted, NULL);
+    while (kept--)
+        budget_give(old);
     /* Workers keep the budget they took from until they exit. */
     if (old && old != c.budget)
         budget_forget(old, p);
@@ -793,9 +880,19 @@ void funcd_pool_configure(funcd_pool *p, const funcd_pool_config *cfg)
 
 void funcd_pool_close(funcd_pool *p, const char *reason)
 {
+    funcd_pool_close_for(p, NULL, reason);
+}
+
+void funcd_pool_close_for(funcd_pool *p, funcd_pool *heir, const char *reason)
+{
     work wk = {0};
+    if (heir)
+        funcd_pool_ref(heir);
     pthread_mutex_lock(&p->lock);
     p->closed = 1;
+    p->heir = heir;
+    unsigned kept = p->kept; /* nobody here to start on them: the heir's, or anyone's */
+    p->kept = 0;
     funcd_pool_waiter *failed = take_all_waiters(p);
     for (funcd_pool_worker *w = p->workers; w; w = w->next)
         mark_stopping(p, w, &wk);
@@ -814,5 +911,8 @@ void funcd_pool_close(funcd_pool *p, const char *reason)
         p->ops.stop(p, wk.stop[i], p->ops.payload);
     if (p->cfg.budget) /* the list's reference would keep it for ever */
         budget_forget(p->cfg.budget, p);
+    while (kept--)
+        if (!pool_keep_place(p, p->cfg.budget))
+            budget_give(p->cfg.budget);
     funcd_pool_unref(p);
 }

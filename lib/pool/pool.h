@@ -52,10 +52,14 @@ void funcd_pool_budget_unref(funcd_pool_budget *b);
 unsigned funcd_pool_budget_taken(funcd_pool_budget *b);
 
 /* The start of the `error` of waiters failed because no place was left in
- * their pool's budget chain (a gateway answers 503, not 502). */
+ * their pool's budget chain (a gateway answers 503, not 502); the rest
+ * names the limit and its flag, never a count (anyone may read it: the
+ * counts are in funcd_pool_stats.budget_error). */
 #define FUNCD_POOL_NO_PLACE "worker limit reached: "
 /* A pool with no worker and no place keeps its waiters this long (a worker
- * of its budget may give a place back) before failing them. */
+ * of its budget may give a place back) before failing them; while a worker
+ * told to stop still holds a place of the full budget (it comes back at its
+ * exit), up to the pool's start timeout instead. */
 #define FUNCD_POOL_BUDGET_WAIT_MS 3000
 /* While a pool of its budget chain waits for a place, a worker idle this
  * long above its pool's minimum is stopped to give its place (one a plan). */
@@ -93,10 +97,14 @@ typedef struct funcd_pool_ops {
  * NULL with an error message when no worker could be started. */
 struct funcd_pool_waiter {
     void (*granted)(funcd_pool_waiter *wt, funcd_pool_worker *w, const char *error);
+    /* Set before acquire (0: a request): never failed for want of a place,
+     * it waits for one however long (only a closed pool or failed starts
+     * fail it). */
+    int patient;
     /* private */
+    int queued;
     funcd_pool_waiter *prev, *next;
     funcd_pool_worker *slot;
-    int queued;
 };
 
 typedef struct funcd_pool_stats {
@@ -120,6 +128,12 @@ void funcd_pool_configure(funcd_pool *p, const funcd_pool_config *cfg);
 /* Stops every worker, fails every waiter with `reason`, and drops the
  * loop's reference. The pool is freed when the last reference goes. */
 void funcd_pool_close(funcd_pool *p, const char *reason);
+/* funcd_pool_close for a pool that `heir` replaces (a new version of the
+ * same function, on the same budget): as its workers exit, their places go
+ * to `heir` first while it waits for places, not to any pool of the budget
+ * (a worker exiting from an open pool gives its place to that pool first
+ * the same way). `heir` is referenced until `p` is freed. */
+void funcd_pool_close_for(funcd_pool *p, funcd_pool *heir, const char *reason);
 
 void funcd_pool_ref(funcd_pool *p);
 void funcd_pool_unref(funcd_pool *p);

@@ -841,6 +841,10 @@ static void start_load_check(launch *ln, funcd_pool *pool)
     atomic_fetch_add(&ln->refs, 1);
     lc->ln = ln;
     lc->wt.granted = on_load_granted;
+    /* With the worker limit reached it waits for a place, however long: a
+     * check failed for want of one would leave the version unchecked (and
+     * Ready) for good (review18 M-3). */
+    lc->wt.patient = 1;
     funcd_pool_outcome rc = funcd_pool_acquire(pool, &lc->wt, &w);
     if (rc == FUNCD_POOL_GRANTED)
         on_load_granted(&lc->wt, w, NULL);
@@ -1411,8 +1415,8 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
         e->workers = workers;
         e->last_oom[0] = '\0'; /* a new version: its own history */
         route(s, e); /* new requests go to the new version at once */
-        if (old)
-            funcd_pool_close(old, "the function was updated");
+        if (old) /* its workers' places go to the new version first as they exit */
+            funcd_pool_close_for(old, e->pool, "the function was updated");
         launch_unref(old_ln);
         funcd_launch_unref(old_workers);
         if (ln->load_check)
@@ -1424,6 +1428,13 @@ void funcd_serving_apply(funcd_serving *s, const char *ns, const char *name, con
     int load = e->ln->load_check ? atomic_load(&e->ln->load_state) : LOAD_OK;
     if (load == LOAD_FAILED) {
         fail(st, "HandlerLoadFailed", "%s", e->ln->load_error);
+        return;
+    }
+    if (load == LOAD_PENDING && st->stats.budget_short && !st->stats.ready &&
+        !st->stats.starting) {
+        /* The check waits for a place (start_load_check). */
+        fail(st, "WorkerLimit", "no worker may start to load the handler: %s",
+             st->stats.budget_error);
         return;
     }
     if (load == LOAD_PENDING || load == LOAD_STOPPING) {

@@ -580,7 +580,10 @@ TEST(budget_shared_by_pools)
     plan(&c, &none);
     CHECK_INT(atomic_load(&rc.calls), 1);
     CHECK(rc.w == NULL);
-    CHECK_CONTAINS(rc.error, FUNCD_POOL_NO_PLACE "namespace t has 3 workers");
+    /* The limit's name, no count: a caller may be anyone (review18 L-3). */
+    CHECK_CONTAINS(rc.error, FUNCD_POOL_NO_PLACE
+                   "the worker limit of namespace t (funcd --namespace-max-workers)");
+    CHECK(strpbrk(rc.error, "0123456789") == NULL);
     /* d wants a minimum of 1 and has nothing: no timer, no request; only
      * a place given back wakes it. */
     funcd_pool_config one = cfg;
@@ -671,6 +674,203 @@ TEST(budget_idle_worker_gives_its_place)
     funcd_pool_budget_unref(ns);
 }
 
+/* A replica evicted after a failed request holds its place until it exits:
+ * meanwhile its pool's waiters wait for that place (not the 3 s of
+ * FUNCD_POOL_BUDGET_WAIT_MS), and it goes to that pool, not to another pool
+ * of the budget that also waits for one (review18 M-3). */
+TEST(budget_evicted_worker_place_stays)
+{
+    funcd_pool_budget *ns = funcd_pool_budget_new(2, NULL, "namespace t", "x");
+    CHECK(ns != NULL);
+    funcd_pool_config one = {.min_workers = 1, .max_workers = 1, .concurrency = 1,
+                             .queue_length = 10, .start_timeout_ms = 10000, .budget = ns};
+    funcd_pool_config more = one;
+    more.max_workers = 2;
+    bench a, b;
+    CHECK(bench_up(&a, &one) == 0);
+    CHECK(bench_up(&b, &more) == 0);
+    funcd_pool_worker_ready(nth(&a, 0)->pw);
+    funcd_pool_worker_ready(nth(&b, 0)->pw);
+    /* b is busy and wants a second worker: it waits for a place too. */
+    rec b1 = {.wt.granted = on_grant}, b2 = {.wt.granted = on_grant};
+    funcd_pool_worker *wb = NULL, *w = NULL;
+    CHECK_INT(funcd_pool_acquire(b.pool, &b1.wt, &wb), FUNCD_POOL_GRANTED);
+    CHECK_INT(funcd_pool_acquire(b.pool, &b2.wt, &w), FUNCD_POOL_QUEUED);
+    turn(&b);
+    CHECK_INT(stats(&b).budget_short, 1);
+    /* a's request fails: its worker is evicted, and a's next request waits. */
+    rec a1 = {.wt.granted = on_grant}, ra = {.wt.granted = on_grant};
+    CHECK_INT(funcd_pool_acquire(a.pool, &a1.wt, &w), FUNCD_POOL_GRANTED);
+    funcd_pool_release(a.pool, w, 1);
+    CHECK_INT(funcd_pool_acquire(a.pool, &ra.wt, &w), FUNCD_POOL_QUEUED);
+    turn(&a);
+    CHECK_INT(a.stops, 1);
+    CHECK_INT(stats(&a).budget_short, 1);
+    a.now += FUNCD_POOL_BUDGET_WAIT_MS;
+    plan(&a, &one);
+    CHECK_INT(atomic_load(&ra.calls), 0); /* its place comes back */
+    /* It exits: b plans first, but the place is a's. */
+    nth(&a, 0)->exited = 1;
+    funcd_pool_worker_exited(nth(&a, 0)->pw, "stopped");
+    turn(&b);
+    turn(&a);
+    CHECK_INT(b.starts, 1);
+    CHECK_INT(a.starts, 2);
+    CHECK_INT(funcd_pool_budget_taken(ns), 2);
+    funcd_pool_worker_ready(nth(&a, 1)->pw);
+    CHECK_INT(atomic_load(&ra.calls), 1);
+    CHECK(ra.w == nth(&a, 1)->pw);
+    funcd_pool_release(a.pool, ra.w, 0);
+    funcd_pool_release(b.pool, wb, 0); /* b's request waited on its worker */
+    CHECK_INT(atomic_load(&b2.calls), 1);
+    funcd_pool_release(b.pool, b2.w, 0);
+    bench_down(&a);
+    bench_down(&b);
+    CHECK_INT(funcd_pool_budget_taken(ns), 0);
+    funcd_pool_budget_unref(ns);
+}
+
+/* An update: the old version's pool is closed for the new one, whose
+ * requests wait while the old workers exit (beyond FUNCD_POOL_BUDGET_WAIT_MS,
+ * up to the start timeout), and whose places they are as they exit, before
+ * any other pool of the namespace that waits for one (review18 M-3: 503 at
+ * once, and the places could go to another function for good). */
+TEST(budget_successor_gets_the_places)
+{
+    funcd_pool_budget *ns = funcd_pool_budget_new(2, NULL, "namespace t", "x");
+    CHECK(ns != NULL);
+    funcd_pool_config one = {.min_workers = 1, .max_workers = 1, .concurrency = 1,
+                             .queue_length = 10, .start_timeout_ms = 10000, .budget = ns};
+    funcd_pool_config more = one;
+    more.max_workers = 2;
+    bench old, b, heir;
+    CHECK(bench_up(&old, &one) == 0);
+    CHECK(bench_up(&b, &more) == 0);
+    funcd_pool_worker_ready(nth(&old, 0)->pw);
+    funcd_pool_worker_ready(nth(&b, 0)->pw);
+    rec b1 = {.wt.granted = on_grant}, b2 = {.wt.granted = on_grant};
+    funcd_pool_worker *wb = NULL, *w = NULL;
+    CHECK_INT(funcd_pool_acquire(b.pool, &b1.wt, &wb), FUNCD_POOL_GRANTED);
+    CHECK_INT(funcd_pool_acquire(b.pool, &b2.wt, &w), FUNCD_POOL_QUEUED);
+    turn(&b);
+    CHECK_INT(stats(&b).budget_short, 1);
+    CHECK(bench_up(&heir, &one) == 0);
+    CHECK_INT(heir.starts, 0);
+    rec r = {.wt.granted = on_grant};
+    CHECK_INT(funcd_pool_acquire(heir.pool, &r.wt, &w), FUNCD_POOL_QUEUED);
+    turn(&heir);
+    funcd_pool_close_for(old.pool, heir.pool, "the function was updated");
+    old.closed = 1;
+    turn(&old);
+    CHECK_INT(old.stops, 1);
+    heir.now += FUNCD_POOL_BUDGET_WAIT_MS;
+    plan(&heir, &one);
+    CHECK_INT(atomic_load(&r.calls), 0);
+    /* The old worker exits: b plans first, the place is the heir's. */
+    nth(&old, 0)->exited = 1;
+    funcd_pool_worker_exited(nth(&old, 0)->pw, "stopped");
+    turn(&b);
+    turn(&heir);
+    CHECK_INT(b.starts, 1);
+    CHECK_INT(heir.starts, 1);
+    CHECK_INT(funcd_pool_budget_taken(ns), 2);
+    funcd_pool_worker_ready(nth(&heir, 0)->pw);
+    CHECK_INT(atomic_load(&r.calls), 1);
+    CHECK(r.w == nth(&heir, 0)->pw);
+    funcd_pool_release(heir.pool, r.w, 0);
+    funcd_pool_release(b.pool, wb, 0);
+    CHECK_INT(atomic_load(&b2.calls), 1);
+    funcd_pool_release(b.pool, b2.w, 0);
+    bench_down(&heir);
+    bench_down(&b);
+    bench_down(&old);
+    CHECK_INT(funcd_pool_budget_taken(ns), 0);
+    funcd_pool_budget_unref(ns);
+}
+
+/* Two updates before the first version's worker exited: its place goes to
+ * the latest version, the heir of its heir. */
+TEST(budget_successor_of_a_successor)
+{
+    funcd_pool_budget *ns = funcd_pool_budget_new(1, NULL, "namespace t", "x");
+    CHECK(ns != NULL);
+    funcd_pool_config one = {.min_workers = 1, .max_workers = 1, .concurrency = 1,
+                             .queue_length = 10, .start_timeout_ms = 10000, .budget = ns};
+    funcd_pool_config none = one;
+    none.min_workers = 0;
+    bench v1, v2, v3, b;
+    CHECK(bench_up(&v1, &one) == 0);
+    CHECK_INT(v1.starts, 1);
+    CHECK(bench_up(&b, &none) == 0);
+    rec rb = {.wt.granted = on_grant};
+    funcd_pool_worker *w = NULL;
+    CHECK_INT(funcd_pool_acquire(b.pool, &rb.wt, &w), FUNCD_POOL_QUEUED);
+    turn(&b);
+    CHECK(bench_up(&v2, &one) == 0);
+    funcd_pool_close_for(v1.pool, v2.pool, "the function was updated");
+    v1.closed = 1;
+    turn(&v1);
+    CHECK(bench_up(&v3, &one) == 0);
+    funcd_pool_close_for(v2.pool, v3.pool, "the function was updated");
+    v2.closed = 1;
+    CHECK_INT(v2.starts + v3.starts, 0);
+    nth(&v1, 0)->exited = 1;
+    funcd_pool_worker_exited(nth(&v1, 0)->pw, "stopped");
+    turn(&b);
+    turn(&v3);
+    CHECK_INT(b.starts, 0);
+    CHECK_INT(v3.starts, 1);
+    CHECK_INT(funcd_pool_budget_taken(ns), 1);
+    bench_down(&v3); /* and then b's */
+    turn(&b);
+    CHECK_INT(b.starts, 1);
+    funcd_pool_worker_ready(nth(&b, 0)->pw);
+    CHECK_INT(atomic_load(&rb.calls), 1);
+    funcd_pool_release(b.pool, rb.w, 0);
+    bench_down(&b);
+    bench_down(&v2);
+    bench_down(&v1);
+    CHECK_INT(funcd_pool_budget_taken(ns), 0);
+    funcd_pool_budget_unref(ns);
+}
+
+/* A patient waiter (serving's handler load check) is not failed for want
+ * of a place however long it waits, unlike requests; a place given back
+ * reaches it. */
+TEST(budget_patient_waiter_waits_for_a_place)
+{
+    funcd_pool_budget *ns = funcd_pool_budget_new(1, NULL, "namespace t", "x");
+    CHECK(ns != NULL);
+    funcd_pool_config cfg = {.min_workers = 1, .max_workers = 1, .concurrency = 1,
+                             .queue_length = 10, .start_timeout_ms = 10000, .budget = ns};
+    bench a, c;
+    CHECK(bench_up(&a, &cfg) == 0);
+    funcd_pool_worker_ready(nth(&a, 0)->pw);
+    cfg.min_workers = 0;
+    CHECK(bench_up(&c, &cfg) == 0);
+    rec patient = {.wt.granted = on_grant, .wt.patient = 1}, req = {.wt.granted = on_grant};
+    funcd_pool_worker *w = NULL;
+    CHECK_INT(funcd_pool_acquire(c.pool, &patient.wt, &w), FUNCD_POOL_QUEUED);
+    CHECK_INT(funcd_pool_acquire(c.pool, &req.wt, &w), FUNCD_POOL_QUEUED);
+    turn(&c);
+    c.now += 10 * FUNCD_POOL_BUDGET_WAIT_MS;
+    plan(&c, &cfg);
+    CHECK_INT(atomic_load(&req.calls), 1);
+    CHECK(req.w == NULL);
+    CHECK_INT(atomic_load(&patient.calls), 0);
+    CHECK_INT(stats(&c).waiting, 1);
+    bench_down(&a); /* a place comes back */
+    turn(&c);
+    CHECK_INT(c.starts, 1);
+    funcd_pool_worker_ready(nth(&c, 0)->pw);
+    CHECK_INT(atomic_load(&patient.calls), 1);
+    CHECK(patient.w == nth(&c, 0)->pw);
+    funcd_pool_release(c.pool, patient.w, 0);
+    bench_down(&c);
+    CHECK_INT(funcd_pool_budget_taken(ns), 0);
+    funcd_pool_budget_unref(ns);
+}
+
 /* The node's budget bounds every namespace below it. */
 TEST(budget_parent_bounds_children)
 {
@@ -713,5 +913,9 @@ int main(void)
     RUN(budget_shared_by_pools);
     RUN(budget_parent_bounds_children);
     RUN(budget_idle_worker_gives_its_place);
+    RUN(budget_evicted_worker_place_stays);
+    RUN(budget_successor_gets_the_places);
+    RUN(budget_successor_of_a_successor);
+    RUN(budget_patient_waiter_waits_for_a_place);
     return HARNESS_END();
 }

@@ -209,8 +209,10 @@ typedef void (*funcd_slot_granted_fn)(funcd_slot_waiter *waiter, funcd_slot *slo
 
 /** The start of a grant's `error` when no worker may be started because the
  *  node or the function's namespace has as many workers as its limit allows
- *  (funcd --max-workers, --namespace-max-workers); the rest names the limit.
- *  Answer 503 with Retry-After: a place comes back when a worker exits. */
+ *  (funcd --max-workers, --namespace-max-workers); the rest names the limit
+ *  and its flag, never a count, so it may be told to any caller (the counts
+ *  are in the Function's status). Answer 503 with Retry-After: a place comes
+ *  back when a worker exits. */
 #define FUNCD_SLOT_ERROR_WORKER_LIMIT "worker limit reached: "
 
 /** A request waiting for a slot; the caller's memory. It must stay valid and
