@@ -411,6 +411,9 @@ int funcd_cp_invocations(funcd_cp *cp, const funcd_cp_request *req, const funcd_
         if (rc == FUNCD_ENOTFOUND)
             funcd_cp_status(resp, 404, "NotFound", NULL, "dead letter \"%s\" not found in "
                             "namespace \"%s\"", p.id, p.ns);
+        else if (rc == FUNCD_ENOSPC) /* a replay takes a place in the queue: none is free */
+            funcd_cp_status(resp, 429, "TooManyRequests", NULL, "%s; replay it once some "
+                            "finish", funcd_error_last()->message);
         else if (rc < 0)
             funcd_cp_status(resp, 503, "ServiceUnavailable", NULL, "%s",
                             funcd_error_last()->message);

@@ -205,8 +205,10 @@ static void set_bool(cJSON *o, const char *name, int v)
     cJSON_AddBoolToObject(o, name, v);
 }
 
-/* Reads a record: 0, FUNCD_ENOTFOUND, or the store's error. */
-static int get_record(funcd_store *s, const char *key, cJSON **out, uint64_t *rev)
+/* Reads a record: 0, FUNCD_ENOTFOUND, or the store's error. `len` (or
+ * NULL) gets its length as stored. */
+static int get_record_len(funcd_store *s, const char *key, cJSON **out, uint64_t *rev,
+                          size_t *len)
 {
     funcd_store_value v = {0};
     int rc = funcd_port_store_get(s, key, &v);
@@ -214,19 +216,35 @@ static int get_record(funcd_store *s, const char *key, cJSON **out, uint64_t *re
         return rc;
     *out = cJSON_ParseWithLength(v.value, v.len);
     *rev = v.revision;
+    if (len)
+        *len = v.len;
     free(v.value);
     return *out ? 0 : funcd_error_set(FUNCD_EIO, "the record %s is not JSON", key);
 }
 
-static int put_record(funcd_store *s, const char *key, const cJSON *rec, uint64_t expected,
-                      uint64_t *rev)
+static int get_record(funcd_store *s, const char *key, cJSON **out, uint64_t *rev)
+{
+    return get_record_len(s, key, out, rev, NULL);
+}
+
+/* Writes a record; `len` (or NULL) gets its length as stored. */
+static int put_record_len(funcd_store *s, const char *key, const cJSON *rec, uint64_t expected,
+                          uint64_t *rev, size_t *len)
 {
     char *text = cJSON_PrintUnformatted(rec);
     if (!text)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory writing %s", key);
     int rc = funcd_port_store_put(s, key, text, strlen(text), expected, rev);
+    if (len)
+        *len = strlen(text);
     free(text);
     return rc;
+}
+
+static int put_record(funcd_store *s, const char *key, const cJSON *rec, uint64_t expected,
+                      uint64_t *rev)
+{
+    return put_record_len(s, key, rec, expected, rev, NULL);
 }
 
 /* ---- the table and the schedule --------------------------------------- */
@@ -624,6 +642,30 @@ static int on_dlq_key(const funcd_store_kv *kv, void *arg)
     return 0;
 }
 
+/* Deletes dead letter `id` of `ns` (its key `key`), and its body unless
+ * the invocation's record still holds it. What it held leaves the figures
+ * with it (review18 L-4: purges and the cap's drops kept its bytes until a
+ * recount); so it is read first (not JSON: deleted all the same, and a
+ * recount finds its bytes gone). */
+static int delete_deadletter(funcd_queue *q, const char *ns, const char *key, const char *id)
+{
+    cJSON *dl = NULL;
+    uint64_t rev = 0;
+    size_t len = 0;
+    int rc = get_record_len(q->cfg.store, key, &dl, &rev, &len);
+    if (rc < 0 && rc != FUNCD_EIO)
+        return rc;
+    uint64_t bytes = dl ? held_by(dl, len, 1) : 0;
+    int anonymous = anonymous_rec(dl);
+    cJSON_Delete(dl);
+    rc = funcd_port_store_del(q->cfg.store, key, FUNCD_STORE_ANY, NULL);
+    if (rc == 0) {
+        drop_request_blob(q, ns, id, 1, 0);
+        usage_change(q, ns, anonymous, 0, 0, bytes);
+    }
+    return rc;
+}
+
 /* Over the cap: the oldest dead letters (by creation) go, counted in
  * /deadletterdrops/<ns>. */
 static void dlq_cap(funcd_queue *q, const char *ns)
@@ -641,8 +683,7 @@ static void dlq_cap(funcd_queue *q, const char *ns)
                 oldest = i;
         if (oldest == SIZE_MAX)
             break;
-        if (funcd_port_store_del(q->cfg.store, d.keys[oldest], FUNCD_STORE_ANY, NULL) == 0)
-            drop_request_blob(q, ns, d.keys[oldest] + strlen(prefix), 1, 0);
+        delete_deadletter(q, ns, d.keys[oldest], d.keys[oldest] + strlen(prefix));
         free(d.keys[oldest]);
         d.keys[oldest] = NULL;
         dropped++;
@@ -717,14 +758,17 @@ static void on_attempt_done(const funcd_invoke_res *res, void *arg)
     } else {
         set_num(rec, "nextAttemptMs", (double)(now + backoff_ms(q, delivery, attempts)));
     }
+    size_t dl_len = 0; /* the dead letter's record, counted with it (its body is already) */
     if (state == FUNCD_QSTATE_DEADLETTERED) {
         cJSON *dl = cJSON_Duplicate(rec, 1);
         if (dl) {
             set_num(dl, "deadLetteredMs", (double)now);
             funcd_queue_key(key, sizeof(key), FUNCD_QUEUE_DEADLETTERS, it->ns, it->id);
-            if (put_record(q->cfg.store, key, dl, FUNCD_STORE_ANY, NULL) < 0)
+            if (put_record_len(q->cfg.store, key, dl, FUNCD_STORE_ANY, NULL, &dl_len) < 0) {
+                dl_len = 0;
                 funcd_log(q->cfg.logger, FUNCD_LOG_WARN, "invocation %s/%s: cannot write its "
                           "dead letter: %s", it->ns, it->id, funcd_error_last()->message);
+            }
             cJSON_Delete(dl);
         }
     }
@@ -748,9 +792,9 @@ static void on_attempt_done(const funcd_invoke_res *res, void *arg)
     if (state != FUNCD_QSTATE_PENDING) {
         funcd_queue_key(key, sizeof(key), FUNCD_QUEUE_INDEX, it->ns, it->id);
         funcd_port_store_del(q->cfg.store, key, FUNCD_STORE_ANY, NULL);
+        usage_change(q, it->ns, anonymous_rec(rec), 1, res->body_len + dl_len, 0);
         if (state == FUNCD_QSTATE_DEADLETTERED)
             dlq_cap(q, it->ns);
-        usage_change(q, it->ns, anonymous_rec(rec), 1, res->body_len, 0);
         if (str_at(rec, "callbackUrl"))
             deliver_callback(q, it, res);
     }
@@ -1195,6 +1239,16 @@ int funcd_queue_replay(funcd_queue *q, const char *ns, const char *id)
     int rc = get_record(q->cfg.store, key, &dl, &rev);
     if (rc < 0)
         return rc;
+    /* Pending again, it takes a place as a submission does (an anonymous
+     * one within the share), or stays a dead letter (FUNCD_ENOSPC): else
+     * the figures would miss it, and lose it again when it finishes
+     * (review18 L-4). No bytes more: the record takes over what the dead
+     * letter held (the same body). */
+    int anonymous = anonymous_rec(dl);
+    if ((rc = admit(q, ns, 0, anonymous)) < 0) {
+        cJSON_Delete(dl);
+        return rc;
+    }
     int64_t now = funcd_now_ms();
     static const char *const drop[] = {"deadLetteredMs", "finishedMs", "status", "error",
                                        "responseLen", "contentType", "truncated", NULL};
@@ -1209,13 +1263,18 @@ int funcd_queue_replay(funcd_queue *q, const char *ns, const char *id)
     funcd_queue_key(rkey, sizeof(rkey), FUNCD_QUEUE_RECORDS, ns, id);
     /* The record first: should the rest fail, the item is not lost, and a
      * replay again finds the dead letter still there. */
-    if ((rc = put_record(q->cfg.store, rkey, dl, FUNCD_STORE_ANY, NULL)) == 0) {
+    int written = (rc = put_record(q->cfg.store, rkey, dl, FUNCD_STORE_ANY, NULL)) == 0;
+    if (written) {
         char ikey[600];
         funcd_queue_key(ikey, sizeof(ikey), FUNCD_QUEUE_INDEX, ns, id);
         if ((rc = funcd_port_store_put(q->cfg.store, ikey, "{}", 2, FUNCD_STORE_ANY, NULL)) == 0)
             rc = funcd_port_store_del(q->cfg.store, key, rev, NULL);
     }
     cJSON_Delete(dl);
+    /* The place goes back when nothing was written, or when another replay
+     * of it took one too (one record is Pending). */
+    if (!written || rc == FUNCD_ECONFLICT)
+        usage_change(q, ns, anonymous, 1, 0, 0);
     if (rc == 0) {
         blob_key(rkey, sizeof(rkey), ns, id, "response");
         funcd_port_blob_del(q->cfg.blob, rkey); /* the last failure's answer */
@@ -1228,10 +1287,7 @@ int funcd_queue_purge(funcd_queue *q, const char *ns, const char *id)
 {
     char key[600];
     funcd_queue_key(key, sizeof(key), FUNCD_QUEUE_DEADLETTERS, ns, id);
-    int rc = funcd_port_store_del(q->cfg.store, key, FUNCD_STORE_ANY, NULL);
-    if (rc == 0)
-        drop_request_blob(q, ns, id, 1, 0);
-    return rc;
+    return delete_deadletter(q, ns, key, id);
 }
 
 /* ---- callbacks (X-Callback-Url) ---------------------------------------- */

@@ -141,9 +141,13 @@ void funcd_queue_metrics_stop(struct funcd_metrics *m);
 funcd_queue *funcd_platform_queue(funcd_platform *p);
 
 /* Replays dead letter `id` of `ns`: it becomes a Pending invocation again
- * (attempts from zero) and leaves the dead-letter queue. FUNCD_ENOTFOUND. */
+ * (attempts from zero) and leaves the dead-letter queue. It takes a place
+ * as a submission does (an anonymous one within the anonymous share):
+ * FUNCD_ENOSPC when its namespace is at a cap (it stays a dead letter).
+ * FUNCD_ENOTFOUND. */
 int funcd_queue_replay(funcd_queue *q, const char *ns, const char *id);
-/* Deletes dead letter `id` of `ns` (and its body). FUNCD_ENOTFOUND. */
+/* Deletes dead letter `id` of `ns` (and its body); its bytes leave the
+ * namespace's figures. FUNCD_ENOTFOUND. */
 int funcd_queue_purge(funcd_queue *q, const char *ns, const char *id);
 
 #endif

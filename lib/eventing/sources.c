@@ -13,6 +13,7 @@
 
 #include "api/api.h"
 #include "cluster/nodes.h"
+#include "eventing/queue.h"
 #include "funcd/sys/error.h"
 #include "gateway/prefix.h"
 #include "metrics/metrics.h"
@@ -156,13 +157,14 @@ int funcd__evs_emit(src *x, const char *id, const char *type, const char *subjec
         .backoff_max_ms = x->backoff_max_ms,
         .timeout_ms = x->timeout_ms,
         /* Anyone may call a webhook without a secret: its events are held within the
-           anonymous share of the namespace's queue, apart from the tenant's own. */
+           anonymous share of the namespace's queue, apart from the tenant's own (and the runs
+           they start within that share of the workflow-run caps). */
         .anonymous = x->type == SRC_WEBHOOK && !x->secret_name[0],
     };
     funcd_evsources *s = x->owner;
     int rc;
     if (x->workflow[0]) {
-        rc = funcd__evs_start_run(x, id, headers, body, len);
+        rc = funcd__evs_start_run(x, id, headers, body, len, ev.anonymous);
         if (rc < 0) {
             funcd__evs_error(x, "event %s started no run of workflow %s: %s", id, x->workflow,
                              funcd_error_last()->message);
@@ -528,11 +530,19 @@ static void arm_retry(src *x)
 }
 
 /* The retry timer: the held messages in order, until the queue refuses
- * one again (then later, twice as late up to the maximum). */
+ * one again (then later, twice as late up to the maximum). Each submission
+ * writes the store on the loop: a firing takes at most
+ * FUNCD_EVSOURCES_BUS_RETRY_BATCH, and with more left fires again at once,
+ * so the loop serves others in between (review18 L-9). */
 static void on_bus_retry(evutil_socket_t fd, short what, void *arg)
 {
     src *x = arg;
-    while (x->held) {
+    for (int n = 0; x->held; n++) {
+        if (n == FUNCD_EVSOURCES_BUS_RETRY_BATCH) { /* the rest at the loop's next turn */
+            static const struct timeval now = {0, 0};
+            event_add(x->retry, &now);
+            break;
+        }
         held_msg *h = x->held;
         int rc = funcd__evs_emit(x, h->id, "dev.funcd.bus.message", h->subject, h->time_ms, NULL,
                                  h->data, h->len, NULL);
@@ -1029,6 +1039,12 @@ int funcd_evsources_new(funcd_evsources **out, const funcd_evsources_config *cfg
     if (!s)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory creating the event sources");
     s->cfg = *cfg;
+    if (!s->cfg.anonymous_share) /* as the queue's (queue.h) */
+        s->cfg.anonymous_share = FUNCD_QUEUE_DEFAULT_ANONYMOUS_SHARE;
+    else if (s->cfg.anonymous_share == FUNCD_QUEUE_ANONYMOUS_NONE)
+        s->cfg.anonymous_share = 0;
+    else if (s->cfg.anonymous_share > 100)
+        s->cfg.anonymous_share = 100;
     s->inbox_tail = &s->inbox;
     pthread_mutex_init(&s->lock, NULL);
     s->wake = event_new(cfg->loop, -1, 0, on_wake, s);

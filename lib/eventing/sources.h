@@ -72,6 +72,10 @@ typedef struct funcd_evsources_config {
     /* ---- added after the first version ---- */
     size_t workflow_payload_limit; /* the largest run input an event makes; 0: 1 MiB */
     struct funcd_metrics *metrics; /* events that start workflow runs are counted here; NULL */
+    /* The share (percent, at most 100) of a namespace's workflow-run caps that the runs of
+       unsigned webhooks hold at most, together: the queue's (funcd --queue-anonymous-share,
+       queue.h). 0: the default (50); FUNCD_QUEUE_ANONYMOUS_NONE: none. */
+    unsigned anonymous_share;
 } funcd_evsources_config;
 
 int funcd_evsources_new(funcd_evsources **out, const funcd_evsources_config *cfg);

@@ -22,6 +22,9 @@ typedef enum { SRC_CRON, SRC_BLOB, SRC_BUS, SRC_WEBHOOK } src_type;
 #define FUNCD_EVSOURCES_NODE_HELD_BYTES (64u << 20)
 #define FUNCD_EVSOURCES_BUS_RETRY_MIN_MS 250
 #define FUNCD_EVSOURCES_BUS_RETRY_MAX_MS 5000
+/* A firing of the retry timer submits at most this many (each writes the
+ * store on the loop); more left: it fires again at once (review18 L-9). */
+#define FUNCD_EVSOURCES_BUS_RETRY_BATCH 64
 
 typedef struct held_msg {
     struct held_msg *next;
@@ -109,13 +112,14 @@ int funcd__evs_emit(src *x, const char *id, const char *type, const char *subjec
 void funcd__evs_id(const src *x, const char *a, const char *b, char out[64]);
 void funcd__evs_error(src *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* sources_workflow.c: the event (its ce-* `headers`, name, value, ...,
- * NULL) starts a run of x->workflow, once per event id. 0 (also when that
- * run exists already); FUNCD_EINVAL when the event does not fit the
- * Workflow (its input schema, the payload limit), FUNCD_ENOTFOUND when
- * there is no such Workflow, or a store error; funcd_error_last() says
- * which. */
+ * NULL) starts a run of x->workflow, once per event id; an `anonymous`
+ * one (an unsigned webhook's) within the anonymous share of the run caps.
+ * 0 (also when that run exists already); FUNCD_EINVAL when the event does
+ * not fit the Workflow (its input schema, the payload limit),
+ * FUNCD_ENOTFOUND when there is no such Workflow, FUNCD_ENOSPC at a cap,
+ * or a store error; funcd_error_last() says which. */
 int funcd__evs_start_run(src *x, const char *id, const char *const *headers, const void *body,
-                         size_t len);
+                         size_t len, int anonymous);
 /* On the loop: a webhook call for this component. */
 void funcd__evs_webhook_run(funcd_evsources *s, struct funcd_gw_call *call);
 

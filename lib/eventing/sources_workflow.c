@@ -14,7 +14,10 @@
  * and the run record is created only when absent: an event seen again (a
  * cron tick after a crash, a sender's retry with the same ce-id) starts no
  * second run. Nothing goes through the delivery queue: the run record is the
- * event's durable record, and the workflow engine retries its steps.
+ * event's durable record, and the workflow engine retries its steps. The
+ * runs of an unsigned webhook (anyone may send its events) are anonymous:
+ * they hold at most the anonymous share of the namespace's run caps, as
+ * its events do of the queue's (ADR 0066).
  */
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -112,7 +115,7 @@ static void run_id(const char *workflow, const char *event_id, char out[FUNCD_WO
 }
 
 int funcd__evs_start_run(src *x, const char *id, const char *const *headers, const void *body,
-                         size_t len)
+                         size_t len, int anonymous)
 {
     funcd_evsources *s = x->owner;
     cJSON *wf = NULL;
@@ -163,7 +166,9 @@ int funcd__evs_start_run(src *x, const char *id, const char *const *headers, con
                 cJSON_GetObjectItemCaseSensitive(run, "metadata"), "labels");
             cJSON_AddStringToObject(labels, "funcd.dev/eventsource", x->name);
             uint64_t rev = 0;
-            rc = funcd_workflow_run_store(s->cfg.store, x->ns, run, &rev);
+            rc = anonymous ? funcd_workflow_run_store_anonymous(s->cfg.store, x->ns, run, &rev,
+                                                                s->cfg.anonymous_share)
+                           : funcd_workflow_run_store(s->cfg.store, x->ns, run, &rev);
             if (rc == 0) { /* the event's delivery: the run exists now */
                 x->delivered++;
                 funcd_metrics_event(s->cfg.metrics, x->ns, x->name, FUNCD_METRICS_EVENT_DELIVERED);

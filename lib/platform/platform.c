@@ -526,6 +526,8 @@ static int make_evsources(funcd_platform *p)
         .submit_payload = p->queue,
         .workflow_payload_limit = (size_t)p->cfg.wf_payload_limit,
         .metrics = p->metrics,
+        .anonymous_share = p->cfg.queue_anonymous_share ? p->cfg.queue_anonymous_share
+                                                        : FUNCD_QUEUE_ANONYMOUS_NONE,
     };
     int rc = funcd_evsources_new(&p->evsources, &ec);
     if (rc == 0)

@@ -973,12 +973,15 @@ static void drive_all(funcd_workflows *w)
             continue;
         cJSON *doc = cJSON_ParseWithLength(e->value, e->len);
         int finished = funcd_workflow_run_finished(doc);
+        const char *mark = funcd_workflow_run_anonymous(doc) ? FUNCD_WORKFLOW_ACTIVE_ANONYMOUS
+                                                             : "{}";
         cJSON_Delete(doc);
         if (!finished) {
             char active[300];
             snprintf(active, sizeof(active), FUNCD_WORKFLOW_ACTIVE_PREFIX "%s",
                      e->key + strlen(FUNCD_WORKFLOW_RUNS_PREFIX));
-            funcd_port_store_put(w->cfg.store, active, "{}", 2, FUNCD_STORE_ABSENT, NULL);
+            funcd_port_store_put(w->cfg.store, active, mark, strlen(mark), FUNCD_STORE_ABSENT,
+                                 NULL);
             load_run(w, e->key, e->value, e->len, e->rev);
         } else if (expired(w, e->value, e->len) &&
                    funcd_port_store_del(w->cfg.store, e->key, e->rev, NULL) == 0) {

@@ -106,14 +106,27 @@ int funcd_workflow_run_finished(const cJSON *run)
                      strcmp(phase, "Cancelled") == 0);
 }
 
+/* Index entries of an anonymous run carry the mark: the active entry is
+ * FUNCD_WORKFLOW_ACTIVE_ANONYMOUS, the held one "<length> anonymous". */
+static int marked(const funcd_store_kv *kv)
+{
+    return memmem(kv->value, kv->len, "anonymous", 9) != NULL;
+}
+
+typedef struct unfinished {
+    unsigned n, anon;
+} unfinished;
+
 static int count_one(const funcd_store_kv *kv, void *payload)
 {
-    return ++*(unsigned *)payload >= FUNCD_WORKFLOW_MAX_ACTIVE;
+    unfinished *u = payload;
+    u->anon += (unsigned)marked(kv);
+    return ++u->n >= FUNCD_WORKFLOW_MAX_ACTIVE;
 }
 
 typedef struct held {
-    unsigned n;
-    uint64_t bytes;
+    unsigned n, anon;
+    uint64_t bytes, anon_bytes;
 } held;
 
 static int add_held(const funcd_store_kv *kv, void *payload)
@@ -123,12 +136,91 @@ static int add_held(const funcd_store_kv *kv, void *payload)
     size_t len = kv->len < sizeof(num) - 1 ? kv->len : sizeof(num) - 1;
     memcpy(num, kv->value, len);
     num[len] = '\0';
+    uint64_t bytes = strtoull(num, NULL, 10);
     h->n++;
-    h->bytes += strtoull(num, NULL, 10);
+    h->bytes += bytes;
+    if (marked(kv)) {
+        h->anon++;
+        h->anon_bytes += bytes;
+    }
     return h->n >= FUNCD_WORKFLOW_MAX_HELD;
 }
 
-int funcd_workflow_run_store(funcd_store *s, const char *ns, const cJSON *run, uint64_t *rev)
+int funcd_workflow_run_anonymous(const cJSON *run)
+{
+    const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run, "metadata"),
+                                         "labels"),
+        FUNCD_WORKFLOW_ANONYMOUS_LABEL));
+    return v && strcmp(v, "true") == 0;
+}
+
+/* `share` percent of `cap`; at least 1 when the share is not 0. */
+static uint64_t share_of(uint64_t cap, unsigned share)
+{
+    uint64_t n = cap / 100 * share + cap % 100 * share / 100;
+    return n || !share ? n : 1;
+}
+
+/* The caps on the runs a namespace holds, checked against the index
+ * entries; an anonymous run also against the anonymous share of each.
+ * `len`: the new record's. 0, or FUNCD_ENOSPC (or a store error). The
+ * caller may be anyone when the run is anonymous: its message names the
+ * caps, never the namespace's figures. */
+static int check_caps(funcd_store *s, const char *ns, size_t len, int anonymous, unsigned share)
+{
+    /* The index of unfinished runs counts them: a namespace holds at most
+     * FUNCD_WORKFLOW_MAX_ACTIVE (a burst of events, or of API calls, cannot
+     * queue runs without end). */
+    char prefix[128];
+    unfinished u = {0, 0};
+    snprintf(prefix, sizeof(prefix), FUNCD_WORKFLOW_ACTIVE_PREFIX "%s/", ns);
+    int rc = funcd_port_store_list(s, prefix, count_one, &u, NULL);
+    if (rc < 0)
+        return rc;
+    if (u.n >= FUNCD_WORKFLOW_MAX_ACTIVE)
+        return funcd_error_set(FUNCD_ENOSPC, "namespace %s has %u unfinished workflow runs, the "
+                               "most it may have; start more once some finish", ns,
+                               FUNCD_WORKFLOW_MAX_ACTIVE);
+    if (anonymous && u.anon >= share_of(FUNCD_WORKFLOW_MAX_ACTIVE, share))
+        return funcd_error_set(FUNCD_ENOSPC, "namespace %s has as many unfinished workflow runs "
+                               "of unauthenticated callers as it takes from them (funcd "
+                               "--queue-anonymous-share %u percent of the %u unfinished runs a "
+                               "namespace may have); start more once some finish", ns, share,
+                               FUNCD_WORKFLOW_MAX_ACTIVE);
+    /* And every run it holds, finished ones too: a webhook's events, each
+     * kept for the retention, cannot fill the store. */
+    held h = {0, 0, 0, 0};
+    snprintf(prefix, sizeof(prefix), FUNCD_WORKFLOW_HELD_PREFIX "%s/", ns);
+    if ((rc = funcd_port_store_list(s, prefix, add_held, &h, NULL)) < 0)
+        return rc;
+    int full = h.n >= FUNCD_WORKFLOW_MAX_HELD || h.bytes + len > FUNCD_WORKFLOW_MAX_HELD_BYTES;
+    if (full && !anonymous)
+        return funcd_error_set(FUNCD_ENOSPC, "namespace %s holds %u workflow runs of %llu bytes, "
+                               "the most it may (%u runs, %llu bytes, finished ones kept for "
+                               "funcd --workflow-retention included); start more once old ones go",
+                               ns, h.n, (unsigned long long)h.bytes, FUNCD_WORKFLOW_MAX_HELD,
+                               (unsigned long long)FUNCD_WORKFLOW_MAX_HELD_BYTES);
+    if (full)
+        return funcd_error_set(FUNCD_ENOSPC, "namespace %s holds as many workflow runs as it may "
+                               "(%u runs, %llu bytes, finished ones kept for funcd "
+                               "--workflow-retention included); start more once old ones go", ns,
+                               FUNCD_WORKFLOW_MAX_HELD,
+                               (unsigned long long)FUNCD_WORKFLOW_MAX_HELD_BYTES);
+    if (anonymous && (h.anon >= share_of(FUNCD_WORKFLOW_MAX_HELD, share) ||
+                      h.anon_bytes + len > share_of(FUNCD_WORKFLOW_MAX_HELD_BYTES, share)))
+        return funcd_error_set(FUNCD_ENOSPC, "namespace %s holds as many workflow runs of "
+                               "unauthenticated callers as it takes from them (funcd "
+                               "--queue-anonymous-share %u percent of the %u runs and %llu bytes "
+                               "a namespace may hold, finished ones kept for funcd "
+                               "--workflow-retention included); start more once old ones go", ns,
+                               share, FUNCD_WORKFLOW_MAX_HELD,
+                               (unsigned long long)FUNCD_WORKFLOW_MAX_HELD_BYTES);
+    return 0;
+}
+
+static int store_run(funcd_store *s, const char *ns, const cJSON *run, uint64_t *rev,
+                     int anonymous, unsigned share)
 {
     const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(run, "metadata"), "name"));
@@ -141,34 +233,11 @@ int funcd_workflow_run_store(funcd_store *s, const char *ns, const cJSON *run, u
         rc = funcd_workflow_run_key(kept, sizeof(kept), FUNCD_WORKFLOW_HELD_PREFIX, ns, id);
     if (rc < 0)
         return rc;
-    /* The index of unfinished runs counts them: a namespace holds at most
-     * FUNCD_WORKFLOW_MAX_ACTIVE (a burst of events, or of API calls, cannot
-     * queue runs without end). */
-    char prefix[128];
-    unsigned unfinished = 0;
-    snprintf(prefix, sizeof(prefix), FUNCD_WORKFLOW_ACTIVE_PREFIX "%s/", ns);
-    rc = funcd_port_store_list(s, prefix, count_one, &unfinished, NULL);
-    if (rc < 0)
-        return rc;
-    if (unfinished >= FUNCD_WORKFLOW_MAX_ACTIVE)
-        return funcd_error_set(FUNCD_ENOSPC, "namespace %s has %u unfinished workflow runs, the "
-                               "most it may have; start more once some finish", ns,
-                               FUNCD_WORKFLOW_MAX_ACTIVE);
     char *text = cJSON_PrintUnformatted(run);
     if (!text)
         return funcd_error_set(FUNCD_ENOMEM, "out of memory storing a workflow run");
-    /* And every run it holds, finished ones too: a webhook's events, each
-     * kept for the retention, cannot fill the store. */
-    held h = {0, 0};
     size_t len = strlen(text);
-    snprintf(prefix, sizeof(prefix), FUNCD_WORKFLOW_HELD_PREFIX "%s/", ns);
-    rc = funcd_port_store_list(s, prefix, add_held, &h, NULL);
-    if (rc == 0 && (h.n >= FUNCD_WORKFLOW_MAX_HELD || h.bytes + len > FUNCD_WORKFLOW_MAX_HELD_BYTES))
-        rc = funcd_error_set(FUNCD_ENOSPC, "namespace %s holds %u workflow runs of %llu bytes, "
-                             "the most it may (%u runs, %llu bytes, finished ones kept for "
-                             "funcd --workflow-retention included); start more once old ones go",
-                             ns, h.n, (unsigned long long)h.bytes, FUNCD_WORKFLOW_MAX_HELD,
-                             (unsigned long long)FUNCD_WORKFLOW_MAX_HELD_BYTES);
+    rc = check_caps(s, ns, len, anonymous, share);
     if (rc == 0)
         rc = funcd_port_store_put(s, key, text, len, FUNCD_STORE_ABSENT, rev);
     free(text);
@@ -177,9 +246,27 @@ int funcd_workflow_run_store(funcd_store *s, const char *ns, const cJSON *run, u
     /* The record is what counts: without its index entries the engine still
      * finds it at its next full scan (a run whose held entry a crash lost
      * is not counted). */
-    funcd_port_store_put(s, active, "{}", 2, FUNCD_STORE_ANY, NULL);
-    char size[24];
-    snprintf(size, sizeof(size), "%zu", len);
+    const char *mark = anonymous ? FUNCD_WORKFLOW_ACTIVE_ANONYMOUS : "{}";
+    funcd_port_store_put(s, active, mark, strlen(mark), FUNCD_STORE_ANY, NULL);
+    char size[40];
+    snprintf(size, sizeof(size), "%zu%s", len, anonymous ? " anonymous" : "");
     funcd_port_store_put(s, kept, size, strlen(size), FUNCD_STORE_ANY, NULL);
     return 0;
+}
+
+int funcd_workflow_run_store(funcd_store *s, const char *ns, const cJSON *run, uint64_t *rev)
+{
+    return store_run(s, ns, run, rev, 0, 0);
+}
+
+int funcd_workflow_run_store_anonymous(funcd_store *s, const char *ns, cJSON *run, uint64_t *rev,
+                                       unsigned share)
+{
+    cJSON *labels = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(run,
+                                                                                      "metadata"),
+                                                     "labels");
+    cJSON_DeleteItemFromObjectCaseSensitive(labels, FUNCD_WORKFLOW_ANONYMOUS_LABEL);
+    if (!cJSON_AddStringToObject(labels, FUNCD_WORKFLOW_ANONYMOUS_LABEL, "true"))
+        return funcd_error_set(FUNCD_ENOMEM, "out of memory storing a workflow run");
+    return store_run(s, ns, run, rev, 1, share > 100 ? 100 : share);
 }

@@ -24,7 +24,7 @@
  * compare-and-swap on the run record. */
 #define FUNCD_WORKFLOW_CANCELS_PREFIX "/workflowcancels/"
 /* The index of unfinished runs: FUNCD_WORKFLOW_ACTIVE_PREFIX{ns}/{id} exists
- * ("{}") from the run's creation until the engine wrote its final phase;
+ * ("{}", or FUNCD_WORKFLOW_ACTIVE_ANONYMOUS) from the run's creation until the engine wrote its final phase;
  * the engine's tick lists it, not every run record. */
 #define FUNCD_WORKFLOW_ACTIVE_PREFIX "/workflowactive/"
 #define FUNCD_WORKFLOW_DEFAULT_PAYLOAD_LIMIT (1024 * 1024)
@@ -51,6 +51,13 @@
 #define FUNCD_WORKFLOW_HELD_PREFIX "/workflowheld/"
 #define FUNCD_WORKFLOW_MAX_HELD 10000
 #define FUNCD_WORKFLOW_MAX_HELD_BYTES (1ull << 30)
+/* A run that someone the namespace did not authenticate started (an
+ * unsigned webhook's event, ADR 0066) carries this label ("true"); its
+ * entry in the index of unfinished runs is FUNCD_WORKFLOW_ACTIVE_ANONYMOUS
+ * and its held entry "<length> anonymous", so the caps count such runs
+ * apart from the store alone. */
+#define FUNCD_WORKFLOW_ANONYMOUS_LABEL "funcd.dev/anonymous"
+#define FUNCD_WORKFLOW_ACTIVE_ANONYMOUS "{\"anonymous\":true}"
 
 /* ---- typed edges (edges.c) ---------------------------------------------------- */
 
@@ -83,6 +90,18 @@ cJSON *funcd_workflow_run_new_id(const char *ns, const cJSON *workflow, const cJ
  * *rev; FUNCD_EEXISTS when a run of that id exists; a store error. Any
  * thread. */
 int funcd_workflow_run_store(funcd_store *s, const char *ns, const cJSON *run, uint64_t *rev);
+/* The same for a run that someone the namespace did not authenticate
+ * started (an unsigned webhook's event): `run` is labelled so, and the
+ * namespace's anonymous runs together hold at most `share` percent (at most
+ * 100; 0: none) of each cap (FUNCD_WORKFLOW_MAX_ACTIVE,
+ * FUNCD_WORKFLOW_MAX_HELD, FUNCD_WORKFLOW_MAX_HELD_BYTES), so that the
+ * tenant's own runs (the API, signed webhooks, bus and cron sources) always
+ * have the rest. FUNCD_ENOSPC names the caps and the share, never the
+ * namespace's figures (the caller may be anyone). */
+int funcd_workflow_run_store_anonymous(funcd_store *s, const char *ns, cJSON *run, uint64_t *rev,
+                                       unsigned share);
+/* Whether `run` carries FUNCD_WORKFLOW_ANONYMOUS_LABEL. */
+int funcd_workflow_run_anonymous(const cJSON *run);
 
 /* A stored record with metadata.resourceVersion set, or NULL. */
 cJSON *funcd_workflow_run_decode(const void *value, size_t len, uint64_t revision);

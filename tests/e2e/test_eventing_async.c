@@ -264,6 +264,20 @@ SV_TEST_WITH(queue_full_is_429, funcd_with_queue_limits(4, 0, UINT64_MAX), NULL)
         if (!wait_state(e, location[i], "DeadLettered"))
             FAILF("not DeadLettered: %.500s", e->r.body);
     CHECK_INT(post_async(e, "broken/", NULL, NULL, "payload"), 202);
+    /* review18 L-4: a replayed dead letter is Pending again, so it takes a
+     * place too (these are anonymous: with the one just queued the share is
+     * full at the first replay); the second replay is 429 and stays a dead
+     * letter. Before, replays took no place. */
+    char path[2][600];
+    for (int i = 0; i < 2; i++)
+        snprintf(path[i], sizeof(path[i]), NS("default") "/deadletters/%s/replay",
+                 strrchr(location[i], '/') + 1);
+    CHECK_INT(REQ("POST", path[0], DEV_TOKEN, ""), 202);
+    CHECK_INT(REQ("POST", path[1], DEV_TOKEN, ""), 429);
+    CHECK_STR(jstr(e->r.json, "reason"), "TooManyRequests");
+    CHECK_CONTAINS(jstr(e->r.json, "message"), "--queue-anonymous-share 50 percent");
+    CHECK_INT(REQ("GET", NS("default") "/deadletters", DEV_TOKEN, NULL), 200);
+    CHECK_INT(cJSON_GetArraySize(jget(e->r.json, "items")), 1);
 }
 
 /* An unsigned webhook's events count against the same caps: at the cap the

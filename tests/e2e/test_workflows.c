@@ -6,6 +6,7 @@
  */
 #include "../harness.h"
 #include "test_serving_common.h"
+#include "funcd/sys/error.h"
 #include "port/store.h"
 #include "util/misc.h"
 #include "workflow/workflow.h"
@@ -462,8 +463,15 @@ static int c_get(funcd_store *s, const char *k, funcd_store_value *o)
 {
     return CINNER(s)->get(CINNER(s), k, o);
 }
+/* Set: a run record, once created, cannot be written again (its runs stay
+ * unfinished, and nothing of them is invoked). */
+static atomic_int frozen_runs;
+
 static int c_put(funcd_store *s, const char *k, const void *v, size_t n, uint64_t x, uint64_t *r)
 {
+    if (atomic_load(&frozen_runs) && strncmp(k, "/workflowruns/", 14) == 0 &&
+        x != FUNCD_STORE_ABSENT)
+        return funcd_error_set(FUNCD_ECONFLICT, "the test's store keeps run records as created");
     if (strncmp(k, "/workflowruns/", 14) == 0) {
         int i = atomic_fetch_add(&writes, 1);
         if (i < MAX_WRITES)
@@ -562,6 +570,70 @@ TEST(finished_runs_cost_no_tick)
      * the window (every minute). */
     CHECK(listed <= KEPT_RUNS);
     CHECK_STR(phase, "Succeeded");
+}
+
+static void quiet(funcd_log_level level, const char *message, void *payload)
+{
+    (void)level, (void)message, (void)payload;
+}
+
+/* review18 M-5: the runs an unsigned webhook's events start (anyone may
+ * send them) hold at most the anonymous share (--queue-anonymous-share,
+ * half) of the namespace's run caps: once they hold it the webhook is 429,
+ * naming the share and the cap but not the namespace's figures, and the
+ * tenant's own run (through the API) still starts. Before, the flood took
+ * all FUNCD_WORKFLOW_MAX_ACTIVE places and the API's run was 429. The runs
+ * stay unfinished: the store keeps their records as created (the engine
+ * cannot move them, and its WARN lines about it are not shown). */
+TEST(webhook_runs_take_the_anonymous_share)
+{
+    env e_;
+    env *e = &e_;
+    funcd_store *store = counting_store();
+    atomic_store(&frozen_runs, 1);
+    if (!store || env_up_with(e, store, funcd_with_logger(quiet, FUNCD_LOG_ERROR, NULL), NULL,
+                              NULL) < 0) {
+        env_down(e);
+        FAILF("cannot start a platform: %s", funcd_error_last()->message);
+    }
+    int ok = REQ("POST", NS("default") "/functions", DEV_TOKEN, FUNCTION_JSON("echo", "main.echo"))
+                 == 201 &&
+             workflow(e, "ingest", "{\"steps\":[{\"name\":\"take\",\"function\":\"echo\"}]}")
+                 == 201 &&
+             REQ("POST", NS("default") "/eventsources", DEV_TOKEN,
+                 "{\"apiVersion\":\"funcd.dev/v1\",\"kind\":\"EventSource\",\"metadata\":"
+                 "{\"name\":\"orders\"},\"spec\":{\"type\":\"webhook\",\"target\":"
+                 "{\"workflow\":\"ingest\"}}}") == 201;
+    int64_t end = e2e_now_ms() + 5000;
+    while (ok && hook(e, "first", "{}") == 404 && e2e_now_ms() < end)
+        env_sleep_ms(20);
+    int accepted = ok && e->r.status == 202;
+    long last = 0;
+    for (int i = 0; ok && i < FUNCD_WORKFLOW_MAX_ACTIVE; i++) {
+        char ce[32];
+        snprintf(ce, sizeof(ce), "flood-%d", i);
+        if ((last = hook(e, ce, "{}")) != 202)
+            break;
+        accepted++;
+    }
+    char msg[600];
+    snprintf(msg, sizeof(msg), "%s", jstr(e->r.json, "message") ?: "");
+    char id[128];
+    long api = ok ? start(e, "ingest", "{}", id, sizeof(id)) : 0;
+    char api_msg[600];
+    snprintf(api_msg, sizeof(api_msg), "%s", jstr(e->r.json, "message") ?: "");
+    env_down(e);
+    sv_cleanup();
+    CHECK(ok);
+    fprintf(stderr, "  unsigned events that started a run: %d; then %ld: %s\n", accepted, last,
+            msg);
+    CHECK_INT(last, 429);
+    CHECK_INT(accepted, FUNCD_WORKFLOW_MAX_ACTIVE / 2);
+    CHECK_CONTAINS(msg, "unauthenticated");
+    CHECK_CONTAINS(msg, "--queue-anonymous-share 50 percent");
+    CHECK(strstr(msg, "500") == NULL); /* not the namespace's figures */
+    if (api != 201)
+        FAILF("the tenant's run through the API: %ld: %s", api, api_msg);
 }
 
 /* A JSON list of `n` items, each `item` printed with its index (%d). */
@@ -732,6 +804,40 @@ TEST(unfinished_runs_per_namespace)
         memcpy(num, v.value, v.len < sizeof(num) - 1 ? v.len : sizeof(num) - 1);
     int calm_held = strtoull(num, NULL, 10) > 100;
     free(v.value);
+    /* Anonymous runs (review18 M-5) hold at most their share of the held
+     * caps too: with half of the runs held anonymous, one more anonymous run
+     * is refused (its message without the namespace's figures), the
+     * tenant's is stored; a stored anonymous run is labelled, and its
+     * entries say so. */
+    for (int i = 0; i < FUNCD_WORKFLOW_MAX_HELD / 2; i++) {
+        snprintf(key, sizeof(key), FUNCD_WORKFLOW_HELD_PREFIX "open/run-%d", i);
+        funcd_port_store_put(s, key, "100 anonymous", 13, FUNCD_STORE_ANY, NULL);
+    }
+    cJSON *flood = funcd_workflow_run_new("open", wf, in);
+    cJSON *own = funcd_workflow_run_new("open", wf, in);
+    cJSON *anon = funcd_workflow_run_new("calm", wf, in);
+    int flood_refused = funcd_workflow_run_store_anonymous(s, "open", flood, NULL, 50);
+    char flood_msg[400];
+    snprintf(flood_msg, sizeof(flood_msg), "%s", funcd_error_last()->message);
+    int own_stored = funcd_workflow_run_store(s, "open", own, NULL);
+    int anon_stored = funcd_workflow_run_store_anonymous(s, "calm", anon, NULL, 50);
+    int none_refused = funcd_workflow_run_store_anonymous(s, "calm", anon, NULL, 0);
+    const char *anon_id = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(anon,
+                                                                                         "metadata"),
+                                                                   "name"));
+    char anon_active[300] = "", anon_kept[300] = "";
+    snprintf(key, sizeof(key), FUNCD_WORKFLOW_ACTIVE_PREFIX "calm/%s", anon_id);
+    if (funcd_port_store_get(s, key, &v) == 0)
+        snprintf(anon_active, sizeof(anon_active), "%.*s", (int)v.len, (const char *)v.value);
+    free(v.value);
+    snprintf(key, sizeof(key), FUNCD_WORKFLOW_HELD_PREFIX "calm/%s", anon_id);
+    if (funcd_port_store_get(s, key, &v) == 0)
+        snprintf(anon_kept, sizeof(anon_kept), "%.*s", (int)v.len, (const char *)v.value);
+    free(v.value);
+    int labelled = funcd_workflow_run_anonymous(anon) && !funcd_workflow_run_anonymous(own);
+    cJSON_Delete(flood);
+    cJSON_Delete(own);
+    cJSON_Delete(anon);
     cJSON_Delete(kept);
     cJSON_Delete(large);
     cJSON_Delete(busy);
@@ -746,6 +852,15 @@ TEST(unfinished_runs_per_namespace)
     CHECK_CONTAINS(kept_msg, "namespace kept holds 10000 workflow runs");
     CHECK_INT(large_refused, FUNCD_ENOSPC);
     CHECK(calm_held);
+    CHECK_INT(flood_refused, FUNCD_ENOSPC);
+    CHECK_CONTAINS(flood_msg, "--queue-anonymous-share 50 percent of the 10000 runs");
+    CHECK(strstr(flood_msg, "5000") == NULL);
+    CHECK_INT(own_stored, 0);
+    CHECK_INT(anon_stored, 0);
+    CHECK_INT(none_refused, FUNCD_ENOSPC);
+    CHECK(labelled);
+    CHECK_STR(anon_active, FUNCD_WORKFLOW_ACTIVE_ANONYMOUS);
+    CHECK_CONTAINS(anon_kept, " anonymous");
 }
 
 int main(int argc, char **argv)
@@ -763,6 +878,7 @@ int main(int argc, char **argv)
     SV_RUN(only, ran, eventsource_starts_runs);
     SV_RUN(only, ran, run_limits);
     SV_RUN(only, ran, unfinished_runs_per_namespace);
+    SV_RUN(only, ran, webhook_runs_take_the_anonymous_share);
     if (only && !ran) {
         fprintf(stderr, "no case named %s\n", only);
         return 1;
