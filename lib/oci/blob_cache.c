@@ -38,6 +38,7 @@ typedef struct blob_entry {
     uint64_t last_use; /* Unix ns */
     unsigned holds;
     int stored;
+    int stuck; /* its rename aside failed in this eviction round: skipped */
 } blob_entry;
 
 struct funcd_oci_blob_cache {
@@ -112,7 +113,7 @@ static blob_entry *least_recently_used_idle(funcd_oci_blob_cache *c)
 {
     blob_entry *lru = NULL;
     for (blob_entry *e = c->entries; e; e = e->next)
-        if (e->stored && e->holds == 0 && (!lru || e->last_use < lru->last_use))
+        if (e->stored && e->holds == 0 && !e->stuck && (!lru || e->last_use < lru->last_use))
             lru = e;
     return lru;
 }
@@ -121,27 +122,40 @@ typedef struct victims {
     funcd_buf paths; /* NUL-separated, renamed aside: deleted once mu is released */
     unsigned n;
     uint64_t bytes;
+    unsigned stuck; /* blobs that could not be renamed aside: they stay */
+    char stuck_hex[HEX_LEN + 1];
+    int stuck_errno; /* the first of them, and why */
 } victims;
 
 /*
  * Drops stored blobs nobody holds, least recently used first, until the
  * total fits. Each is renamed aside now, so a pull looking for it after
  * this finds nothing and fetches it again rather than a file about to go.
+ * A blob whose rename fails (but for ENOENT: already gone) stays, indexed
+ * and counted: deleting it by its name once mu is released could take it
+ * from a pull that found it in between (review18 L-6). The next one goes
+ * in its place; a later round tries it again.
  */
 static void evict_locked(funcd_oci_blob_cache *c, victims *v)
 {
     while (c->max_bytes && c->stats.bytes > c->max_bytes) {
         blob_entry *e = least_recently_used_idle(c);
         if (!e)
-            return;
+            break;
         char from[PATH_MAX], to[PATH_MAX];
         snprintf(from, sizeof(from), "%s/%s", c->dir, e->hex);
         snprintf(to, sizeof(to), "%s/.tmp-evicted-%llu", c->dir,
                  (unsigned long long)++c->evict_seq);
-        if (rename(from, to) == 0)
+        if (rename(from, to) == 0) {
             funcd_buf_append(&v->paths, to, strlen(to) + 1);
-        else if (errno != ENOENT)
-            funcd_buf_append(&v->paths, from, strlen(from) + 1);
+        } else if (errno != ENOENT) {
+            if (v->stuck++ == 0) {
+                memcpy(v->stuck_hex, e->hex, sizeof(v->stuck_hex));
+                v->stuck_errno = errno;
+            }
+            e->stuck = 1;
+            continue;
+        }
         v->n++;
         v->bytes += e->bytes;
         c->stats.bytes -= e->bytes;
@@ -150,6 +164,8 @@ static void evict_locked(funcd_oci_blob_cache *c, victims *v)
         c->stats.evicted_bytes += e->bytes;
         drop(c, e);
     }
+    for (blob_entry *e = c->entries; v->stuck && e; e = e->next)
+        e->stuck = 0;
 }
 
 /* Deletes what evict_locked renamed aside (mu released) and says so. */
@@ -158,6 +174,11 @@ static void finish_victims(funcd_oci_blob_cache *c, victims *v, uint64_t kept)
     for (size_t off = 0; off < v->paths.len; off += strlen(v->paths.data + off) + 1)
         unlink(v->paths.data + off);
     funcd_buf_free(&v->paths);
+    if (v->stuck)
+        funcd_log(c->logger, FUNCD_LOG_WARN,
+                  "image blob cache: cannot rename blob sha256:%s aside to evict it: %s; "
+                  "it stays (%u blob%s stayed so this round)",
+                  v->stuck_hex, strerror(v->stuck_errno), v->stuck, v->stuck == 1 ? "" : "s");
     if (v->n)
         funcd_log(c->logger, FUNCD_LOG_INFO,
                   "image blob cache: evicted %u blob%s (%llu bytes), least recently used "

@@ -157,6 +157,9 @@ struct funcd_oci_image {
                              0: the manifest came from the cache (no request was made) */
     int with_credentials; /* credentials for the registry were found (a Secret, the auth file) */
     funcd_oci_blob_cache *blobs; /* holds config_digest and layer_digests there, or NULL */
+    int unchanged; /* funcd_oci_pull_if_changed found the digest the caller has: only ref,
+                      digest, n_layers, from_registry and with_credentials are set (no
+                      config, no layer arrays, no blobs held) */
 };
 
 void funcd_oci_image_free(funcd_oci_image *img);
@@ -277,6 +280,20 @@ funcd_oci_blob_cache *funcd_oci_client_blob_cache(const funcd_oci_client *c);
 int funcd_oci_pull(funcd_oci_client *c, const char *ref, const char *dockerconfigjson,
                    funcd_oci_progress_cb progress, funcd_oci_done_cb done, void *payload,
                    funcd_oci_pull_handle **handle);
+/*
+ * funcd_oci_pull for a caller that has the image `have_digest` (an image
+ * manifest's digest) extracted already, e.g. a tag's refresh: when `ref`
+ * names that image (directly or through an index) the pull ends once the
+ * manifest is read: no blob is looked for, held or fetched, even if the
+ * blob cache evicted them; progress reports the image's blobs all done (as
+ * if found in the cache) and done gets an image with `unchanged` set.
+ * Any other image is pulled whole, as funcd_oci_pull does (which is this
+ * with have_digest NULL).
+ */
+int funcd_oci_pull_if_changed(funcd_oci_client *c, const char *ref, const char *have_digest,
+                              const char *dockerconfigjson, funcd_oci_progress_cb progress,
+                              funcd_oci_done_cb done, void *payload,
+                              funcd_oci_pull_handle **handle);
 /* Layers of a running pull verified so far, of how many (0 of 0 until the
  * manifest is known). */
 void funcd_oci_pull_layers(const funcd_oci_pull_handle *h, unsigned *done, unsigned *total);

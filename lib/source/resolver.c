@@ -354,6 +354,18 @@ static void put_image_key(funcd_sources *s, const char *prefix, const char *ref,
     cJSON_Delete(o);
 }
 
+/* That this node read `ref`'s tag at the registry just now: it named `digest`. */
+static void remember_tag(funcd_sources *s, const char *ref, const char *digest)
+{
+    cJSON *t = cJSON_CreateObject();
+    if (!t)
+        return;
+    cJSON_AddStringToObject(t, "digest", digest);
+    cJSON_AddNumberToObject(t, "resolvedAtMs", (double)funcd_now_ms());
+    store_json(s, IMAGE_TAG_PREFIX, ref, t);
+    cJSON_Delete(t);
+}
+
 /* The image's metadata under its digest, that `ref`'s registry and
  * repository hold it and, when `tag_resolved` (this node read the tag at the
  * registry), the tag's digest and when. */
@@ -396,13 +408,8 @@ static void remember_image(funcd_sources *s, const char *ref, const funcd_oci_im
     store_json(s, IMAGE_META_PREFIX, img->digest, m);
     cJSON_Delete(m);
     put_image_key(s, IMAGE_FROM_PREFIX, ref, img->digest);
-    cJSON *t = tag_resolved ? cJSON_CreateObject() : NULL;
-    if (!t)
-        return;
-    cJSON_AddStringToObject(t, "digest", img->digest);
-    cJSON_AddNumberToObject(t, "resolvedAtMs", (double)funcd_now_ms());
-    store_json(s, IMAGE_TAG_PREFIX, ref, t);
-    cJSON_Delete(t);
+    if (tag_resolved)
+        remember_tag(s, ref, img->digest);
 }
 
 static char *blob_path(funcd_sources *s, const char *digest)
@@ -605,7 +612,12 @@ static void image_allowed(entry *e, funcd_oci_image *img, int remembered)
         e->resolved_ms = funcd_mono_ms(); /* the tag still names the same image */
         e->busy = 0;
         e->layers_done = e->layers_total = (unsigned)img->n_layers;
-        remember_image(e->s, e->ref, img, !e->by_digest);
+        if (img->unchanged) { /* only its manifest was read: its metadata is stored already */
+            if (!e->by_digest)
+                remember_tag(e->s, e->ref, img->digest);
+        } else {
+            remember_image(e->s, e->ref, img, !e->by_digest);
+        }
         funcd_oci_image_free(img);
         publish(e, 1);
         return;
@@ -730,7 +742,11 @@ static void start_pull(entry *e, const char *ref)
         notify(e);
         return;
     }
-    int rc = funcd_oci_pull(s->oci, ref, cfg, on_progress, on_pulled, e, &e->pull);
+    /* A refresh of what runs reads the manifest only while the digest is the
+     * same: the rootfs is there, its blobs (maybe evicted) are not needed. */
+    const char *have = e->state == E_READY ? e->res.resolved : NULL;
+    int rc = funcd_oci_pull_if_changed(s->oci, ref, have, cfg, on_progress, on_pulled, e,
+                                       &e->pull);
     free(cfg);
     if (rc < 0) {
         e->busy = 0;

@@ -41,13 +41,15 @@ static inline funcd_oci_client *new_client_of(struct event_base *loop, const cha
     return funcd_oci_client_new(&c, loop, &o) == 0 ? c : NULL;
 }
 
-/* Pulls `ref` (with `secret`, may be NULL) and runs `loop` until done (20 s
- * at most); the image stays r->img's. */
-static void pull_on(struct event_base *loop, funcd_oci_client *c, const char *ref,
-                    const char *secret, result *r)
+/* Pulls `ref` (with `secret`, may be NULL) for a caller that has the image
+ * `have` (funcd_oci_pull_if_changed; NULL: none) and runs `loop` until done
+ * (20 s at most); the image stays r->img's. */
+static inline void pull_if_changed_on(struct event_base *loop, funcd_oci_client *c,
+                                      const char *ref, const char *have, const char *secret,
+                                      result *r)
 {
     memset(r, 0, sizeof(*r));
-    if (funcd_oci_pull(c, ref, secret, NULL, on_done, r, NULL) < 0) {
+    if (funcd_oci_pull_if_changed(c, ref, have, secret, NULL, on_done, r, NULL) < 0) {
         r->rc = funcd_error_last()->code;
         snprintf(r->msg, sizeof(r->msg), "%s", funcd_error_last()->message);
         return;
@@ -57,6 +59,13 @@ static void pull_on(struct event_base *loop, funcd_oci_client *c, const char *re
         event_base_loop(loop, EVLOOP_ONCE);
     if (!r->finished)
         snprintf(r->msg, sizeof(r->msg), "(still pulling)");
+}
+
+/* The same, a whole pull (funcd_oci_pull). */
+static inline void pull_on(struct event_base *loop, funcd_oci_client *c, const char *ref,
+                           const char *secret, result *r)
+{
+    pull_if_changed_on(loop, c, ref, NULL, secret, r);
 }
 
 #endif

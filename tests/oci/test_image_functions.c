@@ -735,6 +735,46 @@ static void blob_cache_cap(void)
 
 static int registry_requests(const char *what);
 
+#define WORKER_TAG_GET "\"GET /v2/worker/manifests/1 "
+#define WORKER_BLOB_GET "\"GET /v2/worker/blobs/"
+
+/*
+ * A tag refresh whose tag still names the image that runs downloads nothing,
+ * though the blob cache evicted its blobs (a cap of 1 byte: they go once the
+ * rootfs is extracted): it reads the manifest by tag, finds the digest it
+ * has, and stops there. Over three refreshes (every 300 ms) the registry
+ * sees tag GETs and no blob GET; the function still serves.
+ */
+static void refresh_unchanged_body(env *e)
+{
+    serve_image(e, "refreshed", "worker:1", "");
+    if (harness_failed_now)
+        return;
+    int tag_gets = registry_requests(WORKER_TAG_GET);
+    int blob_gets = registry_requests(WORKER_BLOB_GET);
+    CHECK(blob_gets > 0); /* the first pull */
+    int64_t end = e2e_now_ms() + WAIT_MS;
+    while (registry_requests(WORKER_TAG_GET) < tag_gets + 3 && e2e_now_ms() < end)
+        env_sleep_ms(100);
+    int refreshes = registry_requests(WORKER_TAG_GET) - tag_gets;
+    int blob_gets_after = registry_requests(WORKER_BLOB_GET);
+    if (refreshes < 3)
+        FAILF("%d tag refreshes in %d ms (every 300 ms)", refreshes, WAIT_MS);
+    if (blob_gets_after != blob_gets)
+        FAILF("%d refreshes of an unchanged tag fetched %d blobs", refreshes,
+              blob_gets_after - blob_gets);
+    if (!env_poll(e, WAIT_MS, serves, "refreshed"))
+        FAILF("after the refreshes the function does not serve: HTTP %ld %.1000s",
+              e->r.status, e->r.body ? e->r.body : "");
+    CHECK_STR(jstr(e->r.json, "greeting"), "from-image");
+}
+
+static void refresh_unchanged(void)
+{
+    on_platform(NULL, funcd_with_source_refresh(300, 0), funcd_with_image_blob_cache_bytes(1),
+                refresh_unchanged_body);
+}
+
 /*
  * Nodes sharing a store share tag resolutions (issue 15): a second platform
  * on the first one's store, with a state directory of its own (no layers),
@@ -1362,6 +1402,7 @@ static const image_case cases[] = {
     {"contract-label", REGISTRY_PLAIN, contract_label},
     {"site-workdir-escape", REGISTRY_PLAIN, site_workdir_escape},
     {"blob-cache-cap", REGISTRY_PLAIN, blob_cache_cap},
+    {"refresh-unchanged", REGISTRY_PLAIN, refresh_unchanged},
 };
 
 /* A registry of its own per case; after the case no process may be left. */

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake_registry.h"
@@ -380,6 +382,118 @@ TEST(a_smaller_cap_at_start_shrinks_the_cache)
     CHECK_CONTAINS(logged, bytes);
 }
 
+/*
+ * A refresh of an image whose blobs were evicted (funcd_oci_pull_if_changed
+ * with the digest the caller has): the registry is asked for the manifest
+ * and nothing else, and the image says `unchanged`. Given another digest,
+ * the same call pulls the image whole, its blobs again.
+ */
+TEST(a_refresh_of_the_same_digest_fetches_no_blob)
+{
+    image a;
+    image *all[] = {&a, NULL};
+    CHECK(image_start(&a, (size_t[]){A_BYTES, 0}, NULL) == 0);
+    char cache[400], digest[80] = "";
+    cache_dir(cache, sizeof(cache), "refresh");
+    funcd_oci_client *c = client_on(cache, 10000, all); /* A's layer goes once freed */
+    CHECK(c);
+    result r;
+    pull_on(loop, c, a.ref, NULL, &r);
+    int rc_first = r.rc;
+    snprintf(digest, sizeof(digest), "%s", r.img ? r.img->digest : "");
+    funcd_oci_image_free(r.img);
+    int evicted = !has_layer(cache, A_BYTES);
+    int blob_gets = atomic_load(&a.reg.blob_gets);
+    int manifest_gets = atomic_load(&a.reg.manifest_gets);
+
+    pull_if_changed_on(loop, c, a.ref, digest, NULL, &r);
+    int rc_same = r.rc, unchanged = r.img && r.img->unchanged;
+    int same_digest = r.img && strcmp(r.img->digest, digest) == 0;
+    size_t layers = r.img ? r.img->n_layers : 0;
+    funcd_oci_image_free(r.img);
+    int blob_gets_same = atomic_load(&a.reg.blob_gets);
+    int manifest_gets_same = atomic_load(&a.reg.manifest_gets);
+
+    pull_if_changed_on(loop, c, a.ref,
+                       "sha256:0000000000000000000000000000000000000000000000000000000000000000",
+                       NULL, &r);
+    int rc_other = r.rc, whole = r.img && !r.img->unchanged && r.img->n_layers == 1 &&
+                                 access(r.img->layer_paths[0], R_OK) == 0;
+    funcd_oci_image_free(r.img);
+    int blob_gets_other = atomic_load(&a.reg.blob_gets);
+    funcd_oci_client_free(c);
+    fake_registry_stop(&a.reg);
+    CHECK_INT(rc_first, 0);
+    CHECK(evicted);
+    CHECK_INT(rc_same, 0);
+    CHECK(unchanged);
+    CHECK(same_digest);
+    CHECK_INT(layers, 1);
+    CHECK_INT(manifest_gets_same, manifest_gets + 1);
+    if (blob_gets_same != blob_gets)
+        FAILF("a refresh of the same digest fetched %d blobs", blob_gets_same - blob_gets);
+    CHECK_INT(rc_other, 0);
+    CHECK(whole);
+    CHECK_INT(blob_gets_other, blob_gets + 2); /* the config and the layer */
+}
+
+/* A blob file of `size` bytes named `hex` in `dir`, last used `age` s ago. */
+static int put_blob(const char *dir, const char *hex, size_t size, int age)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/%s", dir, hex);
+    FILE *f = fopen(path, "w");
+    for (size_t i = 0; f && i < size; i++)
+        fputc('x', f);
+    if (!f || fclose(f) != 0)
+        return -1;
+    struct timespec t[2] = {{.tv_sec = time(NULL) - age}, {.tv_sec = time(NULL) - age}};
+    return utimensat(AT_FDCWD, path, t, 0);
+}
+
+/*
+ * A blob that cannot be renamed aside (here: the name it would go to is a
+ * directory, EISDIR) is not evicted: it stays on disk, indexed and counted,
+ * since deleting it by its name later could take it from a pull that just
+ * found it (review18 L-6). The next least recently used goes instead.
+ */
+TEST(a_blob_that_cannot_be_renamed_aside_stays)
+{
+    static const char old_hex[] =
+        "1111111111111111111111111111111111111111111111111111111111111111";
+    static const char new_hex[] =
+        "2222222222222222222222222222222222222222222222222222222222222222";
+    char dir[400], old_path[500], in_the_way[500];
+    cache_dir(dir, sizeof(dir), "stuck");
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(old_path, sizeof(old_path), "%s/%s", dir, old_hex);
+    snprintf(in_the_way, sizeof(in_the_way), "%s/.tmp-evicted-1", dir); /* the first victim's */
+    CHECK(mkdir(in_the_way, 0755) == 0);
+    CHECK(put_blob(dir, old_hex, A_BYTES, 100) == 0); /* the least recently used */
+    CHECK(put_blob(dir, new_hex, B_BYTES, 10) == 0);
+    struct stat st;
+    CHECK(stat(old_path, &st) == 0);
+    uint64_t old_bytes = (uint64_t)st.st_blocks * 512 > (uint64_t)st.st_size
+                             ? (uint64_t)st.st_blocks * 512
+                             : (uint64_t)st.st_size;
+
+    funcd_oci_blob_cache *bc = NULL;
+    funcd_logger lg = {.fn = log_to, .min = FUNCD_LOG_INFO};
+    logged[0] = '\0';
+    CHECK_INT(funcd_oci_blob_cache_open(&bc, dir, A_BYTES + 20000, &lg), 0);
+    funcd_oci_blob_cache_stats s;
+    funcd_oci_blob_cache_stats_get(bc, &s);
+    funcd_oci_blob_cache_unref(bc);
+    char new_path[500];
+    snprintf(new_path, sizeof(new_path), "%s/%s", dir, new_hex);
+    CHECK(access(old_path, R_OK) == 0);
+    CHECK(access(new_path, F_OK) != 0);
+    CHECK_INT(s.blobs, 1);
+    CHECK_INT(s.bytes, old_bytes);
+    CHECK_INT(s.evictions, 1);
+    CHECK_CONTAINS(logged, "evicted 1 blob (");
+}
+
 int main(void)
 {
     loop = event_base_new();
@@ -391,6 +505,8 @@ int main(void)
     RUN(pulls_in_progress_keep_their_blobs);
     RUN(a_blob_larger_than_the_cap_still_pulls);
     RUN(a_smaller_cap_at_start_shrinks_the_cache);
+    RUN(a_refresh_of_the_same_digest_fetches_no_blob);
+    RUN(a_blob_that_cannot_be_renamed_aside_stays);
     event_base_free(loop);
     funcd_remove_tree(work);
     return HARNESS_END();
