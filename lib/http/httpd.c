@@ -103,6 +103,7 @@ struct funcd_httpd {
     unsigned nthreads;
     worker *workers;
     atomic_int stopping;
+    atomic_int all_ready; /* every thread started: connections may be handed between them */
     int stopped;
     int quiesced;
     unsigned max_connections;
@@ -626,7 +627,9 @@ static worker *least_loaded(funcd_httpd *srv)
 static void accept_or_hand_off(worker *w, h2o_socket_t *sock)
 {
     funcd_httpd *srv = w->srv;
-    worker *to = srv->nthreads > 1 ? least_loaded(srv) : w;
+    /* (not before every thread has its receiver: connections that waited in
+     * the backlogs are accepted by the first thread up, alone for a while) */
+    worker *to = srv->nthreads > 1 && atomic_load(&srv->all_ready) ? least_loaded(srv) : w;
     if (to != w && atomic_load(&w->load) >= atomic_load(&to->load) + 2) {
         handoff *h = malloc(sizeof(*h));
         /* Counted before `stopping` is looked at: a thread that stops waits
@@ -657,10 +660,12 @@ static void on_handoff_message(h2o_multithread_receiver_t *receiver, h2o_linklis
         h2o_socket_t *sock = h2o_socket_import(w->ctx.loop, &h->info);
         free(h);
         atomic_fetch_sub(&w->handoffs, 1);
-        if (sock)
+        if (sock) {
             adopt(w, sock);
-        else
+        } else {
             atomic_fetch_sub(&w->load, 1);
+            atomic_fetch_sub(&w->srv->connections, 1);
+        }
     }
 }
 
@@ -697,20 +702,24 @@ static void on_accept(h2o_socket_t *listener, const char *err)
         }
         return;
     }
+    /* Counted here, wherever it is served: a connection on its way to another
+     * thread is within the cap too. */
+    atomic_fetch_add(&srv->connections, 1);
     accept_or_hand_off(w, sock);
 }
 
-/* `sock` becomes one of this thread's connections; w->load counts it already. */
+/* `sock` becomes one of this thread's connections; w->load and
+ * srv->connections count it already. */
 static void adopt(worker *w, h2o_socket_t *sock)
 {
     funcd_httpd *srv = w->srv;
     conn_ref *ref = malloc(sizeof(*ref));
     if (!ref) {
         atomic_fetch_sub(&w->load, 1);
+        atomic_fetch_sub(&srv->connections, 1);
         h2o_socket_close(sock);
         return;
     }
-    atomic_fetch_add(&srv->connections, 1);
     ref->w = w;
     ref->sock = sock;
     ref->next = w->conns.next;
@@ -863,8 +872,11 @@ static void *worker_main(void *arg)
      * ones included) and wait for h2o to close them. */
     close_listener(w);
     /* Connections another thread handed over before it saw `stopping` are
-     * taken up first, to be ended with the rest. */
-    run_until(w, loop, handoffs_taken, DRAIN_MS);
+     * taken up first, to be ended with the rest. Without a deadline: each is
+     * on its way (counted before the sender looked at `stopping`, sent right
+     * after), and the queue must be empty before it is unregistered. */
+    while (!handoffs_taken(w))
+        h2o_evloop_run(loop, 10);
     if (srv->hooks.on_thread_stopping)
         srv->hooks.on_thread_stopping(srv->hooks.payload, &w->ctx);
     request_shutdown(w);
@@ -1017,6 +1029,7 @@ int funcd_httpd_start(funcd_httpd *srv)
         while (!atomic_load(&w->ready))
             usleep(100);
     }
+    atomic_store(&srv->all_ready, 1); /* hand-offs may go to any of them now */
     return 0;
 }
 
