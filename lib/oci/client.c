@@ -71,6 +71,7 @@ struct funcd_oci_pull_handle {
     uint64_t total, got;
     struct event finish;
     int finishing, rc, progress_dirty;
+    int reporting, cancelled; /* in on_finish's last report; cancel() during it */
     int from_registry; /* the first manifest came from the registry (not the cache) */
     char *msg;
     funcd_oci_image *img;
@@ -322,13 +323,17 @@ static void on_finish(evutil_socket_t fd, short what, void *arg)
     funcd_oci_image *img = p->img;
     p->msg = NULL;
     p->img = NULL;
-    /* The last progress report comes before done, whichever event ran first. */
-    int report = p->progress_dirty && p->progress && rc == 0;
-    funcd_oci_progress_cb progress = p->progress;
-    uint64_t got = p->got, total = p->total;
+    /* The last progress report comes before done, whichever event ran first,
+     * while the handle is still valid (the caller may look at it); should the
+     * callback cancel the pull, done is not called, as after any cancel. */
+    if (p->progress_dirty && p->progress && rc == 0) {
+        p->reporting = 1;
+        p->progress(p->got, p->total, payload);
+        p->reporting = 0;
+        if (p->cancelled)
+            done = NULL;
+    }
     pull_free(p);
-    if (report)
-        progress(got, total, payload);
     if (done)
         done(rc, msg, img, payload);
     else
@@ -950,6 +955,10 @@ void funcd_oci_pull_cancel(funcd_oci_pull_handle *h)
 {
     if (!h)
         return;
+    if (h->reporting) { /* on_finish frees it once its report returns */
+        h->cancelled = 1;
+        return;
+    }
     pull_detach(h);
     pull_free(h);
 }
