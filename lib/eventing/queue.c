@@ -1236,14 +1236,28 @@ int funcd_queue_replay(funcd_queue *q, const char *ns, const char *id)
     funcd_queue_key(key, sizeof(key), FUNCD_QUEUE_DEADLETTERS, ns, id);
     cJSON *dl = NULL;
     uint64_t rev = 0;
-    int rc = get_record(q->cfg.store, key, &dl, &rev);
+    size_t dl_len = 0;
+    int rc = get_record_len(q->cfg.store, key, &dl, &rev, &dl_len);
     if (rc < 0)
         return rc;
+    char rkey[600];
+    funcd_queue_key(rkey, sizeof(rkey), FUNCD_QUEUE_RECORDS, ns, id);
+    /* What leaves the figures once replayed (review19 L-3): the dead
+     * letter, and the DeadLettered record with its last answer (only that:
+     * a record already Pending again is another replay's, not counted). */
+    uint64_t freed = held_by(dl, dl_len, 1);
+    cJSON *old = NULL;
+    uint64_t old_rev = 0;
+    size_t old_len = 0;
+    if (get_record_len(q->cfg.store, rkey, &old, &old_rev, &old_len) == 0 &&
+        strcmp(str_at(old, "state") ? str_at(old, "state") : "", "DeadLettered") == 0)
+        freed += held_by(old, old_len, 0);
+    cJSON_Delete(old);
     /* Pending again, it takes a place as a submission does (an anonymous
      * one within the share), or stays a dead letter (FUNCD_ENOSPC): else
      * the figures would miss it, and lose it again when it finishes
      * (review18 L-4). No bytes more: the record takes over what the dead
-     * letter held (the same body). */
+     * letter held (the same body), counted once the replay is written. */
     int anonymous = anonymous_rec(dl);
     if ((rc = admit(q, ns, 0, anonymous)) < 0) {
         cJSON_Delete(dl);
@@ -1259,11 +1273,12 @@ int funcd_queue_replay(funcd_queue *q, const char *ns, const char *id)
     set_num(dl, "updatedMs", (double)now);
     set_num(dl, "nextAttemptMs", (double)now);
     set_num(dl, "replayedMs", (double)now);
-    char rkey[600];
-    funcd_queue_key(rkey, sizeof(rkey), FUNCD_QUEUE_RECORDS, ns, id);
     /* The record first: should the rest fail, the item is not lost, and a
      * replay again finds the dead letter still there. */
-    int written = (rc = put_record(q->cfg.store, rkey, dl, FUNCD_STORE_ANY, NULL)) == 0;
+    size_t new_len = 0;
+    int written = (rc = put_record_len(q->cfg.store, rkey, dl, FUNCD_STORE_ANY, NULL,
+                                       &new_len)) == 0;
+    uint64_t added = written ? held_by(dl, new_len, 0) : 0; /* it and the body */
     if (written) {
         char ikey[600];
         funcd_queue_key(ikey, sizeof(ikey), FUNCD_QUEUE_INDEX, ns, id);
@@ -1276,6 +1291,7 @@ int funcd_queue_replay(funcd_queue *q, const char *ns, const char *id)
     if (!written || rc == FUNCD_ECONFLICT)
         usage_change(q, ns, anonymous, 1, 0, 0);
     if (rc == 0) {
+        usage_change(q, ns, anonymous, 0, added, freed);
         blob_key(rkey, sizeof(rkey), ns, id, "response");
         funcd_port_blob_del(q->cfg.blob, rkey); /* the last failure's answer */
         push_inbox(q, ns, id);
