@@ -26,6 +26,8 @@ struct funcd_pool_worker {
     int stop_called;
     funcd_pool_budget *budget; /* the place it holds (given back once exited); NULL: none */
     int leaving;      /* told to stop: counted in its budgets' `leaving` until it exits */
+    funcd_pool *leaving_for; /* the pool its place will reach, counted in its `leaving_for`
+                              * and referenced until it exits (review19 M-1); NULL: none */
     atomic_int refs;  /* 1 while listed + 1 per slot held */
     void *data;
     funcd_pool_worker *next;
@@ -52,7 +54,9 @@ struct funcd_pool {
     int64_t last_cold_start_ms;
     double last_cold_start_millis;
     unsigned budget_short; /* workers the last plan wanted but found no place for */
-    int place_coming; /* the full budget has a leaving worker: its place comes back */
+    int place_coming; /* a leaving worker holds a place of the full budget and will give it
+                       * to this pool (its own, or a closed pool's it succeeds) */
+    atomic_uint leaving_for; /* workers told to stop whose places come to this pool */
     unsigned kept; /* places taken for its next starts, left by its (or its predecessor's)
                     * exited workers (review18 M-3) */
     funcd_pool *heir; /* once closed, who gets its workers' places first; referenced */
@@ -181,7 +185,10 @@ static int budget_take(funcd_pool_budget *leaf, funcd_pool *p)
                      "%s has %u workers, its limit (%s %u)", b->what, taken, b->flag, b->limit);
             snprintf(p->budget_limit, sizeof(p->budget_limit), "the worker limit of %s (%s)",
                      b->what, b->flag);
-            p->place_coming = atomic_load(&b->leaving) > 0;
+            /* Only a place that will reach p (its own leaving workers', or
+             * those of a pool it succeeds) is worth the long wait: another
+             * pool's is kept there whenever that pool is short (review19 M-1). */
+            p->place_coming = atomic_load(&b->leaving) > 0 && atomic_load(&p->leaving_for) > 0;
             budget_put(leaf, b); /* no wake-up: nobody could use it (they would take b too) */
             return 0;
         }
@@ -205,8 +212,20 @@ static int budget_pressed(funcd_pool_budget *leaf)
     return 0;
 }
 
+/* Counts leaving worker `w` on `to` (NULL: nobody), the pool its place
+ * goes to first (under w's pool's lock: atomics only, no other pool's lock). */
+static void leave_for(funcd_pool_worker *w, funcd_pool *to)
+{
+    if (to) {
+        funcd_pool_ref(to);
+        atomic_fetch_add(&to->leaving_for, 1);
+    }
+    w->leaving_for = to;
+}
+
 /* Worker `w` (under its pool's lock) is told to stop: its places will come
- * back, which pools waiting for one may count on. */
+ * back, to its pool (or, closed, to its heir) first: that pool may wait
+ * for them. */
 static void note_leaving(funcd_pool_worker *w)
 {
     if (!w->budget || w->leaving)
@@ -214,6 +233,8 @@ static void note_leaving(funcd_pool_worker *w)
     w->leaving = 1;
     for (funcd_pool_budget *b = w->budget; b; b = b->parent)
         atomic_fetch_add(&b->leaving, 1);
+    funcd_pool *p = w->pool;
+    leave_for(w, p->closed ? p->heir : p);
 }
 
 static void pool_wake(funcd_pool *p);
@@ -647,9 +668,10 @@ static funcd_pool_waiter *fail_waiters_if_hopeless_locked(funcd_pool *p)
 
 /* No worker and no place for one: the waiters wait FUNCD_POOL_BUDGET_WAIT_MS
  * (an idle worker of the budget may give its place), or while a worker told
- * to stop holds a place of the full budget (it comes back at its exit: an
- * update's old version, an evicted worker; review18 M-3) up to the start
- * timeout, then are told which limit. Patient waiters wait on. */
+ * to stop holds a place of the full budget that comes to this pool at its
+ * exit (its own evicted worker, an update's old version; review18 M-3, not
+ * another pool's: review19 M-1) up to the start timeout, then are told which
+ * limit. Patient waiters wait on. */
 static funcd_pool_waiter *fail_waiters_if_no_place_locked(funcd_pool *p)
 {
     if (!p->budget_short || p->n_ready || p->n_starting || !p->n_waiting) {
@@ -792,6 +814,10 @@ void funcd_pool_worker_exited(funcd_pool_worker *w, const char *why)
     if (budget && w->leaving)
         for (funcd_pool_budget *b = budget; b; b = b->parent)
             atomic_fetch_sub(&b->leaving, 1);
+    funcd_pool *leaving_for = w->leaving_for;
+    w->leaving_for = NULL;
+    if (leaving_for)
+        atomic_fetch_sub(&leaving_for->leaving_for, 1);
     funcd_pool_waiter *failed = fail_waiters_if_hopeless_locked(p);
     poke_locked(p); /* replace it if there is demand or a minimum */
     pthread_mutex_unlock(&p->lock);
@@ -803,6 +829,7 @@ void funcd_pool_worker_exited(funcd_pool_worker *w, const char *why)
     char error[600];
     snprintf(error, sizeof(error), "the function failed to start: %s", why ? why : "?");
     deliver(failed, error);
+    funcd_pool_unref(leaving_for);
     if (!p->closed)
         p->ops.changed(p, p->ops.payload);
     worker_unref(w);
@@ -822,6 +849,7 @@ int funcd_pool_new(funcd_pool **out, struct event_base *loop, const funcd_pool_c
         return funcd_error_set(FUNCD_ENOMEM, "out of memory creating a worker pool");
     pthread_mutex_init(&p->lock, NULL);
     atomic_init(&p->refs, 1);
+    atomic_init(&p->leaving_for, 0);
     p->ops = *ops;
     p->loop = loop;
     p->waiters.next = p->waiters.prev = &p->waiters;
@@ -894,6 +922,13 @@ void funcd_pool_close_for(funcd_pool *p, funcd_pool *heir, const char *reason)
     unsigned kept = p->kept; /* nobody here to start on them: the heir's, or anyone's */
     p->kept = 0;
     funcd_pool_waiter *failed = take_all_waiters(p);
+    /* Workers already leaving (evicted) leave their places to the heir now. */
+    for (funcd_pool_worker *w = p->workers; w; w = w->next)
+        if (w->leaving_for == p) {
+            atomic_fetch_sub(&p->leaving_for, 1);
+            funcd_pool_unref(p); /* p's caller holds a reference: not the last */
+            leave_for(w, heir);
+        }
     for (funcd_pool_worker *w = p->workers; w; w = w->next)
         mark_stopping(p, w, &wk);
     /* Stop also those mark_stopping could not list (more than 64). */

@@ -871,6 +871,58 @@ TEST(budget_patient_waiter_waits_for_a_place)
     funcd_pool_budget_unref(ns);
 }
 
+/* A place coming back to another pool is not one this pool may wait for:
+ * at the full budget, a pool whose leaving workers are neither its own nor
+ * those of a pool it succeeds fails its requests after
+ * FUNCD_POOL_BUDGET_WAIT_MS, not at its start timeout (review19 M-1). */
+TEST(budget_others_leaving_worker_no_long_wait)
+{
+    funcd_pool_budget *ns = funcd_pool_budget_new(2, NULL, "namespace t", "x");
+    CHECK(ns != NULL);
+    funcd_pool_config one = {.min_workers = 1, .max_workers = 1, .concurrency = 1,
+                             .queue_length = 10, .start_timeout_ms = 10000, .budget = ns};
+    funcd_pool_config none = one;
+    none.min_workers = 0;
+    none.start_timeout_ms = 30000;
+    bench a, b, c;
+    CHECK(bench_up(&a, &one) == 0);
+    CHECK(bench_up(&b, &one) == 0);
+    funcd_pool_worker_ready(nth(&a, 0)->pw);
+    funcd_pool_worker_ready(nth(&b, 0)->pw);
+    /* a's request fails: its worker is evicted, and a is short. */
+    rec a1 = {.wt.granted = on_grant};
+    funcd_pool_worker *w = NULL;
+    CHECK_INT(funcd_pool_acquire(a.pool, &a1.wt, &w), FUNCD_POOL_GRANTED);
+    funcd_pool_release(a.pool, w, 1);
+    plan(&a, &one);
+    CHECK_INT(a.stops, 1);
+    CHECK_INT(stats(&a).budget_short, 1);
+    /* c gets a request: the place of a's leaving worker is a's, not c's. */
+    CHECK(bench_up(&c, &none) == 0);
+    rec rc = {.wt.granted = on_grant};
+    CHECK_INT(funcd_pool_acquire(c.pool, &rc.wt, &w), FUNCD_POOL_QUEUED);
+    turn(&c);
+    CHECK_INT(stats(&c).budget_short, 1);
+    c.now += FUNCD_POOL_BUDGET_WAIT_MS;
+    plan(&c, &none);
+    CHECK_INT(atomic_load(&rc.calls), 1);
+    CHECK(rc.w == NULL);
+    CHECK_CONTAINS(rc.error, "namespace t");
+    /* a's worker exits: a keeps its place, c starts nothing. */
+    nth(&a, 0)->exited = 1;
+    funcd_pool_worker_exited(nth(&a, 0)->pw, "stopped");
+    turn(&c);
+    turn(&a);
+    CHECK_INT(a.starts, 2);
+    CHECK_INT(c.starts, 0);
+    CHECK_INT(funcd_pool_budget_taken(ns), 2);
+    bench_down(&c);
+    bench_down(&b);
+    bench_down(&a);
+    CHECK_INT(funcd_pool_budget_taken(ns), 0);
+    funcd_pool_budget_unref(ns);
+}
+
 /* The node's budget bounds every namespace below it. */
 TEST(budget_parent_bounds_children)
 {
@@ -917,5 +969,6 @@ int main(void)
     RUN(budget_successor_gets_the_places);
     RUN(budget_successor_of_a_successor);
     RUN(budget_patient_waiter_waits_for_a_place);
+    RUN(budget_others_leaving_worker_no_long_wait);
     return HARNESS_END();
 }
