@@ -618,9 +618,9 @@ static worker *least_loaded(funcd_httpd *srv)
 
 /* The kernel spreads new connections over the threads' listeners by a hash
  * of their addresses, blind to load: 50 kept connections on two threads
- * were split 18/26 or 27/16, and the busier thread's clients waited longer
- * (p50 of a 1 MiB file 10-15% above nginx's at the same requests/s, but
- * not with one thread each). A thread serving two or more connections more
+ * were split 18/26 or 27/16, so that once the threads are the limit the
+ * busiest one bounds the server (on the 2-core development machine the
+ * clients are the limit, and no figure changed). A thread serving two or more connections more
  * than the least loaded one hands the new connection to it (its socket
  * exported, taken up by that thread's loop), so kept connections stay
  * spread within one of each other. */
@@ -633,7 +633,7 @@ static void accept_or_hand_off(worker *w, h2o_socket_t *sock)
     if (to != w && atomic_load(&w->load) >= atomic_load(&to->load) + 2) {
         handoff *h = malloc(sizeof(*h));
         /* Counted before `stopping` is looked at: a thread that stops waits
-         * for what it was counted (run_until(..., handoffs_taken, ...)). */
+         * for what it was counted (worker_main: while (!handoffs_taken(w))). */
         atomic_fetch_add(&to->load, 1);
         atomic_fetch_add(&to->handoffs, 1);
         /* (h2o's export of an event-loop socket cannot fail; should it, the
